@@ -1,0 +1,219 @@
+"""HTTP routes: validate -> service -> response. One definition per endpoint; app/fastpath.py serves
+the hot ones by calling these same functions.
+
+No `from __future__ import annotations` here: the request models are built per settings inside
+build_router(), and FastAPI must see the real classes in the signatures."""
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Path, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import (
+    AppError,
+    InternalError,
+    MethodNotAllowed,
+    NotFound,
+    validation_problem,
+)
+from app.models import (
+    QUEUE_PATTERN,
+    Claim,
+    ClaimResponse,
+    CompleteBatchResponse,
+    CompleteRequest,
+    Contract,
+    HeartbeatResponse,
+    Job,
+    JobId,
+    JobList,
+    Problem,
+)
+from app.responses import json_response, problem_response
+from app.service import JobService
+
+log = logging.getLogger("jobq.api")
+
+QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="`[A-Za-z0-9_.:-]{1,128}`")]
+JobIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="Job id (int64).")]
+
+def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the problem responses an operation can give."""
+    text = {
+        400: "Body is not valid JSON.",
+        404: "No such job.",
+        409: "Claim lost: the token no longer holds the job (lease lapsed, job reclaimed or finished).",
+        413: "Body larger than the server accepts.",
+        415: "Body is not application/json.",
+        422: "Request breaks the contract (see `errors`).",
+        429: "Too many long-polls waiting (see Retry-After).",
+        503: "Database unavailable or server shutting down (see Retry-After).",
+    }
+    return {code: {"model": Problem, "description": text[code]} for code in codes}
+
+
+_WRITE = (400, 413, 415, 422, 503)
+
+
+def service(request: Request) -> JobService:
+    svc: JobService = request.app.state.jobs
+    return svc
+
+
+async def _disconnected(request: Request) -> None:
+    """Completes when the client goes away (http.disconnect) while its long-poll waits."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def build_router(c: Contract) -> APIRouter:
+    router = APIRouter()
+    EnqueueRequest = c.enqueue
+    EnqueueBatchRequest = c.enqueue_batch
+    ClaimRequest = c.claim
+    HeartbeatRequest = c.heartbeat
+    FailRequest = c.fail
+    CompleteBatchRequest = c.complete_batch
+
+    @router.post(
+        "/queues/{queue}/jobs",
+        operation_id="enqueueJob",
+        summary="Enqueue a job",
+        tags=["producers"],
+        status_code=201,
+        response_model=Job,
+        responses={200: {"model": Job, "description": "The idempotency key already named this job."},
+                   **_problems(*_WRITE)},
+    )
+    async def enqueue_job(queue: QueueName, body: EnqueueRequest, request: Request) -> Response:
+        created, job = await service(request).enqueue(queue, body)
+        return json_response(job, 201 if created else 200)
+
+    @router.post(
+        "/queues/{queue}/jobs/batch",
+        operation_id="enqueueJobs",
+        summary="Enqueue several jobs, all or nothing",
+        tags=["producers"],
+        status_code=201,
+        response_model=JobList,
+        responses=_problems(*_WRITE),
+    )
+    async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
+        jobs = await service(request).enqueue_batch(queue, body.jobs)
+        return json_response({"jobs": [job for _, job in jobs]}, 201)
+
+    @router.post(
+        "/queues/{queue}/claim",
+        operation_id="claimJobs",
+        summary="Claim jobs (long-poll with wait_seconds)",
+        tags=["workers"],
+        response_model=ClaimResponse,
+        responses=_problems(*_WRITE, 429),
+    )
+    async def claim_jobs(queue: QueueName, body: ClaimRequest, request: Request) -> Response:
+        waiting = _disconnected(request) if body.wait_seconds > 0 else None
+        jobs = await service(request).claim(queue, body, waiting)
+        return json_response({"jobs": jobs})
+
+    @router.post(
+        "/jobs/{job_id}/heartbeat",
+        operation_id="heartbeatJob",
+        summary="Extend the lease of a claimed job",
+        tags=["workers"],
+        response_model=HeartbeatResponse,
+        responses=_problems(*_WRITE, 404, 409),
+    )
+    async def heartbeat_job(job_id: JobIdPath, body: HeartbeatRequest, request: Request) -> Response:
+        return json_response(await service(request).heartbeat(job_id, body))
+
+    @router.post(
+        "/jobs/{job_id}/complete",
+        operation_id="completeJob",
+        summary="Complete a claimed job",
+        tags=["workers"],
+        response_model=Job,
+        responses=_problems(*_WRITE, 404, 409),
+    )
+    async def complete_job(job_id: JobIdPath, body: CompleteRequest, request: Request) -> Response:
+        return json_response(await service(request).complete(job_id, body))
+
+    @router.post(
+        "/jobs/{job_id}/fail",
+        operation_id="failJob",
+        summary="Fail a claimed job (retry later, or fail for good)",
+        tags=["workers"],
+        response_model=Job,
+        responses=_problems(*_WRITE, 404, 409),
+    )
+    async def fail_job(job_id: JobIdPath, body: FailRequest, request: Request) -> Response:
+        return json_response(await service(request).fail(job_id, body))
+
+    @router.post(
+        "/jobs/complete",
+        operation_id="completeJobs",
+        summary="Complete several claimed jobs, each on its own",
+        tags=["workers"],
+        response_model=CompleteBatchResponse,
+        responses=_problems(*_WRITE),
+    )
+    async def complete_jobs(body: CompleteBatchRequest, request: Request) -> Response:
+        return json_response({"results": await service(request).complete_batch(body)})
+
+    @router.get(
+        "/jobs/{job_id}",
+        operation_id="getJob",
+        summary="Get a job",
+        tags=["operators"],
+        response_model=Job,
+        responses=_problems(404, 422, 503),
+    )
+    async def get_job(job_id: JobIdPath, request: Request) -> Response:
+        return json_response(await service(request).get(job_id))
+
+    @router.get("/healthz", operation_id="healthz", summary="The process is alive", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return router
+
+
+# Routes app/fastpath.py may serve directly (by operation id).
+HOT_OPERATIONS = frozenset(
+    {"enqueueJob", "enqueueJobs", "claimJobs", "heartbeatJob", "completeJob", "failJob", "completeJobs"}
+)
+
+_ = (Claim, JobId)  # re-exported names used by the OpenAPI schema
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def app_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, AppError)
+        return problem_response(exc, request.url.path)
+
+    async def invalid_request(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return problem_response(validation_problem(list(exc.errors())), request.url.path)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        err: AppError
+        if exc.status_code == 404:
+            err = NotFound()
+        elif exc.status_code == 405:
+            err = MethodNotAllowed()
+        else:
+            err = AppError(str(exc.detail))
+            err.status = exc.status_code  # type: ignore[misc]
+        return problem_response(err, request.url.path)
+
+    async def crash(request: Request, exc: Exception) -> Response:
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        return problem_response(InternalError(), request.url.path)
+
+    app.add_exception_handler(AppError, app_error)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, crash)

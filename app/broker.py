@@ -1,0 +1,224 @@
+"""Claims and long-polls: every claim request of a queue, new or waiting, is served by one claim
+statement at a time for that queue, and a waiting request holds no database connection.
+
+Each queue with claim requests in this process has a dispatcher. A request joins its queue's list of
+tickets and kicks the dispatcher, which runs one `SKIP LOCKED` statement claiming jobs for all tickets
+(oldest first) and hands each its rows. Tickets that got nothing either answer empty (no wait) or stay
+parked until a wake-up: a local enqueue, a NOTIFY from another process, the sweeper, or the fallback
+poll. One statement per wake-up per process, however many requests wait: no thundering herd, and under
+load concurrent claims share statements and commits.
+
+Rows claimed for a ticket whose request has gone (timed out, disconnected, shutting down) are released
+at once, so a job is never handed to a connection that is closing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from app import store
+from app.db import Database
+from app.errors import AppError, TooManyWaiters
+from app.settings import Settings
+from app.store import ClaimSlot, Row
+
+log = logging.getLogger("jobq.broker")
+
+ClaimObserver = Callable[[str, int, int], None]  # queue, jobs asked for, jobs claimed
+
+
+class _Ticket:
+    __slots__ = ("future", "parked", "slot", "wait")
+
+    def __init__(self, slot: ClaimSlot, future: asyncio.Future[list[Row]], wait: bool) -> None:
+        self.slot = slot
+        self.future = future
+        self.wait = wait
+        self.parked = False  # counted against max_waiters
+
+
+class _QueueDispatcher:
+    def __init__(self, broker: Broker, queue: str) -> None:
+        self.broker = broker
+        self.queue = queue
+        self.tickets: list[_Ticket] = []
+        self.task: asyncio.Task[None] | None = None
+        self.again = False
+
+    @property
+    def idle(self) -> bool:
+        return not self.tickets and (self.task is None or self.task.done())
+
+    def kick(self) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+        else:
+            self.again = True  # a wake-up during the statement: run once more after it
+
+    async def _run(self) -> None:
+        while True:
+            self.again = False
+            self.tickets = [t for t in self.tickets if not t.future.done()]
+            if not self.tickets:
+                return
+            batch: list[_Ticket] = []
+            total = 0
+            for t in self.tickets:
+                if batch and total + t.slot.limit > self.broker.max_rows:
+                    break
+                batch.append(t)
+                total += t.slot.limit
+            try:
+                async with self.broker.db.connection() as conn:
+                    per_ticket = await store.jobs_claim(conn, self.queue, [t.slot for t in batch])
+            except AppError as exc:
+                for t in batch:
+                    if not t.future.done():
+                        t.future.set_exception(exc)
+                continue
+            except Exception as exc:
+                log.exception("claim statement failed on queue %s", self.queue)
+                for t in batch:
+                    if not t.future.done():
+                        t.future.set_exception(exc)
+                continue
+            claimed = self._hand_out(batch, per_ticket)
+            self.broker.observe(self.queue, total, claimed)
+            # Go again for tickets that did not fit in this statement, or after a wake-up during it.
+            if not (self.again or len(batch) < len(self.tickets)):
+                return
+
+    def _hand_out(self, batch: list[_Ticket], per_ticket: list[list[Row]]) -> int:
+        undeliverable: list[Row] = []
+        claimed = 0
+        for t, rows in zip(batch, per_ticket, strict=True):
+            claimed += len(rows)
+            if rows:
+                if t.future.done():
+                    undeliverable.extend(rows)
+                else:
+                    t.future.set_result(rows)
+            elif not t.future.done():
+                if not t.wait or self.broker.closing:
+                    t.future.set_result([])
+                elif not t.parked:
+                    if self.broker.parked >= self.broker.settings.max_waiters:
+                        t.future.set_exception(TooManyWaiters())
+                    else:
+                        t.parked = True
+                        self.broker.parked += 1
+        if undeliverable:
+            self.broker.release(undeliverable)
+        return claimed
+
+
+class Broker:
+    def __init__(self, settings: Settings, db: Database, observe: ClaimObserver | None = None) -> None:
+        self.settings = settings
+        self.db = db
+        self.max_rows = max(settings.max_claim_limit, 1000)
+        self.parked = 0
+        self.closing = False
+        self.observe: ClaimObserver = observe or (lambda _q, _asked, _got: None)
+        self._queues: dict[str, _QueueDispatcher] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- requests -----------------------------------------------------------------------------------------
+
+    async def claim(
+        self, queue: str, slot: ClaimSlot, wait_seconds: float, disconnected: Awaitable[Any] | None = None
+    ) -> list[Row]:
+        """Jobs claimed for one request: at once when any are ready, else within wait_seconds, else []."""
+        if self.closing:
+            return []
+        loop = asyncio.get_running_loop()
+        ticket = _Ticket(slot, loop.create_future(), wait=wait_seconds > 0)
+        dispatcher = self._queues.get(queue)
+        if dispatcher is None:
+            dispatcher = self._queues[queue] = _QueueDispatcher(self, queue)
+        dispatcher.tickets.append(ticket)
+        dispatcher.kick()
+        watch: asyncio.Future[Any] | None = None
+        try:
+            if not ticket.wait:
+                return await asyncio.shield(ticket.future)
+            waiters: set[asyncio.Future[Any]] = {ticket.future}
+            if disconnected is not None:
+                watch = asyncio.ensure_future(disconnected)
+                waiters.add(watch)
+            await asyncio.wait(waiters, timeout=wait_seconds, return_when=asyncio.FIRST_COMPLETED)
+            if ticket.future.done():
+                return ticket.future.result()
+            return []  # deadline, or the client went away
+        finally:
+            if watch is not None:
+                watch.cancel()
+            if not ticket.future.done():
+                ticket.future.cancel()  # rows still in flight for it will be released
+            if ticket.parked:
+                ticket.parked = False
+                self.parked -= 1
+
+    # -- wake-ups -----------------------------------------------------------------------------------------
+
+    def wake(self, queues: Iterable[str] | None = None) -> None:
+        """Jobs may have become claimable on these queues (None: on any queue)."""
+        if self.closing:
+            return
+        names = self._queues.keys() if queues is None else queues
+        for name in list(names):
+            dispatcher = self._queues.get(name)
+            if dispatcher is not None and dispatcher.tickets:
+                dispatcher.kick()
+
+    def waiting_queues(self) -> list[str]:
+        return [name for name, d in self._queues.items() if d.tickets]
+
+    async def _poll(self) -> None:
+        """The fallback: delayed jobs coming due, leases recovered elsewhere, notifications lost."""
+        while True:
+            await asyncio.sleep(self.settings.poll_interval_seconds)
+            for name, dispatcher in list(self._queues.items()):
+                if dispatcher.idle:
+                    del self._queues[name]
+                elif any(t.parked for t in dispatcher.tickets):
+                    dispatcher.kick()
+
+    # -- undeliverable claims --------------------------------------------------------------------------------
+
+    def release(self, rows: list[Row]) -> None:
+        task = asyncio.get_running_loop().create_task(self._release(rows))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _release(self, rows: list[Row]) -> None:
+        try:
+            async with self.db.connection() as conn:
+                await store.jobs_release(conn, rows)
+            log.info("released %d job(s) claimed for a request that went away", len(rows))
+        except Exception:
+            # The lease will lapse and the sweeper will return them; nothing is lost.
+            log.warning("could not release %d unanswered claim(s); the sweeper will", len(rows))
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def drain(self) -> None:
+        """Stop handing out jobs: waiting requests answer [] now, new ones at once; statements in flight
+        finish and their rows for requests already answered are released."""
+        self.closing = True
+        if self._poller:
+            self._poller.cancel()
+        for dispatcher in self._queues.values():
+            for t in dispatcher.tickets:
+                if not t.future.done():
+                    t.future.set_result([])
+        tasks = [d.task for d in self._queues.values() if d.task is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*self._background, return_exceptions=True)

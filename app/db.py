@@ -1,0 +1,92 @@
+"""The connection pool, and the one place where psycopg errors become API errors."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg_errors
+
+from app.errors import AppError, DatabaseUnavailable, ValidationFailed
+from app.settings import Settings
+
+log = logging.getLogger("jobq.db")
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Map lower-layer failures once: unreachable or timed-out database -> 503, a value the database
+    refuses -> 422. Anything else is a bug and propagates as a 500."""
+    try:
+        yield
+    except AppError:
+        raise
+    except psycopg_pool.PoolTimeout as exc:
+        raise DatabaseUnavailable("No database connection became free in time.") from exc
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        # Includes QueryCanceled (statement_timeout), admin shutdown and lost connections.
+        raise DatabaseUnavailable() from exc
+    except (pg_errors.DataException, pg_errors.IntegrityConstraintViolation) as exc:
+        # Inputs are validated before they reach SQL; this is the backstop, never a 500.
+        raise ValidationFailed(f"The database refused a value: {exc.diag.message_primary}") from exc
+
+
+class Database:
+    """An async pool with per-connection settings; `connection()` hands out one connection."""
+
+    def __init__(self, settings: Settings, url: str) -> None:
+        self.settings = settings
+        self.url = url
+        self.pool = psycopg_pool.AsyncConnectionPool(
+            url,
+            min_size=settings.pool_min_size,
+            max_size=settings.pool_max_size,
+            timeout=settings.pool_timeout_seconds,
+            kwargs={"autocommit": True, "connect_timeout": 5, "application_name": "jobq"},
+            configure=self._configure,
+            open=False,
+            name="jobq",
+        )
+        self._checking: asyncio.Task[None] | None = None
+
+    async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
+        await conn.execute(
+            "SELECT set_config('timezone', 'UTC', false),"
+            " set_config('statement_timeout', %s, false),"
+            " set_config('idle_in_transaction_session_timeout', '60s', false)",
+            (str(self.settings.statement_timeout_ms),),
+        )
+
+    async def open(self, wait_seconds: float) -> None:
+        await self.pool.open(wait=True, timeout=wait_seconds)
+
+    async def close(self) -> None:
+        if self._checking:
+            self._checking.cancel()
+        await self.pool.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[object]]:
+        try:
+            with translate_errors():
+                async with self.pool.connection() as conn:
+                    yield conn
+        except DatabaseUnavailable:
+            self._purge_broken()
+            raise
+
+    def _purge_broken(self) -> None:
+        """After a connection-level failure the other idle connections are likely dead too (database
+        restart): check them all once in the background instead of failing one request per connection."""
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(self._check())
+
+    async def _check(self) -> None:
+        try:
+            await self.pool.check()
+        except Exception:  # the pool logs; this is best effort
+            log.debug("pool check failed", exc_info=True)

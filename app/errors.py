@@ -1,0 +1,156 @@
+"""Every error the API can answer with, rendered as RFC 9457 application/problem+json.
+
+AppError
+ +-- BadRequest              400 malformed-request   body is not JSON / not decodable
+ +-- ValidationFailed        422 validation-error    JSON that breaks the contract (with `errors`)
+ +-- UnsupportedMediaType    415 unsupported-media-type
+ +-- PayloadTooLarge         413 payload-too-large
+ +-- NotFound                404 not-found           no such route
+ +-- JobNotFound             404 job-not-found
+ +-- MethodNotAllowed        405 method-not-allowed
+ +-- Conflict                409 (base of the lease and state conflicts)
+ |    +-- ClaimLost          409 claim-lost          token stale: the lease lapsed or another worker holds it
+ |    +-- InvalidState       409 invalid-state       the job is not in a state that allows the action
+ +-- TooManyWaiters          429 too-many-waiters    long-poll cap reached (Retry-After)
+ +-- DatabaseUnavailable     503 database-unavailable (Retry-After)
+ +-- ShuttingDown            503 shutting-down       (Retry-After)
+ +-- InternalError           500 internal-error
+
+The `type` of each is a stable URN: clients branch on it, never on `title` or `detail`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import orjson
+
+PROBLEM_TYPE_PREFIX = "urn:jobq:problem:"
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+
+class AppError(Exception):
+    """Internal server error."""
+
+    status: ClassVar[int] = 500
+    slug: ClassVar[str] = "internal-error"
+    title: ClassVar[str] = "Internal server error"
+    retry_after: ClassVar[int | None] = None
+
+    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+        self.detail = detail or (type(self).__doc__ or self.title).strip()
+        self.extra = extra
+        super().__init__(self.detail)
+
+    @property
+    def type(self) -> str:
+        return PROBLEM_TYPE_PREFIX + self.slug
+
+    def body(self, instance: str | None = None) -> dict[str, Any]:
+        doc: dict[str, Any] = {"type": self.type, "title": self.title, "status": self.status}
+        doc["detail"] = self.detail
+        if instance:
+            doc["instance"] = instance
+        doc.update(self.extra)
+        return doc
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after)} if self.retry_after is not None else {}
+
+    def render(self, instance: str | None = None) -> bytes:
+        return orjson.dumps(self.body(instance))
+
+
+class InternalError(AppError):
+    """The server failed to handle the request; it was logged."""
+
+
+class BadRequest(AppError):
+    """The request body is not valid JSON."""
+
+    status, slug, title = 400, "malformed-request", "Malformed request"
+
+
+class ValidationFailed(AppError):
+    """The request does not match the API contract; see `errors`."""
+
+    status, slug, title = 422, "validation-error", "Validation failed"
+
+
+class UnsupportedMediaType(AppError):
+    """Send the body as application/json."""
+
+    status, slug, title = 415, "unsupported-media-type", "Unsupported media type"
+
+
+class PayloadTooLarge(AppError):
+    """The request body is larger than the service accepts."""
+
+    status, slug, title = 413, "payload-too-large", "Payload too large"
+
+
+class NotFound(AppError):
+    """No such resource."""
+
+    status, slug, title = 404, "not-found", "Not found"
+
+
+class JobNotFound(AppError):
+    """No job has this id."""
+
+    status, slug, title = 404, "job-not-found", "Job not found"
+
+
+class MethodNotAllowed(AppError):
+    """This resource does not accept that method."""
+
+    status, slug, title = 405, "method-not-allowed", "Method not allowed"
+
+
+class Conflict(AppError):
+    """The request conflicts with the job's current state."""
+
+    status, slug, title = 409, "conflict", "Conflict"
+
+
+class ClaimLost(Conflict):
+    """This claim token no longer holds the job: its lease lapsed or another claim replaced it."""
+
+    slug, title = "claim-lost", "Claim lost"
+
+
+class InvalidState(Conflict):
+    """The job is not in a state that allows this action."""
+
+    slug, title = "invalid-state", "Invalid job state"
+
+
+class TooManyWaiters(AppError):
+    """Too many long-polls are waiting on this server; retry after a pause."""
+
+    status, slug, title, retry_after = 429, "too-many-waiters", "Too many waiting claims", 1
+
+
+class DatabaseUnavailable(AppError):
+    """The database cannot be reached right now; retry after a pause."""
+
+    status, slug, title, retry_after = 503, "database-unavailable", "Database unavailable", 2
+
+
+class ShuttingDown(AppError):
+    """This server is shutting down; retry on another replica or after a pause."""
+
+    status, slug, title, retry_after = 503, "shutting-down", "Shutting down", 1
+
+
+def validation_problem(errors: list[dict[str, Any]]) -> AppError:
+    """Turn pydantic error dicts (FastAPI's or our own) into one problem, JSON-syntax errors as 400."""
+    cleaned = [
+        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+        for e in errors
+    ]
+    if any(e["type"] == "json_invalid" for e in cleaned):
+        first = next(e for e in cleaned if e["type"] == "json_invalid")
+        return BadRequest(f"The request body is not valid JSON: {first['msg']}")
+    summary = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in cleaned[:5])
+    return ValidationFailed(summary or None, errors=cleaned)

@@ -1,0 +1,115 @@
+"""Schema migrations: ordered SQL files applied once each, under an advisory lock, recorded in a table."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+
+log = logging.getLogger("jobq.migrate")
+
+# Any constant works; it only has to be the same in every jobq process sharing the database.
+MIGRATION_LOCK_KEY = 0x6A6F6271  # "jobq"
+_FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS jobq_migrations (
+  version    integer PRIMARY KEY,
+  name       text        NOT NULL,
+  checksum   text        NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+class MigrationError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def migrations_dir() -> Path:
+    """The installed copy (wheel) or the repository's migrations/ (source checkout, editable install)."""
+    packaged = Path(__file__).parent / "migrations"
+    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "migrations"
+
+
+def load_migrations(directory: Path | None = None) -> list[Migration]:
+    directory = directory or migrations_dir()
+    found = []
+    for path in sorted(directory.glob("*.sql")):
+        match = _FILE_NAME.match(path.name)
+        if not match:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_lower_snake.sql")
+        found.append(Migration(int(match.group(1)), path.name, path.read_text()))
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise MigrationError(f"duplicate migration versions in {directory}")
+    return found
+
+
+def applied_versions(conn: psycopg.Connection) -> dict[int, str]:
+    """version -> checksum of what the database has applied; empty when it never ran a migration."""
+    exists = conn.execute("SELECT to_regclass('jobq_migrations') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return {}
+    return dict(conn.execute("SELECT version, checksum FROM jobq_migrations").fetchall())
+
+
+def pending_migrations(conn: psycopg.Connection, directory: Path | None = None) -> list[Migration]:
+    applied = applied_versions(conn)
+    todo = []
+    for m in load_migrations(directory):
+        if m.version not in applied:
+            todo.append(m)
+        elif applied[m.version] != m.checksum:
+            raise MigrationError(f"{m.name} was changed after it was applied; add a new migration instead")
+    return todo
+
+
+def migrate(database_url: str, directory: Path | None = None) -> list[str]:
+    """Apply pending migrations; returns the names applied. Safe to run concurrently from many processes:
+    the advisory lock serialises them and the second one finds nothing left to do."""
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SET statement_timeout = 0")
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        try:
+            conn.execute(MIGRATIONS_TABLE)
+            done = []
+            for m in pending_migrations(conn, directory):
+                with conn.transaction():
+                    conn.execute(m.sql.encode())
+                    conn.execute(
+                        "INSERT INTO jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                        (m.version, m.name, m.checksum),
+                    )
+                log.info("applied migration %s", m.name)
+                done.append(m.name)
+            return done
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+async def schema_is_current(conn: psycopg.AsyncConnection[object]) -> bool:
+    """True when the database has applied every migration this code ships (used by /readyz)."""
+    latest = max((m.version for m in load_migrations()), default=0)
+    cur = await conn.execute("SELECT to_regclass('jobq_migrations') IS NOT NULL")
+    row = await cur.fetchone()
+    if not row or not row[0]:
+        return latest == 0
+    cur = await conn.execute("SELECT coalesce(max(version), 0) FROM jobq_migrations")
+    row = await cur.fetchone()
+    return bool(row and row[0] >= latest)

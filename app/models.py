@@ -1,0 +1,268 @@
+"""Request and response bodies of the HTTP contract (pydantic), and the checks on JSON values."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from enum import StrEnum
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Self
+
+import orjson
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+
+from app.settings import Settings
+
+QUEUE_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
+INT64_MAX = 2**63 - 1
+
+# Numbers are strict: "5" or 5.0 where an integer belongs is a 422, never coerced.
+Priority = Annotated[StrictInt, Field(ge=-32768, le=32767, description="Higher runs first.")]
+JobId = Annotated[int, Field(ge=1, le=INT64_MAX)]
+Seconds = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
+# Printable text without control characters; PostgreSQL text cannot hold NUL at all.
+Label = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")]
+ClaimToken = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+class Status(StrEnum):
+    pending = "pending"
+    running = "running"
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- producers ---------------------------------------------------------------------------------------
+
+
+class _EnqueueRequest(Body):
+    payload: Any = Field(..., description="Any JSON value; stored as jsonb.")
+    priority: Priority = 0
+    run_at: AwareDatetime | None = Field(None, description="Earliest start (RFC 3339 with offset).")
+    delay_seconds: Seconds | None = Field(None, description="Earliest start, relative to now.")
+    max_attempts: StrictInt | None = Field(None, ge=1, le=1000, description="Default JOBQ_DEFAULT_MAX_ATTEMPTS.")
+    idempotency_key: Label | None = Field(
+        None, description="A repeat on the same queue returns the existing job (200) instead of a new one."
+    )
+
+    @model_validator(mode="after")
+    def _one_start_time(self) -> Self:
+        if self.run_at is not None and self.delay_seconds is not None:
+            raise ValueError("give run_at or delay_seconds, not both")
+        return self
+
+
+class _EnqueueBatchRequest(Body):
+    jobs: list[_EnqueueRequest] = Field(..., min_length=1, description="Inserted all-or-nothing, in order.")
+
+
+# --- workers -----------------------------------------------------------------------------------------
+
+
+class _ClaimRequest(Body):
+    worker: Label = Field(..., description="Who claims; stored on the job for diagnostics.")
+    limit: StrictInt = Field(1, ge=1, description="Most jobs to return (at most JOBQ_MAX_CLAIM_LIMIT).")
+    lease_seconds: StrictInt | None = Field(None, ge=1, description="Lease length; default and cap are set.")
+    wait_seconds: Seconds = Field(0, description="Long-poll: wait this long for a job (max JOBQ_WAIT_MAX_SECONDS).")
+
+
+class _HeartbeatRequest(Body):
+    claim_token: ClaimToken
+    lease_seconds: StrictInt | None = Field(None, ge=1, description="New lease from now; default as claimed.")
+
+
+class CompleteRequest(Body):
+    claim_token: ClaimToken
+    result: Any = Field(None, description="Any JSON value, kept on the job.")
+
+
+class _FailRequest(Body):
+    claim_token: ClaimToken
+    error: str = Field(..., max_length=65_536, description="Why it failed; stored truncated and sanitised.")
+    retry_in_seconds: Seconds | None = Field(None, description="Retry after this long instead of the backoff.")
+    retry: StrictBool = Field(True, description="false: fail the job for good now.")
+
+
+class CompleteItem(Body):
+    id: JobId
+    claim_token: ClaimToken
+    result: Any = None
+
+
+class _CompleteBatchRequest(Body):
+    jobs: list[CompleteItem] = Field(..., min_length=1)
+
+
+# The services are typed against these; the routes use the subclasses from build_contract().
+EnqueueRequest = _EnqueueRequest
+EnqueueBatchRequest = _EnqueueBatchRequest
+ClaimRequest = _ClaimRequest
+HeartbeatRequest = _HeartbeatRequest
+FailRequest = _FailRequest
+CompleteBatchRequest = _CompleteBatchRequest
+
+
+# --- responses (documentation of what the handlers serialise with orjson) ------------------------------
+
+
+class Job(BaseModel):
+    id: int
+    queue: str
+    status: Status
+    payload: Any
+    priority: int
+    attempts: int = Field(description="Claims so far, the current one included.")
+    max_attempts: int
+    run_at: datetime = Field(description="Earliest time the job may be claimed (next retry when pending).")
+    created_at: datetime
+    claimed_at: datetime | None = Field(description="Start of the latest claim.")
+    lease_expires_at: datetime | None
+    finished_at: datetime | None
+    worker: str | None = Field(description="Worker of the latest claim.")
+    last_error: str | None
+    result: Any = None
+    idempotency_key: str | None
+
+
+class JobList(BaseModel):
+    jobs: list[Job]
+
+
+class Claim(BaseModel):
+    id: int
+    queue: str
+    payload: Any
+    priority: int
+    attempts: int = Field(description="Claims so far, this one included.")
+    max_attempts: int
+    claim_token: str = Field(description="Pass it to heartbeat, complete and fail.")
+    lease_expires_at: datetime
+    run_at: datetime
+    created_at: datetime
+
+
+class ClaimResponse(BaseModel):
+    jobs: list[Claim]
+
+
+class HeartbeatResponse(BaseModel):
+    id: int
+    lease_expires_at: datetime
+
+
+class CompleteOutcome(BaseModel):
+    id: int
+    outcome: Literal["completed", "claim_lost", "not_found", "invalid_state"]
+    status: Status | None = Field(description="The job's status after the call; null when not found.")
+
+
+class CompleteBatchResponse(BaseModel):
+    results: list[CompleteOutcome] = Field(description="One per item, in request order.")
+
+
+class Problem(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+# --- the contract for one configuration ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contract:
+    """Request models whose bounds come from the settings, so that the published OpenAPI schema states
+    the limits this server really enforces (client generators and fuzzers rely on it)."""
+
+    enqueue: type[EnqueueRequest]
+    enqueue_batch: type[EnqueueBatchRequest]
+    claim: type[ClaimRequest]
+    heartbeat: type[HeartbeatRequest]
+    fail: type[FailRequest]
+    complete_batch: type[CompleteBatchRequest]
+
+
+def build_contract(s: Settings) -> Contract:
+    delay = Annotated[float, Field(ge=0, le=s.max_delay_seconds, strict=True, allow_inf_nan=False)]
+
+    class EnqueueRequest(_EnqueueRequest):
+        delay_seconds: delay | None = Field(None, description="Earliest start, relative to now (seconds).")
+
+    class EnqueueBatchRequest(_EnqueueBatchRequest):
+        jobs: list[EnqueueRequest] = Field(  # type: ignore[assignment]
+            ..., min_length=1, max_length=s.max_batch_jobs, description="Inserted all-or-nothing, in order."
+        )
+
+    class ClaimRequest(_ClaimRequest):
+        limit: StrictInt = Field(1, ge=1, le=s.max_claim_limit, description="Most jobs to return.")
+        lease_seconds: StrictInt | None = Field(
+            None, ge=1, le=s.lease_max_seconds, description=f"Default {s.lease_default_seconds}."
+        )
+        wait_seconds: float = Field(
+            0, ge=0, le=s.wait_max_seconds, strict=True, allow_inf_nan=False,
+            description="Long-poll: wait up to this long for a job; 0 answers at once.",
+        )
+
+    class HeartbeatRequest(_HeartbeatRequest):
+        lease_seconds: StrictInt | None = Field(
+            None, ge=1, le=s.lease_max_seconds, description="New lease from now; default: the claim's lease."
+        )
+
+    class FailRequest(_FailRequest):
+        retry_in_seconds: delay | None = Field(None, description="Retry after this long instead of the backoff.")
+
+    class CompleteBatchRequest(_CompleteBatchRequest):
+        jobs: list[CompleteItem] = Field(..., min_length=1, max_length=s.max_batch_complete)
+
+    return Contract(EnqueueRequest, EnqueueBatchRequest, ClaimRequest, HeartbeatRequest, FailRequest,
+                    CompleteBatchRequest)
+
+
+# --- JSON values -------------------------------------------------------------------------------------------
+
+
+class JsonValueError(ValueError):
+    pass
+
+
+def check_json_value(value: Any, max_depth: int) -> None:
+    """Refuse what jsonb cannot store faithfully: NaN/Infinity (would turn into null), NUL characters, and
+    nesting deeper than max_depth. Iterative, so a hostile depth cannot exhaust the Python stack."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise JsonValueError("strings must not contain NUL (\\u0000)")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise JsonValueError("numbers must be finite")
+        elif isinstance(item, dict):
+            if depth > max_depth:
+                raise JsonValueError(f"nesting deeper than {max_depth} levels")
+            for k, v in item.items():
+                if "\x00" in k:
+                    raise JsonValueError("keys must not contain NUL (\\u0000)")
+                stack.append((v, depth + 1))
+        elif isinstance(item, list):
+            if depth > max_depth:
+                raise JsonValueError(f"nesting deeper than {max_depth} levels")
+            stack.extend((v, depth + 1) for v in item)
+
+
+def dump_json(value: Any) -> str:
+    """Serialise a checked JSON value for a jsonb parameter. Integers beyond 64 bits go through the
+    standard library so that they are stored exactly rather than refused."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -1,0 +1,216 @@
+"""What each endpoint does, between a validated request and the store: limits that depend on the
+settings, group commit for the hot writes, and the mapping of store outcomes to API errors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import orjson
+
+from app import store
+from app.broker import Broker
+from app.coalesce import Coalescer
+from app.db import Database
+from app.errors import ClaimLost, InvalidState, JobNotFound, ValidationFailed
+from app.models import (
+    ClaimRequest,
+    CompleteBatchRequest,
+    CompleteRequest,
+    EnqueueRequest,
+    FailRequest,
+    HeartbeatRequest,
+    JsonValueError,
+    check_json_value,
+    dump_json,
+)
+from app.settings import Settings
+from app.store import ClaimSlot, Completion, Heartbeat, NewJob, Outcome, Row
+
+Doc = dict[str, Any]
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def invalid(loc: Sequence[str | int], msg: str, kind: str = "value_error") -> ValidationFailed:
+    """A 422 shaped like pydantic's, for the checks that JSON Schema cannot express."""
+    where = ".".join(str(p) for p in loc)
+    return ValidationFailed(f"{where}: {msg}", errors=[{"loc": list(loc), "msg": msg, "type": kind}])
+
+
+def sanitise_error(text: str, max_bytes: int) -> str:
+    """Error text as stored: control characters (other than tab and newline) removed, cut to max_bytes
+    of UTF-8 on a character boundary with a visible marker."""
+    text = _CONTROL.sub("", text)
+    raw = text.encode()
+    if len(raw) <= max_bytes:
+        return text
+    marker = " [truncated]"
+    return raw[: max_bytes - len(marker)].decode(errors="ignore") + marker
+
+
+def _raise_for(outcome: Outcome) -> None:
+    if outcome == "not_found":
+        raise JobNotFound()
+    if outcome == "claim_lost":
+        raise ClaimLost()
+    if outcome == "invalid_state":
+        raise InvalidState("The job was cancelled while this claim held it.")
+
+
+class JobService:
+    def __init__(
+        self, settings: Settings, db: Database, broker: Broker, wake: Callable[[Iterable[str]], None]
+    ) -> None:
+        self.settings = settings
+        self.db = db
+        self.broker = broker
+        self.wake = wake
+        # Group commit for the hot single-row writes (see app/coalesce.py). An enqueue item is one
+        # request's jobs, so a batch stays all-or-nothing even when it shares a statement.
+        self._insert: Coalescer[list[NewJob], list[tuple[bool, Row]]] = Coalescer(
+            self._insert_many,
+            max_items=max(1000, settings.max_batch_jobs),
+            max_inflight=2,
+            weight=len,
+            isolate=lambda exc: isinstance(exc, ValidationFailed),
+        )
+        self._complete: Coalescer[Completion, tuple[Outcome, Row | None]] = Coalescer(
+            self._complete_many, max_items=1000, max_inflight=2
+        )
+        self._heartbeat: Coalescer[Heartbeat, tuple[Outcome, Any]] = Coalescer(
+            self._heartbeat_many, max_items=1000, max_inflight=2
+        )
+
+    async def aclose(self) -> None:
+        for c in (self._insert, self._complete, self._heartbeat):
+            await c.aclose()
+
+    # -- checks ------------------------------------------------------------------------------------------
+
+    def _json(self, value: Any, limit: int, loc: Sequence[str | int]) -> str:
+        try:
+            check_json_value(value, self.settings.max_json_depth)
+        except JsonValueError as exc:
+            raise invalid(loc, str(exc)) from None
+        text = dump_json(value)
+        if len(text) > limit // 4 and len(text.encode()) > limit:
+            raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
+        return text
+
+    def _new_job(self, queue: str, req: EnqueueRequest, loc: Sequence[str | int]) -> NewJob:
+        return NewJob(
+            queue=queue,
+            payload=self._json(req.payload, self.settings.max_payload_bytes, [*loc, "payload"]),
+            priority=req.priority,
+            run_at=req.run_at,
+            delay_seconds=req.delay_seconds,
+            max_attempts=req.max_attempts or self.settings.default_max_attempts,
+            idempotency_key=req.idempotency_key,
+        )
+
+    # -- producers ------------------------------------------------------------------------------------------
+
+    async def _insert_many(self, requests: list[list[NewJob]]) -> list[list[tuple[bool, Row]]]:
+        flat = [job for jobs in requests for job in jobs]
+        async with self.db.connection() as conn:
+            rows = await store.jobs_insert(conn, flat)
+        self.wake({job.queue for job in flat})
+        out, at = [], 0
+        for jobs in requests:
+            out.append(rows[at : at + len(jobs)])
+            at += len(jobs)
+        return out
+
+    async def enqueue(self, queue: str, req: EnqueueRequest) -> tuple[bool, Doc]:
+        """(created, job): created is False when the idempotency key already named a job."""
+        [(created, row)] = await self._insert([self._new_job(queue, req, ["body"])])
+        return created, store.job_doc(row)
+
+    async def enqueue_batch(self, queue: str, reqs: Sequence[EnqueueRequest]) -> list[tuple[bool, Doc]]:
+        jobs = [self._new_job(queue, r, ["body", "jobs", i]) for i, r in enumerate(reqs)]
+        keys = [j.idempotency_key for j in jobs if j.idempotency_key is not None]
+        if len(keys) != len(set(keys)):
+            raise invalid(["body", "jobs"], "an idempotency_key occurs twice in one batch")
+        rows = await self._insert(jobs)
+        return [(created, store.job_doc(row)) for created, row in rows]
+
+    # -- workers ------------------------------------------------------------------------------------------------
+
+    async def claim(
+        self, queue: str, req: ClaimRequest, disconnected: Awaitable[Any] | None = None
+    ) -> list[Doc]:
+        slot = ClaimSlot(req.worker, req.lease_seconds or self.settings.lease_default_seconds, req.limit)
+        rows = await self.broker.claim(queue, slot, req.wait_seconds, disconnected)
+        return [store.claim_doc(r) for r in rows]
+
+    async def _heartbeat_many(self, beats: list[Heartbeat]) -> list[tuple[Outcome, Any]]:
+        async with self.db.connection() as conn:
+            return await store.jobs_heartbeat(conn, beats)
+
+    async def heartbeat(self, job_id: int, req: HeartbeatRequest) -> Doc:
+        outcome, expires = await self._heartbeat(Heartbeat(job_id, req.claim_token, req.lease_seconds))
+        _raise_for(outcome)
+        return {"id": job_id, "lease_expires_at": expires}
+
+    async def _complete_many(self, items: list[Completion]) -> list[tuple[Outcome, Row | None]]:
+        async with self.db.connection() as conn:
+            return await store.jobs_complete(conn, items)
+
+    def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
+        return None if value is None else self._json(value, self.settings.max_result_bytes, loc)
+
+    async def complete(self, job_id: int, req: CompleteRequest) -> Doc:
+        result = self._result(req.result, ["body", "result"])
+        outcome, row = await self._complete(Completion(job_id, req.claim_token, result))
+        _raise_for(outcome)
+        assert row is not None
+        return store.job_doc(row)
+
+    async def complete_batch(self, req: CompleteBatchRequest) -> list[Doc]:
+        ids = [item.id for item in req.jobs]
+        if len(ids) != len(set(ids)):
+            raise invalid(["body", "jobs"], "a job id occurs twice in one batch")
+        items = [
+            Completion(item.id, item.claim_token, self._result(item.result, ["body", "jobs", i, "result"]))
+            for i, item in enumerate(req.jobs)
+        ]
+        async with self.db.connection() as conn:
+            outcomes = await store.jobs_complete(conn, items, full=False)
+        return [
+            {
+                "id": item.id,
+                "outcome": "completed" if outcome == "ok" else outcome,
+                "status": row[2] if row is not None else None,
+            }
+            for item, (outcome, row) in zip(items, outcomes, strict=True)
+        ]
+
+    async def fail(self, job_id: int, req: FailRequest) -> Doc:
+        async with self.db.connection() as conn:
+            outcome, row = await store.job_fail(
+                conn,
+                job_id,
+                req.claim_token,
+                sanitise_error(req.error, self.settings.max_error_bytes),
+                retry=req.retry,
+                retry_in=req.retry_in_seconds,
+                backoff_base=self.settings.backoff_base_seconds,
+                backoff_cap=self.settings.backoff_cap_seconds,
+            )
+        _raise_for(outcome)
+        assert row is not None
+        return store.job_doc(row)
+
+    # -- reads -------------------------------------------------------------------------------------------------------
+
+    async def get(self, job_id: int) -> Doc:
+        async with self.db.connection() as conn:
+            row = await store.job_get(conn, job_id)
+        if row is None:
+            raise JobNotFound()
+        return store.job_doc(row)
+
+
+def dumps(doc: Any) -> bytes:
+    return orjson.dumps(doc)

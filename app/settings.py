@@ -1,0 +1,94 @@
+"""Service configuration, read from JOBQ_* environment variables (or passed in by tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class Settings(BaseSettings):
+    """Every field is a JOBQ_<NAME> variable; a value out of range stops the service at start-up."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore", frozen=True)
+
+    # -- database ---------------------------------------------------------------------------------
+    database_url: str | None = Field(
+        None, description="PostgreSQL URL. Unset: `jobq serve` starts a managed local PostgreSQL."
+    )
+    data_dir: Path | None = Field(
+        None, description="Data directory of the managed local PostgreSQL (default ~/.local/share/jobq)."
+    )
+    pool_min_size: int = Field(2, ge=1, le=100, description="Connections kept open per process.")
+    pool_max_size: int = Field(10, ge=1, le=500, description="Most connections per process.")
+    pool_timeout_seconds: float = Field(
+        5.0, gt=0, le=60, description="Longest wait for a pooled connection before answering 503."
+    )
+    statement_timeout_ms: int = Field(
+        30_000, ge=100, le=3_600_000, description="PostgreSQL statement_timeout for API statements."
+    )
+    migrate_on_start: bool = Field(True, description="Apply pending migrations when the service starts.")
+
+    # -- leases and long-polls ------------------------------------------------------------------------
+    lease_default_seconds: int = Field(30, ge=1, le=43_200, description="Lease when a claim names none.")
+    lease_max_seconds: int = Field(43_200, ge=1, le=604_800, description="Longest lease a claim may ask.")
+    wait_max_seconds: int = Field(30, ge=0, le=300, description="Longest long-poll `wait_seconds`.")
+    max_waiters: int = Field(
+        10_000, ge=1, le=1_000_000, description="Long-polls waiting at once per process; past it -> 429."
+    )
+    poll_interval_seconds: float = Field(
+        1.0,
+        ge=0.05,
+        le=60,
+        description="Fallback re-check of queues with waiters (delayed jobs, missed notifications).",
+    )
+    notify_min_interval_ms: float = Field(
+        2.0, ge=0, le=1000, description="Least time between two wake-up NOTIFYs sent by one process."
+    )
+
+    # -- sizes and batches --------------------------------------------------------------------------
+    max_payload_bytes: int = Field(
+        1_048_576, ge=64, le=64 * 1_048_576, description="Largest job payload (JSON, bytes)."
+    )
+    max_result_bytes: int = Field(1_048_576, ge=64, le=64 * 1_048_576, description="Largest job result.")
+    max_request_bytes: int = Field(
+        16 * 1_048_576, ge=1024, le=1024 * 1_048_576, description="Largest request body."
+    )
+    max_batch_jobs: int = Field(1000, ge=1, le=10_000, description="Most jobs in one batch enqueue.")
+    max_batch_complete: int = Field(1000, ge=1, le=10_000, description="Most items in one batch complete.")
+    max_claim_limit: int = Field(100, ge=1, le=1000, description="Largest `limit` of one claim.")
+    max_error_bytes: int = Field(2048, ge=64, le=65_536, description="Longest stored `last_error`.")
+    max_json_depth: int = Field(32, ge=2, le=200, description="Deepest nesting of a payload or result.")
+
+    # -- retries and the sweeper ------------------------------------------------------------------------
+    default_max_attempts: int = Field(5, ge=1, le=1000, description="max_attempts when a job names none.")
+    backoff_base_seconds: float = Field(1.0, gt=0, le=3600, description="First retry delay after a fail.")
+    backoff_cap_seconds: float = Field(3600.0, gt=0, le=604_800, description="Longest retry delay.")
+    max_delay_seconds: int = Field(
+        31_536_000, ge=1, le=315_360_000, description="Largest delay_seconds / retry_in_seconds."
+    )
+    sweep_interval_seconds: float = Field(
+        1.0, ge=0.05, le=3600, description="How often the sweeper looks for expired leases."
+    )
+    sweep_batch_size: int = Field(1000, ge=1, le=100_000, description="Rows one sweeper statement touches.")
+
+    # -- HTTP ------------------------------------------------------------------------------------------
+    fast_path: bool = Field(
+        True, description="Serve the hot worker/producer routes through the lean ASGI dispatcher."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.pool_min_size > self.pool_max_size:
+            raise ValueError("JOBQ_POOL_MIN_SIZE must not exceed JOBQ_POOL_MAX_SIZE")
+        if self.lease_default_seconds > self.lease_max_seconds:
+            raise ValueError("JOBQ_LEASE_DEFAULT_SECONDS must not exceed JOBQ_LEASE_MAX_SECONDS")
+        if self.backoff_base_seconds > self.backoff_cap_seconds:
+            raise ValueError("JOBQ_BACKOFF_BASE_SECONDS must not exceed JOBQ_BACKOFF_CAP_SECONDS")
+        if self.max_payload_bytes > self.max_request_bytes:
+            raise ValueError("JOBQ_MAX_PAYLOAD_BYTES must not exceed JOBQ_MAX_REQUEST_BYTES")
+        return self

@@ -1,0 +1,512 @@
+"""All SQL on the jobs table and the mapping of its rows. Every statement runs in autocommit: one
+statement, one short transaction, no lock held across a round trip to a client.
+
+Statements take arrays (`unnest`) so that concurrent requests can share one statement and one commit
+(see app/coalesce.py); a single request is the batch-of-one case of the same SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import psycopg
+from orjson import Fragment
+
+Row = tuple[Any, ...]
+
+
+def _job_columns(with_payload: str = "true") -> str:
+    return (
+        "j.id, j.queue_name, j.status, "
+        f"CASE WHEN {with_payload} THEN j.payload::text END, "
+        "j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, "
+        "j.lease_expires_at, j.finished_at, j.locked_by, j.last_error, "
+        f"CASE WHEN {with_payload} THEN j.result::text END, j.idempotency_key, j.claim_token"
+    )
+
+
+JOB_COLUMNS = _job_columns()
+_ID, _QUEUE, _STATUS, _PAYLOAD = 0, 1, 2, 3
+_KEY, _TOKEN = 15, 16
+JOB_WIDTH = 17
+
+
+def job_doc(row: Row) -> dict[str, Any]:
+    """A jobs row (JOB_COLUMNS order) as the API's Job object. jsonb columns arrive as text and are
+    passed through as JSON fragments: no parse and re-serialise of payloads on the way out.
+    The claim token is never part of it."""
+    return {
+        "id": row[0],
+        "queue": row[1],
+        "status": row[2],
+        "payload": Fragment(row[3]) if row[3] is not None else None,
+        "priority": row[4],
+        "attempts": row[5],
+        "max_attempts": row[6],
+        "run_at": row[7],
+        "created_at": row[8],
+        "claimed_at": row[9],
+        "lease_expires_at": row[10],
+        "finished_at": row[11],
+        "worker": row[12],
+        "last_error": row[13],
+        "result": Fragment(row[14]) if row[14] is not None else None,
+        "idempotency_key": row[15],
+    }
+
+
+# --- get ---------------------------------------------------------------------------------------------------
+
+JOB_GET = f"SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = %s"
+
+
+async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int) -> Row | None:
+    cur = await conn.execute(JOB_GET, (job_id,))
+    return await cur.fetchone()
+
+
+# --- enqueue ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class NewJob:
+    queue: str
+    payload: str  # serialised JSON
+    priority: int
+    run_at: datetime | None
+    delay_seconds: float | None
+    max_attempts: int
+    idempotency_key: str | None
+
+
+JOB_INSERT_MANY = f"""
+WITH input AS (
+  SELECT *
+  FROM unnest(%(queues)s::text[], %(payloads)s::text[], %(priorities)s::int[], %(run_ats)s::timestamptz[],
+              %(delays)s::float8[], %(max_attempts)s::int[], %(keys)s::text[])
+       WITH ORDINALITY AS t(queue_name, payload, priority, run_at, delay, max_attempts, idempotency_key, ord)
+)
+INSERT INTO jobs AS j (queue_name, payload, priority, run_at, max_attempts, idempotency_key)
+SELECT queue_name, payload::jsonb, priority,
+       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+       max_attempts, idempotency_key
+FROM input
+-- Identity values follow this order, which is how rows without a key are matched back to their input.
+ORDER BY ord
+-- A key already taken on this queue: insert nothing, the caller fetches the existing job.
+ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING {JOB_COLUMNS}
+"""
+
+JOB_GET_BY_KEYS = f"""
+SELECT {JOB_COLUMNS}
+FROM jobs j
+JOIN unnest(%(queues)s::text[], %(keys)s::text[]) AS k(queue_name, idempotency_key)
+  ON j.queue_name = k.queue_name AND j.idempotency_key = k.idempotency_key
+"""
+
+
+async def jobs_insert(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[tuple[bool, Row]]:
+    """Insert jobs in one statement; per input, (created, row). A job whose idempotency key is already
+    used on its queue comes back as (False, existing row), also when the same key occurs twice here."""
+    out: list[tuple[bool, Row] | None] = [None] * len(jobs)
+    todo = list(range(len(jobs)))
+    for _ in range(3):  # a conflicting row deleted between INSERT and SELECT (retention): rare, go again
+        todo = await _insert_round(conn, jobs, todo, out)
+        if not todo:
+            return [o for o in out if o is not None]
+    raise RuntimeError("idempotency key kept vanishing between insert and lookup")
+
+
+async def _insert_round(
+    conn: psycopg.AsyncConnection[Any],
+    jobs: Sequence[NewJob],
+    todo: list[int],
+    out: list[tuple[bool, Row] | None],
+) -> list[int]:
+    """Insert jobs[todo], fill `out`; returns the indexes still without a row."""
+    batch = [jobs[i] for i in todo]
+    cur = await conn.execute(
+        JOB_INSERT_MANY,
+        {
+            "queues": [j.queue for j in batch],
+            "payloads": [j.payload for j in batch],
+            "priorities": [j.priority for j in batch],
+            "run_ats": [j.run_at for j in batch],
+            "delays": [j.delay_seconds for j in batch],
+            "max_attempts": [j.max_attempts for j in batch],
+            "keys": [j.idempotency_key for j in batch],
+        },
+    )
+    rows = await cur.fetchall()
+    keyed = {(r[_QUEUE], r[_KEY]): r for r in rows if r[_KEY] is not None}
+    unkeyed = iter(sorted((r for r in rows if r[_KEY] is None), key=lambda r: r[_ID]))
+    taken = []
+    for i in todo:
+        job = jobs[i]
+        if job.idempotency_key is None:
+            out[i] = (True, next(unkeyed))
+        elif (row := keyed.pop((job.queue, job.idempotency_key), None)) is not None:
+            out[i] = (True, row)
+        else:
+            taken.append(i)
+    if not taken:
+        return []
+    cur = await conn.execute(
+        JOB_GET_BY_KEYS,
+        {"queues": [jobs[i].queue for i in taken], "keys": [jobs[i].idempotency_key for i in taken]},
+    )
+    existing = {(r[_QUEUE], r[_KEY]): r for r in await cur.fetchall()}
+    left = []
+    for i in taken:
+        row = existing.get((jobs[i].queue, jobs[i].idempotency_key))
+        if row is None:
+            left.append(i)
+        else:
+            out[i] = (False, row)
+    return left
+
+
+# --- claim ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class ClaimSlot:
+    """One claim request inside a shared claim statement."""
+
+    worker: str
+    lease_seconds: int
+    limit: int
+
+
+JOB_CLAIM = """
+WITH candidates AS (
+  -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY
+  -- its key order. Locked rows are skipped, not waited for. Pending jobs always have an attempt left
+  -- (CHECK jobs_pending_shape), so no attempts filter is needed.
+  SELECT id, priority, run_at
+  FROM jobs
+  WHERE queue_name = %(queue)s
+    AND status = 'pending'
+    AND run_at <= clock_timestamp()
+  ORDER BY priority DESC, run_at, id
+  LIMIT %(total)s
+  FOR UPDATE SKIP LOCKED
+), ranked AS (
+  SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rn FROM candidates
+), slots AS (
+  -- One slot per job a request may receive, oldest request first: slot k gets the k-th best job.
+  SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
+  FROM unnest(%(workers)s::text[], %(leases)s::int[], %(limits)s::int[])
+       WITH ORDINALITY AS r(worker, lease, lim, ord)
+  CROSS JOIN LATERAL generate_series(1, r.lim) AS g
+)
+UPDATE jobs AS j
+SET status = 'running',
+    attempts = j.attempts + 1,
+    claimed_at = clock_timestamp(),
+    lease_seconds = s.lease,
+    lease_expires_at = clock_timestamp() + make_interval(secs => s.lease),
+    locked_by = s.worker,
+    -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
+    claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
+                                         'base64'), '+/', '-_'), '=')
+FROM ranked
+JOIN slots s USING (rn)
+WHERE j.id = ranked.id
+RETURNING s.ord, ranked.rn, j.id, j.queue_name, j.payload::text, j.priority, j.attempts, j.max_attempts,
+          j.claim_token, j.lease_expires_at, j.run_at, j.created_at
+"""
+
+
+async def jobs_claim(
+    conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]
+) -> list[list[Row]]:
+    """Claim jobs for several requests in one statement; returns each request's rows, best job first."""
+    cur = await conn.execute(
+        JOB_CLAIM,
+        {
+            "queue": queue,
+            "total": sum(s.limit for s in slots),
+            "workers": [s.worker for s in slots],
+            "leases": [s.lease_seconds for s in slots],
+            "limits": [s.limit for s in slots],
+        },
+    )
+    per_slot: list[list[Row]] = [[] for _ in slots]
+    for row in sorted(await cur.fetchall(), key=lambda r: r[1]):
+        per_slot[row[0] - 1].append(row[2:])
+    return per_slot
+
+
+def claim_doc(row: Row) -> dict[str, Any]:
+    return {
+        "id": row[0],
+        "queue": row[1],
+        "payload": Fragment(row[2]),
+        "priority": row[3],
+        "attempts": row[4],
+        "max_attempts": row[5],
+        "claim_token": row[6],
+        "lease_expires_at": row[7],
+        "run_at": row[8],
+        "created_at": row[9],
+    }
+
+
+JOB_RELEASE = """
+-- Claimed for a request that went away before it could be answered (timeout, disconnect, shutdown):
+-- hand the job straight back. The attempt is returned too, since no worker ever saw the job.
+UPDATE jobs AS j
+SET status = 'pending', attempts = j.attempts - 1, lease_expires_at = NULL, claim_token = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS r(id, token)
+WHERE j.id = r.id AND j.claim_token = r.token AND j.status = 'running'
+"""
+
+
+async def jobs_release(conn: psycopg.AsyncConnection[Any], rows: Sequence[Row]) -> None:
+    await conn.execute(JOB_RELEASE, {"ids": [r[0] for r in rows], "tokens": [r[6] for r in rows]})
+
+
+# --- heartbeat, complete, fail ---------------------------------------------------------------------------------------
+
+Outcome = Literal["ok", "claim_lost", "not_found", "invalid_state"]
+
+
+def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[str, ...]) -> Outcome:
+    """Why a guarded write matched nothing, from the row as it was: gone, already done with this very
+    token (a retried call: success), cancelled under this claim, or held by another claim."""
+    if status is None:
+        return "not_found"
+    if held_by == token and status in done:
+        return "ok"
+    if held_by == token and status == "cancelled":
+        return "invalid_state"
+    return "claim_lost"
+
+
+def _job_outcome(token: str, job: Row | None, done: tuple[str, ...]) -> Outcome:
+    return _outcome(token, job[_STATUS] if job else None, job[_TOKEN] if job else None, done)
+
+
+JOB_HEARTBEAT_MANY = """
+WITH input AS (
+  SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(leases)s::int[])
+               WITH ORDINALITY AS t(id, token, lease, ord)
+), renewed AS (
+  -- Guarded by id + token + running: a stale claim renews nothing.
+  UPDATE jobs AS j
+  SET lease_expires_at = clock_timestamp() + make_interval(secs => coalesce(i.lease, j.lease_seconds)),
+      lease_seconds = coalesce(i.lease, j.lease_seconds)
+  FROM input i
+  WHERE j.id = i.id AND j.status = 'running' AND j.claim_token = i.token
+  RETURNING j.id, j.claim_token, j.lease_expires_at
+)
+-- Per input: the new expiry, else the job's state as this statement found it (to tell why not).
+SELECT i.ord, r.lease_expires_at, c.status, c.claim_token
+FROM input i
+LEFT JOIN renewed r ON r.id = i.id AND r.claim_token = i.token
+LEFT JOIN LATERAL (SELECT status, claim_token FROM jobs WHERE id = i.id) c ON r.id IS NULL
+ORDER BY i.ord
+"""
+
+
+@dataclass(slots=True, frozen=True)
+class Heartbeat:
+    id: int
+    token: str
+    lease_seconds: int | None
+
+
+async def jobs_heartbeat(
+    conn: psycopg.AsyncConnection[Any], beats: Sequence[Heartbeat]
+) -> list[tuple[Outcome, datetime | None]]:
+    cur = await conn.execute(
+        JOB_HEARTBEAT_MANY,
+        {
+            "ids": [b.id for b in beats],
+            "tokens": [b.token for b in beats],
+            "leases": [b.lease_seconds for b in beats],
+        },
+    )
+    out: list[tuple[Outcome, datetime | None]] = []
+    for beat, row in zip(beats, await cur.fetchall(), strict=True):
+        if row[1] is not None:
+            out.append(("ok", row[1]))
+        else:
+            out.append((_outcome(beat.token, row[2], row[3], ()), None))
+    return out
+
+
+JOB_COMPLETE_MANY = f"""
+WITH input AS (
+  SELECT * FROM unnest(%(ids)s::bigint[], %(tokens)s::text[], %(results)s::text[])
+               WITH ORDINALITY AS t(id, token, result, ord)
+), done AS (
+  UPDATE jobs AS j
+  SET status = 'completed', finished_at = clock_timestamp(), lease_expires_at = NULL,
+      result = i.result::jsonb
+  FROM input i
+  WHERE j.id = i.id AND j.status = 'running' AND j.claim_token = i.token
+  RETURNING {_job_columns("%(full)s")}
+)
+-- Per input: the completed row, else the row as this statement found it (to tell why not).
+SELECT i.ord, d.*, c.*
+FROM input i
+LEFT JOIN done d ON d.id = i.id AND d.claim_token = i.token
+LEFT JOIN LATERAL (SELECT {_job_columns("%(full)s")} FROM jobs j WHERE j.id = i.id) c ON d.id IS NULL
+ORDER BY i.ord
+"""
+
+
+@dataclass(slots=True, frozen=True)
+class Completion:
+    id: int
+    token: str
+    result: str | None  # serialised JSON
+
+
+async def jobs_complete(
+    conn: psycopg.AsyncConnection[Any], items: Sequence[Completion], *, full: bool = True
+) -> list[tuple[Outcome, Row | None]]:
+    """Complete jobs in one statement. A retried complete with the token that completed the job is "ok"
+    (the first result is kept). With full=False rows carry no payload/result (batch answers)."""
+    cur = await conn.execute(
+        JOB_COMPLETE_MANY,
+        {
+            "ids": [c.id for c in items],
+            "tokens": [c.token for c in items],
+            "results": [c.result for c in items],
+            "full": full,
+        },
+    )
+    out: list[tuple[Outcome, Row | None]] = []
+    recheck = []
+    for n, (item, row) in enumerate(zip(items, await cur.fetchall(), strict=True)):
+        if row[1] is not None:
+            out.append(("ok", row[1 : 1 + JOB_WIDTH]))
+            continue
+        job = row[1 + JOB_WIDTH :] if row[1 + JOB_WIDTH] is not None else None
+        if job is not None and job[_STATUS] == "running" and job[_TOKEN] == item.token:
+            recheck.append(n)  # a concurrent statement finished it after our snapshot: look again
+        out.append((_job_outcome(item.token, job, ("completed",)), job))
+    for n in recheck:
+        job = await job_get(conn, items[n].id)
+        out[n] = (_job_outcome(items[n].token, job, ("completed",)), job)
+    return out
+
+
+JOB_FAIL = f"""
+WITH failed AS (
+  UPDATE jobs AS j
+  SET status = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
+      -- Retry later: the caller's delay, else exponential backoff with "equal jitter" (half fixed,
+      -- half random) so that jobs failed together do not come back together.
+      run_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts
+                    THEN clock_timestamp() + make_interval(secs => coalesce(%(retry_in)s::float8,
+                         least(%(cap)s::float8, %(base)s::float8 * power(2, least(j.attempts - 1, 60)))
+                         * (0.5 + random() / 2)))
+                    ELSE j.run_at END,
+      finished_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN NULL ELSE clock_timestamp() END,
+      lease_expires_at = NULL,
+      last_error = %(error)s
+  WHERE j.id = %(id)s AND j.status = 'running' AND j.claim_token = %(token)s
+  RETURNING {JOB_COLUMNS}
+)
+SELECT true, * FROM failed
+UNION ALL
+SELECT false, {JOB_COLUMNS} FROM jobs j WHERE j.id = %(id)s AND NOT EXISTS (SELECT FROM failed)
+"""
+
+
+async def job_fail(
+    conn: psycopg.AsyncConnection[Any],
+    job_id: int,
+    token: str,
+    error: str,
+    *,
+    retry: bool,
+    retry_in: float | None,
+    backoff_base: float,
+    backoff_cap: float,
+) -> tuple[Outcome, Row | None]:
+    """Record a failed attempt: back to pending with a later run_at, or failed when no attempt is left
+    or retry is false. A retried fail with the same token is "ok" and changes nothing."""
+    params = {
+        "id": job_id,
+        "token": token,
+        "error": error,
+        "retry": retry,
+        "retry_in": retry_in,
+        "base": backoff_base,
+        "cap": backoff_cap,
+    }
+    cur = await conn.execute(JOB_FAIL, params)
+    row = await cur.fetchone()
+    if row is None:
+        return "not_found", None
+    job = row[1:]
+    if row[0]:
+        return "ok", job
+    if job[_STATUS] == "running" and job[_TOKEN] == token:  # finished concurrently: look again
+        job = await job_get(conn, job_id)
+    return _job_outcome(token, job, ("pending", "failed")), job
+
+
+# --- sweeper --------------------------------------------------------------------------------------------------------------
+
+JOB_RESCUE_EXPIRED = """
+WITH expired AS (
+  -- Leases that lapsed while attempts remain. SKIP LOCKED: replicas sweeping at once split the work,
+  -- and a job that a worker is completing right now is left to that worker.
+  SELECT id FROM jobs
+  WHERE status = 'running'
+    AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
+    AND attempts < max_attempts
+  ORDER BY lease_expires_at
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs AS j
+SET status = 'pending', run_at = now(), lease_expires_at = NULL, claim_token = NULL,
+    last_error = 'lease expired'
+FROM expired
+WHERE j.id = expired.id
+RETURNING j.queue_name
+"""
+
+JOB_FAIL_EXHAUSTED = """
+WITH exhausted AS (
+  -- Lapsed leases on the last attempt: the terminal path, kept separate so it is easy to see.
+  SELECT id FROM jobs
+  WHERE status = 'running'
+    AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
+    AND attempts >= max_attempts
+  ORDER BY lease_expires_at
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs AS j
+SET status = 'failed', finished_at = clock_timestamp(), lease_expires_at = NULL,
+    last_error = 'lease expired on the last attempt'
+FROM exhausted
+WHERE j.id = exhausted.id
+RETURNING j.queue_name
+"""
+
+
+async def jobs_rescue_expired(
+    conn: psycopg.AsyncConnection[Any], now: datetime | None, batch: int
+) -> list[str]:
+    """One batch of lapsed leases back to pending; returns the queue of each row moved."""
+    cur = await conn.execute(JOB_RESCUE_EXPIRED, {"now": now, "batch": batch})
+    return [r[0] for r in await cur.fetchall()]
+
+
+async def jobs_fail_exhausted(
+    conn: psycopg.AsyncConnection[Any], now: datetime | None, batch: int
+) -> list[str]:
+    cur = await conn.execute(JOB_FAIL_EXHAUSTED, {"now": now, "batch": batch})
+    return [r[0] for r in await cur.fetchall()]
