@@ -5,11 +5,13 @@ No `from __future__ import annotations` here: the request models are built per s
 build_router(), and FastAPI must see the real classes in the signatures."""
 
 import logging
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, FastAPI, Path, Request
+from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import (
@@ -21,14 +23,18 @@ from app.errors import (
 )
 from app.models import (
     QUEUE_PATTERN,
-    Claim,
+    ClaimRequest,
     ClaimResponse,
+    CompleteBatchRequest,
     CompleteBatchResponse,
     CompleteRequest,
     Contract,
+    EnqueueBatchRequest,
+    EnqueueRequest,
+    FailRequest,
+    HeartbeatRequest,
     HeartbeatResponse,
     Job,
-    JobId,
     JobList,
     Problem,
 )
@@ -39,6 +45,7 @@ log = logging.getLogger("jobq.api")
 
 QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="`[A-Za-z0-9_.:-]{1,128}`")]
 JobIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="Job id (int64).")]
+
 
 def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the problem responses an operation can give."""
@@ -69,14 +76,23 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-def build_router(c: Contract) -> APIRouter:
-    router = APIRouter()
-    EnqueueRequest = c.enqueue
-    EnqueueBatchRequest = c.enqueue_batch
-    ClaimRequest = c.claim
-    HeartbeatRequest = c.heartbeat
-    FailRequest = c.fail
-    CompleteBatchRequest = c.complete_batch
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def configured(**models: type[BaseModel]) -> Callable[[F], F]:
+    """Show FastAPI the request models built for this configuration (their bounds are the settings');
+    the signatures name the base classes, which is what the handlers rely on."""
+
+    def bind(endpoint: F) -> F:
+        endpoint.__annotations__.update(models)
+        return endpoint
+
+    return bind
+
+
+def add_routes(router: FastAPI, c: Contract) -> None:
+    """Register the endpoints on the app itself (not an included APIRouter): app/fastpath.py looks the
+    hot ones up among the app's own routes."""
 
     @router.post(
         "/queues/{queue}/jobs",
@@ -85,9 +101,12 @@ def build_router(c: Contract) -> APIRouter:
         tags=["producers"],
         status_code=201,
         response_model=Job,
-        responses={200: {"model": Job, "description": "The idempotency key already named this job."},
-                   **_problems(*_WRITE)},
+        responses={
+            200: {"model": Job, "description": "The idempotency key already named this job."},
+            **_problems(*_WRITE),
+        },
     )
+    @configured(body=c.enqueue)
     async def enqueue_job(queue: QueueName, body: EnqueueRequest, request: Request) -> Response:
         created, job = await service(request).enqueue(queue, body)
         return json_response(job, 201 if created else 200)
@@ -101,6 +120,7 @@ def build_router(c: Contract) -> APIRouter:
         response_model=JobList,
         responses=_problems(*_WRITE),
     )
+    @configured(body=c.enqueue_batch)
     async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
         jobs = await service(request).enqueue_batch(queue, body.jobs)
         return json_response({"jobs": [job for _, job in jobs]}, 201)
@@ -113,6 +133,7 @@ def build_router(c: Contract) -> APIRouter:
         response_model=ClaimResponse,
         responses=_problems(*_WRITE, 429),
     )
+    @configured(body=c.claim)
     async def claim_jobs(queue: QueueName, body: ClaimRequest, request: Request) -> Response:
         waiting = _disconnected(request) if body.wait_seconds > 0 else None
         jobs = await service(request).claim(queue, body, waiting)
@@ -126,6 +147,7 @@ def build_router(c: Contract) -> APIRouter:
         response_model=HeartbeatResponse,
         responses=_problems(*_WRITE, 404, 409),
     )
+    @configured(body=c.heartbeat)
     async def heartbeat_job(job_id: JobIdPath, body: HeartbeatRequest, request: Request) -> Response:
         return json_response(await service(request).heartbeat(job_id, body))
 
@@ -148,6 +170,7 @@ def build_router(c: Contract) -> APIRouter:
         response_model=Job,
         responses=_problems(*_WRITE, 404, 409),
     )
+    @configured(body=c.fail)
     async def fail_job(job_id: JobIdPath, body: FailRequest, request: Request) -> Response:
         return json_response(await service(request).fail(job_id, body))
 
@@ -159,6 +182,7 @@ def build_router(c: Contract) -> APIRouter:
         response_model=CompleteBatchResponse,
         responses=_problems(*_WRITE),
     )
+    @configured(body=c.complete_batch)
     async def complete_jobs(body: CompleteBatchRequest, request: Request) -> Response:
         return json_response({"results": await service(request).complete_batch(body)})
 
@@ -177,15 +201,11 @@ def build_router(c: Contract) -> APIRouter:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    return router
-
 
 # Routes app/fastpath.py may serve directly (by operation id).
 HOT_OPERATIONS = frozenset(
     {"enqueueJob", "enqueueJobs", "claimJobs", "heartbeatJob", "completeJob", "failJob", "completeJobs"}
 )
-
-_ = (Claim, JobId)  # re-exported names used by the OpenAPI schema
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -14,6 +14,7 @@ AppError
  +-- TooManyWaiters          429 too-many-waiters    long-poll cap reached (Retry-After)
  +-- DatabaseUnavailable     503 database-unavailable (Retry-After)
  +-- ShuttingDown            503 shutting-down       (Retry-After)
+ +-- NotReady                503 not-ready           migrations pending (readyz)
  +-- InternalError           500 internal-error
 
 The `type` of each is a stable URN: clients branch on it, never on `title` or `detail`.
@@ -143,12 +144,15 @@ class ShuttingDown(AppError):
     status, slug, title, retry_after = 503, "shutting-down", "Shutting down", 1
 
 
+class NotReady(AppError):
+    """The database schema is behind this version of jobq; run `jobq migrate`."""
+
+    status, slug, title, retry_after = 503, "not-ready", "Not ready", 5
+
+
 def validation_problem(errors: list[dict[str, Any]]) -> AppError:
     """Turn pydantic error dicts (FastAPI's or our own) into one problem, JSON-syntax errors as 400."""
-    cleaned = [
-        {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
-        for e in errors
-    ]
+    cleaned = [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in errors]
     if any(e["type"] == "json_invalid" for e in cleaned):
         first = next(e for e in cleaned if e["type"] == "json_invalid")
         return BadRequest(f"The request body is not valid JSON: {first['msg']}")

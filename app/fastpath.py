@@ -47,7 +47,8 @@ async def send_problem(exc: AppError, scope: Scope, receive: Receive, send: Send
 
 class RequestGuard:
     """For every request: refuse a body over JOBQ_MAX_REQUEST_BYTES while it is read (a chunked body
-    without Content-Length is cut off, never buffered whole), and refuse non-JSON bodies with 415."""
+    without Content-Length is cut off, never buffered whole), and refuse non-JSON bodies with 415
+    (a body without Content-Type is read as JSON)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -67,7 +68,10 @@ class RequestGuard:
         if length is not None and (length < 0 or length > self.max_bytes):
             await send_problem(_too_large(self.max_bytes), scope, receive, send)
             return
-        if content_type is not None and length != 0 and not _JSON_TYPE.match(content_type):
+        if content_type is None:
+            # A body without a Content-Type is taken as JSON (curl -d, hand-written clients), on both paths.
+            scope = {**scope, "headers": [*scope["headers"], (b"content-type", b"application/json")]}
+        elif length != 0 and not _JSON_TYPE.match(content_type):
             await send_problem(UnsupportedMediaType(), scope, receive, send)
             return
         seen = 0
@@ -123,8 +127,11 @@ class FastPath:
         self.by_method: dict[str, list[_Hot]] = {}
         for route in app.routes:
             if isinstance(route, APIRoute) and route.operation_id in operations:
-                for method in route.methods:
+                for method in route.methods or ():
                     self.by_method.setdefault(method, []).append(_hot_route(route))
+        found = {h.route.operation_id for hots in self.by_method.values() for h in hots}
+        if missing := operations - found:
+            raise RuntimeError(f"fast path: no route among the app's own routes for {sorted(missing)}")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -135,9 +142,7 @@ class FastPath:
                     return
         await self.app(scope, receive, send)
 
-    async def _serve(
-        self, hot: _Hot, raw_params: dict[str, str], scope: Scope, receive: Receive, send: Send
-    ) -> None:
+    async def _serve(self, hot: _Hot, raw_params: dict[str, str], scope: Scope, receive: Receive, send: Send) -> None:
         scope["app"] = self.app
         try:
             kwargs: dict[str, Any] = {}

@@ -14,10 +14,10 @@ from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import migrate
-from app.api import HOT_OPERATIONS, build_router, install_error_handlers
+from app.api import HOT_OPERATIONS, add_routes, install_error_handlers
 from app.broker import Broker
 from app.db import Database
-from app.errors import DatabaseUnavailable
+from app.errors import DatabaseUnavailable, NotReady
 from app.fastpath import FastPath, RequestGuard
 from app.models import build_contract
 from app.openapi import customise_openapi
@@ -61,7 +61,7 @@ def create_app(settings: Settings | None = None) -> JobqApp:
         lifespan=_lifespan,
     )
     api.state.settings = settings
-    api.include_router(build_router(build_contract(settings)))
+    add_routes(api, build_contract(settings))
 
     @api.get("/readyz", operation_id="readyz", summary="Database reachable, schema current", tags=["health"])
     async def readyz(request: Request) -> Any:
@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None) -> JobqApp:
         except DatabaseUnavailable as exc:
             return problem_response(exc, "/readyz")
         if not current:
-            return problem_response(DatabaseUnavailable("Migrations are pending; run `jobq migrate`."))
+            return problem_response(NotReady(), "/readyz")
         return json_response({"status": "ready"})
 
     install_error_handlers(api)

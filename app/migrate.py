@@ -7,6 +7,7 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -103,7 +104,7 @@ def migrate(database_url: str, directory: Path | None = None) -> list[str]:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
 
 
-async def schema_is_current(conn: psycopg.AsyncConnection[object]) -> bool:
+async def schema_is_current(conn: psycopg.AsyncConnection[Any]) -> bool:
     """True when the database has applied every migration this code ships (used by /readyz)."""
     latest = max((m.version for m in load_migrations()), default=0)
     cur = await conn.execute("SELECT to_regclass('jobq_migrations') IS NOT NULL")

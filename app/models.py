@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Self
 
 import orjson
@@ -38,7 +38,7 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-# --- producers ---------------------------------------------------------------------------------------
+# --- producers ----------------------------------------------------------------------------------------------
 
 
 class _EnqueueRequest(Body):
@@ -62,7 +62,7 @@ class _EnqueueBatchRequest(Body):
     jobs: list[_EnqueueRequest] = Field(..., min_length=1, description="Inserted all-or-nothing, in order.")
 
 
-# --- workers -----------------------------------------------------------------------------------------
+# --- workers ------------------------------------------------------------------------------------------------
 
 
 class _ClaimRequest(Body):
@@ -108,7 +108,7 @@ FailRequest = _FailRequest
 CompleteBatchRequest = _CompleteBatchRequest
 
 
-# --- responses (documentation of what the handlers serialise with orjson) ------------------------------
+# --- responses (documentation of what the handlers serialise with orjson) -----------------------------------
 
 
 class Job(BaseModel):
@@ -175,7 +175,7 @@ class Problem(BaseModel):
     errors: list[dict[str, Any]] | None = None
 
 
-# --- the contract for one configuration ---------------------------------------------------------------
+# --- the contract for one configuration ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,11 @@ def build_contract(s: Settings) -> Contract:
             None, ge=1, le=s.lease_max_seconds, description=f"Default {s.lease_default_seconds}."
         )
         wait_seconds: float = Field(
-            0, ge=0, le=s.wait_max_seconds, strict=True, allow_inf_nan=False,
+            0,
+            ge=0,
+            le=s.wait_max_seconds,
+            strict=True,
+            allow_inf_nan=False,
             description="Long-poll: wait up to this long for a job; 0 answers at once.",
         )
 
@@ -223,26 +227,41 @@ def build_contract(s: Settings) -> Contract:
     class CompleteBatchRequest(_CompleteBatchRequest):
         jobs: list[CompleteItem] = Field(..., min_length=1, max_length=s.max_batch_complete)
 
-    return Contract(EnqueueRequest, EnqueueBatchRequest, ClaimRequest, HeartbeatRequest, FailRequest,
-                    CompleteBatchRequest)
+    return Contract(
+        EnqueueRequest, EnqueueBatchRequest, ClaimRequest, HeartbeatRequest, FailRequest, CompleteBatchRequest
+    )
 
 
-# --- JSON values -------------------------------------------------------------------------------------------
+# --- JSON values --------------------------------------------------------------------------------------------
 
 
 class JsonValueError(ValueError):
     pass
 
 
+class InvalidUnicode(JsonValueError):
+    """Lone surrogates: legal JSON syntax, but not I-JSON (RFC 7493) and not storable."""
+
+
+def _check_text(text: str, what: str) -> None:
+    if "\x00" in text:
+        raise JsonValueError(f"{what} must not contain NUL (\\u0000)")
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise InvalidUnicode(f"{what} must be valid Unicode (no lone surrogates)") from None
+
+
 def check_json_value(value: Any, max_depth: int) -> None:
-    """Refuse what jsonb cannot store faithfully: NaN/Infinity (would turn into null), NUL characters, and
-    nesting deeper than max_depth. Iterative, so a hostile depth cannot exhaust the Python stack."""
+    """Refuse what jsonb cannot store faithfully: NaN/Infinity (would turn into null), NUL characters,
+    lone surrogates, and nesting deeper than max_depth. Iterative, so a hostile depth cannot exhaust the
+    Python stack."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                raise JsonValueError("strings must not contain NUL (\\u0000)")
+            _check_text(item, "strings")
         elif isinstance(item, float):
             if not math.isfinite(item):
                 raise JsonValueError("numbers must be finite")
@@ -250,8 +269,7 @@ def check_json_value(value: Any, max_depth: int) -> None:
             if depth > max_depth:
                 raise JsonValueError(f"nesting deeper than {max_depth} levels")
             for k, v in item.items():
-                if "\x00" in k:
-                    raise JsonValueError("keys must not contain NUL (\\u0000)")
+                _check_text(k, "keys")
                 stack.append((v, depth + 1))
         elif isinstance(item, list):
             if depth > max_depth:

@@ -15,6 +15,4 @@ def json_response(doc: Any, status: int = 200) -> Response:
 
 
 def problem_response(exc: AppError, instance: str | None = None) -> Response:
-    return Response(
-        exc.render(instance), status_code=exc.status, media_type=PROBLEM_MEDIA_TYPE, headers=exc.headers()
-    )
+    return Response(exc.render(instance), status_code=exc.status, media_type=PROBLEM_MEDIA_TYPE, headers=exc.headers())

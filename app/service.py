@@ -13,7 +13,7 @@ from app import store
 from app.broker import Broker
 from app.coalesce import Coalescer
 from app.db import Database
-from app.errors import ClaimLost, InvalidState, JobNotFound, ValidationFailed
+from app.errors import BadRequest, ClaimLost, InvalidState, JobNotFound, ValidationFailed
 from app.models import (
     ClaimRequest,
     CompleteBatchRequest,
@@ -21,6 +21,7 @@ from app.models import (
     EnqueueRequest,
     FailRequest,
     HeartbeatRequest,
+    InvalidUnicode,
     JsonValueError,
     check_json_value,
     dump_json,
@@ -59,9 +60,7 @@ def _raise_for(outcome: Outcome) -> None:
 
 
 class JobService:
-    def __init__(
-        self, settings: Settings, db: Database, broker: Broker, wake: Callable[[Iterable[str]], None]
-    ) -> None:
+    def __init__(self, settings: Settings, db: Database, broker: Broker, wake: Callable[[Iterable[str]], None]) -> None:
         self.settings = settings
         self.db = db
         self.broker = broker
@@ -91,6 +90,8 @@ class JobService:
     def _json(self, value: Any, limit: int, loc: Sequence[str | int]) -> str:
         try:
             check_json_value(value, self.settings.max_json_depth)
+        except InvalidUnicode as exc:
+            raise BadRequest(f"The request body is not valid JSON: {exc}") from None
         except JsonValueError as exc:
             raise invalid(loc, str(exc)) from None
         text = dump_json(value)
@@ -137,9 +138,7 @@ class JobService:
 
     # -- workers ------------------------------------------------------------------------------------------------
 
-    async def claim(
-        self, queue: str, req: ClaimRequest, disconnected: Awaitable[Any] | None = None
-    ) -> list[Doc]:
+    async def claim(self, queue: str, req: ClaimRequest, disconnected: Awaitable[Any] | None = None) -> list[Doc]:
         slot = ClaimSlot(req.worker, req.lease_seconds or self.settings.lease_default_seconds, req.limit)
         rows = await self.broker.claim(queue, slot, req.wait_seconds, disconnected)
         return [store.claim_doc(r) for r in rows]

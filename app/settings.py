@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated, Self
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 Seconds = Annotated[float, Field(gt=0)]
 
@@ -55,9 +55,7 @@ class Settings(BaseSettings):
         1_048_576, ge=64, le=64 * 1_048_576, description="Largest job payload (JSON, bytes)."
     )
     max_result_bytes: int = Field(1_048_576, ge=64, le=64 * 1_048_576, description="Largest job result.")
-    max_request_bytes: int = Field(
-        16 * 1_048_576, ge=1024, le=1024 * 1_048_576, description="Largest request body."
-    )
+    max_request_bytes: int = Field(16 * 1_048_576, ge=1024, le=1024 * 1_048_576, description="Largest request body.")
     max_batch_jobs: int = Field(1000, ge=1, le=10_000, description="Most jobs in one batch enqueue.")
     max_batch_complete: int = Field(1000, ge=1, le=10_000, description="Most items in one batch complete.")
     max_claim_limit: int = Field(100, ge=1, le=1000, description="Largest `limit` of one claim.")
@@ -77,9 +75,12 @@ class Settings(BaseSettings):
     sweep_batch_size: int = Field(1000, ge=1, le=100_000, description="Rows one sweeper statement touches.")
 
     # -- HTTP ------------------------------------------------------------------------------------------
-    fast_path: bool = Field(
-        True, description="Serve the hot worker/producer routes through the lean ASGI dispatcher."
-    )
+    fast_path: bool = Field(True, description="Serve the hot worker/producer routes through the lean ASGI dispatcher.")
+
+    @classmethod
+    def defaults(cls, **values: object) -> Settings:
+        """The built-in defaults (plus `values`), ignoring the environment: the published contract."""
+        return _Defaults(**values)  # type: ignore[arg-type]
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -92,3 +93,16 @@ class Settings(BaseSettings):
         if self.max_payload_bytes > self.max_request_bytes:
             raise ValueError("JOBQ_MAX_PAYLOAD_BYTES must not exceed JOBQ_MAX_REQUEST_BYTES")
         return self
+
+
+class _Defaults(Settings):
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)

@@ -57,7 +57,7 @@ def job_doc(row: Row) -> dict[str, Any]:
     }
 
 
-# --- get ---------------------------------------------------------------------------------------------------
+# --- get ----------------------------------------------------------------------------------------------------
 
 JOB_GET = f"SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = %s"
 
@@ -67,7 +67,7 @@ async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int) -> Row | None
     return await cur.fetchone()
 
 
-# --- enqueue ---------------------------------------------------------------------------------------------------
+# --- enqueue ------------------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True, frozen=True)
@@ -169,7 +169,7 @@ async def _insert_round(
     return left
 
 
-# --- claim ----------------------------------------------------------------------------------------------------
+# --- claim --------------------------------------------------------------------------------------------------
 
 
 @dataclass(slots=True, frozen=True)
@@ -221,9 +221,7 @@ RETURNING s.ord, ranked.rn, j.id, j.queue_name, j.payload::text, j.priority, j.a
 """
 
 
-async def jobs_claim(
-    conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]
-) -> list[list[Row]]:
+async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]) -> list[list[Row]]:
     """Claim jobs for several requests in one statement; returns each request's rows, best job first."""
     cur = await conn.execute(
         JOB_CLAIM,
@@ -270,7 +268,7 @@ async def jobs_release(conn: psycopg.AsyncConnection[Any], rows: Sequence[Row]) 
     await conn.execute(JOB_RELEASE, {"ids": [r[0] for r in rows], "tokens": [r[6] for r in rows]})
 
 
-# --- heartbeat, complete, fail ---------------------------------------------------------------------------------------
+# --- heartbeat, complete, fail ------------------------------------------------------------------------------
 
 Outcome = Literal["ok", "claim_lost", "not_found", "invalid_state"]
 
@@ -455,7 +453,7 @@ async def job_fail(
     return _job_outcome(token, job, ("pending", "failed")), job
 
 
-# --- sweeper --------------------------------------------------------------------------------------------------------------
+# --- sweeper ------------------------------------------------------------------------------------------------
 
 JOB_RESCUE_EXPIRED = """
 WITH expired AS (
@@ -497,16 +495,12 @@ RETURNING j.queue_name
 """
 
 
-async def jobs_rescue_expired(
-    conn: psycopg.AsyncConnection[Any], now: datetime | None, batch: int
-) -> list[str]:
+async def jobs_rescue_expired(conn: psycopg.AsyncConnection[Any], now: datetime | None, batch: int) -> list[str]:
     """One batch of lapsed leases back to pending; returns the queue of each row moved."""
     cur = await conn.execute(JOB_RESCUE_EXPIRED, {"now": now, "batch": batch})
     return [r[0] for r in await cur.fetchall()]
 
 
-async def jobs_fail_exhausted(
-    conn: psycopg.AsyncConnection[Any], now: datetime | None, batch: int
-) -> list[str]:
+async def jobs_fail_exhausted(conn: psycopg.AsyncConnection[Any], now: datetime | None, batch: int) -> list[str]:
     cur = await conn.execute(JOB_FAIL_EXHAUSTED, {"now": now, "batch": batch})
     return [r[0] for r in await cur.fetchall()]

@@ -25,9 +25,7 @@ class SweepResult:
 
 
 class Sweeper:
-    def __init__(
-        self, settings: Settings, db: Database, on_rescued: Callable[[set[str]], None] | None = None
-    ) -> None:
+    def __init__(self, settings: Settings, db: Database, on_rescued: Callable[[set[str]], None] | None = None) -> None:
         self.settings = settings
         self.db = db
         self.on_rescued = on_rescued or (lambda _queues: None)

@@ -1,0 +1,37 @@
+# The commands the README shows. `make run` and `make test` create the environment first if needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+
+.PHONY: run test lint typecheck format openapi bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	touch $(STAMP)
+
+run: $(STAMP)           ## run the service (embedded PostgreSQL unless JOBQ_DATABASE_URL is set)
+	$(BIN)/jobq serve $(ARGS)
+
+test: $(STAMP)          ## run the test suite against a real PostgreSQL (see tests/conftest.py)
+	$(BIN)/python -m pytest $(ARGS)
+
+lint: $(STAMP)          ## ruff (lint + format check) and mypy strict
+	$(BIN)/ruff check app tests bench
+	$(BIN)/ruff format --check app tests bench
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff format app tests bench
+	$(BIN)/ruff check --fix app tests bench
+
+openapi: $(STAMP)       ## regenerate the committed contract
+	$(BIN)/jobq openapi --output openapi/openapi.json
+
+bench: $(STAMP)         ## throughput and latency against the raw-SQL limit (see BENCHMARKS.md)
+	$(BIN)/python bench/run.py $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,188 @@
+"""Test fixtures: a real PostgreSQL, a fresh database per test cloned from a migrated template, and the
+service itself served by uvicorn on a free port.
+
+The server is found, in order: JOBQ_TEST_DATABASE_URL (any PostgreSQL 13+, with rights to create
+databases); Docker through testcontainers when a Docker engine answers; a throwaway local cluster built
+from PostgreSQL binaries found on this machine (see app/embedded.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from app.migrate import migrate
+from app.settings import Settings
+from tests.support import LiveServer
+
+log = logging.getLogger("tests")
+
+
+def docker_engine_answers() -> bool:
+    """GET /_ping on the engine's socket (the docker library leaks a socket when there is no engine)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        if host.startswith("unix://"):
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.settimeout(3)
+            target: object = host.removeprefix("unix://")
+        elif host.startswith("tcp://"):
+            name, _, port = host.removeprefix("tcp://").partition(":")
+            conn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            conn.settimeout(3)
+            target = (name, int(port or 2375))
+        else:
+            return False
+        with conn:
+            conn.connect(target)  # type: ignore[arg-type]
+            conn.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in conn.recv(64)
+    except OSError:
+        return False
+
+
+def _docker_postgres() -> Iterator[str] | None:
+    if not docker_engine_answers():
+        return None
+
+    def run() -> Iterator[str]:
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:18", driver=None) as pg:
+            yield pg.get_connection_url()
+
+    return run()
+
+
+def _local_postgres() -> Iterator[str]:
+    from app.embedded import LocalPostgres
+
+    root = Path(tempfile.mkdtemp(prefix="jobq-test-pg-"))
+    root.chmod(0o755)  # the cluster may run as an unprivileged user
+    cluster = LocalPostgres(root / "data", durable=False, database="postgres")
+    try:
+        cluster.start()
+        yield cluster.url_for("postgres")
+    finally:
+        cluster.stop(mode="immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> Iterator[str]:
+    """URL of a database on the test server from which test databases are created."""
+    if url := os.environ.get("JOBQ_TEST_DATABASE_URL"):
+        yield url
+        return
+    source = _docker_postgres() or _local_postgres()
+    yield from source
+
+
+@pytest.fixture(scope="session")
+def pg_version(pg_admin_url: str) -> int:
+    with psycopg.connect(pg_admin_url) as conn:
+        return conn.info.server_version // 10000
+
+
+_counter = itertools.count()
+_PREFIX = f"jobq_t{os.getpid()}"
+
+
+def _with_db(url: str, name: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info["dbname"] = name
+    return psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url: str) -> Iterator[str]:
+    name = f"{_PREFIX}_template"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    migrate(_with_db(pg_admin_url, name))
+    yield name
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def _drop(admin_url: str, name: str) -> None:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        # FORCE (13+) ends sessions a failed test left behind.
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def database_factory(pg_admin_url: str, template_db: str) -> Iterator[object]:
+    """Makes fresh, migrated databases for this test; all are dropped after it."""
+    made: list[str] = []
+
+    def make() -> str:
+        name = f"{_PREFIX}_{next(_counter)}"
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template_db))
+            )
+        made.append(name)
+        return _with_db(pg_admin_url, name)
+
+    yield make
+    for name in made:
+        with contextlib.suppress(psycopg.Error):
+            _drop(pg_admin_url, name)
+
+
+@pytest.fixture
+def database_url(database_factory) -> str:  # type: ignore[no-untyped-def]
+    """A fresh, migrated database for this test only."""
+    return database_factory()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[psycopg.Connection]:
+    """A direct connection to the test database, for arranging and checking rows."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+def make_settings(database_url: str, **overrides: object) -> Settings:
+    base: dict[str, object] = {
+        "database_url": database_url,
+        "pool_min_size": 1,
+        "pool_max_size": 8,
+        "migrate_on_start": False,
+        "sweep_interval_seconds": 3600.0,  # tests call sweep_once() themselves
+    }
+    base.update(overrides)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def server_factory(database_url: str) -> Iterator[object]:
+    started: list[LiveServer] = []
+
+    def start(database: str | None = None, **overrides: object) -> LiveServer:
+        server = LiveServer(make_settings(database or database_url, **overrides))
+        server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def server(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
+    """The service on a fresh database."""
+    return server_factory()  # type: ignore[no-any-return]

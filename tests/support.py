@@ -1,0 +1,183 @@
+"""Helpers for the tests: the service on a real socket in a background thread, and short API calls."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+import uvicorn
+
+from app.main import JobqApp, create_app
+from app.settings import Settings
+
+T = TypeVar("T")
+
+
+class LiveServer:
+    """uvicorn serving create_app(settings) on 127.0.0.1:<free port>, lifespan included."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.app: JobqApp = create_app(settings)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+        )
+        self.server = uvicorn.Server(config)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="jobq-test-server", daemon=True)
+        self.url = ""
+        self.client: httpx.Client
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self.server.serve())
+        finally:
+            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            self.loop.close()
+
+    def start(self) -> LiveServer:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("test server failed to start")
+            if time.monotonic() > deadline:
+                raise TimeoutError("test server did not start in 30s")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+        return self
+
+    def stop(self) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self._thread.join(timeout=30)
+
+    def run(self, make: Callable[[], Awaitable[T]], timeout: float = 60) -> T:
+        """Run a coroutine on the server's event loop (for app.state internals such as the sweeper)."""
+
+        async def call() -> T:
+            return await make()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout)
+
+    @property
+    def state(self) -> Any:
+        return self.app.state
+
+    # -- short API calls ------------------------------------------------------------------------------
+
+    def enqueue(self, queue: str = "q", payload: Any = None, **fields: Any) -> dict[str, Any]:
+        r = self.client.post(f"/queues/{queue}/jobs", json={"payload": payload, **fields})
+        assert r.status_code in (200, 201), r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    def claim(self, queue: str = "q", worker: str = "w", **fields: Any) -> list[dict[str, Any]]:
+        r = self.client.post(f"/queues/{queue}/claim", json={"worker": worker, **fields})
+        assert r.status_code == 200, r.text
+        return r.json()["jobs"]  # type: ignore[no-any-return]
+
+    def claim_one(self, queue: str = "q", worker: str = "w", **fields: Any) -> dict[str, Any]:
+        jobs = self.claim(queue, worker, **fields)
+        assert len(jobs) == 1, jobs
+        return jobs[0]
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        r = self.client.get(f"/jobs/{job_id}")
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+
+def problem(response: httpx.Response, status: int, slug: str) -> dict[str, Any]:
+    """Assert a problem+json answer of this status and type; returns its body."""
+    assert response.status_code == status, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/problem+json"), response.headers
+    body: dict[str, Any] = response.json()
+    assert body["type"] == f"urn:jobq:problem:{slug}", body
+    assert body["status"] == status
+    assert body["title"] and body["detail"]
+    return body
+
+
+class TcpProxy:
+    """A TCP relay to the database that a test can cut (every connection dropped, new ones refused)
+    and restore: a database outage without touching the database."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        self.up = True
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tcp-proxy", daemon=True)
+
+    def start(self) -> TcpProxy:
+        self._thread.start()
+        self.port = asyncio.run_coroutine_threadsafe(self._listen(), self.loop).result(10)
+        return self
+
+    async def _listen(self) -> int:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.up:
+            writer.close()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (OSError, asyncio.CancelledError):
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._writers.difference_update((writer, up_writer))
+
+    def cut(self) -> None:
+        def drop() -> None:
+            self.up = False
+            for w in list(self._writers):
+                w.transport.abort()
+
+        self.loop.call_soon_threadsafe(drop)
+
+    def restore(self) -> None:
+        self.loop.call_soon_threadsafe(lambda: setattr(self, "up", True))
+
+    def stop(self) -> None:
+        async def close() -> None:
+            self.up = False
+            for w in list(self._writers):
+                w.transport.abort()
+            if self._server:
+                self._server.close()
+                await self._server.wait_closed()
+
+        asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()

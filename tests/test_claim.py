@@ -1,0 +1,263 @@
+"""Workers claiming: order, limits, leases, disjoint concurrent claims, and long-polls."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests.support import LiveServer, problem
+
+
+def wait_until(condition: Any, timeout: float = 20, what: str = "condition") -> None:
+    """Poll for a state change; fails only when it never happens (no timing is asserted)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout}s")
+        time.sleep(0.01)
+
+
+def test_claim_order_is_priority_then_run_at_then_id(server: LiveServer) -> None:
+    low = server.enqueue(payload="low", priority=-5)
+    old = server.enqueue(payload="old", run_at="2001-01-01T00:00:00Z")
+    a = server.enqueue(payload="a")
+    b = server.enqueue(payload="b")
+    high = server.enqueue(payload="high", priority=7)
+    claimed = server.claim(limit=10)
+    assert [c["id"] for c in claimed] == [high["id"], old["id"], a["id"], b["id"], low["id"]]
+
+
+def test_claim_shape_and_lease(server: LiveServer, db: psycopg.Connection) -> None:
+    job = server.enqueue(payload={"x": 1}, max_attempts=3, priority=2)
+    before = db.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    c = server.claim_one(worker="w-1", lease_seconds=120)
+    assert set(c) == {"id", "queue", "payload", "priority", "attempts", "max_attempts", "claim_token",
+                      "lease_expires_at", "run_at", "created_at"}  # fmt: skip
+    assert (c["id"], c["queue"], c["payload"], c["priority"]) == (job["id"], "q", {"x": 1}, 2)
+    assert (c["attempts"], c["max_attempts"]) == (1, 3)
+    assert len(c["claim_token"]) >= 22  # >= 128 bits, URL-safe base64
+    lease = datetime.fromisoformat(c["lease_expires_at"])
+    assert before + timedelta(seconds=119) < lease < before + timedelta(seconds=180)
+    row = db.execute("SELECT status, locked_by, claim_token FROM jobs WHERE id = %s", (job["id"],)).fetchone()
+    assert row == ("running", "w-1", c["claim_token"])
+    assert server.job(job["id"])["worker"] == "w-1"
+
+
+def test_default_lease(server: LiveServer, db: psycopg.Connection) -> None:
+    server.enqueue(payload=1)
+    c = server.claim_one()
+    row = db.execute("SELECT lease_expires_at - claimed_at FROM jobs WHERE id = %s", (c["id"],)).fetchone()
+    assert row is not None and row[0] == timedelta(seconds=30)
+
+
+def test_tokens_are_distinct(server: LiveServer) -> None:
+    for i in range(50):
+        server.enqueue(payload=i)
+    tokens = [c["claim_token"] for c in server.claim(limit=50)]
+    assert len(set(tokens)) == 50
+
+
+def test_claim_respects_limit_and_queue(server: LiveServer) -> None:
+    for i in range(5):
+        server.enqueue(payload=i)
+    server.enqueue(queue="other", payload="x")
+    assert server.claim(queue="empty") == []
+    assert len(server.claim(limit=3)) == 3
+    assert len(server.claim(limit=3)) == 2
+    assert server.claim(limit=3) == []
+    assert [c["payload"] for c in server.claim(queue="other")] == ["x"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"worker": "w", "limit": 0},
+        {"worker": "w", "limit": 101},
+        {"worker": "w", "limit": "1"},
+        {"worker": "w", "lease_seconds": 0},
+        {"worker": "w", "lease_seconds": 43201},
+        {"worker": "w", "lease_seconds": 1.5},
+        {"worker": "w", "wait_seconds": 31},
+        {"worker": "w", "wait_seconds": -1},
+        {"worker": "w", "wait_seconds": "1"},
+        {"worker": ""},
+        {"worker": "x" * 256},
+        {"worker": "tab\there"},
+        {"limit": 1},
+        {"worker": "w", "queue": "other"},
+    ],
+)
+def test_bad_claims_are_422_and_claim_nothing(server: LiveServer, body: dict[str, Any]) -> None:
+    job = server.enqueue(payload=1)
+    problem(server.client.post("/queues/q/claim", json=body), 422, "validation-error")
+    assert server.job(job["id"])["status"] == "pending"
+
+
+def test_concurrent_claimers_get_disjoint_jobs(server: LiveServer, db: psycopg.Connection) -> None:
+    """20 workers over 2,000 jobs: every job is claimed exactly once, no claim exceeds its limit."""
+    r = server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(1000)]})
+    assert r.status_code == 201
+    r = server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(1000, 2000)]})
+    assert r.status_code == 201
+    claimed: list[list[int]] = [[] for _ in range(20)]
+    over_limit: list[tuple[int, int]] = []
+
+    async def worker(n: int, client: httpx.AsyncClient) -> None:
+        rng = random.Random(n)
+        empty = 0
+        while empty < 3:
+            limit = rng.randint(1, 10)
+            r = await client.post("/queues/q/claim", json={"worker": f"w{n}", "limit": limit})
+            assert r.status_code == 200, r.text
+            jobs = r.json()["jobs"]
+            if len(jobs) > limit:
+                over_limit.append((limit, len(jobs)))
+            empty = empty + 1 if not jobs else 0
+            claimed[n].extend(j["id"] for j in jobs)
+
+    async def main() -> None:
+        limits = httpx.Limits(max_connections=40)
+        async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=limits) as client:
+            await asyncio.gather(*(worker(n, client) for n in range(20)))
+
+    asyncio.run(main())
+    every = [i for ids in claimed for i in ids]
+    assert not over_limit
+    assert len(every) == 2000
+    assert len(set(every)) == 2000
+    assert sum(1 for ids in claimed if ids) > 1  # the work was really shared
+    row = db.execute("SELECT count(*) FILTER (WHERE status = 'running' AND attempts = 1) FROM jobs").fetchone()
+    assert row == (2000,)
+
+
+# --- long-polls ---------------------------------------------------------------------------------------------
+
+
+def test_long_poll_is_woken_by_an_enqueue(server_factory) -> None:  # type: ignore[no-untyped-def]
+    # With the fallback poll at 60 s, only the in-process wake-up can deliver the job in time.
+    server: LiveServer = server_factory(poll_interval_seconds=60)
+    result: dict[str, Any] = {}
+
+    def poll() -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            start = time.monotonic()
+            r = c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20})
+            result["elapsed"] = time.monotonic() - start
+            result["jobs"] = r.json()["jobs"]
+
+    t = threading.Thread(target=poll)
+    t.start()
+    wait_until(lambda: server.state.broker.parked == 1, what="the claim parking")
+    job = server.enqueue(payload="hello")
+    t.join()
+    assert [j["id"] for j in result["jobs"]] == [job["id"]]
+    assert result["elapsed"] < 20  # answered by the wake-up, not by the deadline
+
+
+def test_long_poll_returns_empty_at_the_deadline(server: LiveServer) -> None:
+    start = time.monotonic()
+    jobs = server.claim(wait_seconds=0.5)
+    assert jobs == []
+    assert time.monotonic() - start >= 0.5  # never early
+    assert server.state.broker.parked == 0
+
+
+def test_long_poll_across_processes(server_factory) -> None:  # type: ignore[no-untyped-def]
+    """A job enqueued through one instance wakes a long-poll waiting on another (LISTEN/NOTIFY)."""
+    a: LiveServer = server_factory(poll_interval_seconds=60)
+    b: LiveServer = server_factory(poll_interval_seconds=60)
+    wait_until(lambda: a.state.listener.connected.is_set(), what="listener connected")
+    result: dict[str, Any] = {}
+
+    def poll() -> None:
+        with httpx.Client(base_url=a.url, timeout=60) as c:
+            result["jobs"] = c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20}).json()["jobs"]
+
+    t = threading.Thread(target=poll)
+    t.start()
+    wait_until(lambda: a.state.broker.parked == 1, what="the claim parking")
+    job = b.enqueue(payload="cross")
+    t.join()
+    assert [j["id"] for j in result["jobs"]] == [job["id"]]
+    assert b.state.publisher.sent >= 1
+
+
+def test_delayed_job_reaches_a_waiting_worker_by_the_fallback_poll(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(poll_interval_seconds=0.1)
+    job = server.enqueue(payload="soon", delay_seconds=0.3)
+    jobs = server.claim(wait_seconds=20)
+    assert [j["id"] for j in jobs] == [job["id"]]
+
+
+def test_waiting_long_polls_hold_no_connections(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(pool_max_size=4, poll_interval_seconds=60)
+    results: list[list[dict[str, Any]]] = []
+
+    async def poll(client: httpx.AsyncClient, n: int) -> None:
+        r = await client.post("/queues/q/claim", json={"worker": f"w{n}", "wait_seconds": 25})
+        results.append(r.json()["jobs"])
+
+    async def main() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=httpx.Limits(max_connections=60)) as c:
+            polls = [asyncio.create_task(poll(c, n)) for n in range(50)]
+            while server.state.broker.parked < 50:
+                await asyncio.sleep(0.01)
+            # 50 requests wait; the pool (max 4) has lent out nothing and no statement is running.
+            stats = server.state.db.pool.get_stats()
+            assert stats["pool_size"] - stats["pool_available"] == 0
+            assert stats.get("requests_waiting", 0) == 0
+            active = db.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'jobq' AND state <> 'idle'"
+            ).fetchone()
+            assert active == (0,)
+            r = await c.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(50)]})
+            assert r.status_code == 201
+            await asyncio.gather(*polls)
+
+    asyncio.run(main())
+    assert sorted(len(r) for r in results) == [1] * 50
+    assert len({r[0]["id"] for r in results}) == 50
+
+
+def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(max_waiters=3, poll_interval_seconds=60)
+
+    async def main() -> None:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+            polls = [
+                asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 2}))
+                for _ in range(3)
+            ]
+            while server.state.broker.parked < 3:
+                await asyncio.sleep(0.01)
+            r = await c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 2})
+            body = problem(r, 429, "too-many-waiters")
+            assert r.headers["retry-after"] == "1"
+            assert body["status"] == 429
+            # A claim that does not wait is still served.
+            assert (await c.post("/queues/q/claim", json={"worker": "w"})).status_code == 200
+            await asyncio.gather(*polls)
+
+    asyncio.run(main())
+    assert server.state.broker.parked == 0
+
+
+def test_a_long_poll_whose_client_left_claims_nothing(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(poll_interval_seconds=60)
+    with httpx.Client(base_url=server.url, timeout=0.5) as c, pytest.raises(httpx.ReadTimeout):
+        c.post("/queues/q/claim", json={"worker": "gone", "wait_seconds": 25})
+    wait_until(lambda: server.state.broker.parked == 0, what="the departed waiter being dropped")
+    job = server.enqueue(payload="for someone alive")
+    time.sleep(0.2)
+    after = server.job(job["id"])
+    assert (after["status"], after["attempts"]) == ("pending", 0)
+    assert server.claim_one()["id"] == job["id"]

@@ -1,0 +1,124 @@
+"""Schema, migrations, and the service's behaviour when the database goes away and comes back."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import errors as pg_errors
+from psycopg import sql
+
+from app.migrate import MigrationError, load_migrations, migrate
+from tests.conftest import _with_db, make_settings
+from tests.support import LiveServer, TcpProxy, problem
+
+
+@pytest.fixture
+def empty_database(pg_admin_url: str) -> str:
+    name = f"jobq_empty_{time.monotonic_ns()}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield _with_db(pg_admin_url, name)  # type: ignore[misc]
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_migrate_twice_applies_once(empty_database: str) -> None:
+    first = migrate(empty_database)
+    assert first == [m.name for m in load_migrations()]
+    assert migrate(empty_database) == []
+    with psycopg.connect(empty_database) as conn:
+        assert conn.execute("SELECT count(*) FROM jobq_migrations").fetchone() == (len(first),)
+
+
+def test_concurrent_migrations_are_safe(empty_database: str) -> None:
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(migrate(empty_database))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(len(r) for r in results) == [0, 0, 0, len(load_migrations())]
+
+
+def test_an_edited_migration_is_refused(empty_database: str, tmp_path: Path) -> None:
+    for m in load_migrations():
+        (tmp_path / m.name).write_text(m.sql)
+    migrate(empty_database, tmp_path)
+    first = sorted(tmp_path.glob("*.sql"))[0]
+    first.write_text(first.read_text() + "\n-- edited\n")
+    with pytest.raises(MigrationError, match="changed after it was applied"):
+        migrate(empty_database, tmp_path)
+
+
+def test_the_schema_holds_the_state_machine(db: psycopg.Connection) -> None:
+    db.execute("INSERT INTO jobs (queue_name, payload) VALUES ('q', '1')")
+    bad_updates = [
+        "UPDATE jobs SET status = 'running'",  # running without a claim
+        "UPDATE jobs SET status = 'completed'",  # finished without finished_at
+        "UPDATE jobs SET status = 'sleeping'",
+        "UPDATE jobs SET attempts = max_attempts",  # pending with no attempt left
+        "UPDATE jobs SET result = '1'",  # result on a job that did not complete
+        "UPDATE jobs SET queue_name = 'bad name'",
+    ]
+    for statement in bad_updates:
+        with pytest.raises(pg_errors.CheckViolation):
+            db.execute(statement)
+
+
+def test_claim_uses_the_partial_index(db: psycopg.Connection) -> None:
+    db.execute("INSERT INTO jobs (queue_name, payload) SELECT 'q' || (i % 50), '1' FROM generate_series(1, 20000) i")
+    db.execute("ANALYZE jobs")
+    plan = "\n".join(
+        r[0]
+        for r in db.execute(
+            "EXPLAIN SELECT id FROM jobs WHERE queue_name = 'q1' AND status = 'pending'"
+            " AND run_at <= clock_timestamp() ORDER BY priority DESC, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED"
+        )
+    )
+    assert "jobs_claim_idx" in plan
+
+
+def test_database_outage_is_503_then_recovers(database_url: str) -> None:
+    info = psycopg.conninfo.conninfo_to_dict(database_url)
+    proxy = TcpProxy(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)).start()
+    info.update(host="127.0.0.1", port=str(proxy.port))
+    server = LiveServer(make_settings(psycopg.conninfo.make_conninfo(**info), pool_timeout_seconds=1.0)).start()  # type: ignore[arg-type]
+    try:
+        assert server.client.post("/queues/q/jobs", json={"payload": 1}).status_code == 201
+        proxy.cut()
+        for _ in range(3):
+            r = server.client.post("/queues/q/jobs", json={"payload": 2})
+            body = problem(r, 503, "database-unavailable")
+            assert int(r.headers["retry-after"]) >= 1
+            assert "payload" not in body
+        problem(server.client.post("/queues/q/claim", json={"worker": "w"}), 503, "database-unavailable")
+        problem(server.client.get("/readyz"), 503, "database-unavailable")
+        assert server.client.get("/healthz").status_code == 200
+        proxy.restore()
+        deadline = time.monotonic() + 20
+        while server.client.post("/queues/q/jobs", json={"payload": 3}).status_code != 201:
+            assert time.monotonic() < deadline, "the pool did not recover"
+            time.sleep(0.1)
+        assert server.client.get("/readyz").status_code == 200
+    finally:
+        server.stop()
+        proxy.stop()
+
+
+def test_readyz_reports_pending_migrations(server: LiveServer, db: psycopg.Connection) -> None:
+    assert server.client.get("/readyz").json() == {"status": "ready"}
+    db.execute("DELETE FROM jobq_migrations")
+    problem(server.client.get("/readyz"), 503, "not-ready")

@@ -1,0 +1,273 @@
+"""Producers: enqueue one or a batch, scheduling, idempotency keys, and what bad input gets."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import psycopg
+import pytest
+
+from tests.support import LiveServer, problem
+
+
+def count_jobs(db: psycopg.Connection) -> int:
+    row = db.execute("SELECT count(*) FROM jobs").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def db_now(db: psycopg.Connection) -> datetime:
+    row = db.execute("SELECT now()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def test_enqueue_returns_the_stored_job(server: LiveServer, db: psycopg.Connection) -> None:
+    r = server.client.post("/queues/emails/jobs", json={"payload": {"to": "a@example.com", "n": [1, 2]}})
+    assert r.status_code == 201
+    job = r.json()
+    assert job["queue"] == "emails"
+    assert job["status"] == "pending"
+    assert job["payload"] == {"to": "a@example.com", "n": [1, 2]}
+    assert job["priority"] == 0
+    assert job["attempts"] == 0
+    assert job["max_attempts"] == 5
+    assert "claim_token" not in job
+    assert datetime.fromisoformat(job["run_at"]).tzinfo is not None
+    stored = db.execute("SELECT queue_name, payload, status FROM jobs WHERE id = %s", (job["id"],)).fetchone()
+    assert stored == ("emails", {"to": "a@example.com", "n": [1, 2]}, "pending")
+
+
+def test_payload_values_survive_exactly(server: LiveServer) -> None:
+    payload = {
+        "big": 123456789012345678901234567890,
+        "neg": -(2**70),
+        "float": 0.1,
+        "text": 'żółć ☃ \U0001f680 "quoted" \\ back',
+        "nested": {"a": [None, True, False, {"b": []}]},
+    }
+    job = server.enqueue(payload=payload)
+    assert server.job(job["id"])["payload"] == payload
+    assert server.claim_one()["payload"] == payload
+
+
+@pytest.mark.parametrize("payload", [None, 0, "text", [1, "a"], True])
+def test_any_json_value_is_a_payload(server: LiveServer, payload: object) -> None:
+    assert server.enqueue(payload=payload)["payload"] == payload
+
+
+def test_delay_and_run_at_schedule_the_job(server: LiveServer, db: psycopg.Connection) -> None:
+    before = db_now(db)
+    delayed = server.enqueue(payload=1, delay_seconds=3600)
+    assert datetime.fromisoformat(delayed["run_at"]) >= before + timedelta(seconds=3599)
+    at = datetime(2099, 1, 2, 3, 4, 5, tzinfo=UTC)
+    scheduled = server.enqueue(payload=2, run_at=at.isoformat())
+    assert datetime.fromisoformat(scheduled["run_at"]) == at
+
+
+def test_scheduled_jobs_are_not_claimed_before_they_are_due(server: LiveServer) -> None:
+    server.enqueue(payload="later", delay_seconds=3600)
+    server.enqueue(payload="later", run_at="2099-01-01T00:00:00Z")
+    past = server.enqueue(payload="past", run_at="2001-01-01T00:00:00+02:00")
+    claimed = server.claim(limit=10)
+    assert [c["id"] for c in claimed] == [past["id"]]
+
+
+def test_run_at_and_delay_together_are_refused(server: LiveServer, db: psycopg.Connection) -> None:
+    r = server.client.post("/queues/q/jobs", json={"payload": 1, "delay_seconds": 5, "run_at": "2030-01-01T00:00:00Z"})
+    problem(r, 422, "validation-error")
+    assert count_jobs(db) == 0
+
+
+def test_run_at_needs_an_offset(server: LiveServer, db: psycopg.Connection) -> None:
+    problem(server.client.post("/queues/q/jobs", json={"payload": 1, "run_at": "2030-01-01T00:00:00"}),
+            422, "validation-error")  # fmt: skip
+    assert count_jobs(db) == 0
+
+
+def test_idempotency_key_returns_the_existing_job(server: LiveServer, db: psycopg.Connection) -> None:
+    first = server.client.post("/queues/q/jobs", json={"payload": 1, "idempotency_key": "order-7"})
+    again = server.client.post("/queues/q/jobs", json={"payload": 2, "idempotency_key": "order-7"})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json() == first.json()
+    other_queue = server.client.post("/queues/other/jobs", json={"payload": 1, "idempotency_key": "order-7"})
+    assert other_queue.status_code == 201
+    assert count_jobs(db) == 2
+
+
+def test_concurrent_duplicates_make_one_job(server: LiveServer, db: psycopg.Connection) -> None:
+    results: list[httpx.Response] = []
+    barrier = threading.Barrier(20)
+
+    def post() -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            barrier.wait()
+            results.append(c.post("/queues/q/jobs", json={"payload": 1, "idempotency_key": "same"}))
+
+    threads = [threading.Thread(target=post) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.status_code for r in results) == [200] * 19 + [201]
+    assert len({r.json()["id"] for r in results}) == 1
+    assert count_jobs(db) == 1
+
+
+def test_batch_is_ordered_and_all_or_nothing(server: LiveServer, db: psycopg.Connection) -> None:
+    jobs = [{"payload": {"n": i}, "priority": i % 3} for i in range(50)]
+    r = server.client.post("/queues/q/jobs/batch", json={"jobs": jobs})
+    assert r.status_code == 201
+    out = r.json()["jobs"]
+    assert [j["payload"]["n"] for j in out] == list(range(50))
+    assert count_jobs(db) == 50
+
+    bad = [{"payload": 1}, {"payload": 2}, {"payload": 3, "max_attempts": 0}]
+    problem(server.client.post("/queues/q/jobs/batch", json={"jobs": bad}), 422, "validation-error")
+    nan = b'{"jobs": [{"payload": 1}, {"payload": NaN}]}'
+    problem(server.client.post("/queues/q/jobs/batch", content=nan, headers={"content-type": "application/json"}),
+            422, "validation-error")  # fmt: skip
+    assert count_jobs(db) == 50
+
+
+def test_batch_with_a_known_key_returns_that_job_in_place(server: LiveServer) -> None:
+    existing = server.enqueue(payload="old", idempotency_key="k")
+    r = server.client.post(
+        "/queues/q/jobs/batch", json={"jobs": [{"payload": "a"}, {"payload": "new", "idempotency_key": "k"}]}
+    )
+    assert r.status_code == 201
+    out = r.json()["jobs"]
+    assert out[1] == existing
+    assert out[0]["payload"] == "a"
+
+
+def test_batch_limits(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(max_batch_jobs=3)
+    assert (
+        server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(3)]}).status_code == 201
+    )
+    problem(server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(4)]}),
+            422, "validation-error")  # fmt: skip
+    problem(server.client.post("/queues/q/jobs/batch", json={"jobs": []}), 422, "validation-error")
+    dup = {"jobs": [{"payload": 1, "idempotency_key": "x"}, {"payload": 2, "idempotency_key": "x"}]}
+    problem(server.client.post("/queues/q/jobs/batch", json=dup), 422, "validation-error")
+    assert count_jobs(db) == 3
+
+
+BAD_BODIES = [
+    ({"payload": 1, "priority": "1"}, "string where an integer belongs"),
+    ({"payload": 1, "priority": 1.5}, "fraction where an integer belongs"),
+    ({"payload": 1, "priority": True}, "boolean where an integer belongs"),
+    ({"payload": 1, "priority": 40000}, "priority out of range"),
+    ({"payload": 1, "max_attempts": 0}, "max_attempts below 1"),
+    ({"payload": 1, "max_attempts": 1001}, "max_attempts above 1000"),
+    ({"payload": 1, "delay_seconds": -1}, "negative delay"),
+    ({"payload": 1, "delay_seconds": "5"}, "string delay"),
+    ({"payload": 1, "delay_seconds": 10**12}, "delay beyond the maximum"),
+    ({"payload": 1, "idempotency_key": ""}, "empty key"),
+    ({"payload": 1, "idempotency_key": "x" * 256}, "key too long"),
+    ({"payload": 1, "idempotency_key": "a\nb"}, "control character in key"),
+    ({"payload": 1, "status": "completed"}, "server-owned field"),
+    ({"payload": 1, "id": 5}, "server-owned field"),
+    ({"payload": 1, "attempts": 3}, "server-owned field"),
+    ({"payload": 1, "claim_token": "x"}, "server-owned field"),
+    ({"payload": "a\u0000b"}, "NUL in a string"),
+    ({"payload": {"k\u0000": 1}}, "NUL in a key"),
+    ({}, "no payload"),
+    ([1, 2], "not an object"),
+]
+
+
+@pytest.mark.parametrize(("body", "why"), BAD_BODIES, ids=[w for _, w in BAD_BODIES])
+def test_bad_enqueue_bodies_are_422_and_write_nothing(
+    server: LiveServer, db: psycopg.Connection, body: object, why: str
+) -> None:
+    problem(server.client.post("/queues/q/jobs", json=body), 422, "validation-error")
+    assert count_jobs(db) == 0
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"payload": 1', b"not json", b'{"payload": "\\ud800"}', b"\xff\xfe", b'{"payload": 1}}'],
+    ids=["truncated", "not-json", "lone-surrogate", "bad-utf8", "trailing"],
+)
+def test_malformed_json_is_400(server: LiveServer, db: psycopg.Connection, raw: bytes) -> None:
+    r = server.client.post("/queues/q/jobs", content=raw, headers={"content-type": "application/json"})
+    problem(r, 400, "malformed-request")
+    assert count_jobs(db) == 0
+
+
+@pytest.mark.parametrize("raw", [b'{"payload": NaN}', b'{"payload": [Infinity]}', b'{"payload": 1e400}'])
+def test_non_finite_numbers_are_refused(server: LiveServer, db: psycopg.Connection, raw: bytes) -> None:
+    r = server.client.post("/queues/q/jobs", content=raw, headers={"content-type": "application/json"})
+    problem(r, 422, "validation-error")
+    assert count_jobs(db) == 0
+
+
+def test_empty_body_is_422(server: LiveServer) -> None:
+    r = server.client.post("/queues/q/jobs", content=b"", headers={"content-type": "application/json"})
+    problem(r, 422, "validation-error")
+
+
+@pytest.mark.parametrize("queue", ["a" * 129, "white%20space", "%C3%BC", "semi;colon", "star*"])
+def test_bad_queue_names_are_422(server: LiveServer, db: psycopg.Connection, queue: str) -> None:
+    problem(server.client.post(f"/queues/{queue}/jobs", json={"payload": 1}), 422, "validation-error")
+    assert count_jobs(db) == 0
+
+
+def test_a_slash_in_a_queue_name_is_no_route(server: LiveServer, db: psycopg.Connection) -> None:
+    problem(server.client.post("/queues/a%2Fb/jobs", json={"payload": 1}), 404, "not-found")
+    assert count_jobs(db) == 0
+
+
+def test_queue_name_at_the_limit_is_accepted(server: LiveServer) -> None:
+    name = "A-z_0.9:" + "x" * 120
+    assert server.enqueue(queue=name, payload=1)["queue"] == name
+
+
+def test_non_json_content_type_is_415(server: LiveServer, db: psycopg.Connection) -> None:
+    r = server.client.post("/queues/q/jobs", content=b'{"payload": 1}', headers={"content-type": "text/plain"})
+    problem(r, 415, "unsupported-media-type")
+    assert count_jobs(db) == 0
+
+
+def test_payload_size_limit(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(max_payload_bytes=1000)
+    at_limit = "x" * 998  # JSON string: 998 characters + 2 quotes = 1000 bytes
+    assert server.enqueue(payload=at_limit)["payload"] == at_limit
+    problem(server.client.post("/queues/q/jobs", json={"payload": at_limit + "x"}), 422, "validation-error")
+    assert count_jobs(db) == 1
+
+
+def test_json_depth_limit(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(max_json_depth=5)
+
+    def nest(n: int) -> object:
+        value: object = 1
+        for _ in range(n):
+            value = [value]
+        return value
+
+    assert server.enqueue(payload=nest(5))["payload"] == nest(5)
+    problem(server.client.post("/queues/q/jobs", json={"payload": nest(6)}), 422, "validation-error")
+    assert count_jobs(db) == 1
+
+
+def test_request_body_limit_with_and_without_content_length(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(max_request_bytes=2048, max_payload_bytes=1024)
+    big = b'{"payload": "' + b"x" * 4096 + b'"}'
+    r = server.client.post("/queues/q/jobs", content=big, headers={"content-type": "application/json"})
+    problem(r, 413, "payload-too-large")
+
+    def chunks():  # type: ignore[no-untyped-def]
+        yield b'{"payload": "'
+        for _ in range(64):
+            yield b"x" * 1024
+        yield b'"}'
+
+    r = server.client.post("/queues/q/jobs", content=chunks(), headers={"content-type": "application/json"})
+    assert "content-length" not in r.request.headers
+    problem(r, 413, "payload-too-large")
+    assert count_jobs(db) == 0

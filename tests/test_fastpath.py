@@ -1,0 +1,89 @@
+"""The lean dispatcher (JOBQ_FAST_PATH, on by default) must answer exactly as FastAPI itself does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support import LiveServer
+
+JSON = {"content-type": "application/json"}
+
+# (method, path, body bytes or None, headers)
+CASES: list[tuple[str, str, bytes | None, dict[str, str]]] = [
+    ("POST", "/queues/q/jobs", b'{"payload": {"a": [1, 2.5, "x"]}, "priority": 3}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1, "idempotency_key": "eq-1"}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1, "idempotency_key": "eq-1"}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1}', {}),  # no content-type: taken as JSON
+    ("POST", "/queues/q/jobs", b"", JSON),
+    ("POST", "/queues/q/jobs", b"null", JSON),
+    ("POST", "/queues/q/jobs", b"[]", JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": "\\ud800"}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": NaN}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": "a\\u0000"}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1, "priority": "2"}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1, "priority": 2.0}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1, "delay_seconds": 1, "run_at": "2030-01-01T00:00:00Z"}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1, "run_at": "yesterday"}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1, "status": "failed"}', JSON),
+    ("POST", "/queues/q/jobs", b'{"payload": 1}', {"content-type": "text/plain"}),
+    ("POST", "/queues/bad%20name/jobs", b'{"payload": 1}', JSON),
+    ("POST", "/queues/" + "x" * 129 + "/jobs", b'{"payload": 1}', JSON),
+    ("POST", "/queues/q/jobs/batch", b'{"jobs": []}', JSON),
+    ("POST", "/queues/q/jobs/batch", b'{"jobs": [{"payload": 1}, {"nope": 1}]}', JSON),
+    ("POST", "/queues/q/claim", b'{"worker": "w", "limit": 0}', JSON),
+    ("POST", "/queues/q/claim", b'{"worker": "w", "wait_seconds": 99}', JSON),
+    ("POST", "/queues/q/claim", b'{"limit": 1}', JSON),
+    ("POST", "/queues/empty/claim", b'{"worker": "w"}', JSON),
+    ("POST", "/jobs/abc/complete", b'{"claim_token": "x"}', JSON),
+    ("POST", "/jobs/0/complete", b'{"claim_token": "x"}', JSON),
+    ("POST", "/jobs/99999999999999999999/complete", b'{"claim_token": "x"}', JSON),
+    ("POST", "/jobs/777/complete", b'{"claim_token": "x"}', JSON),
+    ("POST", "/jobs/777/complete", b'{"claim_token": "has space"}', JSON),
+    ("POST", "/jobs/777/heartbeat", b'{"claim_token": "x", "lease_seconds": 0}', JSON),
+    ("POST", "/jobs/777/fail", b'{"claim_token": "x"}', JSON),
+    ("POST", "/jobs/777/fail", b'{"claim_token": "x", "error": "e"}', JSON),
+    ("POST", "/jobs/complete", b'{"jobs": [{"id": 777, "claim_token": "x"}]}', JSON),
+    ("POST", "/jobs/complete", b'{"jobs": [{"id": "a", "claim_token": "x"}]}', JSON),
+]
+
+VOLATILE = {"id", "run_at", "created_at"}
+
+
+def normalise(body: Any) -> Any:
+    """What a client relies on. Problem details are worded by pydantic, which phrases a few messages
+    differently when it validates JSON text (the fast path) than parsed objects (FastAPI): status, type
+    and the location of each error must match, not the prose."""
+    if isinstance(body, dict) and str(body.get("type", "")).startswith("urn:jobq:problem:"):
+        locs = sorted(tuple(e["loc"]) for e in body.get("errors", []))
+        return (body["type"], body["status"], body["title"], locs)
+    if isinstance(body, dict):
+        return {k: normalise(v) for k, v in body.items() if k not in VOLATILE}
+    if isinstance(body, list):
+        return [normalise(v) for v in body]
+    return body
+
+
+@pytest.fixture
+def pair(server_factory, database_factory) -> tuple[LiveServer, LiveServer]:  # type: ignore[no-untyped-def]
+    return server_factory(fast_path=True), server_factory(database_factory(), fast_path=False)
+
+
+def test_both_paths_answer_alike(pair: tuple[LiveServer, LiveServer]) -> None:
+    fast, plain = pair
+    for method, path, body, headers in CASES:
+        answers = []
+        for server in (fast, plain):
+            r = server.client.request(method, path, content=body, headers=headers)
+            answers.append((r.status_code, r.headers.get("content-type"), r.headers.get("retry-after"),
+                            normalise(r.json())))  # fmt: skip
+        assert answers[0] == answers[1], (method, path, body)
+        assert answers[0][0] < 500, (method, path, body, answers[0])
+
+
+def test_the_fast_path_is_really_taken(pair: tuple[LiveServer, LiveServer]) -> None:
+    fast, plain = pair
+    assert fast.app._stack.app.__class__.__name__ == "FastPath"
+    assert plain.app._stack.app is plain.app.api
