@@ -110,6 +110,7 @@ class _QueueDispatcher:
                     else:
                         t.parked = True
                         self.broker.parked += 1
+                        self.broker.on_parked(self.queue)
         if undeliverable:
             self.broker.release(undeliverable)
         return claimed
@@ -119,6 +120,7 @@ class Broker:
     def __init__(self, settings: Settings, db: Database, observe: ClaimObserver | None = None) -> None:
         self.settings = settings
         self.db = db
+        self.on_parked: Callable[[str], None] = lambda _queue: None  # set to announce waiters elsewhere
         self.max_rows = max(settings.max_claim_limit, 1000)
         self.parked = 0
         self.closing = False
@@ -176,7 +178,7 @@ class Broker:
                 dispatcher.kick()
 
     def waiting_queues(self) -> list[str]:
-        return [name for name, d in self._queues.items() if d.tickets]
+        return [name for name, d in self._queues.items() if any(t.parked for t in d.tickets)]
 
     async def _poll(self) -> None:
         """The fallback: delayed jobs coming due, leases recovered elsewhere, notifications lost."""

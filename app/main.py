@@ -25,7 +25,7 @@ from app.responses import json_response, problem_response
 from app.service import JobService
 from app.settings import Settings
 from app.sweeper import Sweeper
-from app.wakeup import Listener, Publisher, new_sender_id
+from app.wakeup import Wakeups
 
 log = logging.getLogger("jobq")
 
@@ -107,27 +107,25 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     db = Database(settings, url)
     await db.open(wait_seconds=STARTUP_TIMEOUT_SECONDS)
 
-    sender = new_sender_id()
     broker = Broker(settings, db)
-    publisher = Publisher(db, sender, settings.notify_min_interval_ms)
+    wakeups = Wakeups(db, url, settings.notify_min_interval_ms, broker.wake, broker.waiting_queues)
+    broker.on_parked = wakeups.parked
 
     def wake(queues: Iterable[str]) -> None:
         queues = set(queues)
         broker.wake(queues)
-        publisher.publish(queues)
+        wakeups.publish(queues)
 
-    listener = Listener(url, sender, broker.wake)
     sweeper = Sweeper(settings, db, on_rescued=wake)
     jobs = JobService(settings, db, broker, wake)
     api.state.db = db
     api.state.broker = broker
-    api.state.publisher = publisher
-    api.state.listener = listener
+    api.state.wakeups = wakeups
     api.state.sweeper = sweeper
     api.state.jobs = jobs
 
     broker.start()
-    listener.start()
+    wakeups.start()
     sweeper.start()
     log.info("jobq ready (fast path %s)", "on" if settings.fast_path else "off")
     try:
@@ -135,8 +133,7 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     finally:
         await broker.drain()
         await sweeper.aclose()
-        await listener.aclose()
+        await wakeups.aclose()
         await jobs.aclose()
-        await publisher.aclose()
         await db.close()
         log.info("jobq stopped")

@@ -1,12 +1,20 @@
-"""Wake-ups across processes: one LISTEN connection per process, and NOTIFY sent off the hot path.
+"""Wake-ups across processes: one LISTEN connection per process, NOTIFY only when someone elsewhere waits.
 
 An enqueue never carries a NOTIFY in its own transaction: NOTIFY takes a cluster-wide lock at commit,
-which measured here cost two thirds of enqueue capacity (DESIGN.md). Instead, after the enqueue has
-committed, the queue name is handed to the publisher. It sends one NOTIFY naming every queue marked
-since the last one, with at most one in flight and at least `notify_min_interval_ms` between two, so an
-idle system wakes a remote waiter within one round trip while a busy one sends a few hundred small
-NOTIFYs a second however many jobs it enqueues. Local waiters are woken in memory, without NOTIFY.
-A lost notification costs at most one fallback poll interval (app/broker.py).
+which measured here cost two thirds of enqueue capacity (DESIGN.md). Three rules keep wake-ups off the
+hot path:
+  * local waiters are woken in memory, with no NOTIFY at all;
+  * a process sends a wake-up only for queues on which another process has announced waiters
+    ("presence": announced when a queue gets its first parked claim, renewed while it has any, and
+    forgotten after PRESENCE_TTL without renewal). Busy workers do not wait, so a loaded system sends
+    no wake-ups;
+  * wake-ups are sent after the enqueue has committed, at most one in flight per process and at least
+    `notify_min_interval_ms` apart, each naming every queue marked since the last.
+A wake-up lost anyway (a listener reconnecting, a presence announcement still in flight) costs at most
+one fallback poll interval (app/broker.py).
+
+Messages on CHANNEL: "<sender> w q1 q2 ..." jobs arrived; "<sender> p q1 ..." I have waiters on these;
+"<sender> h" I (re)started listening, tell me your presence.
 """
 
 from __future__ import annotations
@@ -24,75 +32,127 @@ from app.db import Database
 log = logging.getLogger("jobq.wakeup")
 
 CHANNEL = "jobq_wakeup"
+PRESENCE_TTL = 6.0  # seconds a presence announcement counts for
+_RENEW = PRESENCE_TTL / 3
 _MAX_PAYLOAD = 7900  # PostgreSQL's NOTIFY payload limit is 8000 bytes
 
 
-class Publisher:
-    """Coalesces "jobs arrived on queue X" into few NOTIFYs for the other jobq processes."""
-
-    def __init__(self, db: Database, sender: str, min_interval_ms: float) -> None:
+class Wakeups:
+    def __init__(
+        self,
+        db: Database,
+        url: str,
+        min_interval_ms: float,
+        on_wake: Callable[[list[str] | None], None],
+        waiting_queues: Callable[[], list[str]],
+    ) -> None:
         self.db = db
-        self.sender = sender
+        self.url = url
+        self.sender = secrets.token_hex(6)
         self.min_interval = min_interval_ms / 1000
+        self.on_wake = on_wake  # wake local waiters (None: every queue)
+        self.waiting_queues = waiting_queues  # queues with parked claims in this process
+        self.connected = asyncio.Event()
+        self.connections = 0  # LISTEN sessions opened so far (reconnects included)
         self.sent = 0
-        self._marked: set[str] = set()
-        self._task: asyncio.Task[None] | None = None
-        self._last = 0.0
+        self.received = 0
+        self._remote: dict[str, dict[str, float]] = {}  # queue -> sender -> presence expiry (monotonic)
+        self._announced: dict[str, float] = {}  # queue -> when this process last announced it
+        self._wake: set[str] = set()
+        self._present: set[str] = set()
+        self._hello = False
+        self._sender_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_send = 0.0
+
+    # -- outgoing -----------------------------------------------------------------------------------------
 
     def publish(self, queues: Iterable[str]) -> None:
-        self._marked.update(queues)
-        if self._marked and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._send())
+        """Jobs became claimable on these queues: tell the processes that wait on them."""
+        now = time.monotonic()
+        for q in queues:
+            waiting = self._remote.get(q)
+            if waiting and any(expiry > now for expiry in waiting.values()):
+                self._wake.add(q)
+        self._kick()
+
+    def parked(self, queue: str) -> None:
+        """A claim on `queue` started waiting here; make sure the other processes know."""
+        if time.monotonic() - self._announced.get(queue, -1e9) > _RENEW:
+            self._present.add(queue)
+            self._kick()
+
+    def _kick(self) -> None:
+        if (self._wake or self._present or self._hello) and (self._sender_task is None or self._sender_task.done()):
+            self._sender_task = asyncio.get_running_loop().create_task(self._send())
 
     async def _send(self) -> None:
-        while self._marked:
-            pause = self._last + self.min_interval - time.monotonic()
-            if pause > 0:
+        while self._wake or self._present or self._hello:
+            pause = self._last_send + self.min_interval - time.monotonic()
+            if pause > 0 and self._wake and not (self._present or self._hello):
                 await asyncio.sleep(pause)
-            queues, self._marked = sorted(self._marked), set()
-            self._last = time.monotonic()
+            messages: list[str] = []
+            if self._hello:
+                messages.append(f"{self.sender} h")
+                self._hello = False
+            present, self._present = sorted(self._present), set()
+            wake, self._wake = sorted(self._wake), set()
+            messages += _payloads(f"{self.sender} p", present)
+            messages += _payloads(f"{self.sender} w", wake)
+            self._last_send = time.monotonic()
             try:
                 async with self.db.connection() as conn:
-                    for payload in _payloads(self.sender, queues):
+                    for payload in messages:
                         await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
                         self.sent += 1
             except Exception:
                 # Other processes fall back to their poll interval; nothing is lost.
-                log.warning("could not send wake-up NOTIFY for %d queue(s)", len(queues), exc_info=True)
+                log.warning("could not send %d wake-up message(s)", len(messages), exc_info=True)
+                continue
+            now = time.monotonic()
+            for q in present:
+                self._announced[q] = now
+            if present:
+                # Jobs enqueued elsewhere before our announcement arrived got no wake-up: look once more.
+                self.on_wake(present)
 
-    async def aclose(self) -> None:
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(_RENEW)
+            now = time.monotonic()
+            for q in self.waiting_queues():
+                if now - self._announced.get(q, -1e9) > _RENEW * 0.9:
+                    self._present.add(q)
+            for q in [q for q, t in self._announced.items() if now - t > PRESENCE_TTL]:
+                del self._announced[q]
+            for q in list(self._remote):
+                live = {s: e for s, e in self._remote[q].items() if e > now}
+                if live:
+                    self._remote[q] = live
+                else:
+                    del self._remote[q]
+            self._kick()
 
+    # -- incoming ---------------------------------------------------------------------------------------------
 
-def _payloads(sender: str, queues: list[str]) -> Iterable[str]:
-    """'<sender> q1 q2 ...' split under the NOTIFY size limit (queue names hold no spaces)."""
-    chunk = sender
-    for q in queues:
-        if len(chunk) + 1 + len(q) > _MAX_PAYLOAD:
-            yield chunk
-            chunk = sender
-        chunk += " " + q
-    if chunk != sender:
-        yield chunk
+    def _received(self, payload: str) -> None:
+        self.received += 1
+        sender, _, rest = payload.partition(" ")
+        if sender == self.sender:
+            return
+        kind, _, names = rest.partition(" ")
+        queues = names.split(" ") if names else []
+        if kind == "w":
+            self.on_wake(queues)
+        elif kind == "p":
+            expiry = time.monotonic() + PRESENCE_TTL
+            for q in queues:
+                self._remote.setdefault(q, {})[sender] = expiry
+        elif kind == "h":
+            self._present.update(self.waiting_queues())
+            self._kick()
 
-
-class Listener:
-    """Holds the process's LISTEN connection; reconnects by itself and, after any gap, wakes every
-    queue (notifications sent during the gap are lost)."""
-
-    def __init__(self, url: str, sender: str, on_wake: Callable[[list[str] | None], None]) -> None:
-        self.url = url
-        self.sender = sender
-        self.on_wake = on_wake
-        self.connected = asyncio.Event()
-        self.received = 0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def _run(self) -> None:
+    async def _listen(self) -> None:
         backoff = 0.1
         while True:
             try:
@@ -107,33 +167,52 @@ class Listener:
                     keepalives_count=3,
                 )
             except Exception as exc:
-                log.warning("listener cannot connect (%s); retrying in %.1fs", exc, backoff)
+                log.warning("listener cannot connect (%s); retrying in %.1fs", str(exc).strip(), backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
             try:
                 async with conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
+                    self.connections += 1
                     self.connected.set()
                     backoff = 0.1
+                    self._hello = True  # ask the others for their presence, and announce ours
+                    self._present.update(self.waiting_queues())
+                    self._kick()
                     self.on_wake(None)  # whatever was announced while we were not listening
                     async for note in conn.notifies():
-                        self.received += 1
-                        sender, _, rest = note.payload.partition(" ")
-                        if sender != self.sender and rest:
-                            self.on_wake(rest.split(" "))
+                        self._received(note.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("listener connection lost (%s); reconnecting", exc)
+                log.warning("listener connection lost (%s); reconnecting", str(exc).strip())
             finally:
                 self.connected.clear()
 
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._listen()), loop.create_task(self._renew())]
+
     async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._sender_task is not None:
+            await asyncio.gather(self._sender_task, return_exceptions=True)
 
 
-def new_sender_id() -> str:
-    return secrets.token_hex(6)
+def _payloads(prefix: str, queues: list[str]) -> list[str]:
+    """'<prefix> q1 q2 ...' split under the NOTIFY size limit (queue names hold no spaces)."""
+    out: list[str] = []
+    chunk = prefix
+    for q in queues:
+        if len(chunk) + 1 + len(q) > _MAX_PAYLOAD:
+            out.append(chunk)
+            chunk = prefix
+        chunk += " " + q
+    if chunk != prefix:
+        out.append(chunk)
+    return out

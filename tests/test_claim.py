@@ -174,7 +174,7 @@ def test_long_poll_across_processes(server_factory) -> None:  # type: ignore[no-
     """A job enqueued through one instance wakes a long-poll waiting on another (LISTEN/NOTIFY)."""
     a: LiveServer = server_factory(poll_interval_seconds=60)
     b: LiveServer = server_factory(poll_interval_seconds=60)
-    wait_until(lambda: a.state.listener.connected.is_set(), what="listener connected")
+    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
     result: dict[str, Any] = {}
 
     def poll() -> None:
@@ -184,10 +184,23 @@ def test_long_poll_across_processes(server_factory) -> None:  # type: ignore[no-
     t = threading.Thread(target=poll)
     t.start()
     wait_until(lambda: a.state.broker.parked == 1, what="the claim parking")
+    wait_until(lambda: "q" in b.state.wakeups._remote, what="b learning that a waits on q")
+    sent = b.state.wakeups.sent
     job = b.enqueue(payload="cross")
     t.join()
     assert [j["id"] for j in result["jobs"]] == [job["id"]]
-    assert b.state.publisher.sent >= 1
+    assert b.state.wakeups.sent > sent  # the wake-up went over NOTIFY
+
+
+def test_no_wake_up_is_sent_when_nobody_waits_elsewhere(server_factory) -> None:  # type: ignore[no-untyped-def]
+    a: LiveServer = server_factory()
+    b: LiveServer = server_factory()
+    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
+    time.sleep(0.2)  # let the hello messages settle
+    sent = a.state.wakeups.sent
+    for i in range(20):
+        a.enqueue(payload=i)
+    assert a.state.wakeups.sent == sent
 
 
 def test_delayed_job_reaches_a_waiting_worker_by_the_fallback_poll(server_factory) -> None:  # type: ignore[no-untyped-def]
@@ -261,3 +274,27 @@ def test_a_long_poll_whose_client_left_claims_nothing(server_factory) -> None:  
     after = server.job(job["id"])
     assert (after["status"], after["attempts"]) == ("pending", 0)
     assert server.claim_one()["id"] == job["id"]
+
+
+def test_listener_reconnects_by_itself(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    a: LiveServer = server_factory(poll_interval_seconds=60)
+    b: LiveServer = server_factory(poll_interval_seconds=60)
+    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
+    killed = db.execute(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = 'jobq-listener'"
+    ).fetchone()
+    assert killed == (2,)
+    wait_until(lambda: a.state.wakeups.connections == 2 and b.state.wakeups.connections == 2, what="relistening")
+    result: dict[str, Any] = {}
+
+    def poll() -> None:
+        with httpx.Client(base_url=a.url, timeout=60) as c:
+            result["jobs"] = c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20}).json()["jobs"]
+
+    t = threading.Thread(target=poll)
+    t.start()
+    wait_until(lambda: "q" in b.state.wakeups._remote, what="b learning that a waits on q")
+    job = b.enqueue(payload="after the reconnect")
+    t.join()
+    assert [j["id"] for j in result["jobs"]] == [job["id"]]
