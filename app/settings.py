@@ -106,3 +106,23 @@ class _Defaults(Settings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (init_settings,)
+
+
+def markdown_table() -> str:
+    """The README's configuration table, generated from the fields above."""
+    lines = ["| variable | default | range | meaning |", "|---|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        bounds = []
+        for meta in field.metadata:
+            for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+                if getattr(meta, attr, None) is not None:
+                    bounds.append(f"{sym} {getattr(meta, attr)}")
+        default = "unset" if field.default is None else f"`{str(field.default).lower()}`"
+        if isinstance(field.default, int | float) and not isinstance(field.default, bool):
+            default = f"`{field.default}`"
+        lines.append(f"| `JOBQ_{name.upper()}` | {default} | {', '.join(bounds) or '-'} | {field.description} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -5,6 +5,7 @@ load generator's CPU is taken from the server under test."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 
 class HttpError(RuntimeError):
@@ -26,10 +27,8 @@ class Connection:
     async def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            try:
+            with contextlib.suppress(OSError):
                 await self._writer.wait_closed()
-            except OSError:
-                pass
 
     async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
         assert self._reader is not None and self._writer is not None
