@@ -27,7 +27,8 @@ from app.store import ClaimSlot, Row
 
 log = logging.getLogger("jobq.broker")
 
-ClaimObserver = Callable[[str, int, int], None]  # queue, jobs asked for, jobs claimed
+# queue, jobs claimed, requests answered empty although ready jobs existed (locked or paused queue)
+ClaimObserver = Callable[[str, int, int], None]
 
 
 class _Ticket:
@@ -73,7 +74,7 @@ class _QueueDispatcher:
                 total += t.slot.limit
             try:
                 async with self.broker.db.connection() as conn:
-                    per_ticket = await store.jobs_claim(conn, self.queue, [t.slot for t in batch])
+                    result = await store.jobs_claim(conn, self.queue, [t.slot for t in batch])
             except AppError as exc:
                 for t in batch:
                     if not t.future.done():
@@ -85,8 +86,8 @@ class _QueueDispatcher:
                     if not t.future.done():
                         t.future.set_exception(exc)
                 continue
-            claimed = self._hand_out(batch, per_ticket)
-            self.broker.observe(self.queue, total, claimed)
+            claimed = self._hand_out(batch, result.rows)
+            self.broker.observe(self.queue, claimed, len(batch) if result.ready_left_behind else 0)
             # Go again for tickets that did not fit in this statement, or after a wake-up during it.
             if not (self.again or len(batch) < len(self.tickets)):
                 return
@@ -124,7 +125,7 @@ class Broker:
         self.max_rows = max(settings.max_claim_limit, 1000)
         self.parked = 0
         self.closing = False
-        self.observe: ClaimObserver = observe or (lambda _q, _asked, _got: None)
+        self.observe: ClaimObserver = observe or (lambda _q, _claimed, _empty: None)
         self._queues: dict[str, _QueueDispatcher] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._poller: asyncio.Task[None] | None = None

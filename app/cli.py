@@ -8,8 +8,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import logging.config
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +44,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app import migrate
 
     settings = _settings()
+    from app import logs
+
+    logging.config.dictConfig(logs.dict_config(args.log_level))
+    metrics_dir = None
+    if args.workers > 1:
+        # Prometheus multi-process mode: each worker writes its metrics to files here and /metrics, in
+        # whichever worker answers, reports the sum. Must be set before the workers start.
+        metrics_dir = tempfile.mkdtemp(prefix="jobq-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     embedded = None
     url = settings.database_url
     if not url:
@@ -67,6 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             port=args.port,
             workers=args.workers,
             log_level=args.log_level,
+            log_config=logs.dict_config(args.log_level),
             access_log=False,
             timeout_graceful_shutdown=args.graceful_timeout,
             proxy_headers=False,
@@ -78,6 +91,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         if embedded is not None:
             embedded.stop()
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

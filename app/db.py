@@ -70,10 +70,10 @@ class Database:
         await self.pool.close()
 
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[object]]:
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[object]]:
         try:
             with translate_errors():
-                async with self.pool.connection() as conn:
+                async with self.pool.connection(timeout=timeout) as conn:
                     yield conn
         except DatabaseUnavailable:
             self._purge_broken()

@@ -10,6 +10,7 @@ AppError
  +-- MethodNotAllowed        405 method-not-allowed
  +-- Conflict                409 (base of the lease and state conflicts)
  |    +-- ClaimLost          409 claim-lost          token stale: the lease lapsed or another worker holds it
+ |    +-- JobCancelled       409 job-cancelled       an operator cancelled the job while this claim held it
  |    +-- InvalidState       409 invalid-state       the job is not in a state that allows the action
  +-- TooManyWaiters          429 too-many-waiters    long-poll cap reached (Retry-After)
  +-- DatabaseUnavailable     503 database-unavailable (Retry-After)
@@ -118,6 +119,12 @@ class ClaimLost(Conflict):
     """This claim token no longer holds the job: its lease lapsed or another claim replaced it."""
 
     slug, title = "claim-lost", "Claim lost"
+
+
+class JobCancelled(Conflict):
+    """An operator cancelled this job while your claim held it; stop working on it."""
+
+    slug, title = "job-cancelled", "Job cancelled"
 
 
 class InvalidState(Conflict):

@@ -70,7 +70,7 @@ class RequestGuard:
             return
         if content_type is None:
             # A body without a Content-Type is taken as JSON (curl -d, hand-written clients), on both paths.
-            scope = {**scope, "headers": [*scope["headers"], (b"content-type", b"application/json")]}
+            scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
         elif length != 0 and not _JSON_TYPE.match(content_type):
             await send_problem(UnsupportedMediaType(), scope, receive, send)
             return
@@ -144,6 +144,7 @@ class FastPath:
 
     async def _serve(self, hot: _Hot, raw_params: dict[str, str], scope: Scope, receive: Receive, send: Send) -> None:
         scope["app"] = self.app
+        scope["route"] = hot.route  # for the request metrics and logs, as Starlette's router does
         try:
             kwargs: dict[str, Any] = {}
             errors: list[dict[str, Any]] = []

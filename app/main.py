@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -13,16 +14,20 @@ import psycopg
 from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import migrate
+from app import migrate, store_ops
 from app.api import HOT_OPERATIONS, add_routes, install_error_handlers
+from app.api_ops import add_operator_routes
 from app.broker import Broker
 from app.db import Database
 from app.errors import DatabaseUnavailable, NotReady
 from app.fastpath import FastPath, RequestGuard
+from app.logs import AccessLog, Observability
+from app.metrics import Metrics, run_background
 from app.models import build_contract
 from app.openapi import customise_openapi
 from app.responses import json_response, problem_response
 from app.service import JobService
+from app.service_ops import OpsService
 from app.settings import Settings
 from app.sweeper import Sweeper
 from app.wakeup import Wakeups
@@ -30,15 +35,18 @@ from app.wakeup import Wakeups
 log = logging.getLogger("jobq")
 
 STARTUP_TIMEOUT_SECONDS = 30.0
+READY_TIMEOUT_SECONDS = 1.0  # /readyz answers within about this, database up or not
 
 
 class JobqApp:
-    """The ASGI stack: RequestGuard -> FastPath -> FastAPI. `.api` is the FastAPI app (state, routes)."""
+    """The ASGI stack: Observability -> RequestGuard -> FastPath -> FastAPI. `.api` is the FastAPI app
+    (state, routes)."""
 
     def __init__(self, api: FastAPI, settings: Settings) -> None:
         self.api = api
         inner: ASGIApp = FastPath(api, HOT_OPERATIONS) if settings.fast_path else api
-        self._stack = RequestGuard(inner, settings.max_request_bytes)
+        self.guard = RequestGuard(inner, settings.max_request_bytes)
+        self._stack = Observability(self.guard, api.state.metrics, api.state.access_log)
 
     @property
     def state(self) -> Any:
@@ -61,12 +69,15 @@ def create_app(settings: Settings | None = None) -> JobqApp:
         lifespan=_lifespan,
     )
     api.state.settings = settings
+    api.state.metrics = Metrics()
+    api.state.access_log = AccessLog(settings.access_log)
     add_routes(api, build_contract(settings))
+    add_operator_routes(api)
 
     @api.get("/readyz", operation_id="readyz", summary="Database reachable, schema current", tags=["health"])
     async def readyz(request: Request) -> Any:
         try:
-            async with request.app.state.db.connection() as conn:
+            async with request.app.state.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:
                 current = await migrate.schema_is_current(conn)
         except DatabaseUnavailable as exc:
             return problem_response(exc, "/readyz")
@@ -106,8 +117,13 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
             log.info("migrations applied: %s", ", ".join(applied))
     db = Database(settings, url)
     await db.open(wait_seconds=STARTUP_TIMEOUT_SECONDS)
+    metrics: Metrics = api.state.metrics
 
-    broker = Broker(settings, db)
+    def observe_claims(queue: str, claimed: int, empty_with_ready: int) -> None:
+        metrics.count("claimed", queue, claimed)
+        metrics.count("empty_claims", queue, empty_with_ready)
+
+    broker = Broker(settings, db, observe_claims)
     wakeups = Wakeups(db, url, settings.notify_min_interval_ms, broker.wake, broker.waiting_queues)
     broker.on_parked = wakeups.parked
 
@@ -116,17 +132,23 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         broker.wake(queues)
         wakeups.publish(queues)
 
-    sweeper = Sweeper(settings, db, on_rescued=wake)
-    jobs = JobService(settings, db, broker, wake)
+    sweeper = Sweeper(settings, db, metrics, on_rescued=wake)
+    jobs = JobService(settings, db, broker, wake, metrics)
     api.state.db = db
     api.state.broker = broker
     api.state.wakeups = wakeups
     api.state.sweeper = sweeper
     api.state.jobs = jobs
+    api.state.ops = OpsService(settings, db, metrics, wake)
 
     broker.start()
     wakeups.start()
     sweeper.start()
+    loop = asyncio.get_running_loop()
+    background = [
+        loop.create_task(run_background(metrics, db)),
+        loop.create_task(_gauges(metrics, db, broker, settings.gauges_interval_seconds)),
+    ]
     log.info("jobq ready (fast path %s)", "on" if settings.fast_path else "off")
     try:
         yield
@@ -135,5 +157,35 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         await sweeper.aclose()
         await wakeups.aclose()
         await jobs.aclose()
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await metrics.flush(db)
         await db.close()
+        api.state.access_log.flush()
         log.info("jobq stopped")
+
+
+async def _gauges(metrics: Metrics, db: Database, broker: Broker, depth_interval: float) -> None:
+    """Gauges for /metrics: pool and waiters every second, queue depths every `depth_interval` from the
+    same index-only aggregation as GET /queues (never a count per scrape)."""
+    next_depth = 0.0
+    while True:
+        stats = db.pool.get_stats()
+        metrics.pool_size.set(stats.get("pool_size", 0))
+        metrics.pool_busy.set(stats.get("pool_size", 0) - stats.get("pool_available", 0))
+        metrics.pool_waiting.set(stats.get("requests_waiting", 0))
+        metrics.waiting.set(broker.parked)
+        if time.monotonic() >= next_depth:
+            next_depth = time.monotonic() + depth_interval
+            try:
+                async with db.connection() as conn:
+                    rows = await store_ops.queues_list(conn)
+                for name, ready, scheduled, _r, _c, _f, _x, oldest, _p in rows:
+                    metrics.depth.labels(name).set(ready)
+                    metrics.scheduled.labels(name).set(scheduled)
+                    metrics.oldest.labels(name).set(float(oldest) if oldest is not None else 0)
+            except Exception as exc:
+                log.warning("could not refresh queue gauges: %s", exc)
+        await asyncio.sleep(1)

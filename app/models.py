@@ -153,12 +153,15 @@ class ClaimResponse(BaseModel):
 
 class HeartbeatResponse(BaseModel):
     id: int
-    lease_expires_at: datetime
+    lease_expires_at: datetime | None = Field(description="The new expiry; null when the job was cancelled.")
+    cancel_requested: bool = Field(
+        description="An operator cancelled the job: stop working on it and do not complete it."
+    )
 
 
 class CompleteOutcome(BaseModel):
     id: int
-    outcome: Literal["completed", "claim_lost", "not_found", "invalid_state"]
+    outcome: Literal["completed", "claim_lost", "not_found", "cancelled"]
     status: Status | None = Field(description="The job's status after the call; null when not found.")
 
 

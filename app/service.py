@@ -7,13 +7,12 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-import orjson
-
 from app import store
 from app.broker import Broker
 from app.coalesce import Coalescer
 from app.db import Database
-from app.errors import BadRequest, ClaimLost, InvalidState, JobNotFound, ValidationFailed
+from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, ValidationFailed
+from app.metrics import Metrics
 from app.models import (
     ClaimRequest,
     CompleteBatchRequest,
@@ -27,7 +26,7 @@ from app.models import (
     dump_json,
 )
 from app.settings import Settings
-from app.store import ClaimSlot, Completion, Heartbeat, NewJob, Outcome, Row
+from app.store import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome, Row
 
 Doc = dict[str, Any]
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -55,16 +54,24 @@ def _raise_for(outcome: Outcome) -> None:
         raise JobNotFound()
     if outcome == "claim_lost":
         raise ClaimLost()
-    if outcome == "invalid_state":
-        raise InvalidState("The job was cancelled while this claim held it.")
+    if outcome == "cancelled":
+        raise JobCancelled()
 
 
 class JobService:
-    def __init__(self, settings: Settings, db: Database, broker: Broker, wake: Callable[[Iterable[str]], None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        broker: Broker,
+        wake: Callable[[Iterable[str]], None],
+        metrics: Metrics,
+    ) -> None:
         self.settings = settings
         self.db = db
         self.broker = broker
         self.wake = wake
+        self.metrics = metrics
         # Group commit for the hot single-row writes (see app/coalesce.py). An enqueue item is one
         # request's jobs, so a batch stays all-or-nothing even when it shares a statement.
         self._insert: Coalescer[list[NewJob], list[tuple[bool, Row]]] = Coalescer(
@@ -74,9 +81,7 @@ class JobService:
             weight=len,
             isolate=lambda exc: isinstance(exc, ValidationFailed),
         )
-        self._complete: Coalescer[Completion, tuple[Outcome, Row | None]] = Coalescer(
-            self._complete_many, max_items=1000, max_inflight=2
-        )
+        self._complete: Coalescer[Completion, Done] = Coalescer(self._complete_many, max_items=1000, max_inflight=2)
         self._heartbeat: Coalescer[Heartbeat, tuple[Outcome, Any]] = Coalescer(
             self._heartbeat_many, max_items=1000, max_inflight=2
         )
@@ -117,6 +122,7 @@ class JobService:
         async with self.db.connection() as conn:
             rows = await store.jobs_insert(conn, flat)
         self.wake({job.queue for job in flat})
+        self.metrics.count_many("enqueued", (row[1] for created, row in rows if created))
         out, at = [], 0
         for jobs in requests:
             out.append(rows[at : at + len(jobs)])
@@ -149,19 +155,33 @@ class JobService:
 
     async def heartbeat(self, job_id: int, req: HeartbeatRequest) -> Doc:
         outcome, expires = await self._heartbeat(Heartbeat(job_id, req.claim_token, req.lease_seconds))
+        if outcome == "cancelled":
+            # Cooperative cancel: the worker learns it here, stops, and does not complete.
+            return {"id": job_id, "lease_expires_at": None, "cancel_requested": True}
         _raise_for(outcome)
-        return {"id": job_id, "lease_expires_at": expires}
+        return {"id": job_id, "lease_expires_at": expires, "cancel_requested": False}
 
-    async def _complete_many(self, items: list[Completion]) -> list[tuple[Outcome, Row | None]]:
+    async def _complete_many(self, items: list[Completion]) -> list[Done]:
         async with self.db.connection() as conn:
-            return await store.jobs_complete(conn, items)
+            done = await store.jobs_complete(conn, items)
+        self._count_completed(done)
+        return done
+
+    def _count_completed(self, done: Sequence[Done]) -> None:
+        per_queue: dict[str, list[float]] = {}
+        for _, row, changed in done:
+            if changed and row is not None:
+                duration = (row[11] - row[9]).total_seconds() * 1000  # finished_at - claimed_at
+                per_queue.setdefault(row[1], []).append(duration)
+        for queue, durations in per_queue.items():
+            self.metrics.completed(queue, durations)
 
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
         return None if value is None else self._json(value, self.settings.max_result_bytes, loc)
 
     async def complete(self, job_id: int, req: CompleteRequest) -> Doc:
         result = self._result(req.result, ["body", "result"])
-        outcome, row = await self._complete(Completion(job_id, req.claim_token, result))
+        outcome, row, _ = await self._complete(Completion(job_id, req.claim_token, result))
         _raise_for(outcome)
         assert row is not None
         return store.job_doc(row)
@@ -176,18 +196,19 @@ class JobService:
         ]
         async with self.db.connection() as conn:
             outcomes = await store.jobs_complete(conn, items, full=False)
+        self._count_completed(outcomes)
         return [
             {
                 "id": item.id,
                 "outcome": "completed" if outcome == "ok" else outcome,
                 "status": row[2] if row is not None else None,
             }
-            for item, (outcome, row) in zip(items, outcomes, strict=True)
+            for item, (outcome, row, _) in zip(items, outcomes, strict=True)
         ]
 
     async def fail(self, job_id: int, req: FailRequest) -> Doc:
         async with self.db.connection() as conn:
-            outcome, row = await store.job_fail(
+            outcome, row, changed = await store.job_fail(
                 conn,
                 job_id,
                 req.claim_token,
@@ -199,6 +220,8 @@ class JobService:
             )
         _raise_for(outcome)
         assert row is not None
+        if changed:
+            self.metrics.count("failed" if row[2] == "failed" else "retried", row[1])
         return store.job_doc(row)
 
     # -- reads -------------------------------------------------------------------------------------------------------
@@ -209,7 +232,3 @@ class JobService:
         if row is None:
             raise JobNotFound()
         return store.job_doc(row)
-
-
-def dumps(doc: Any) -> bytes:
-    return orjson.dumps(doc)

@@ -74,6 +74,27 @@ class Settings(BaseSettings):
     )
     sweep_batch_size: int = Field(1000, ge=1, le=100_000, description="Rows one sweeper statement touches.")
 
+    # -- retention, statistics and logs -------------------------------------------------------------------
+    retention_completed_seconds: int = Field(
+        86_400, ge=0, le=315_360_000, description="Delete completed jobs this long after they finished (0: keep)."
+    )
+    retention_failed_seconds: int = Field(
+        1_209_600, ge=0, le=315_360_000, description="Delete failed jobs this long after they failed (0: keep)."
+    )
+    retention_cancelled_seconds: int = Field(
+        604_800, ge=0, le=315_360_000, description="Delete cancelled jobs this long after (0: keep)."
+    )
+    retention_interval_seconds: float = Field(
+        60.0, ge=1, le=86_400, description="How often the sweeper applies retention."
+    )
+    stats_window_seconds: int = Field(
+        300, ge=60, le=3600, description="Default window of the windowed figures in /queues/{queue}/stats."
+    )
+    gauges_interval_seconds: float = Field(
+        15.0, ge=1, le=3600, description="How often queue depth gauges for /metrics are refreshed."
+    )
+    access_log: bool = Field(True, description="Write one JSON line per request.")
+
     # -- HTTP ------------------------------------------------------------------------------------------
     fast_path: bool = Field(True, description="Serve the hot worker/producer routes through the lean ASGI dispatcher.")
 
@@ -124,5 +145,26 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
+def write_readme(path: str) -> None:
+    """Replace the table between the README's settings-table markers."""
+    import re
+    from pathlib import Path
+
+    readme = Path(path)
+    text = readme.read_text()
+    new = re.sub(
+        r"(<!-- settings-table -->\n).*?(\n<!-- /settings-table -->)",
+        lambda m: m.group(1) + markdown_table() + m.group(2),
+        text,
+        flags=re.S,
+    )
+    readme.write_text(new)
+
+
 if __name__ == "__main__":
-    print(markdown_table())
+    import sys
+
+    if sys.argv[1:2] == ["--write"]:
+        write_readme(sys.argv[2] if len(sys.argv) > 2 else "README.md")
+    else:
+        print(markdown_table())

@@ -34,6 +34,19 @@ _KEY, _TOKEN = 15, 16
 JOB_WIDTH = 17
 
 
+def count_finished(source: str, status: str = "status", delta: str = "1") -> str:
+    """A data-modifying CTE body that adds `delta` to the finished-job counter of each (queue, status)
+    row of `source`, in the same statement as the transition, so the counts never drift. Each backend
+    writes its own shard (backend pid mod 64): concurrent statements do not queue on one row."""
+    return f"""
+  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  SELECT queue_name, {status}, mod(pg_backend_pid(), 64), sum({delta})
+  FROM {source}
+  WHERE {status} IN ('completed', 'failed', 'cancelled')
+  GROUP BY 1, 2
+  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n"""
+
+
 def as_json(doc: Any) -> str:
     """A batch parameter: one JSON document that the SQL unpacks with json_to_recordset. Far cheaper than
     arrays here: psycopg dumps text arrays in Python, element by element; orjson does this in C, and
@@ -191,12 +204,13 @@ JOB_CLAIM = """
 WITH candidates AS (
   -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY
   -- its key order. Locked rows are skipped, not waited for. Pending jobs always have an attempt left
-  -- (CHECK jobs_pending_shape), so no attempts filter is needed.
+  -- (CHECK jobs_pending_shape), so no attempts filter is needed. A paused queue yields nothing.
   SELECT id, priority, run_at
   FROM jobs
   WHERE queue_name = %(queue)s
     AND status = 'pending'
     AND run_at <= clock_timestamp()
+    AND NOT EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND paused)
   ORDER BY priority DESC, run_at, id
   LIMIT %(total)s
   FOR UPDATE SKIP LOCKED
@@ -207,33 +221,50 @@ WITH candidates AS (
   SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
   FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
   CROSS JOIN LATERAL generate_series(1, r.lim) AS g
+), claimed AS (
+  UPDATE jobs AS j
+  SET status = 'running',
+      attempts = j.attempts + 1,
+      claimed_at = clock_timestamp(),
+      lease_seconds = s.lease,
+      lease_expires_at = clock_timestamp() + make_interval(secs => s.lease),
+      locked_by = s.worker,
+      -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
+      claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
+                                           'base64'), '+/', '-_'), '=')
+  FROM ranked
+  JOIN slots s USING (rn)
+  WHERE j.id = ranked.id
+  RETURNING s.ord, ranked.rn, j.id, j.queue_name, j.payload::text, j.priority, j.attempts, j.max_attempts,
+            j.claim_token, j.lease_expires_at, j.run_at, j.created_at
 )
-UPDATE jobs AS j
-SET status = 'running',
-    attempts = j.attempts + 1,
-    claimed_at = clock_timestamp(),
-    lease_seconds = s.lease,
-    lease_expires_at = clock_timestamp() + make_interval(secs => s.lease),
-    locked_by = s.worker,
-    -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
-    claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
-                                         'base64'), '+/', '-_'), '=')
-FROM ranked
-JOIN slots s USING (rn)
-WHERE j.id = ranked.id
-RETURNING s.ord, ranked.rn, j.id, j.queue_name, j.payload::text, j.priority, j.attempts, j.max_attempts,
-          j.claim_token, j.lease_expires_at, j.run_at, j.created_at
+SELECT * FROM claimed
+UNION ALL
+-- Nothing claimed: one marker row telling whether ready jobs existed anyway (all locked by other
+-- claims, or the queue paused): the "empty claims while ready jobs exist" signal of the article.
+SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (SELECT FROM claimed)
+  AND EXISTS (SELECT FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp())
 """
 
 
-async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]) -> list[list[Row]]:
+@dataclass(slots=True)
+class ClaimResult:
+    rows: list[list[Row]]  # per request, best job first
+    ready_left_behind: bool  # nothing was claimed although ready jobs existed
+
+
+async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]) -> ClaimResult:
     """Claim jobs for several requests in one statement; returns each request's rows, best job first."""
     doc = [{"ord": n, "worker": s.worker, "lease": s.lease_seconds, "lim": s.limit} for n, s in enumerate(slots)]
     cur = await conn.execute(JOB_CLAIM, {"queue": queue, "total": sum(s.limit for s in slots), "slots": as_json(doc)})
     per_slot: list[list[Row]] = [[] for _ in slots]
-    for row in sorted(await cur.fetchall(), key=lambda r: r[1]):
+    rows = await cur.fetchall()
+    if len(rows) == 1 and rows[0][0] == -1:
+        return ClaimResult(per_slot, ready_left_behind=True)
+    for row in sorted(rows, key=lambda r: r[1]):
         per_slot[row[0]].append(row[2:])
-    return per_slot
+    return ClaimResult(per_slot, ready_left_behind=False)
 
 
 def claim_doc(row: Row) -> dict[str, Any]:
@@ -267,18 +298,19 @@ async def jobs_release(conn: psycopg.AsyncConnection[Any], rows: Sequence[Row]) 
 
 # --- heartbeat, complete, fail ------------------------------------------------------------------------------
 
-Outcome = Literal["ok", "claim_lost", "not_found", "invalid_state"]
+Outcome = Literal["ok", "claim_lost", "not_found", "cancelled"]
 
 
 def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[str, ...]) -> Outcome:
     """Why a guarded write matched nothing, from the row as it was: gone, already done with this very
-    token (a retried call: success), cancelled under this claim, or held by another claim."""
+    token (a retried call: success), cancelled by an operator while this claim held it, or held by
+    another claim."""
     if status is None:
         return "not_found"
     if held_by == token and status in done:
         return "ok"
     if held_by == token and status == "cancelled":
-        return "invalid_state"
+        return "cancelled"
     return "claim_lost"
 
 
@@ -338,6 +370,7 @@ WITH input AS (
   FROM input i
   WHERE j.id = i.id AND j.status = 'running' AND j.claim_token = i.token
   RETURNING {_job_columns("%(full)s")}
+), counted AS ({count_finished("done", "'completed'")}
 )
 -- Per input: the completed row, else the row as this statement found it (to tell why not).
 SELECT i.ord, d.*, c.*
@@ -355,9 +388,12 @@ class Completion:
     result: str | None  # serialised JSON
 
 
+Done = tuple[Outcome, Row | None, bool]  # outcome, the job's row, whether this call changed it
+
+
 async def jobs_complete(
     conn: psycopg.AsyncConnection[Any], items: Sequence[Completion], *, full: bool = True
-) -> list[tuple[Outcome, Row | None]]:
+) -> list[Done]:
     """Complete jobs in one statement. A retried complete with the token that completed the job is "ok"
     (the first result is kept). With full=False rows carry no payload/result (batch answers)."""
     doc = [
@@ -365,19 +401,19 @@ async def jobs_complete(
         for n, c in enumerate(items)
     ]
     cur = await conn.execute(JOB_COMPLETE_MANY, {"items": as_json(doc), "full": full})
-    out: list[tuple[Outcome, Row | None]] = []
+    out: list[Done] = []
     recheck = []
     for n, (item, row) in enumerate(zip(items, await cur.fetchall(), strict=True)):
         if row[1] is not None:
-            out.append(("ok", row[1 : 1 + JOB_WIDTH]))
+            out.append(("ok", row[1 : 1 + JOB_WIDTH], True))
             continue
         job = row[1 + JOB_WIDTH :] if row[1 + JOB_WIDTH] is not None else None
         if job is not None and job[_STATUS] == "running" and job[_TOKEN] == item.token:
             recheck.append(n)  # a concurrent statement finished it after our snapshot: look again
-        out.append((_job_outcome(item.token, job, ("completed",)), job))
+        out.append((_job_outcome(item.token, job, ("completed",)), job, False))
     for n in recheck:
         job = await job_get(conn, items[n].id)
-        out[n] = (_job_outcome(items[n].token, job, ("completed",)), job)
+        out[n] = (_job_outcome(items[n].token, job, ("completed",)), job, False)
     return out
 
 
@@ -397,6 +433,7 @@ WITH failed AS (
       last_error = %(error)s
   WHERE j.id = %(id)s AND j.status = 'running' AND j.claim_token = %(token)s
   RETURNING {JOB_COLUMNS}
+), counted AS ({count_finished("failed")}
 )
 SELECT true, * FROM failed
 UNION ALL
@@ -414,7 +451,7 @@ async def job_fail(
     retry_in: float | None,
     backoff_base: float,
     backoff_cap: float,
-) -> tuple[Outcome, Row | None]:
+) -> Done:
     """Record a failed attempt: back to pending with a later run_at, or failed when no attempt is left
     or retry is false. A retried fail with the same token is "ok" and changes nothing."""
     params = {
@@ -429,13 +466,13 @@ async def job_fail(
     cur = await conn.execute(JOB_FAIL, params)
     row = await cur.fetchone()
     if row is None:
-        return "not_found", None
-    job = row[1:]
+        return "not_found", None, False
+    job: Row | None = row[1:]
     if row[0]:
-        return "ok", job
-    if job[_STATUS] == "running" and job[_TOKEN] == token:  # finished concurrently: look again
+        return "ok", job, True
+    if job is not None and job[_STATUS] == "running" and job[_TOKEN] == token:  # finished concurrently
         job = await job_get(conn, job_id)
-    return _job_outcome(token, job, ("pending", "failed")), job
+    return _job_outcome(token, job, ("pending", "failed")), job, False
 
 
 # --- sweeper ------------------------------------------------------------------------------------------------
@@ -460,7 +497,7 @@ WHERE j.id = expired.id
 RETURNING j.queue_name
 """
 
-JOB_FAIL_EXHAUSTED = """
+JOB_FAIL_EXHAUSTED = f"""
 WITH exhausted AS (
   -- Lapsed leases on the last attempt: the terminal path, kept separate so it is easy to see.
   SELECT id FROM jobs
@@ -470,13 +507,16 @@ WITH exhausted AS (
   ORDER BY lease_expires_at
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
+), failed AS (
+  UPDATE jobs AS j
+  SET status = 'failed', finished_at = clock_timestamp(), lease_expires_at = NULL,
+      last_error = 'lease expired on the last attempt'
+  FROM exhausted
+  WHERE j.id = exhausted.id
+  RETURNING j.queue_name, j.status
+), counted AS ({count_finished("failed")}
 )
-UPDATE jobs AS j
-SET status = 'failed', finished_at = clock_timestamp(), lease_expires_at = NULL,
-    last_error = 'lease expired on the last attempt'
-FROM exhausted
-WHERE j.id = exhausted.id
-RETURNING j.queue_name
+SELECT queue_name FROM failed
 """
 
 

@@ -1,21 +1,25 @@
-"""The sweeper: returns jobs whose lease lapsed to pending, and fails those that were on their last
-attempt. Runs in every API process; SKIP LOCKED lets replicas sweep at the same time without waiting on
-each other or touching a row twice."""
+"""The sweeper: returns jobs whose lease lapsed to pending, fails those that were on their last attempt,
+and deletes finished jobs past their retention age. Runs in every API process; SKIP LOCKED lets replicas
+sweep at the same time without waiting on each other or touching a row twice."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from app import store
+from app import store, store_ops
 from app.db import Database
+from app.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.sweeper")
+
+STATS_KEEP_SECONDS = 2 * 3600  # per-minute statistics outlive the longest stats window (1 h)
 
 
 @dataclass(frozen=True)
@@ -24,20 +28,32 @@ class SweepResult:
     failed: int
 
 
+@dataclass
+class RetentionResult:
+    deleted: dict[str, int] = field(default_factory=dict)  # status -> rows
+
+
 class Sweeper:
-    def __init__(self, settings: Settings, db: Database, on_rescued: Callable[[set[str]], None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        metrics: Metrics,
+        on_rescued: Callable[[set[str]], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.db = db
+        self.metrics = metrics
         self.on_rescued = on_rescued or (lambda _queues: None)
         self.runs = 0
         self._task: asyncio.Task[None] | None = None
 
     async def sweep_once(self, now: datetime | None = None) -> SweepResult:
-        """One full pass. `now` replaces the database clock for deciding which leases lapsed, so tests
-        can move time forward instead of sleeping. Works in batches until a batch comes back short."""
+        """One full pass over lapsed leases. `now` replaces the database clock for deciding which leases
+        lapsed, so tests can move time forward instead of sleeping. Batches until one comes back short."""
         batch = self.settings.sweep_batch_size
         rescued: list[str] = []
-        failed = 0
+        failed: list[str] = []
         async with self.db.connection() as conn:
             while True:
                 queues = await store.jobs_rescue_expired(conn, now, batch)
@@ -47,21 +63,59 @@ class Sweeper:
                 if len(queues) < batch:
                     break
             while True:
-                n = len(await store.jobs_fail_exhausted(conn, now, batch))
-                failed += n
-                if n < batch:
+                queues = await store.jobs_fail_exhausted(conn, now, batch)
+                failed.extend(queues)
+                if len(queues) < batch:
                     break
         self.runs += 1
+        self.metrics.sweeps.inc()
+        self.metrics.count_many("lease_expired", rescued + failed)
+        self.metrics.count_many("failed", failed)
         if rescued or failed:
-            log.info("sweeper: %d lapsed lease(s) back to pending, %d failed", len(rescued), failed)
-        return SweepResult(len(rescued), failed)
+            self.metrics.swept.labels("rescued").inc(len(rescued))
+            self.metrics.swept.labels("failed").inc(len(failed))
+            log.info("sweeper: lapsed leases", extra={"rescued": len(rescued), "failed": len(failed)})
+        return SweepResult(len(rescued), len(failed))
+
+    def _policy(self) -> dict[str, int]:
+        s = self.settings
+        ages = {
+            "completed": s.retention_completed_seconds,
+            "failed": s.retention_failed_seconds,
+            "cancelled": s.retention_cancelled_seconds,
+        }
+        return {status: age for status, age in ages.items() if age > 0}
+
+    async def retain_once(self, now: datetime | None = None) -> RetentionResult:
+        """Delete finished jobs older than their status's retention age, queue by queue, in batches (each
+        its own short transaction), and per-minute statistics older than any stats window."""
+        batch = self.settings.sweep_batch_size
+        result = RetentionResult()
+        async with self.db.connection() as conn:
+            for queue in await store_ops.finished_queues(conn):
+                for status, age in self._policy().items():
+                    while True:
+                        n = await store_ops.jobs_delete_finished(conn, queue, status, age, batch, now)
+                        result.deleted[status] = result.deleted.get(status, 0) + n
+                        if n < batch:
+                            break
+            await store_ops.stats_delete_old(conn, STATS_KEEP_SECONDS)
+        total = sum(result.deleted.values())
+        if total:
+            self.metrics.swept.labels("deleted").inc(total)
+            log.info("retention: finished jobs deleted", extra={"deleted": result.deleted})
+        return result
 
     async def run(self) -> None:
+        next_retention = time.monotonic() + self.settings.retention_interval_seconds * random.uniform(0.1, 1.0)
         while True:
             # Jitter keeps replicas started together from sweeping in lockstep.
             await asyncio.sleep(self.settings.sweep_interval_seconds * random.uniform(0.8, 1.2))
             try:
                 await self.sweep_once()
+                if time.monotonic() >= next_retention:
+                    next_retention = time.monotonic() + self.settings.retention_interval_seconds
+                    await self.retain_once()
             except Exception as exc:
                 log.warning("sweep failed: %s", exc)
 

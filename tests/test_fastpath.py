@@ -85,5 +85,5 @@ def test_both_paths_answer_alike(pair: tuple[LiveServer, LiveServer]) -> None:
 
 def test_the_fast_path_is_really_taken(pair: tuple[LiveServer, LiveServer]) -> None:
     fast, plain = pair
-    assert fast.app._stack.app.__class__.__name__ == "FastPath"
-    assert plain.app._stack.app is plain.app.api
+    assert fast.app.guard.app.__class__.__name__ == "FastPath"
+    assert plain.app.guard.app is plain.app.api

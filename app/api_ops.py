@@ -1,0 +1,150 @@
+"""Operator routes: queue statistics, listings, admin actions, Prometheus metrics."""
+
+from typing import Annotated
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from app.api import JobIdPath, QueueName, _problems
+from app.models import Job, Status
+from app.models_ops import (
+    CancelRequest,
+    JobPage,
+    QueueList,
+    QueueState,
+    QueueStats,
+    RedriveRequest,
+    RedriveResult,
+)
+from app.responses import json_response
+from app.service_ops import OpsService
+
+
+def ops(request: Request) -> OpsService:
+    svc: OpsService = request.app.state.ops
+    return svc
+
+
+def add_operator_routes(api: FastAPI) -> None:
+    @api.get(
+        "/queues",
+        operation_id="listQueues",
+        summary="Every queue with its counts",
+        tags=["operators"],
+        response_model=QueueList,
+        responses=_problems(503),
+    )
+    async def list_queues(request: Request) -> Response:
+        return json_response({"queues": await ops(request).queues()})
+
+    @api.get(
+        "/queues/{queue}/stats",
+        operation_id="getQueueStats",
+        summary="Health of one queue",
+        tags=["operators"],
+        response_model=QueueStats,
+        responses=_problems(422, 503),
+    )
+    async def queue_stats(
+        queue: QueueName,
+        request: Request,
+        window_seconds: Annotated[
+            int | None, Query(ge=60, le=3600, description="Window of the windowed figures (default 300).")
+        ] = None,
+    ) -> Response:
+        return json_response(await ops(request).stats(queue, window_seconds))
+
+    @api.get(
+        "/queues/{queue}/jobs",
+        operation_id="listJobs",
+        summary="Jobs of a queue, a page at a time",
+        description="Pending jobs are listed in claim order, running ones by lease expiry, finished ones "
+        "newest first, all statuses together by id (newest first). Pages follow a cursor, so they do not "
+        "shift when jobs are added.",
+        tags=["operators"],
+        response_model=JobPage,
+        responses=_problems(422, 503),
+    )
+    async def list_jobs(
+        queue: QueueName,
+        request: Request,
+        status: Annotated[Status | None, Query(description="Only jobs in this status.")] = None,
+        limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
+        cursor: Annotated[str | None, Query(max_length=1000, description="next_cursor of the previous page.")] = None,
+    ) -> Response:
+        page = await ops(request).list_jobs(queue, status.value if status else None, limit, cursor)
+        return json_response(page)
+
+    @api.post(
+        "/jobs/{job_id}/cancel",
+        operation_id="cancelJob",
+        summary="Cancel a pending or running job",
+        description="A pending job is cancelled at once. A running job is cancelled too; its worker learns "
+        "it from its next heartbeat (`cancel_requested`) and its complete or fail is refused with "
+        "`job-cancelled`. A finished job cannot be cancelled (409 invalid-state).",
+        tags=["operators"],
+        response_model=Job,
+        responses=_problems(400, 404, 409, 413, 415, 422, 503),
+    )
+    async def cancel_job(job_id: JobIdPath, request: Request, body: CancelRequest | None = None) -> Response:
+        return json_response(await ops(request).cancel(job_id, body.reason if body else None))
+
+    @api.post(
+        "/jobs/{job_id}/retry",
+        operation_id="retryJob",
+        summary="Run a failed or cancelled job again",
+        description="Back to pending with its attempts reset; 409 invalid-state for other statuses.",
+        tags=["operators"],
+        response_model=Job,
+        responses=_problems(404, 409, 422, 503),
+    )
+    async def retry_job(job_id: JobIdPath, request: Request) -> Response:
+        return json_response(await ops(request).retry(job_id))
+
+    @api.post(
+        "/queues/{queue}/redrive",
+        operation_id="redriveQueue",
+        summary="Send a queue's failed jobs back to pending",
+        tags=["operators"],
+        response_model=RedriveResult,
+        responses=_problems(400, 413, 415, 422, 503),
+    )
+    async def redrive_queue(queue: QueueName, request: Request, body: RedriveRequest | None = None) -> Response:
+        body = body or RedriveRequest()
+        result = await ops(request).redrive(queue, body.error_contains, body.dry_run, body.limit)
+        return json_response(result)
+
+    @api.post(
+        "/queues/{queue}/pause",
+        operation_id="pauseQueue",
+        summary="Pause a queue: it accepts jobs, claims return empty",
+        tags=["operators"],
+        response_model=QueueState,
+        responses=_problems(422, 503),
+    )
+    async def pause_queue(queue: QueueName, request: Request) -> Response:
+        return json_response(await ops(request).set_paused(queue, True))
+
+    @api.post(
+        "/queues/{queue}/resume",
+        operation_id="resumeQueue",
+        summary="Resume a paused queue",
+        tags=["operators"],
+        response_model=QueueState,
+        responses=_problems(422, 503),
+    )
+    async def resume_queue(queue: QueueName, request: Request) -> Response:
+        return json_response(await ops(request).set_paused(queue, False))
+
+    @api.get(
+        "/metrics",
+        operation_id="metrics",
+        summary="Prometheus metrics",
+        tags=["health"],
+        response_class=Response,
+        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}},
+    )
+    async def metrics(request: Request) -> Response:
+        registry = request.app.state.metrics.exposition_registry()
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

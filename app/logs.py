@@ -1,0 +1,157 @@
+"""Structured logs: one JSON line per request and per lifecycle event, and the ASGI layer that times,
+counts and logs every request under a request id.
+
+Never logged: payloads, results, claim tokens, API keys, request bodies. A request line holds the
+request id, method, route template (not the raw path), status and duration; lifecycle lines hold what
+their message says. Access lines bypass the `logging` module's per-record machinery (about 10 µs a
+line) and are written in batches: at thousands of requests a second that is a few percent of CPU."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import secrets
+import sys
+import time
+from datetime import UTC, datetime
+from typing import IO, Any
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.metrics import Metrics
+
+REQUEST_ID_HEADER = b"x-request-id"
+_SAFE_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        doc.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        if record.exc_info:
+            doc["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(doc, default=str).decode()
+
+
+def dict_config(level: str = "info") -> dict[str, Any]:
+    """logging.config.dictConfig for `jobq serve`: JSON lines on stdout for jobq's loggers and uvicorn's.
+    Given to uvicorn as log_config, so that every worker process applies it too."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "app.logs.JsonFormatter"}},
+        "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
+        "root": {"handlers": ["stdout"], "level": level.upper()},
+        "loggers": {
+            "uvicorn": {"handlers": [], "propagate": True},
+            "uvicorn.error": {"handlers": [], "propagate": True},
+            # jobq writes its own request lines (Observability below)
+            "uvicorn.access": {"handlers": [], "propagate": False, "level": "CRITICAL"},
+        },
+    }
+
+
+class AccessLog:
+    """Request lines, buffered and written at most every `interval` seconds (or every 64 KiB)."""
+
+    def __init__(self, enabled: bool, stream: IO[bytes] | None = None, interval: float = 0.2) -> None:
+        self.enabled = enabled
+        self.stream = stream
+        self.interval = interval
+        self._buffer: list[bytes] = []
+        self._size = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def write(self, doc: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        line = orjson.dumps(doc) + b"\n"
+        self._buffer.append(line)
+        self._size += len(line)
+        if self._size > 65536:
+            self.flush()
+        elif self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._later())
+
+    async def _later(self) -> None:
+        await asyncio.sleep(self.interval)
+        self.flush()
+
+    def flush(self) -> None:
+        if not self._buffer:
+            return
+        data, self._buffer, self._size = b"".join(self._buffer), [], 0
+        stream = self.stream or sys.stdout.buffer
+        try:
+            stream.write(data)
+            stream.flush()
+        except (OSError, ValueError):  # a closed stdout must not take requests down
+            pass
+
+
+class Observability:
+    """Outermost ASGI layer: request id (accepted from X-Request-ID when sane, else generated; always
+    returned), duration, the request metric and the access line. Works for both HTTP paths."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, access: AccessLog) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.access = access
+        self.pid = os.getpid()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        request_id = b""
+        for name, value in scope["headers"]:
+            if name == REQUEST_ID_HEADER:
+                request_id = value if _SAFE_ID.match(value) else b""
+                break
+        if not request_id:
+            request_id = secrets.token_hex(8).encode()
+        scope.setdefault("state", {})["request_id"] = request_id.decode()
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                message["headers"] = [*message.get("headers", []), (REQUEST_ID_HEADER, request_id)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            duration = time.perf_counter() - start
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            method = scope["method"]
+            self.metrics.http_requests.labels(template, method, str(status)).observe(duration)
+            self.access.write(
+                {
+                    "ts": _now(),
+                    "level": "info",
+                    "logger": "jobq.access",
+                    "request_id": request_id.decode(),
+                    "method": method,
+                    "route": template,
+                    "status": status,
+                    "duration_ms": round(duration * 1000, 3),
+                    "pid": self.pid,
+                }
+            )

@@ -1,0 +1,95 @@
+"""Request and response bodies of the operator endpoints: statistics, listings, admin actions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field, StrictBool, StrictInt
+
+from app.models import Body, Job
+
+
+class QueueCounts(BaseModel):
+    ready: int = Field(description="Pending jobs that are due: what a claim would get now.")
+    scheduled: int = Field(description="Pending jobs whose run_at is in the future (delayed or backing off).")
+    pending: int = Field(description="ready + scheduled.")
+    running: int = Field(description="Jobs held by a claim.")
+    completed: int = Field(description="Completed jobs still kept (see retention).")
+    failed: int = Field(description="Failed jobs (the dead-letter set) still kept.")
+    cancelled: int = Field(description="Cancelled jobs still kept.")
+
+
+class DurationStats(BaseModel):
+    count: int = Field(description="Completions measured in the window.")
+    p50_ms: float | None = Field(description="Median claim-to-completion time (histogram estimate, see README).")
+    p95_ms: float | None = Field(description="95th percentile claim-to-completion time (histogram estimate).")
+    max_ms: float | None = Field(description="Longest claim-to-completion time (exact).")
+
+
+class WindowStats(BaseModel):
+    seconds: int = Field(description="Length of the window these figures cover, ending now.")
+    enqueued: int = Field(description="Jobs enqueued.")
+    claimed: int = Field(description="Jobs handed to workers.")
+    completed: int = Field(description="Jobs completed.")
+    completions_per_minute: float = Field(description="completed / window minutes.")
+    retries: int = Field(description="Failed attempts sent back to pending for another try.")
+    failures: int = Field(description="Jobs that failed for good (terminal), by a worker or the sweeper.")
+    lease_expired: int = Field(description="Claims whose lease lapsed and that the sweeper recovered.")
+    cancelled: int = Field(description="Jobs cancelled by an operator.")
+    empty_claims_with_ready_jobs: int = Field(
+        description="Claim requests answered empty while ready jobs existed (all locked by other claims, "
+        "or the queue paused): a sign of contention or of a paused queue."
+    )
+    duration: DurationStats = Field(description="Claim-to-completion times of the jobs completed in the window.")
+
+
+class QueueStats(BaseModel):
+    queue: str
+    paused: bool = Field(description="A paused queue accepts jobs but every claim returns empty.")
+    counts: QueueCounts
+    oldest_ready_age_seconds: float | None = Field(
+        description="How long the oldest ready job has been due; null when none is ready."
+    )
+    jobs_on_last_attempt: int = Field(description="Pending or running jobs with no attempt left after this one.")
+    jobs_one_attempt_left: int = Field(description="Pending or running jobs one attempt short of max_attempts.")
+    window: WindowStats
+    as_of: datetime = Field(description="Database time of the figures.")
+
+
+class QueueSummary(BaseModel):
+    queue: str
+    paused: bool
+    counts: QueueCounts
+    oldest_ready_age_seconds: float | None
+
+
+class QueueList(BaseModel):
+    queues: list[QueueSummary]
+
+
+class JobPage(BaseModel):
+    jobs: list[Job]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
+class CancelRequest(Body):
+    reason: str | None = Field(None, max_length=1000, description="Kept as the job's last_error.")
+
+
+class RedriveRequest(Body):
+    error_contains: str | None = Field(
+        None, min_length=1, max_length=1000, description="Only failed jobs whose last_error contains this text."
+    )
+    dry_run: StrictBool = Field(False, description="Only count what would be redriven.")
+    limit: StrictInt | None = Field(None, ge=1, le=1_000_000, description="Redrive at most this many (oldest first).")
+
+
+class RedriveResult(BaseModel):
+    queue: str
+    dry_run: bool
+    jobs: int = Field(description="Jobs moved back to pending (or that would be, with dry_run).")
+
+
+class QueueState(BaseModel):
+    queue: str
+    paused: bool

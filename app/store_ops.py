@@ -1,0 +1,348 @@
+"""SQL for operators: queue statistics, listings, admin actions, retention. Like app/store.py, every
+statement is one autocommit transaction, guarded by the job's status so that it cannot race a worker
+into an impossible state, and keeps queue_counts exact in the same statement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from app.store import JOB_COLUMNS, Row, as_json, count_finished
+
+# --- statistics -------------------------------------------------------------------------------------------
+
+STATS_ADD = """
+-- Add one process's per-minute counts; concurrent flushes from replicas add up.
+INSERT INTO queue_stats AS s (queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired,
+                              cancelled, empty_claims, duration_max_ms, durations_ms)
+SELECT queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired, cancelled,
+       empty_claims, duration_max_ms, durations_ms
+FROM json_to_recordset(%(rows)s::json) AS t(queue_name text, minute timestamptz, enqueued bigint, claimed bigint,
+     completed bigint, failed bigint, retried bigint, lease_expired bigint, cancelled bigint, empty_claims bigint,
+     duration_max_ms float8, durations_ms bigint[])
+ON CONFLICT (queue_name, minute) DO UPDATE SET
+  enqueued = s.enqueued + EXCLUDED.enqueued,
+  claimed = s.claimed + EXCLUDED.claimed,
+  completed = s.completed + EXCLUDED.completed,
+  failed = s.failed + EXCLUDED.failed,
+  retried = s.retried + EXCLUDED.retried,
+  lease_expired = s.lease_expired + EXCLUDED.lease_expired,
+  cancelled = s.cancelled + EXCLUDED.cancelled,
+  empty_claims = s.empty_claims + EXCLUDED.empty_claims,
+  duration_max_ms = greatest(s.duration_max_ms, EXCLUDED.duration_max_ms),
+  durations_ms = (SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
+                  FROM unnest(s.durations_ms, EXCLUDED.durations_ms) WITH ORDINALITY AS x(a, b, i))
+"""
+
+
+async def stats_add(conn: psycopg.AsyncConnection[Any], rows: list[dict[str, Any]]) -> None:
+    await conn.execute(STATS_ADD, {"rows": as_json(rows)})
+
+
+QUEUE_STATS = """
+WITH pending AS (
+  -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
+  SELECT count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now()) AS scheduled,
+         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
+  FROM jobs WHERE queue_name = %(queue)s AND status = 'pending'
+), running AS (
+  SELECT count(*) AS running FROM jobs WHERE queue_name = %(queue)s AND status = 'running'
+), finished AS (
+  -- Kept exact by the statements that finish jobs (see store.count_finished): no scan of history.
+  SELECT coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
+         coalesce(sum(n) FILTER (WHERE status = 'failed'), 0) AS failed,
+         coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0) AS cancelled
+  FROM queue_counts WHERE queue_name = %(queue)s
+), last_attempts AS (
+  -- jobs_last_attempts_idx holds exactly these rows.
+  SELECT count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
+         count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left
+  FROM jobs
+  WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
+), window_ AS (
+  SELECT coalesce(sum(enqueued), 0) AS enqueued, coalesce(sum(claimed), 0) AS claimed,
+         coalesce(sum(completed), 0) AS completed, coalesce(sum(failed), 0) AS failed,
+         coalesce(sum(retried), 0) AS retried, coalesce(sum(lease_expired), 0) AS lease_expired,
+         coalesce(sum(cancelled), 0) AS cancelled, coalesce(sum(empty_claims), 0) AS empty_claims,
+         max(duration_max_ms) AS duration_max_ms,
+         (SELECT array_agg(total ORDER BY i) FROM (
+            SELECT i, sum(v)::bigint AS total FROM queue_stats q2, unnest(q2.durations_ms) WITH ORDINALITY AS u(v, i)
+            WHERE q2.queue_name = %(queue)s AND q2.minute > now() - make_interval(secs => %(window)s)
+            GROUP BY i) h) AS durations_ms
+  FROM queue_stats
+  WHERE queue_name = %(queue)s AND minute > now() - make_interval(secs => %(window)s)
+)
+SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready), r.running,
+       f.completed, f.failed, f.cancelled, l.on_last, l.one_left,
+       w.enqueued, w.claimed, w.completed, w.failed, w.retried, w.lease_expired, w.cancelled, w.empty_claims,
+       w.duration_max_ms, w.durations_ms,
+       coalesce((SELECT paused FROM queue_state WHERE queue_name = %(queue)s), false),
+       now()
+FROM pending p, running r, finished f, last_attempts l, window_ w
+"""
+
+
+async def queue_stats(conn: psycopg.AsyncConnection[Any], queue: str, window_seconds: int) -> Row:
+    cur = await conn.execute(QUEUE_STATS, {"queue": queue, "window": window_seconds})
+    row: Row | None = await cur.fetchone()
+    assert row is not None
+    return row
+
+
+QUEUES_LIST = """
+WITH pending AS (
+  SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now()) AS scheduled,
+         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
+  FROM jobs WHERE status = 'pending' GROUP BY queue_name
+), running AS (
+  SELECT queue_name, count(*) AS running FROM jobs WHERE status = 'running' GROUP BY queue_name
+), finished AS (
+  SELECT queue_name, sum(n) FILTER (WHERE status = 'completed') AS completed,
+         sum(n) FILTER (WHERE status = 'failed') AS failed,
+         sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
+  FROM queue_counts GROUP BY queue_name
+), names AS (
+  SELECT queue_name FROM pending UNION SELECT queue_name FROM running
+  UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM queue_state
+)
+SELECT n.queue_name, coalesce(p.ready, 0), coalesce(p.scheduled, 0), coalesce(r.running, 0),
+       coalesce(f.completed, 0), coalesce(f.failed, 0), coalesce(f.cancelled, 0),
+       extract(epoch FROM now() - p.oldest_ready), coalesce(s.paused, false)
+FROM names n
+LEFT JOIN pending p USING (queue_name)
+LEFT JOIN running r USING (queue_name)
+LEFT JOIN finished f USING (queue_name)
+LEFT JOIN queue_state s USING (queue_name)
+ORDER BY n.queue_name
+"""
+
+
+async def queues_list(conn: psycopg.AsyncConnection[Any]) -> list[Row]:
+    cur = await conn.execute(QUEUES_LIST)
+    return await cur.fetchall()
+
+
+# --- listing (keyset pagination: a cursor, never an offset) ------------------------------------------------
+
+# Each status is listed in the order its own index keeps, so every page is an index range scan and a
+# page never shifts when jobs are inserted or change state elsewhere in the list.
+JOBS_LIST_PENDING = f"""
+SELECT {JOB_COLUMNS}, j.priority, j.run_at, j.id FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = 'pending'
+  AND (%(after)s::boolean IS NOT TRUE
+       OR j.priority < %(k1)s::int
+       OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint)))
+ORDER BY j.priority DESC, j.run_at, j.id
+LIMIT %(limit)s
+"""
+
+JOBS_LIST_RUNNING = f"""
+SELECT {JOB_COLUMNS}, j.lease_expires_at, j.id FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = 'running'
+  AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint))
+ORDER BY j.lease_expires_at, j.id
+LIMIT %(limit)s
+"""
+
+JOBS_LIST_FINISHED = f"""
+SELECT {JOB_COLUMNS}, j.finished_at, j.id FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT %(limit)s
+"""
+
+JOBS_LIST_ANY = f"""
+SELECT {JOB_COLUMNS}, j.id FROM jobs j
+WHERE j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)
+ORDER BY j.id DESC
+LIMIT %(limit)s
+"""
+
+
+def list_statement(status: str | None) -> tuple[str, int]:
+    """The listing SQL for a status filter, and how many sort-key columns end each row."""
+    if status == "pending":
+        return JOBS_LIST_PENDING, 3
+    if status == "running":
+        return JOBS_LIST_RUNNING, 2
+    if status in ("completed", "failed", "cancelled"):
+        return JOBS_LIST_FINISHED, 2
+    return JOBS_LIST_ANY, 1
+
+
+async def jobs_list(
+    conn: psycopg.AsyncConnection[Any], queue: str, status: str | None, limit: int, after: Sequence[Any] | None
+) -> tuple[list[Row], list[Any] | None]:
+    """One page; returns the rows and the sort key of the last one (None on the last page)."""
+    statement, width = list_statement(status)
+    keys = list(after or [None] * width)
+    params = {"queue": queue, "status": status, "limit": limit + 1, "after": after is not None}
+    params.update({f"k{i + 1}": v for i, v in enumerate(keys)})
+    cur = await conn.execute(statement, params)
+    rows = await cur.fetchall()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    last = list(rows[-1][-width:]) if more and rows else None
+    return [r[:-width] for r in rows], last
+
+
+# --- admin actions ----------------------------------------------------------------------------------------
+
+JOB_CANCEL = f"""
+WITH target AS (
+  SELECT id, status AS before FROM jobs WHERE id = %(id)s AND status IN ('pending', 'running') FOR UPDATE
+), cancelled AS (
+  -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
+  -- learns of it (cancel_requested) and its complete or fail is refused with job-cancelled.
+  UPDATE jobs AS j
+  SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
+      last_error = coalesce(%(reason)s, j.last_error)
+  FROM target t WHERE j.id = t.id
+  RETURNING {JOB_COLUMNS}, t.before
+), counted AS ({count_finished("cancelled")}
+)
+SELECT true, * FROM cancelled
+UNION ALL
+SELECT false, {JOB_COLUMNS}, NULL FROM jobs j WHERE j.id = %(id)s AND NOT EXISTS (SELECT FROM cancelled)
+"""
+
+
+async def job_cancel(conn: psycopg.AsyncConnection[Any], job_id: int, reason: str | None) -> tuple[bool, Row] | None:
+    """(changed, row); None when there is no such job. Only pending and running jobs change."""
+    cur = await conn.execute(JOB_CANCEL, {"id": job_id, "reason": reason})
+    row = await cur.fetchone()
+    return None if row is None else (bool(row[0]), row[1:-1])
+
+
+JOB_RETRY = f"""
+WITH target AS (
+  SELECT id, queue_name, status FROM jobs WHERE id = %(id)s AND status IN ('failed', 'cancelled') FOR UPDATE
+), retried AS (
+  -- Back to pending with a fresh set of attempts; result and token of the old run are dropped.
+  UPDATE jobs AS j
+  SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
+      lease_expires_at = NULL, result = NULL
+  FROM target t WHERE j.id = t.id
+  RETURNING {JOB_COLUMNS}
+), counted AS ({count_finished("target", "status", "-1")}
+)
+SELECT true, * FROM retried
+UNION ALL
+SELECT false, {JOB_COLUMNS} FROM jobs j WHERE j.id = %(id)s AND NOT EXISTS (SELECT FROM retried)
+"""
+
+
+async def job_retry(conn: psycopg.AsyncConnection[Any], job_id: int) -> tuple[bool, Row] | None:
+    cur = await conn.execute(JOB_RETRY, {"id": job_id})
+    row = await cur.fetchone()
+    return None if row is None else (bool(row[0]), row[1:])
+
+
+REDRIVE_COUNT = """
+SELECT count(*) FROM jobs
+WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
+  AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
+"""
+
+REDRIVE_BATCH = f"""
+WITH target AS (
+  -- Failed jobs of one queue, oldest first, a batch at a time; SKIP LOCKED lets a concurrent redrive
+  -- or retry proceed without waiting.
+  SELECT id, queue_name, status FROM jobs
+  WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
+    AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
+  ORDER BY finished_at, id
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), redriven AS (
+  UPDATE jobs AS j
+  SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
+      lease_expires_at = NULL
+  FROM target t WHERE j.id = t.id
+  RETURNING j.id
+), counted AS ({count_finished("target", "status", "-1")}
+)
+SELECT count(*) FROM redriven
+"""
+
+
+async def jobs_redrive(
+    conn: psycopg.AsyncConnection[Any], queue: str, contains: str | None, dry_run: bool, batch: int, limit: int | None
+) -> int:
+    """Failed jobs back to pending (or only counted, dry_run), in batches so that no transaction grows
+    with the size of the dead-letter set."""
+    params: dict[str, Any] = {"queue": queue, "contains": contains}
+    if dry_run:
+        cur = await conn.execute(REDRIVE_COUNT, params)
+        found = await cur.fetchone()
+        total = int(found[0]) if found else 0
+        return min(total, limit) if limit is not None else total
+    moved = 0
+    while limit is None or moved < limit:
+        size = batch if limit is None else min(batch, limit - moved)
+        cur = await conn.execute(REDRIVE_BATCH, {**params, "batch": size})
+        row = await cur.fetchone()
+        n = int(row[0]) if row else 0
+        moved += n
+        if n < size:
+            break
+    return moved
+
+
+QUEUE_SET_PAUSED = """
+INSERT INTO queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
+ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
+RETURNING paused
+"""
+
+
+async def queue_set_paused(conn: psycopg.AsyncConnection[Any], queue: str, paused: bool) -> None:
+    await conn.execute(QUEUE_SET_PAUSED, {"queue": queue, "paused": paused})
+
+
+# --- retention ----------------------------------------------------------------------------------------------
+
+FINISHED_QUEUES = "SELECT queue_name FROM queue_counts GROUP BY queue_name HAVING sum(n) > 0"
+
+JOBS_DELETE_FINISHED = f"""
+WITH doomed AS (
+  -- Oldest finished jobs of one queue and status past the retention age, via jobs_finished_idx.
+  SELECT id FROM jobs
+  WHERE queue_name = %(queue)s AND status = %(status)s AND finished_at IS NOT NULL
+    AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s)
+  ORDER BY finished_at
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), deleted AS (
+  DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name, j.status
+), counted AS ({count_finished("deleted", "status", "-1")}
+)
+SELECT count(*) FROM deleted
+"""
+
+STATS_DELETE_OLD = "DELETE FROM queue_stats WHERE minute < now() - make_interval(secs => %(age)s)"
+
+
+async def finished_queues(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    cur = await conn.execute(FINISHED_QUEUES)
+    return [r[0] for r in await cur.fetchall()]
+
+
+async def jobs_delete_finished(
+    conn: psycopg.AsyncConnection[Any], queue: str, status: str, age_seconds: float, batch: int, now: datetime | None
+) -> int:
+    cur = await conn.execute(
+        JOBS_DELETE_FINISHED, {"queue": queue, "status": status, "age": age_seconds, "batch": batch, "now": now}
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def stats_delete_old(conn: psycopg.AsyncConnection[Any], age_seconds: float) -> None:
+    await conn.execute(STATS_DELETE_OLD, {"age": age_seconds})

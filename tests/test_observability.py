@@ -1,0 +1,180 @@
+"""What operators see: Prometheus metrics, request logs with request ids, and no secrets in any log."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.support import LiveServer
+from tests.test_claim import wait_until
+
+
+def metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of one sample in Prometheus text format."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = ",".join(sorted(filter(None, (m.group(2) or "").split(","))))
+        if got == want:
+            return float(m.group(3))
+    return None
+
+
+def test_metrics_count_job_events_and_requests(server: LiveServer) -> None:
+    for i in range(3):
+        server.enqueue(payload=i)
+    a, b = server.claim(limit=2)
+    server.client.post(f"/jobs/{a['id']}/complete", json={"claim_token": a["claim_token"]})
+    server.client.post(f"/jobs/{b['id']}/fail", json={"claim_token": b["claim_token"], "error": "e", "retry": False})
+    server.client.get(f"/jobs/{a['id']}")
+
+    def get_count() -> float | None:  # a request is counted just after its response is sent
+        text = server.client.get("/metrics").text
+        return metric(
+            text, "jobq_http_request_duration_seconds_count", route="/jobs/{job_id}", method="GET", status="200"
+        )
+
+    wait_until(lambda: get_count() == 1, what="the GET to be counted")
+    r = server.client.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert metric(text, "jobq_jobs_enqueued_total", queue="q") == 3
+    assert metric(text, "jobq_jobs_claimed_total", queue="q") == 2
+    assert metric(text, "jobq_jobs_completed_total", queue="q") == 1
+    assert metric(text, "jobq_jobs_failed_total", queue="q") == 1
+    assert metric(text, "jobq_job_duration_seconds_count", queue="q") == 1
+    # requests are labelled by route template, on the lean path and on FastAPI's alike
+    enq = metric(
+        text, "jobq_http_request_duration_seconds_count", route="/queues/{queue}/jobs", method="POST", status="201"
+    )  # noqa: E501
+    assert enq == 3
+    get = metric(text, "jobq_http_request_duration_seconds_count", route="/jobs/{job_id}", method="GET", status="200")
+    assert get == 1
+    assert "/jobs/" + str(a["id"]) not in text  # never a raw path as a label
+
+
+def test_gauges_for_waiters_pool_and_depth(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(gauges_interval_seconds=1)
+    server.enqueue(queue="deep", payload=1)
+    server.enqueue(queue="deep", payload=2)
+    t = threading.Thread(target=lambda: server.claim(queue="idle", wait_seconds=5))
+    t.start()
+    wait_until(lambda: server.state.broker.parked == 1)
+
+    def scraped() -> str:
+        return server.client.get("/metrics").text
+
+    wait_until(lambda: metric(scraped(), "jobq_waiting_claims") == 1, what="the waiting gauge")
+    wait_until(lambda: metric(scraped(), "jobq_queue_ready_jobs", queue="deep") == 2, what="the depth gauge")
+    text = scraped()
+    assert metric(text, "jobq_pool_connections") is not None
+    assert metric(text, "jobq_queue_oldest_ready_age_seconds", queue="deep") is not None
+    t.join()
+
+
+def test_sweeper_metrics(server: LiveServer) -> None:
+    from datetime import UTC, datetime
+
+    server.enqueue(payload=1)
+    server.claim_one(lease_seconds=1)
+    server.run(lambda: server.state.sweeper.sweep_once(now=datetime(2100, 1, 1, tzinfo=UTC)))
+    text = server.client.get("/metrics").text
+    assert metric(text, "jobq_sweeper_runs_total") == 1
+    assert metric(text, "jobq_sweeper_rows_total", action="rescued") == 1
+    assert metric(text, "jobq_jobs_lease_expired_total", queue="q") == 1
+
+
+def access_lines(server: LiveServer, stream: io.BytesIO) -> list[dict[str, Any]]:
+    server.state.access_log.flush()
+    return [orjson.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_one_json_line_per_request_with_a_request_id(server: LiveServer) -> None:
+    stream = io.BytesIO()
+    server.state.access_log.stream = stream
+    r = server.client.post("/queues/q/jobs", json={"payload": 1}, headers={"x-request-id": "trace-42"})
+    assert r.headers["x-request-id"] == "trace-42"
+    generated = server.client.get("/jobs/424242").headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{16}", generated)
+    unsafe = server.client.get("/healthz", headers={"x-request-id": "a b\tc"}).headers["x-request-id"]
+    assert unsafe != "a b\tc"
+    # the line is written just after the response is sent
+    wait_until(lambda: len(access_lines(server, stream)) == 3, what="three access lines")
+    lines = access_lines(server, stream)
+    assert [(x["request_id"], x["method"], x["route"], x["status"]) for x in lines] == [
+        ("trace-42", "POST", "/queues/{queue}/jobs", 201),
+        (generated, "GET", "/jobs/{job_id}", 404),
+        (unsafe, "GET", "/healthz", 200),
+    ]
+    assert all(x["duration_ms"] >= 0 and x["logger"] == "jobq.access" for x in lines)
+
+
+def test_payloads_results_and_tokens_never_reach_the_logs(server: LiveServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    stream = io.BytesIO()
+    server.state.access_log.stream = stream
+    secret_payload = "PAYLOAD-d41d8cd98f"
+    secret_result = "RESULT-9e107d9d37"
+    server.enqueue(payload={"card": secret_payload})
+    c = server.claim_one()
+    server.client.post(f"/jobs/{c['id']}/heartbeat", json={"claim_token": c["claim_token"]})
+    server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"], "result": secret_result})
+    server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"] + "x"})  # a 409
+    server.client.post("/queues/q/jobs", content=b'{"payload": "' + secret_payload.encode() + b'", "x": 1}')  # a 422
+    logged = stream.getvalue().decode() + "\n".join(r.getMessage() + str(r.__dict__) for r in caplog.records)
+    for secret in (secret_payload, secret_result, c["claim_token"]):
+        assert secret not in logged
+
+
+@pytest.fixture
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_multiprocess_metrics_add_up(database_url: str, free_port: int) -> None:
+    """`jobq serve --workers 2`: /metrics, answered by either process, reports both processes' counts."""
+    env = {**os.environ, "JOBQ_DATABASE_URL": database_url, "JOBQ_MIGRATE_ON_START": "false"}
+    jobq = Path(sys.executable).parent / "jobq"
+    proc = subprocess.Popen(
+        [str(jobq), "serve", "--port", str(free_port), "--workers", "2", "--no-migrate", "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        base = f"http://127.0.0.1:{free_port}"
+        wait_until(lambda: _ready(base), timeout=60, what="the server starting")
+        for _ in range(40):  # new connections: the kernel spreads them over both processes
+            with httpx.Client(base_url=base) as c:
+                assert c.post("/queues/mp/jobs", json={"payload": 1}).status_code == 201
+        for _ in range(6):
+            with httpx.Client(base_url=base) as c:
+                assert metric(c.get("/metrics").text, "jobq_jobs_enqueued_total", queue="mp") == 40
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+def _ready(base: str) -> bool:
+    try:
+        return httpx.get(base + "/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        time.sleep(0.1)
+        return False

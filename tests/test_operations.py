@@ -1,0 +1,390 @@
+"""Operators: queue statistics, listings, admin actions, retention."""
+
+from __future__ import annotations
+
+import random
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests.support import LiveServer, problem
+from tests.test_claim import wait_until
+
+FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+def post(server: LiveServer, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+    return server.client.post(path, json=body if body is not None else {})
+
+
+def flush(server: LiveServer) -> None:
+    """Push this process's per-minute counts to the database now (normally once a second)."""
+    server.run(lambda: server.state.metrics.flush(server.state.db))
+
+
+def stats(server: LiveServer, queue: str = "q", **params: Any) -> dict[str, Any]:
+    r = server.client.get(f"/queues/{queue}/stats", params=params)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def true_counts(db: psycopg.Connection, queue: str = "q") -> dict[str, int]:
+    rows = db.execute("SELECT status, count(*) FROM jobs WHERE queue_name = %s GROUP BY status", (queue,))
+    return dict(rows.fetchall())
+
+
+def complete(server: LiveServer, claim: dict[str, Any], **body: Any) -> httpx.Response:
+    return post(server, f"/jobs/{claim['id']}/complete", {"claim_token": claim["claim_token"], **body})
+
+
+def fail(server: LiveServer, claim: dict[str, Any], **body: Any) -> httpx.Response:
+    return post(server, f"/jobs/{claim['id']}/fail", {"claim_token": claim["claim_token"], "error": "boom", **body})
+
+
+# --- statistics -------------------------------------------------------------------------------------------
+
+
+def test_stats_of_a_busy_queue(server: LiveServer, db: psycopg.Connection) -> None:
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(10)]})
+    server.enqueue(payload="later", delay_seconds=3600)
+    server.enqueue(payload="last", max_attempts=1)  # claimed below: on its last attempt while running
+    db.execute("UPDATE jobs SET run_at = now() - interval '90 seconds' WHERE payload = '0'")
+    claims = server.claim(limit=6)
+    for c in claims[:3]:
+        assert complete(server, c).status_code == 200
+    assert fail(server, claims[3], retry=False).status_code == 200  # terminal
+    assert fail(server, claims[4]).status_code == 200  # retried later
+    assert post(server, f"/jobs/{claims[5]['id']}/cancel").status_code == 200
+    flush(server)
+
+    s = stats(server)
+    counts = s["counts"]
+    truth = true_counts(db)
+    assert counts["completed"] == truth["completed"] == 3
+    assert counts["failed"] == truth["failed"] == 1
+    assert counts["cancelled"] == truth["cancelled"] == 1
+    assert counts["running"] == truth.get("running", 0)
+    assert counts["pending"] == truth["pending"] == counts["ready"] + counts["scheduled"]
+    assert counts["scheduled"] == 2  # the delayed job and the one backing off after its failure
+    assert s["oldest_ready_age_seconds"] is not None and s["oldest_ready_age_seconds"] >= 0
+    assert s["paused"] is False
+    w = s["window"]
+    assert (w["enqueued"], w["claimed"], w["completed"], w["failures"], w["retries"], w["cancelled"]) == (
+        12, 6, 3, 1, 1, 1,
+    )  # fmt: skip
+    assert w["completions_per_minute"] == pytest.approx(3 / 5)
+    assert w["duration"]["count"] == 3
+    assert 0 <= w["duration"]["p50_ms"] <= w["duration"]["p95_ms"] <= w["duration"]["max_ms"]
+
+
+def test_oldest_ready_age_follows_the_database_clock(server: LiveServer, db: psycopg.Connection) -> None:
+    job = server.enqueue(payload=1)
+    db.execute("UPDATE jobs SET run_at = now() - interval '1 hour' WHERE id = %s", (job["id"],))
+    age = stats(server)["oldest_ready_age_seconds"]
+    assert 3600 <= age < 3700
+
+
+def test_jobs_close_to_max_attempts(server: LiveServer, db: psycopg.Connection) -> None:
+    a = server.enqueue(payload="a", max_attempts=3)
+    server.enqueue(payload="b", max_attempts=3)
+    db.execute("UPDATE jobs SET attempts = 2 WHERE id = %s", (a["id"],))  # pending, one attempt left
+    s = stats(server)
+    assert (s["jobs_one_attempt_left"], s["jobs_on_last_attempt"]) == (1, 0)
+    c = server.claim_one()  # the job with attempts 2 (older) goes first and is now on its last attempt
+    assert c["id"] == a["id"] and c["attempts"] == 3
+    s = stats(server)
+    assert (s["jobs_one_attempt_left"], s["jobs_on_last_attempt"]) == (0, 1)
+
+
+def test_lease_expiries_and_empty_claims_are_counted(server: LiveServer) -> None:
+    server.enqueue(payload=1)
+    server.claim_one(lease_seconds=1)
+    server.run(lambda: server.state.sweeper.sweep_once(now=FUTURE))
+    assert post(server, "/queues/q/pause").json() == {"queue": "q", "paused": True}
+    assert server.claim() == []  # a ready job exists, but the queue is paused
+    flush(server)
+    w = stats(server)["window"]
+    assert w["lease_expired"] == 1
+    assert w["empty_claims_with_ready_jobs"] == 1
+
+
+def test_stats_agree_across_replicas(server_factory) -> None:  # type: ignore[no-untyped-def]
+    a: LiveServer = server_factory()
+    b: LiveServer = server_factory()
+    for i in range(6):
+        (a if i % 2 else b).enqueue(payload=i)
+    for server in (a, b, a):
+        c = server.claim_one()
+        assert complete(server, c).status_code == 200
+    flush(a)
+    flush(b)
+    sa, sb = stats(a), stats(b)
+    for s in (sa, sb):
+        s.pop("as_of")
+    # the oldest ready job ages between the two calls; everything else must be identical
+    assert sa.pop("oldest_ready_age_seconds") == pytest.approx(sb.pop("oldest_ready_age_seconds"), abs=5)
+    assert sa == sb
+    assert sa["window"]["enqueued"] == 6 and sa["window"]["completed"] == 3
+
+
+def test_stats_window_parameter(server: LiveServer) -> None:
+    assert stats(server, window_seconds=60)["window"]["seconds"] == 60
+    problem(server.client.get("/queues/q/stats", params={"window_seconds": 59}), 422, "validation-error")
+    problem(server.client.get("/queues/q/stats", params={"window_seconds": 3601}), 422, "validation-error")
+    problem(server.client.get("/queues/bad name/stats"), 422, "validation-error")
+
+
+def test_list_queues(server: LiveServer, db: psycopg.Connection) -> None:
+    server.enqueue(queue="a", payload=1)
+    server.enqueue(queue="b", payload=1, delay_seconds=60)
+    c = server.claim_one(queue="a")
+    assert complete(server, c).status_code == 200
+    post(server, "/queues/c/pause")
+    queues = {q["queue"]: q for q in server.client.get("/queues").json()["queues"]}
+    assert set(queues) == {"a", "b", "c"}
+    assert queues["a"]["counts"]["completed"] == 1
+    assert queues["b"]["counts"]["scheduled"] == 1 and queues["b"]["oldest_ready_age_seconds"] is None
+    assert queues["c"]["paused"] is True
+
+
+# --- listing -------------------------------------------------------------------------------------------------
+
+
+def pages(server: LiveServer, queue: str = "q", **params: Any) -> list[list[dict[str, Any]]]:
+    out, cursor = [], None
+    while True:
+        query = {**params, **({"cursor": cursor} if cursor else {})}
+        r = server.client.get(f"/queues/{queue}/jobs", params=query)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        out.append(body["jobs"])
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return out
+
+
+def test_listing_follows_a_cursor_and_ignores_concurrent_inserts(server: LiveServer) -> None:
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i, "priority": i % 3} for i in range(23)]})
+    expected = [j["id"] for j in server.client.get("/queues/q/jobs?status=pending&limit=500").json()["jobs"]]
+    seen: list[int] = []
+    cursor = None
+    while True:
+        r = server.client.get(
+            "/queues/q/jobs", params={"status": "pending", "limit": 5, **({"cursor": cursor} if cursor else {})}
+        )
+        body = r.json()
+        seen += [j["id"] for j in body["jobs"]]
+        server.enqueue(payload="inserted meanwhile", priority=1)  # lands between pages in claim order
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert len(seen) == len(set(seen))
+    assert [i for i in seen if i in set(expected)] == expected  # nothing skipped or repeated
+
+
+def test_listing_orders(server: LiveServer, db: psycopg.Connection) -> None:
+    ids = [server.enqueue(payload=i, priority=p)["id"] for i, p in enumerate([0, 5, 0, 5])]
+    pending = [j["id"] for page in pages(server, status="pending", limit=3) for j in page]
+    assert pending == [ids[1], ids[3], ids[0], ids[2]]  # claim order: priority, then age
+    c1, c2 = server.claim(limit=2)
+    assert complete(server, c1).status_code == 200
+    assert complete(server, c2).status_code == 200
+    completed = [j["id"] for page in pages(server, status="completed", limit=1) for j in page]
+    assert completed == [c2["id"], c1["id"]]  # newest first
+    every = [j["id"] for page in pages(server, limit=2) for j in page]
+    assert every == sorted(ids, reverse=True)
+    running = server.claim_one()
+    assert [j["id"] for page in pages(server, status="running") for j in page] == [running["id"]]
+    assert all("claim_token" not in j for page in pages(server) for j in page)
+
+
+def test_listing_rejects_bad_cursors_and_params(server: LiveServer) -> None:
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(3)]})
+    cursor = server.client.get("/queues/q/jobs", params={"status": "pending", "limit": 1}).json()["next_cursor"]
+    assert cursor
+    for params in (
+        {"cursor": "not-a-cursor"},
+        {"cursor": cursor, "status": "completed"},  # a cursor of another listing
+        {"status": "sleeping"},
+        {"limit": 0},
+        {"limit": 501},
+    ):
+        problem(server.client.get("/queues/q/jobs", params=params), 422, "validation-error")
+
+
+# --- admin actions --------------------------------------------------------------------------------------------
+
+
+def test_cancel_a_pending_job(server: LiveServer) -> None:
+    job = server.enqueue(payload=1)
+    r = post(server, f"/jobs/{job['id']}/cancel", {"reason": "not needed any more"})
+    assert r.status_code == 200
+    assert (r.json()["status"], r.json()["last_error"]) == ("cancelled", "not needed any more")
+    assert server.claim() == []
+    problem(post(server, f"/jobs/{job['id']}/cancel"), 409, "invalid-state")
+    problem(post(server, "/jobs/999999/cancel"), 404, "job-not-found")
+
+
+def test_cancel_a_running_job_cooperatively(server: LiveServer) -> None:
+    job = server.enqueue(payload=1)
+    c = server.claim_one()
+    assert post(server, f"/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
+    beat = post(server, f"/jobs/{job['id']}/heartbeat", {"claim_token": c["claim_token"]})
+    assert beat.status_code == 200
+    assert beat.json() == {"id": job["id"], "lease_expires_at": None, "cancel_requested": True}
+    problem(complete(server, c), 409, "job-cancelled")
+    problem(fail(server, c), 409, "job-cancelled")
+    r = post(server, "/jobs/complete", {"jobs": [{"id": job["id"], "claim_token": c["claim_token"]}]})
+    assert r.json()["results"] == [{"id": job["id"], "outcome": "cancelled", "status": "cancelled"}]
+    # another token learns nothing about the cancel: its claim is simply lost
+    problem(post(server, f"/jobs/{job['id']}/heartbeat", {"claim_token": "other"}), 409, "claim-lost")
+    assert server.job(job["id"])["status"] == "cancelled"
+
+
+def test_heartbeat_of_a_live_claim_says_not_cancelled(server: LiveServer) -> None:
+    server.enqueue(payload=1)
+    c = server.claim_one()
+    body = post(server, f"/jobs/{c['id']}/heartbeat", {"claim_token": c["claim_token"]}).json()
+    assert body["cancel_requested"] is False and body["lease_expires_at"] is not None
+
+
+def test_cancel_races_complete_cleanly(server: LiveServer, db: psycopg.Connection) -> None:
+    """Cancel and complete at the same moment: exactly one wins, the other gets a clear 409."""
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(30)]})
+    claims = server.claim(limit=30)
+    outcomes: list[tuple[int, int]] = []
+
+    def race(c: dict[str, Any]) -> None:
+        with httpx.Client(base_url=server.url) as a, httpx.Client(base_url=server.url) as b:
+            results: dict[str, int] = {}
+            t = threading.Thread(
+                target=lambda: results.update(cancel=a.post(f"/jobs/{c['id']}/cancel", json={}).status_code)
+            )
+            t.start()
+            results["complete"] = b.post(
+                f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"]}
+            ).status_code
+            t.join()
+            outcomes.append((results["cancel"], results["complete"]))
+
+    threads = [threading.Thread(target=race, args=(c,)) for c in claims]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(o in ((200, 409), (409, 200)) for o in outcomes), outcomes
+    truth = true_counts(db)
+    assert truth.get("completed", 0) + truth.get("cancelled", 0) == 30
+    s = stats(server)["counts"]
+    assert (s["completed"], s["cancelled"]) == (truth.get("completed", 0), truth.get("cancelled", 0))
+
+
+def test_retry_a_failed_or_cancelled_job(server: LiveServer) -> None:
+    job = server.enqueue(payload=1, max_attempts=1)
+    c = server.claim_one()
+    assert fail(server, c).json()["status"] == "failed"
+    r = post(server, f"/jobs/{job['id']}/retry")
+    assert r.status_code == 200
+    assert (r.json()["status"], r.json()["attempts"]) == ("pending", 0)
+    again = server.claim_one()
+    assert again["id"] == job["id"] and again["attempts"] == 1
+    problem(post(server, f"/jobs/{job['id']}/retry"), 409, "invalid-state")  # running now
+    assert complete(server, again).status_code == 200
+    problem(post(server, f"/jobs/{job['id']}/retry"), 409, "invalid-state")  # completed
+    other = server.enqueue(payload=2)
+    post(server, f"/jobs/{other['id']}/cancel")
+    assert post(server, f"/jobs/{other['id']}/retry").json()["status"] == "pending"
+    problem(post(server, "/jobs/999999/retry"), 404, "job-not-found")
+
+
+def test_redrive_failed_jobs(server: LiveServer, db: psycopg.Connection) -> None:
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i, "max_attempts": 1} for i in range(7)]})
+    for i, c in enumerate(server.claim(limit=7)):
+        assert fail(server, c, error="SMTP 451 greylisted" if i % 2 else "bad address").status_code == 200
+    r = post(server, "/queues/q/redrive", {"error_contains": "SMTP 451", "dry_run": True})
+    assert r.json() == {"queue": "q", "dry_run": True, "jobs": 3}
+    assert true_counts(db) == {"failed": 7}
+    r = post(server, "/queues/q/redrive", {"error_contains": "SMTP 451"})
+    assert r.json() == {"queue": "q", "dry_run": False, "jobs": 3}
+    assert true_counts(db) == {"failed": 4, "pending": 3}
+    assert post(server, "/queues/q/redrive", {"limit": 1}).json()["jobs"] == 1
+    assert post(server, "/queues/q/redrive").json()["jobs"] == 3
+    assert true_counts(db) == {"pending": 7}
+    assert stats(server)["counts"]["failed"] == 0
+    problem(post(server, "/queues/q/redrive", {"limit": 0}), 422, "validation-error")
+
+
+def test_pause_and_resume(server: LiveServer) -> None:
+    assert post(server, "/queues/q/pause").json() == {"queue": "q", "paused": True}
+    job = server.enqueue(payload="accepted while paused")
+    assert server.claim() == []
+    assert stats(server)["paused"] is True
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.extend(server.claim(wait_seconds=20)))
+    t.start()
+    wait_until(lambda: server.state.broker.parked == 1, what="a worker waiting on the paused queue")
+    assert post(server, "/queues/q/resume").json() == {"queue": "q", "paused": False}
+    t.join()
+    assert [j["id"] for j in got] == [job["id"]]
+
+
+# --- retention --------------------------------------------------------------------------------------------------
+
+
+def test_retention_deletes_finished_jobs_by_age(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(
+        retention_completed_seconds=3600, retention_failed_seconds=7200, retention_cancelled_seconds=0,
+        sweep_batch_size=2,
+    )  # fmt: skip
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i, "max_attempts": 1} for i in range(12)]})
+    claims = server.claim(limit=9)
+    for c in claims[:5]:
+        complete(server, c)
+    for c in claims[5:8]:
+        fail(server, c)
+    for c in claims[8:]:
+        post(server, f"/jobs/{c['id']}/cancel")
+    before = true_counts(db)
+    assert before == {"completed": 5, "failed": 3, "cancelled": 1, "pending": 3}
+    now = datetime.now(UTC)
+    soon = server.run(lambda: server.state.sweeper.retain_once(now=now + timedelta(minutes=30)))
+    assert sum(soon.deleted.values()) == 0
+    later = server.run(lambda: server.state.sweeper.retain_once(now=now + timedelta(minutes=90)))
+    assert later.deleted.get("completed") == 5
+    assert true_counts(db) == {"failed": 3, "cancelled": 1, "pending": 3}
+    server.run(lambda: server.state.sweeper.retain_once(now=now + timedelta(hours=3)))
+    assert true_counts(db) == {"cancelled": 1, "pending": 3}  # cancelled: retention 0 = kept
+    counts = stats(server)["counts"]
+    assert (counts["completed"], counts["failed"], counts["cancelled"]) == (0, 0, 1)
+
+
+def test_finished_counts_never_drift(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """Whatever mix of transitions happens, the kept counters equal a real count."""
+    server: LiveServer = server_factory(retention_completed_seconds=60, sweep_batch_size=3)
+    rng = random.Random(7)
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i, "max_attempts": 2} for i in range(80)]})
+    for _ in range(6):
+        for c in server.claim(limit=15):
+            action = rng.choice(["complete", "fail", "fail_final", "cancel", "abandon"])
+            if action == "complete":
+                complete(server, c)
+            elif action == "fail":
+                fail(server, c, retry_in_seconds=0)
+            elif action == "fail_final":
+                fail(server, c, retry=False)
+            elif action == "cancel":
+                post(server, f"/jobs/{c['id']}/cancel")
+        server.run(lambda: server.state.sweeper.sweep_once(now=FUTURE))
+        post(server, "/queues/q/redrive", {"limit": rng.randint(1, 5)})
+        for j in server.client.get("/queues/q/jobs", params={"status": "cancelled", "limit": 2}).json()["jobs"]:
+            post(server, f"/jobs/{j['id']}/retry")
+        if rng.random() < 0.5:
+            server.run(lambda: server.state.sweeper.retain_once(now=FUTURE))
+        truth = true_counts(db)
+        counts = stats(server)["counts"]
+        for status in ("completed", "failed", "cancelled", "running"):
+            assert counts[status] == truth.get(status, 0), (status, counts, truth)
