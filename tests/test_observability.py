@@ -62,7 +62,7 @@ def test_metrics_count_job_events_and_requests(server: LiveServer) -> None:
     # requests are labelled by route template, on the lean path and on FastAPI's alike
     enq = metric(
         text, "jobq_http_request_duration_seconds_count", route="/queues/{queue}/jobs", method="POST", status="201"
-    )  # noqa: E501
+    )
     assert enq == 3
     get = metric(text, "jobq_http_request_duration_seconds_count", route="/jobs/{job_id}", method="GET", status="200")
     assert get == 1
