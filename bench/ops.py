@@ -1,0 +1,286 @@
+"""Operations benchmarks (issue 4): what the statistics cost on a big table, what keeping the finished-job
+counters costs, and whether claim throughput holds after a million jobs have passed through.
+
+  stats      1,000,000 finished + 100,000 pending jobs; time GET /queues/q/stats and GET /queues.
+  counters   pgbench, our claim + complete statements with and without the counter CTE, alternated.
+  retention  claim + complete on a fresh table, then after 1,000,000 jobs went through the service with
+             retention deleting behind them, same pending backlog, same clients.
+
+usage: python bench/ops.py [--part stats,counters,retention] [--admin-url URL] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app import store
+from app.migrate import migrate
+from bench.loadgen import Connection
+from bench.run import HOST, ClaimComplete, Service, fresh_database, timed
+
+PAYLOAD = '{"to": "user@example.com", "template": "welcome"}'
+
+
+def load_big_table(url: str, finished: int, pending: int) -> None:
+    """Rows as jobq would have left them, counters included, written directly for speed."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO jobs (queue_name, payload, status, attempts, claimed_at, finished_at, claim_token, locked_by,
+                              last_error)
+            SELECT 'q', %s::jsonb, s, 1, f - interval '2 seconds', f, md5(i::text), 'w',
+                   CASE WHEN s = 'failed' THEN 'boom' END
+            FROM (SELECT i, now() - mod(i, 86400) * interval '1 second' AS f,
+                         CASE WHEN mod(i, 100) = 0 THEN 'failed' WHEN mod(i, 250) = 1 THEN 'cancelled'
+                              ELSE 'completed' END AS s
+                  FROM generate_series(1, %s) i) x
+            """,
+            (PAYLOAD, finished),
+        )
+        conn.execute(
+            """
+            INSERT INTO jobs (queue_name, payload, run_at)
+            SELECT 'q', %s::jsonb,
+                   CASE WHEN mod(i, 10) = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END
+            FROM generate_series(1, %s) i
+            """,
+            (PAYLOAD, pending),
+        )
+        conn.execute(
+            "INSERT INTO queue_counts (queue_name, status, shard, n)"
+            " SELECT queue_name, status, 0, count(*) FROM jobs WHERE finished_at IS NOT NULL GROUP BY 1, 2"
+        )
+        conn.execute("VACUUM ANALYZE jobs")
+
+
+async def time_get(port: int, path: str, n: int) -> dict[str, float]:
+    conn = await Connection(HOST, port).open()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        status, _ = await conn.get(path)
+        times.append((time.perf_counter() - t0) * 1000)
+        assert status == 200, status
+    await conn.close()
+    times.sort()
+    return {"n": n, "p50_ms": statistics.median(times), "p95_ms": times[int(n * 0.95) - 1], "max_ms": times[-1]}
+
+
+def part_stats(admin_url: str, port: int, finished: int, pending: int) -> dict[str, Any]:
+    url = fresh_database(admin_url, "jobq_ops")
+    migrate(url)
+    t0 = time.monotonic()
+    load_big_table(url, finished, pending)
+    print(f"loaded {finished:,} finished + {pending:,} pending jobs in {time.monotonic() - t0:.0f}s", flush=True)
+    service = Service(url, 1, port, extra_env={"JOBQ_ACCESS_LOG": "false"}).start()
+    try:
+        asyncio.run(time_get(port, "/queues/q/stats", 5))  # warm
+        out: dict[str, Any] = {
+            "stats": asyncio.run(time_get(port, "/queues/q/stats", 50)),
+            "queues": asyncio.run(time_get(port, "/queues", 20)),
+            "sample": asyncio.run(_get_json(port, "/queues/q/stats")),
+        }
+    finally:
+        service.stop()
+    with psycopg.connect(url) as conn:
+        size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('jobs'))").fetchone()
+        out["table_size"] = size[0] if size else None
+    print(f"GET /queues/q/stats: {out['stats']}\nGET /queues: {out['queues']}", flush=True)
+    print(f"sample: {out['sample']}", flush=True)
+    return out
+
+
+async def _get_json(port: int, path: str) -> Any:
+    conn = await Connection(HOST, port).open()
+    try:
+        _, body = await conn.get(path)
+        return orjson.loads(body)
+    finally:
+        await conn.close()
+
+
+# --- counters: pgbench A/B ----------------------------------------------------------------------------------
+
+
+def one_line(sql: str) -> str:
+    """pgbench reads one command per line: drop the comments, then join."""
+    return " ".join(re.sub(r"--[^\n]*", "", sql).split())
+
+
+def pgbench_scripts(directory: Path) -> tuple[Path, Path]:
+    """Our claim and complete statements as pgbench scripts, the complete with and without counters."""
+    claim = (
+        store.JOB_CLAIM.replace("%(queue)s", "'q'")
+        .replace("%(total)s", "1")
+        .replace("%(slots)s", """'[{"ord":0,"worker":"w","lease":60,"lim":1}]'""")
+    )
+    claim = one_line(claim) + " \\gset\n"
+    items = (
+        "json_build_array(json_build_object('ord', 0, 'id', :id::bigint, 'token', :claim_token::text, 'result', NULL))"
+    )
+    complete = store.JOB_COMPLETE_MANY.replace("%(items)s", items).replace("%(full)s", "true")
+    counted = re.search(r", counted AS \(.*?\n\)\n", complete, re.S)
+    assert counted, "the complete statement lost its counter CTE"
+    plain = complete.replace(counted.group(0), "\n")
+    with_counters = directory / "with_counters.sql"
+    without = directory / "without_counters.sql"
+    with_counters.write_text(claim + one_line(complete) + ";\n")
+    without.write_text(claim + one_line(plain) + ";\n")
+    return with_counters, without
+
+
+def pgbench(url: str, script: Path, seconds: int) -> float:
+    out = subprocess.run(
+        ["pgbench", "-n", "-M", "prepared", "-c", "8", "-j", "2", "-T", str(seconds), "-f", str(script), url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    match = re.search(r"^tps = ([\d.]+)", out, re.M)
+    if not match:
+        raise RuntimeError(out)
+    return float(match.group(1))
+
+
+def part_counters(admin_url: str, rounds: int, seconds: int) -> dict[str, Any]:
+    url = fresh_database(admin_url, "jobq_ops_counters")
+    migrate(url)
+    results: dict[str, list[float]] = {"with": [], "without": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        with_counters, without = pgbench_scripts(Path(tmp))
+        for _ in range(rounds):
+            for name, script in (("without", without), ("with", with_counters)):
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("TRUNCATE jobs")
+                    conn.execute(
+                        "INSERT INTO jobs (queue_name, payload) SELECT 'q', %s::jsonb FROM generate_series(1, 300000)",
+                        (PAYLOAD,),
+                    )
+                    conn.execute("VACUUM ANALYZE jobs")
+                results[name].append(pgbench(url, script, seconds))
+                print(f"claim + complete, {name} counters: {results[name][-1]:.0f} jobs/s", flush=True)
+    a, b = statistics.median(results["without"]), statistics.median(results["with"])
+    out = {"runs": results, "median_without": a, "median_with": b, "cost": 1 - b / a}
+    print(f"counters cost: {out['cost']:.1%} (median {b:.0f} vs {a:.0f} jobs/s)", flush=True)
+    return out
+
+
+# --- retention: a million jobs through ----------------------------------------------------------------------
+
+
+def table_health(url: str) -> dict[str, Any]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT pg_total_relation_size('jobs'), n_live_tup, n_dead_tup, autovacuum_count, vacuum_count"
+            " FROM pg_stat_user_tables WHERE relname = 'jobs'"
+        ).fetchone()
+    assert row is not None
+    return {"size_mib": round(row[0] / 2**20, 1), "live": row[1], "dead": row[2], "autovacuums": row[3] + row[4]}
+
+
+async def push_through(port: int, total: int, clients: int) -> float:
+    """Enqueue `total` jobs in batches and work them off with claim 10 + batch complete; returns seconds."""
+    t0 = time.perf_counter()
+    enq = await Connection(HOST, port).open()
+    body = orjson.dumps({"jobs": [{"payload": {"n": 1}}] * 1000})
+    conns = [await Connection(HOST, port).open() for _ in range(clients)]
+    worker = ClaimComplete(port, 10)
+    done = [0]
+
+    async def work(conn: Connection) -> None:
+        while done[0] < total:
+            try:
+                await worker(conn, done)
+            except RuntimeError:  # ran dry for a moment: the producer is behind
+                await asyncio.sleep(0.01)
+
+    tasks = [asyncio.create_task(work(c)) for c in conns]
+    for _ in range(total // 1000):
+        status, _ = await enq.post("/queues/bench/jobs/batch", body)
+        assert status == 201
+    await asyncio.gather(*tasks)
+    for c in [enq, *conns]:
+        await c.close()
+    return time.perf_counter() - t0
+
+
+def part_retention(admin_url: str, port: int, clients: int, seconds: float, through: int) -> dict[str, Any]:
+    from bench.run import preload
+
+    url = fresh_database(admin_url, "jobq_ops_retention")
+    migrate(url)
+    env = {"JOBQ_RETENTION_COMPLETED_SECONDS": "20", "JOBQ_RETENTION_INTERVAL_SECONDS": "5", "JOBQ_ACCESS_LOG": "false"}
+    service = Service(url, 2, port, extra_env=env).start()
+    out: dict[str, Any] = {"clients": clients, "through": through}
+    try:
+        preload(url, 200_000)
+        out["fresh"] = asyncio.run(timed(clients, seconds, 2, ClaimComplete(port, 1)))
+        out["fresh_table"] = table_health(url)
+        print(f"fresh table: {out['fresh']:.0f} jobs/s {out['fresh_table']}", flush=True)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DELETE FROM jobs WHERE status = 'pending'")  # what is left of the backlog
+        out["push_seconds"] = asyncio.run(push_through(port, through, clients))
+        time.sleep(30)  # retention catches up with the last completions
+        out["after_push_table"] = table_health(url)
+        print(f"{through:,} jobs through in {out['push_seconds']:.0f}s; table {out['after_push_table']}", flush=True)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO jobs (queue_name, payload) SELECT 'bench', %s::jsonb FROM generate_series(1, 200000)",
+                (PAYLOAD,),
+            )
+        out["after"] = asyncio.run(timed(clients, seconds, 2, ClaimComplete(port, 1)))
+        out["after_table"] = table_health(url)
+        out["ratio"] = out["after"] / out["fresh"]
+        print(f"after {through:,} jobs: {out['after']:.0f} jobs/s = {out['ratio']:.2f} of fresh", flush=True)
+    finally:
+        service.stop()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    p.add_argument("--part", default="stats,counters,retention")
+    p.add_argument("--port", type=int, default=8766)
+    p.add_argument("--rounds", type=int, default=3, help="counters: A/B rounds")
+    p.add_argument("--seconds", type=int, default=10)
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--through", type=int, default=1_000_000)
+    p.add_argument("--finished", type=int, default=1_000_000, help="stats: finished jobs in the table")
+    p.add_argument("--pending", type=int, default=100_000, help="stats: pending jobs in the table")
+    p.add_argument("--json")
+    args = p.parse_args()
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    parts = args.part.split(",")
+    results: dict[str, Any] = {}
+    if "stats" in parts:
+        results["stats"] = part_stats(args.admin_url, args.port, args.finished, args.pending)
+    if "counters" in parts:
+        results["counters"] = part_counters(args.admin_url, args.rounds, args.seconds)
+    if "retention" in parts:
+        results["retention"] = part_retention(args.admin_url, args.port, args.clients, args.seconds, args.through)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
