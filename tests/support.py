@@ -93,6 +93,25 @@ class LiveServer:
         assert len(jobs) == 1, jobs
         return jobs[0]
 
+    def claim_in_background(self, queue: str = "q", **fields: Any) -> Callable[[], list[dict[str, Any]]]:
+        """Start a (long-poll) claim on its own connection and thread; returns a function that waits
+        for its answer."""
+        result: list[list[dict[str, Any]]] = []
+
+        def run() -> None:
+            with httpx.Client(base_url=self.url, timeout=60) as c:
+                r = c.post(f"/queues/{queue}/claim", json={"worker": "w", **fields})
+                result.append(r.json()["jobs"])
+
+        thread = threading.Thread(target=run)
+        thread.start()
+
+        def answer() -> list[dict[str, Any]]:
+            thread.join(60)
+            return result[0]
+
+        return answer
+
     def job(self, job_id: int) -> dict[str, Any]:
         r = self.client.get(f"/jobs/{job_id}")
         assert r.status_code == 200, r.text

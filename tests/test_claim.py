@@ -175,20 +175,12 @@ def test_long_poll_across_processes(server_factory) -> None:  # type: ignore[no-
     a: LiveServer = server_factory(poll_interval_seconds=60)
     b: LiveServer = server_factory(poll_interval_seconds=60)
     wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
-    result: dict[str, Any] = {}
-
-    def poll() -> None:
-        with httpx.Client(base_url=a.url, timeout=60) as c:
-            result["jobs"] = c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20}).json()["jobs"]
-
-    t = threading.Thread(target=poll)
-    t.start()
+    answer = a.claim_in_background(wait_seconds=20)
     wait_until(lambda: a.state.broker.parked == 1, what="the claim parking")
     wait_until(lambda: "q" in b.state.wakeups._remote, what="b learning that a waits on q")
     sent = b.state.wakeups.sent
     job = b.enqueue(payload="cross")
-    t.join()
-    assert [j["id"] for j in result["jobs"]] == [job["id"]]
+    assert [j["id"] for j in answer()] == [job["id"]]
     assert b.state.wakeups.sent > sent  # the wake-up went over NOTIFY
 
 
@@ -293,15 +285,7 @@ def test_listener_reconnects_by_itself(server_factory, db: psycopg.Connection) -
     ).fetchone()
     assert killed == (2,)
     wait_until(lambda: a.state.wakeups.connections == 2 and b.state.wakeups.connections == 2, what="relistening")
-    result: dict[str, Any] = {}
-
-    def poll() -> None:
-        with httpx.Client(base_url=a.url, timeout=60) as c:
-            result["jobs"] = c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20}).json()["jobs"]
-
-    t = threading.Thread(target=poll)
-    t.start()
+    answer = a.claim_in_background(wait_seconds=20)
     wait_until(lambda: "q" in b.state.wakeups._remote, what="b learning that a waits on q")
     job = b.enqueue(payload="after the reconnect")
-    t.join()
-    assert [j["id"] for j in result["jobs"]] == [job["id"]]
+    assert [j["id"] for j in answer()] == [job["id"]]
