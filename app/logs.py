@@ -74,6 +74,7 @@ class AccessLog:
         self._buffer: list[bytes] = []
         self._size = 0
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
 
     def write(self, doc: dict[str, Any]) -> None:
         if not self.enabled:
@@ -81,13 +82,20 @@ class AccessLog:
         line = orjson.dumps(doc) + b"\n"
         self._buffer.append(line)
         self._size += len(line)
-        if self._size > 65536:
+        if self._size > 65536 or self._closed:
             self.flush()
         elif self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._later())
 
     async def _later(self) -> None:
         await asyncio.sleep(self.interval)
+        self.flush()
+
+    def close(self) -> None:
+        """Write what is buffered; from now on every line is written at once (the loop is stopping)."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
         self.flush()
 
     def flush(self) -> None:

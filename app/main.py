@@ -163,7 +163,7 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         with contextlib.suppress(Exception):
             await metrics.flush(db)
         await db.close()
-        api.state.access_log.flush()
+        api.state.access_log.close()
         log.info("jobq stopped")
 
 
