@@ -62,7 +62,7 @@ _CLAIM = {
     "run_at": _AT,
     "created_at": _AT,
 }
-_ENQUEUE = {"payload": {"to": "ada@example.com", "template": "welcome"}, "priority": 5, "idempotency_key": "welcome-ada"}
+_ENQUEUE = {"payload": _JOB["payload"], "priority": 5, "idempotency_key": "welcome-ada"}
 
 # Component schema name -> examples (JSON Schema `examples`; the first also becomes the media type's).
 SCHEMAS: dict[str, list[Any]] = {
