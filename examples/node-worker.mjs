@@ -92,7 +92,10 @@ const lostClaim = (err) => err instanceof Problem && (err.status === 409 || err.
 
 async function run(job) {
   const lost = new AbortController();
-  const beat = setInterval(async () => {
+  let beating = true;
+  let timer;
+  // One heartbeat at a time: the next is scheduled when this one has answered.
+  const beat = async () => {
     try {
       const hb = await post(`/jobs/${job.id}/heartbeat`, { claim_token: job.claim_token });
       if (hb.cancel_requested) lost.abort(new Error("cancel requested"));
@@ -100,14 +103,17 @@ async function run(job) {
       if (lostClaim(err)) lost.abort(err);
       else console.warn(`job ${job.id}: heartbeat failed (${err.message}); trying again`);
     }
-  }, HEARTBEAT_MS);
+    if (beating && !lost.signal.aborted) timer = setTimeout(beat, HEARTBEAT_MS);
+  };
+  timer = setTimeout(beat, HEARTBEAT_MS);
   let outcome;
   try {
     outcome = { result: await handle(job, lost.signal) };
   } catch (err) {
     outcome = { err };
   } finally {
-    clearInterval(beat);
+    beating = false;
+    clearTimeout(timer);
   }
   if (lost.signal.aborted) {
     console.warn(`job ${job.id}: no longer ours (${lost.signal.reason?.message}); not completing it`);

@@ -419,7 +419,7 @@ def test_heartbeats_keep_a_handler_slower_than_its_lease(server_factory, db: psy
     server: LiveServer = server_factory(sweep_interval_seconds=0.1)
     release = threading.Event()
     calls: list[int] = []
-    worker = Worker(server.url, concurrency=2, lease_seconds=2, wait_seconds=1)
+    worker = Worker(server.url, concurrency=2, lease_seconds=3, wait_seconds=1)
 
     @worker.handler("q")
     def slow(job: JobContext) -> str:
@@ -430,16 +430,16 @@ def test_heartbeats_keep_a_handler_slower_than_its_lease(server_factory, db: psy
     with Client(server.url) as jobq:
         job = jobq.enqueue("q", "slow")
         with running(worker):
-            # Held well past several 2 s leases, renewed by heartbeats only.
+            # Held past two 3 s leases, renewed by heartbeats (every second) only.
             wait_until(
                 lambda: (
                     db.execute(
-                        "SELECT lease_expires_at > claimed_at + interval '6 seconds' FROM jobs WHERE id = %s", (job.id,)
+                        "SELECT lease_expires_at > claimed_at + interval '7 seconds' FROM jobs WHERE id = %s", (job.id,)
                     ).fetchone()
                     == (True,)
                 ),
                 timeout=60,
-                what="the lease renewed past three lease lengths",
+                what="the lease renewed past two lease lengths",
             )
             release.set()
             wait_until(lambda: jobq.get_job(job.id).status == "completed", what="completion")
@@ -497,6 +497,24 @@ def test_a_cancelled_job_stops_its_handler(server: LiveServer, db: psycopg.Conne
         assert server.client.post(f"/jobs/{job['id']}/cancel").status_code == 200
         assert stopped.wait(30), "the handler was not stopped"
     assert server.job(job["id"])["status"] != "completed"
+
+
+def test_one_worker_serves_several_queues(server: LiveServer) -> None:
+    worker = Worker(server.url, concurrency=2, wait_seconds=1)
+    worker.register("emails", lambda job: f"sent {job.payload}")
+
+    @worker.handler("reports", concurrency=1)
+    async def report(job: JobContext) -> str:
+        return f"built {job.payload}"
+
+    with Client(server.url) as jobq:
+        mail = jobq.enqueue("emails", "ada")
+        daily = jobq.enqueue("reports", "daily")
+        other = jobq.enqueue("elsewhere", "untouched")
+        with running(worker):
+            wait_until(lambda: jobq.get_job(daily.id).status == jobq.get_job(mail.id).status == "completed")
+        assert (jobq.get_job(mail.id).result, jobq.get_job(daily.id).result) == ("sent ada", "built daily")
+        assert jobq.get_job(other.id).status == "pending"
 
 
 def test_a_claim_the_server_refuses_stops_the_worker(server: LiveServer) -> None:

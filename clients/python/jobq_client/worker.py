@@ -29,6 +29,7 @@ from jobq_client.models import Claim
 log = logging.getLogger("jobq_client.worker")
 
 MAX_ERROR_CHARS = 4000  # the server keeps JOBQ_MAX_ERROR_BYTES (2 KiB by default) of it anyway
+MAX_CLAIM = 100  # jobs asked for in one claim: the server's default JOBQ_MAX_CLAIM_LIMIT
 
 # Why a handler was told to stop.
 CLAIM_LOST = "claim lost"
@@ -341,7 +342,11 @@ class Worker:
                 continue
             claiming = asyncio.ensure_future(
                 client.claim(
-                    q.name, self.name, limit=free, lease_seconds=self.lease_seconds, wait_seconds=self.wait_seconds
+                    q.name,
+                    self.name,
+                    limit=min(free, MAX_CLAIM),
+                    lease_seconds=self.lease_seconds,
+                    wait_seconds=self.wait_seconds,
                 )
             )
             stopping = asyncio.ensure_future(self._stopping.wait())
@@ -388,8 +393,10 @@ class Worker:
     async def _process(self, client: AsyncClient, q: _Queue, claim: Claim) -> None:
         ctx = JobContext(claim)
         assert self._forced is not None
-        if self._forced.is_set():
-            ctx._stop(SHUTDOWN)
+        if self._forced.is_set():  # claimed as the worker was told to stop now: hand it straight back
+            error = f"{SHUTDOWN}: handed back before the handler started"
+            await self._send(ctx, client.fail(ctx.id, claim.claim_token, error, retry_in_seconds=0))
+            return
         self._active.add(ctx)
         beating = asyncio.create_task(self._heartbeats(client, ctx), name=f"jobq-heartbeat-{claim.id}")
         try:
