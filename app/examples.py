@@ -102,28 +102,31 @@ SCHEMAS: dict[str, list[Any]] = {
 }
 
 
-# Status -> the problems an operation documenting that status may answer (rendered with its path).
-PROBLEMS: dict[int, list[AppError]] = {
-    400: [BadRequest("The request body is not valid JSON: EOF while parsing a value at line 1 column 12")],
-    404: [JobNotFound()],
-    409: [ClaimLost(), InvalidState("The job was cancelled while this claim held it.")],
-    413: [PayloadTooLarge("The request body is larger than 16777216 bytes.")],
-    415: [UnsupportedMediaType()],
-    422: [
-        ValidationFailed(
-            "body.lease_seconds: Input should be less than or equal to 43200",
+# Status -> named problems an operation documenting that status may answer (rendered with its path).
+PROBLEMS: dict[int, dict[str, AppError]] = {
+    400: {"malformed-request": BadRequest("The request body is not valid JSON: EOF while parsing a value")},
+    404: {"job-not-found": JobNotFound()},
+    409: {"claim-lost": ClaimLost(), "invalid-state": InvalidState("The job was cancelled while this claim held it.")},
+    413: {"payload-too-large": PayloadTooLarge("The request body is larger than 16777216 bytes.")},
+    415: {"unsupported-media-type": UnsupportedMediaType()},
+    422: {
+        "missing-body": ValidationFailed(
+            "body: Field required", errors=[{"loc": ["body"], "msg": "Field required", "type": "missing"}]
+        ),
+        "bad-job-id": ValidationFailed(
+            "path.job_id: Input should be greater than or equal to 1",
             errors=[
                 {
-                    "loc": ["body", "lease_seconds"],
-                    "msg": "Input should be less than or equal to 43200",
-                    "type": "less_than_equal",
+                    "loc": ["path", "job_id"],
+                    "msg": "Input should be greater than or equal to 1",
+                    "type": "greater_than_equal",
                 }
             ],
-        )
-    ],
-    429: [TooManyWaiters()],
-    503: [DatabaseUnavailable(), NotReady()],
+        ),
+    },
+    429: {"too-many-waiters": TooManyWaiters()},
+    503: {"database-unavailable": DatabaseUnavailable(), "not-ready": NotReady()},
 }
 
-# Problems that only some operations give (by operationId).
-ONLY_ON: dict[str, set[str]] = {"not-ready": {"readyz"}}
+# Problems that only some operations give: by operationId or HTTP method.
+ONLY_ON: dict[str, set[str]] = {"not-ready": {"readyz"}, "missing-body": {"post"}, "bad-job-id": {"getJob"}}

@@ -29,11 +29,11 @@ def _media_example(media: dict[str, Any], schemas: dict[str, Any]) -> None:
         media["example"] = examples[0]
 
 
-def _problem_content(operation_id: str, path: str, status: int) -> dict[str, Any]:
+def _problem_content(method: str, operation_id: str, path: str, status: int) -> dict[str, Any]:
     examples = {
-        err.slug: {"summary": err.title, "value": err.body(_example_path(path))}
-        for err in PROBLEMS.get(status, [])
-        if operation_id in ONLY_ON.get(err.slug, {operation_id})
+        name: {"summary": err.title, "value": err.body(_example_path(path))}
+        for name, err in PROBLEMS.get(status, {}).items()
+        if name not in ONLY_ON or ONLY_ON[name] & {method, operation_id}
     }
     media: dict[str, Any] = {"schema": PROBLEM_REF}
     if examples:
@@ -58,12 +58,12 @@ def customise_openapi(api: FastAPI) -> None:
                 if name in schemas:
                     schemas[name]["examples"] = examples
             for path, ops in doc.get("paths", {}).items():
-                for op in ops.values():
+                for method, op in ops.items():
                     for media in op.get("requestBody", {}).get("content", {}).values():
                         _media_example(media, schemas)
                     for code, response in op.get("responses", {}).items():
                         if code[0] in "45":
-                            response["content"] = _problem_content(op["operationId"], path, int(code))
+                            response["content"] = _problem_content(method, op["operationId"], path, int(code))
                         else:
                             for media in response.get("content", {}).values():
                                 _media_example(media, schemas)

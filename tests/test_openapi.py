@@ -94,3 +94,30 @@ def test_problem_answers_are_documented_per_operation() -> None:
     assert "Retry-After" in ops["claimJobs"]["responses"]["429"]["headers"]
     assert {"404", "503"} <= ops["getJob"]["responses"].keys()
     assert "503" in ops["readyz"]["responses"]
+
+
+def test_problem_examples_are_what_the_service_answers(server: LiveServer) -> None:
+    doc = published_document()
+
+    def example(path: str, method: str, code: int, name: str) -> dict[str, Any]:
+        media = doc["paths"][path][method]["responses"][str(code)]["content"]["application/problem+json"]
+        return media["examples"][name]["value"]  # type: ignore[no-any-return]
+
+    server.enqueue(payload=1)
+    job = server.claim_one()
+    answers = {
+        ("/jobs/{job_id}/complete", "post", 409, "claim-lost"): server.client.post(
+            f"/jobs/{job['id']}/complete", json={"claim_token": "stale"}
+        ),
+        ("/jobs/{job_id}/heartbeat", "post", 404, "job-not-found"): server.client.post(
+            "/jobs/42/heartbeat", json={"claim_token": "x"}
+        ),
+        ("/queues/{queue}/claim", "post", 422, "missing-body"): server.client.post("/queues/emails/claim"),
+        ("/jobs/{job_id}", "get", 422, "bad-job-id"): server.client.get("/jobs/0"),
+    }
+    for (path, method, code, name), answer in answers.items():
+        documented = example(path, method, code, name)
+        got = answer.json()
+        assert answer.status_code == code, got
+        fields = ("type", "title", "status", "detail", "errors")
+        assert {k: got.get(k) for k in fields} == {k: documented.get(k) for k in fields}, name
