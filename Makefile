@@ -6,10 +6,10 @@ STAMP  := $(VENV)/.installed-$(shell $(PYTHON) -c 'import sys; print("%d.%d" % s
 
 .PHONY: run test lint typecheck format openapi bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]' -e clients/python
 	touch $(STAMP)
 
 run: $(STAMP)           ## run the service (embedded PostgreSQL unless JOBQ_DATABASE_URL is set)
@@ -18,14 +18,15 @@ run: $(STAMP)           ## run the service (embedded PostgreSQL unless JOBQ_DATA
 test: $(STAMP)          ## run the test suite against a real PostgreSQL (see tests/conftest.py)
 	$(BIN)/python -m pytest $(ARGS)
 
-lint: $(STAMP)          ## ruff (lint + format check) and mypy strict
-	$(BIN)/ruff check app tests bench
-	$(BIN)/ruff format --check app tests bench
+lint: $(STAMP)          ## ruff (lint + format check) and mypy strict (the service and the Python SDK)
+	$(BIN)/ruff check app tests bench clients
+	$(BIN)/ruff format --check app tests bench clients
 	$(BIN)/mypy
+	cd clients/python && $(abspath $(BIN))/mypy
 
 format: $(STAMP)
-	$(BIN)/ruff format app tests bench
-	$(BIN)/ruff check --fix app tests bench
+	$(BIN)/ruff format app tests bench clients
+	$(BIN)/ruff check --fix app tests bench clients
 
 openapi: $(STAMP)       ## regenerate the committed contract
 	$(BIN)/jobq openapi --output openapi/openapi.json

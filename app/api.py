@@ -32,6 +32,7 @@ from app.models import (
     EnqueueBatchRequest,
     EnqueueRequest,
     FailRequest,
+    Health,
     HeartbeatRequest,
     HeartbeatResponse,
     Job,
@@ -47,19 +48,28 @@ QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="`[A-Za-z0-9_
 JobIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="Job id (int64).")]
 
 
+_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}}
+
+
 def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the problem responses an operation can give."""
+    """OpenAPI entries for the problem responses an operation can give (examples: app/examples.py)."""
     text = {
         400: "Body is not valid JSON.",
         404: "No such job.",
-        409: "Claim lost: the token no longer holds the job (lease lapsed, job reclaimed or finished).",
+        409: "`claim-lost`: the token no longer holds the job (lease lapsed, job reclaimed or finished); "
+        "`invalid-state`: the job was cancelled under this claim. Either way: stop, do not complete it.",
         413: "Body larger than the server accepts.",
         415: "Body is not application/json.",
         422: "Request breaks the contract (see `errors`).",
-        429: "Too many long-polls waiting (see Retry-After).",
-        503: "Database unavailable or server shutting down (see Retry-After).",
+        429: "Too many long-polls waiting: retry after Retry-After.",
+        503: "Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After.",
     }
-    return {code: {"model": Problem, "description": text[code]} for code in codes}
+    entries: dict[int | str, dict[str, Any]] = {}
+    for code in codes:
+        entries[code] = {"model": Problem, "description": text[code]}
+        if code in (429, 503):
+            entries[code]["headers"] = {k: dict(v) for k, v in _RETRY_AFTER.items()}
+    return entries
 
 
 _WRITE = (400, 413, 415, 422, 503)
@@ -197,7 +207,9 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     async def get_job(job_id: JobIdPath, request: Request) -> Response:
         return json_response(await service(request).get(job_id))
 
-    @router.get("/healthz", operation_id="healthz", summary="The process is alive", tags=["health"])
+    @router.get(
+        "/healthz", operation_id="healthz", summary="The process is alive", tags=["health"], response_model=Health
+    )
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 

@@ -7,6 +7,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api import JobIdPath, QueueName, _problems
+from app.examples import METRICS_EXAMPLE
 from app.models import Job, Status
 from app.models_ops import (
     CancelRequest,
@@ -143,7 +144,14 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Prometheus metrics",
         tags=["health"],
         response_class=Response,
-        responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}}}},
+        responses={
+            200: {
+                "description": "Prometheus text exposition format.",
+                "content": {
+                    CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}, "example": METRICS_EXAMPLE}
+                },
+            }
+        },
     )
     async def metrics(request: Request) -> Response:
         registry = request.app.state.metrics.exposition_registry()

@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import migrate, store_ops
-from app.api import HOT_OPERATIONS, add_routes, install_error_handlers
+from app.api import HOT_OPERATIONS, _problems, add_routes, install_error_handlers
 from app.api_ops import add_operator_routes
 from app.broker import Broker
 from app.db import Database
@@ -23,7 +23,7 @@ from app.errors import DatabaseUnavailable, NotReady
 from app.fastpath import FastPath, RequestGuard
 from app.logs import AccessLog, Observability
 from app.metrics import Metrics, run_background
-from app.models import build_contract
+from app.models import Readiness, build_contract
 from app.openapi import customise_openapi
 from app.responses import json_response, problem_response
 from app.service import JobService
@@ -74,7 +74,14 @@ def create_app(settings: Settings | None = None) -> JobqApp:
     add_routes(api, build_contract(settings))
     add_operator_routes(api)
 
-    @api.get("/readyz", operation_id="readyz", summary="Database reachable, schema current", tags=["health"])
+    @api.get(
+        "/readyz",
+        operation_id="readyz",
+        summary="Database reachable, schema current",
+        tags=["health"],
+        response_model=Readiness,
+        responses=_problems(503),
+    )
     async def readyz(request: Request) -> Any:
         try:
             async with request.app.state.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:

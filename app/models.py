@@ -169,6 +169,14 @@ class CompleteBatchResponse(BaseModel):
     results: list[CompleteOutcome] = Field(description="One per item, in request order.")
 
 
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready"]
+
+
 class Problem(BaseModel):
     type: str
     title: str

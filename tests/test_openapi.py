@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import OpenAPIV31SpecValidator
 
 from app.openapi import published_document
 from tests.support import LiveServer
@@ -32,3 +36,89 @@ def test_every_operation_is_named_and_errors_are_problems() -> None:
                 if code[0] in "45":
                     assert list(response["content"]) == ["application/problem+json"], (path, code)
     assert len(ids) == len(set(ids))
+
+
+def test_the_document_is_valid_openapi_3_1() -> None:
+    doc = published_document()
+    assert doc["openapi"].startswith("3.1")
+    OpenAPIV31SpecValidator(doc).validate()
+
+
+def _operations(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(method, path, op) for path, ops in doc["paths"].items() for method, op in ops.items()]
+
+
+def _schema_validator(doc: dict[str, Any], schema: dict[str, Any]) -> Draft202012Validator:
+    """A validator for a schema of the document, its $refs to #/components resolved in the document."""
+    return Draft202012Validator({**schema, "components": doc["components"]})
+
+
+def test_every_body_and_answer_has_an_example_that_fits_its_schema() -> None:
+    """What client generators and API explorers show: a named schema and an example for each request
+    body and success answer, and for each problem answer the problems it can be."""
+    doc = published_document()
+    for method, path, op in _operations(doc):
+        where = f"{method.upper()} {path}"
+        for media in op.get("requestBody", {}).get("content", {}).values():
+            assert media["schema"].get("$ref"), f"{where}: request body without a named schema"
+            assert "example" in media, f"{where}: request body without an example"
+            _schema_validator(doc, media["schema"]).validate(media["example"])
+        for code, response in op["responses"].items():
+            for media_type, media in response.get("content", {}).items():
+                if media_type.endswith("json"):  # JSON bodies are named schemas; /metrics is plain text
+                    assert media["schema"].get("$ref"), f"{where} {code}: answer without a named schema"
+                if code.startswith("2"):
+                    assert "example" in media, f"{where} {code}: answer without an example"
+                    _schema_validator(doc, media["schema"]).validate(media["example"])
+                else:
+                    assert media_type == "application/problem+json"
+                    assert media.get("examples"), f"{where} {code}: problem without an example"
+                    for example in media["examples"].values():
+                        _schema_validator(doc, media["schema"]).validate(example["value"])
+                        assert example["value"]["status"] == int(code)
+                        assert example["value"]["type"].startswith("urn:jobq:problem:")
+    for schema in doc["components"]["schemas"].values():
+        for example in schema.get("examples", []):
+            _schema_validator(doc, schema).validate(example)
+
+
+def test_problem_answers_are_documented_per_operation() -> None:
+    doc = published_document()
+    ops = {op["operationId"]: op for _, _, op in _operations(doc)}
+    writes = {"400", "413", "415", "422", "503"}
+    for op_id in ("enqueueJob", "enqueueJobs", "claimJobs", "heartbeatJob", "completeJob", "failJob", "completeJobs"):
+        assert writes <= ops[op_id]["responses"].keys(), op_id
+    for op_id in ("heartbeatJob", "completeJob", "failJob"):
+        examples = ops[op_id]["responses"]["409"]["content"]["application/problem+json"]["examples"]
+        assert "claim-lost" in examples and {"404", "409"} <= ops[op_id]["responses"].keys()
+    assert "429" in ops["claimJobs"]["responses"]
+    assert "Retry-After" in ops["claimJobs"]["responses"]["429"]["headers"]
+    assert {"404", "503"} <= ops["getJob"]["responses"].keys()
+    assert "503" in ops["readyz"]["responses"]
+
+
+def test_problem_examples_are_what_the_service_answers(server: LiveServer) -> None:
+    doc = published_document()
+
+    def example(path: str, method: str, code: int, name: str) -> dict[str, Any]:
+        media = doc["paths"][path][method]["responses"][str(code)]["content"]["application/problem+json"]
+        return media["examples"][name]["value"]  # type: ignore[no-any-return]
+
+    server.enqueue(payload=1)
+    job = server.claim_one()
+    answers = {
+        ("/jobs/{job_id}/complete", "post", 409, "claim-lost"): server.client.post(
+            f"/jobs/{job['id']}/complete", json={"claim_token": "stale"}
+        ),
+        ("/jobs/{job_id}/heartbeat", "post", 404, "job-not-found"): server.client.post(
+            "/jobs/42/heartbeat", json={"claim_token": "x"}
+        ),
+        ("/queues/{queue}/claim", "post", 422, "missing-body"): server.client.post("/queues/emails/claim"),
+        ("/jobs/{job_id}", "get", 422, "bad-job-id"): server.client.get("/jobs/0"),
+    }
+    for (path, method, code, name), answer in answers.items():
+        documented = example(path, method, code, name)
+        got = answer.json()
+        assert answer.status_code == code, got
+        fields = ("type", "title", "status", "detail", "errors")
+        assert {k: got.get(k) for k in fields} == {k: documented.get(k) for k in fields}, name

@@ -1,0 +1,220 @@
+"""Example documents for the published OpenAPI contract, by schema name and by problem type (a test
+validates each against its schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import (
+    AppError,
+    BadRequest,
+    ClaimLost,
+    DatabaseUnavailable,
+    InvalidState,
+    JobCancelled,
+    JobNotFound,
+    NotReady,
+    PayloadTooLarge,
+    TooManyWaiters,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+
+_TOKEN = "q7Hc2dVx9Jm3Kp0LwZtY4s"
+_AT = "2026-11-29T12:00:00.125+00:00"
+_LATER = "2026-11-29T12:05:00.125+00:00"
+
+_JOB: dict[str, Any] = {
+    "id": 42,
+    "queue": "emails",
+    "status": "pending",
+    "payload": {"to": "ada@example.com", "template": "welcome"},
+    "priority": 5,
+    "attempts": 0,
+    "max_attempts": 5,
+    "run_at": _AT,
+    "created_at": _AT,
+    "claimed_at": None,
+    "lease_expires_at": None,
+    "finished_at": None,
+    "worker": None,
+    "last_error": None,
+    "result": None,
+    "idempotency_key": "welcome-ada",
+}
+_DONE = {
+    **_JOB,
+    "status": "completed",
+    "attempts": 1,
+    "claimed_at": _AT,
+    "finished_at": "2026-11-29T12:00:01.5+00:00",
+    "worker": "mailer-1",
+    "result": {"message_id": "abc"},
+}
+_CLAIM = {
+    "id": 42,
+    "queue": "emails",
+    "payload": {"to": "ada@example.com", "template": "welcome"},
+    "priority": 5,
+    "attempts": 1,
+    "max_attempts": 5,
+    "claim_token": _TOKEN,
+    "lease_expires_at": _LATER,
+    "run_at": _AT,
+    "created_at": _AT,
+}
+_ENQUEUE = {"payload": _JOB["payload"], "priority": 5, "idempotency_key": "welcome-ada"}
+
+_COUNTS = {"ready": 120, "scheduled": 8, "pending": 128, "running": 16, "completed": 48211, "failed": 3, "cancelled": 0}
+_DURATION = {"count": 8900, "p50_ms": 180.2, "p95_ms": 1450.0, "max_ms": 9800.5}
+_WINDOW = {
+    "seconds": 300,
+    "enqueued": 9000,
+    "claimed": 8950,
+    "completed": 8900,
+    "completions_per_minute": 1780.0,
+    "retries": 40,
+    "failures": 1,
+    "lease_expired": 2,
+    "cancelled": 0,
+    "empty_claims_with_ready_jobs": 5,
+    "duration": _DURATION,
+}
+_SUMMARY = {"queue": "emails", "paused": False, "counts": _COUNTS, "oldest_ready_age_seconds": 2.4}
+
+# Component schema name -> examples (JSON Schema `examples`; the first also becomes the media type's).
+SCHEMAS: dict[str, list[Any]] = {
+    "EnqueueRequest": [
+        _ENQUEUE,
+        {"payload": {"report": "daily"}, "run_at": "2026-11-30T06:00:00+00:00", "max_attempts": 3},
+        {"payload": [1, 2, 3], "delay_seconds": 60},
+    ],
+    "EnqueueBatchRequest": [{"jobs": [{"payload": {"n": 1}}, {"payload": {"n": 2}, "priority": 10}]}],
+    "ClaimRequest": [{"worker": "mailer-1", "limit": 10, "lease_seconds": 300, "wait_seconds": 20}],
+    "HeartbeatRequest": [{"claim_token": _TOKEN}, {"claim_token": _TOKEN, "lease_seconds": 600}],
+    "CompleteRequest": [{"claim_token": _TOKEN, "result": {"message_id": "abc"}}],
+    "FailRequest": [
+        {"claim_token": _TOKEN, "error": "SMTP 451: try again later", "retry_in_seconds": 30},
+        {"claim_token": _TOKEN, "error": "no such recipient", "retry": False},
+    ],
+    "CompleteBatchRequest": [
+        {"jobs": [{"id": 42, "claim_token": _TOKEN, "result": "sent"}, {"id": 43, "claim_token": _TOKEN}]}
+    ],
+    "Job": [_JOB, _DONE],
+    "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
+    "Claim": [_CLAIM],
+    "ClaimResponse": [{"jobs": [_CLAIM]}, {"jobs": []}],
+    "HeartbeatResponse": [
+        {"id": 42, "lease_expires_at": _LATER, "cancel_requested": False},
+        {"id": 42, "lease_expires_at": None, "cancel_requested": True},
+    ],
+    "CompleteOutcome": [{"id": 42, "outcome": "completed", "status": "completed"}],
+    "CompleteBatchResponse": [
+        {
+            "results": [
+                {"id": 42, "outcome": "completed", "status": "completed"},
+                {"id": 43, "outcome": "claim_lost", "status": "pending"},
+                {"id": 44, "outcome": "not_found", "status": None},
+                {"id": 45, "outcome": "cancelled", "status": "cancelled"},
+            ]
+        }
+    ],
+    "Health": [{"status": "ok"}],
+    "Readiness": [{"status": "ready"}],
+    # operators
+    "QueueCounts": [_COUNTS],
+    "DurationStats": [_DURATION, {"count": 0, "p50_ms": None, "p95_ms": None, "max_ms": None}],
+    "WindowStats": [_WINDOW],
+    "QueueStats": [
+        {
+            "queue": "emails",
+            "paused": False,
+            "counts": _COUNTS,
+            "oldest_ready_age_seconds": 2.4,
+            "jobs_on_last_attempt": 1,
+            "jobs_one_attempt_left": 2,
+            "window": _WINDOW,
+            "as_of": _AT,
+        }
+    ],
+    "QueueSummary": [_SUMMARY],
+    "QueueList": [{"queues": [_SUMMARY, {**_SUMMARY, "queue": "reports", "paused": True}]}],
+    "JobPage": [
+        {"jobs": [_JOB], "next_cursor": "eyJzIjoicGVuZGluZyIsImsiOls1LCIyMDI2In0"},
+        {"jobs": [], "next_cursor": None},
+    ],
+    "CancelRequest": [{"reason": "customer unsubscribed"}],
+    "RedriveRequest": [{"error_contains": "SMTP 451", "dry_run": True}, {"limit": 1000}],
+    "RedriveResult": [{"queue": "emails", "dry_run": True, "jobs": 17}],
+    "QueueState": [{"queue": "emails", "paused": True}],
+}
+
+METRICS_EXAMPLE = """# HELP jobq_jobs_completed_total Jobs completed.
+# TYPE jobq_jobs_completed_total counter
+jobq_jobs_completed_total{queue="emails"} 48211.0
+"""
+
+
+# Status -> named problems an operation documenting that status may answer (rendered with its path).
+PROBLEMS: dict[int, dict[str, AppError]] = {
+    400: {"malformed-request": BadRequest("The request body is not valid JSON: EOF while parsing a value")},
+    404: {"job-not-found": JobNotFound()},
+    409: {
+        "claim-lost": ClaimLost(),
+        "job-cancelled": JobCancelled(),
+        "invalid-state": InvalidState("The job is completed; only pending and running jobs can be cancelled."),
+    },
+    413: {"payload-too-large": PayloadTooLarge("The request body is larger than 16777216 bytes.")},
+    415: {"unsupported-media-type": UnsupportedMediaType()},
+    422: {
+        "missing-body": ValidationFailed(
+            "body: Field required", errors=[{"loc": ["body"], "msg": "Field required", "type": "missing"}]
+        ),
+        "bad-queue-name": ValidationFailed(
+            "path.queue: String should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
+            errors=[
+                {
+                    "loc": ["path", "queue"],
+                    "msg": "String should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
+                    "type": "string_pattern_mismatch",
+                }
+            ],
+        ),
+        "bad-job-id": ValidationFailed(
+            "path.job_id: Input should be greater than or equal to 1",
+            errors=[
+                {
+                    "loc": ["path", "job_id"],
+                    "msg": "Input should be greater than or equal to 1",
+                    "type": "greater_than_equal",
+                }
+            ],
+        ),
+    },
+    429: {"too-many-waiters": TooManyWaiters()},
+    503: {"database-unavailable": DatabaseUnavailable(), "not-ready": NotReady()},
+}
+
+_WORKER_WRITES = {"heartbeatJob", "completeJob", "failJob"}
+_JOB_ROUTES = {"getJob", "cancelJob", "retryJob", *_WORKER_WRITES}
+
+# Problems that only some operations give: by operationId or HTTP method.
+ONLY_ON: dict[str, set[str]] = {
+    "not-ready": {"readyz"},
+    "missing-body": {"enqueueJob", "enqueueJobs", "claimJobs", "completeJobs", *_WORKER_WRITES},
+    "bad-job-id": _JOB_ROUTES,
+    "bad-queue-name": {
+        "enqueueJob",
+        "enqueueJobs",
+        "claimJobs",
+        "getQueueStats",
+        "listJobs",
+        "redriveQueue",
+        "pauseQueue",
+        "resumeQueue",
+    },
+    "job-not-found": _JOB_ROUTES,
+    "claim-lost": _WORKER_WRITES,
+    "job-cancelled": {"completeJob", "failJob"},
+    "invalid-state": {"cancelJob", "retryJob"},
+}

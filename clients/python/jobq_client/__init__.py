@@ -1,0 +1,60 @@
+"""Python client and worker for jobq, the HTTP job queue on PostgreSQL."""
+
+from jobq_client._calls import NO_RETRY, RetryPolicy
+from jobq_client.client import AsyncClient, Client, __version__
+from jobq_client.errors import (
+    BadRequest,
+    ClaimLost,
+    Conflict,
+    Forbidden,
+    InvalidState,
+    JobCancelled,
+    JobNotFound,
+    JobqError,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    ServerError,
+    ServiceUnavailable,
+    TransportError,
+    Unauthorized,
+    UnsupportedMediaType,
+    ValidationError,
+)
+from jobq_client.models import Claim, CompleteOutcome, Heartbeat, Job, JobStatus, NewJob
+from jobq_client.worker import JobContext, PermanentFailure, RetryLater, Worker
+
+__all__ = [
+    "NO_RETRY",
+    "AsyncClient",
+    "BadRequest",
+    "Claim",
+    "ClaimLost",
+    "Client",
+    "CompleteOutcome",
+    "Conflict",
+    "Forbidden",
+    "Heartbeat",
+    "InvalidState",
+    "Job",
+    "JobCancelled",
+    "JobContext",
+    "JobNotFound",
+    "JobStatus",
+    "JobqError",
+    "NewJob",
+    "NotFound",
+    "PayloadTooLarge",
+    "PermanentFailure",
+    "RateLimited",
+    "RetryLater",
+    "RetryPolicy",
+    "ServerError",
+    "ServiceUnavailable",
+    "TransportError",
+    "Unauthorized",
+    "UnsupportedMediaType",
+    "ValidationError",
+    "Worker",
+    "__version__",
+]

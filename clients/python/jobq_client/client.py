@@ -1,0 +1,321 @@
+"""Client and AsyncClient: one method per API call, typed answers, typed errors, safe retries."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from jobq_client import _calls
+from jobq_client._calls import Call, RetryPolicy
+from jobq_client.errors import JobqError, TransportError, error_from_response
+from jobq_client.models import Claim, CompleteOutcome, Heartbeat, Job, NewJob
+
+__version__ = "0.1.0"
+
+log = logging.getLogger("jobq_client")
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = 10.0
+
+
+class _Base:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        timeout: float,
+        retry: RetryPolicy | None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self._headers = {
+            "accept": "application/json, application/problem+json",
+            "content-type": "application/json",
+            "user-agent": f"jobq-client-python/{__version__}",
+        }
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+
+    def _request(self, call: Call[Any]) -> dict[str, Any]:
+        headers = dict(self._headers)
+        if call.body is None:
+            del headers["content-type"]
+        return {
+            "method": call.method,
+            "url": self.base_url + call.path,
+            "content": call.content(),
+            "headers": headers,
+            # The server may hold a long-poll for wait_seconds before it answers.
+            "timeout": httpx.Timeout(self.timeout + call.long_poll, connect=self.timeout),
+        }
+
+    def _answer(self, call: Call[T], response: httpx.Response) -> T | JobqError:
+        if not response.is_success:
+            return error_from_response(response)
+        try:
+            return call.parse(response)
+        except (ValueError, KeyError, TypeError) as exc:
+            # A 2xx that is not jobq's answer: a proxy's page, or a server that speaks another contract.
+            return JobqError(
+                f"{call.operation}: unexpected answer ({exc!r}): {response.text[:200]}", status=response.status_code
+            )
+
+    def _no_answer(self, call: Call[Any], exc: httpx.TransportError, attempts: int) -> TransportError:
+        what = type(exc).__name__
+        return TransportError(
+            f"{call.method} {call.path}: no answer after {attempts} attempt(s) ({what}: {exc})", type="about:blank"
+        )
+
+    @staticmethod
+    def _log_retry(call: Call[Any], attempt: int, why: str, delay: float) -> None:
+        log.info("retrying %s (attempt %d failed: %s) in %.2fs", call.operation, attempt, why, delay)
+
+
+class Client(_Base):
+    """A blocking client. Thread-safe; reuse one per process (it keeps connections open).
+
+    `api_key` is sent as `Authorization: Bearer <key>`. `retry` says how often and how long to retry
+    where that is safe (see RetryPolicy; `NO_RETRY` turns retries off). `http_client` lets you bring
+    your own httpx.Client (proxies, TLS, event hooks); it is then yours to close."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        super().__init__(base_url, api_key=api_key, timeout=timeout, retry=retry)
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.Client()
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send(self, call: Call[T]) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._http.request(**self._request(call))
+            except httpx.TransportError as exc:
+                delay = call.retry_after_error(self.retry, attempt, exc)
+                if delay is None:
+                    raise self._no_answer(call, exc, attempt) from exc
+                self._log_retry(call, attempt, type(exc).__name__, delay)
+                time.sleep(delay)
+                continue
+            answer = self._answer(call, response)
+            if not isinstance(answer, JobqError):
+                return answer
+            delay = call.retry_after_answer(self.retry, attempt, answer)
+            if delay is None:
+                raise answer
+            self._log_retry(call, attempt, str(answer), delay)
+            time.sleep(delay)
+
+    # -- producers -----------------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        priority: int | None = None,
+        run_at: datetime | str | None = None,
+        delay_seconds: float | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """Add a job. With an `idempotency_key`, a repeat returns the existing job, and this call is
+        retried on any transient failure; without one it is retried only when it cannot have arrived."""
+        return self._send(
+            _calls.enqueue(
+                queue,
+                payload,
+                priority=priority,
+                run_at=run_at,
+                delay_seconds=delay_seconds,
+                max_attempts=max_attempts,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    def enqueue_batch(self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]]) -> list[Job]:
+        """Add several jobs, all or nothing, in order. Retried like enqueue when every job has a key."""
+        return self._send(_calls.enqueue_batch(queue, jobs))
+
+    # -- workers ---------------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        limit: int = 1,
+        lease_seconds: int | None = None,
+        wait_seconds: float = 0,
+    ) -> list[Claim]:
+        """Claim up to `limit` jobs, waiting up to `wait_seconds` for one; [] when none came."""
+        return self._send(
+            _calls.claim(queue, worker, limit=limit, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
+        )
+
+    def heartbeat(self, job_id: int, claim_token: str, *, lease_seconds: int | None = None) -> Heartbeat:
+        """Extend the lease (by the claim's lease unless `lease_seconds`). ClaimLost: stop working."""
+        return self._send(_calls.heartbeat(job_id, claim_token, lease_seconds))
+
+    def complete(self, job_id: int, claim_token: str, result: Any = None) -> Job:
+        return self._send(_calls.complete(job_id, claim_token, result))
+
+    def complete_many(self, items: Sequence[tuple[int, str, Any]]) -> list[CompleteOutcome]:
+        """Complete (id, claim_token, result) items in one request; each gets its own outcome."""
+        return self._send(_calls.complete_many(items))
+
+    def fail(
+        self, job_id: int, claim_token: str, error: str, *, retry_in_seconds: float | None = None, retry: bool = True
+    ) -> Job:
+        """Record a failed attempt: retried later (after `retry_in_seconds`, else the server's backoff)
+        while attempts remain, or failed for good now with `retry=False`."""
+        return self._send(_calls.fail(job_id, claim_token, error, retry_in_seconds=retry_in_seconds, retry=retry))
+
+    # -- operators ----------------------------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job:
+        return self._send(_calls.get_job(job_id))
+
+    def stats(self, queue: str) -> dict[str, Any]:
+        """`GET /queues/{queue}/stats`, as the server answers it."""
+        return self._send(_calls.stats(queue))
+
+
+class AsyncClient(_Base):
+    """The asyncio twin of Client: the same methods, awaited. One per event loop."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        max_connections: int = 100,
+    ) -> None:
+        super().__init__(base_url, api_key=api_key, timeout=timeout, retry=retry)
+        self._owns_http = http_client is None
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._http = http_client or httpx.AsyncClient(limits=limits)
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def _send(self, call: Call[T]) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = await self._http.request(**self._request(call))
+            except httpx.TransportError as exc:
+                delay = call.retry_after_error(self.retry, attempt, exc)
+                if delay is None:
+                    raise self._no_answer(call, exc, attempt) from exc
+                self._log_retry(call, attempt, type(exc).__name__, delay)
+                await asyncio.sleep(delay)
+                continue
+            answer = self._answer(call, response)
+            if not isinstance(answer, JobqError):
+                return answer
+            delay = call.retry_after_answer(self.retry, attempt, answer)
+            if delay is None:
+                raise answer
+            self._log_retry(call, attempt, str(answer), delay)
+            await asyncio.sleep(delay)
+
+    async def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        priority: int | None = None,
+        run_at: datetime | str | None = None,
+        delay_seconds: float | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        return await self._send(
+            _calls.enqueue(
+                queue,
+                payload,
+                priority=priority,
+                run_at=run_at,
+                delay_seconds=delay_seconds,
+                max_attempts=max_attempts,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    async def enqueue_batch(self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]]) -> list[Job]:
+        return await self._send(_calls.enqueue_batch(queue, jobs))
+
+    async def claim(
+        self,
+        queue: str,
+        worker: str,
+        *,
+        limit: int = 1,
+        lease_seconds: int | None = None,
+        wait_seconds: float = 0,
+    ) -> list[Claim]:
+        return await self._send(
+            _calls.claim(queue, worker, limit=limit, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
+        )
+
+    async def heartbeat(self, job_id: int, claim_token: str, *, lease_seconds: int | None = None) -> Heartbeat:
+        return await self._send(_calls.heartbeat(job_id, claim_token, lease_seconds))
+
+    async def complete(self, job_id: int, claim_token: str, result: Any = None) -> Job:
+        return await self._send(_calls.complete(job_id, claim_token, result))
+
+    async def complete_many(self, items: Sequence[tuple[int, str, Any]]) -> list[CompleteOutcome]:
+        return await self._send(_calls.complete_many(items))
+
+    async def fail(
+        self, job_id: int, claim_token: str, error: str, *, retry_in_seconds: float | None = None, retry: bool = True
+    ) -> Job:
+        return await self._send(_calls.fail(job_id, claim_token, error, retry_in_seconds=retry_in_seconds, retry=retry))
+
+    async def get_job(self, job_id: int) -> Job:
+        return await self._send(_calls.get_job(job_id))
+
+    async def stats(self, queue: str) -> dict[str, Any]:
+        return await self._send(_calls.stats(queue))

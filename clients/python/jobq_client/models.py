@@ -1,0 +1,161 @@
+"""What the API answers, as typed read-only objects; unknown fields from a newer server are ignored."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, cast
+
+JobStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
+CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "invalid_state"]
+
+
+def _time(value: Any) -> datetime:
+    # RFC 3339 with an offset; "Z" is spelled out for Python 3.10's fromisoformat.
+    text = str(value)
+    return datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+
+
+def _time_or_none(value: Any) -> datetime | None:
+    return None if value is None else _time(value)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as `GET /jobs/{id}`, enqueue, complete and fail return it (never with its claim token)."""
+
+    id: int
+    queue: str
+    status: JobStatus
+    payload: Any
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    claimed_at: datetime | None = None
+    lease_expires_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker: str | None = None
+    last_error: str | None = None
+    result: Any = None
+    idempotency_key: str | None = None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Job:
+        return cls(
+            id=int(doc["id"]),
+            queue=str(doc["queue"]),
+            status=cast(JobStatus, doc["status"]),
+            payload=doc.get("payload"),
+            priority=int(doc.get("priority", 0)),
+            attempts=int(doc.get("attempts", 0)),
+            max_attempts=int(doc.get("max_attempts", 1)),
+            run_at=_time(doc["run_at"]),
+            created_at=_time(doc["created_at"]),
+            claimed_at=_time_or_none(doc.get("claimed_at")),
+            lease_expires_at=_time_or_none(doc.get("lease_expires_at")),
+            finished_at=_time_or_none(doc.get("finished_at")),
+            worker=doc.get("worker"),
+            last_error=doc.get("last_error"),
+            result=doc.get("result"),
+            idempotency_key=doc.get("idempotency_key"),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed job: pass `id` and `claim_token` to heartbeat, complete and fail."""
+
+    id: int
+    queue: str
+    payload: Any
+    priority: int
+    attempts: int  # claims so far, this one included
+    max_attempts: int
+    claim_token: str = field(repr=False)
+    lease_expires_at: datetime
+    run_at: datetime
+    created_at: datetime
+
+    @property
+    def last_attempt(self) -> bool:
+        """A failure now fails the job for good."""
+        return self.attempts >= self.max_attempts
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Claim:
+        return cls(
+            id=int(doc["id"]),
+            queue=str(doc["queue"]),
+            payload=doc.get("payload"),
+            priority=int(doc.get("priority", 0)),
+            attempts=int(doc["attempts"]),
+            max_attempts=int(doc["max_attempts"]),
+            claim_token=str(doc["claim_token"]),
+            lease_expires_at=_time(doc["lease_expires_at"]),
+            run_at=_time(doc["run_at"]),
+            created_at=_time(doc["created_at"]),
+        )
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """The renewed lease. `cancel_requested`: an operator cancelled the job; stop, do not complete it
+    (the lease is then None: nothing was renewed)."""
+
+    id: int
+    lease_expires_at: datetime | None
+    cancel_requested: bool = False
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Heartbeat:
+        return cls(
+            id=int(doc["id"]),
+            lease_expires_at=_time_or_none(doc.get("lease_expires_at")),
+            cancel_requested=bool(doc.get("cancel_requested", False)),
+        )
+
+
+@dataclass(frozen=True)
+class CompleteOutcome:
+    """One item of a batch complete: `completed`, or why not."""
+
+    id: int
+    outcome: CompleteOutcomeKind
+    status: JobStatus | None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> CompleteOutcome:
+        return cls(
+            id=int(doc["id"]),
+            outcome=cast(CompleteOutcomeKind, doc["outcome"]),
+            status=cast("JobStatus | None", doc.get("status")),
+        )
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One job of a batch enqueue (the fields of a single enqueue)."""
+
+    payload: Any
+    priority: int | None = None
+    run_at: datetime | str | None = None
+    delay_seconds: float | None = None
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"payload": self.payload}
+        for name in ("priority", "delay_seconds", "max_attempts", "idempotency_key"):
+            value = getattr(self, name)
+            if value is not None:
+                doc[name] = value
+        if isinstance(self.run_at, datetime):
+            if self.run_at.tzinfo is None:
+                raise ValueError("run_at needs a timezone (the server compares it with its own clock)")
+            doc["run_at"] = self.run_at.isoformat()
+        elif self.run_at is not None:
+            doc["run_at"] = self.run_at
+        return doc

@@ -1,0 +1,526 @@
+"""Worker: long-polls the queues it has handlers for, runs each job's handler (async on the event loop,
+sync in a thread of its own), heartbeats while it runs, then completes or fails the job. Stops cleanly
+on SIGTERM/SIGINT: no new claims, jobs in flight finish within a grace period or are handed back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import inspect
+import json
+import logging
+import os
+import random
+import signal
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any, TypeVar, Union
+
+from jobq_client._calls import RetryPolicy
+from jobq_client.client import AsyncClient
+from jobq_client.errors import Conflict, JobqError, NotFound, RateLimited, ServerError, TransportError
+from jobq_client.models import Claim
+
+log = logging.getLogger("jobq_client.worker")
+
+MAX_ERROR_CHARS = 4000  # the server keeps JOBQ_MAX_ERROR_BYTES (2 KiB by default) of it anyway
+MAX_CLAIM = 100  # jobs asked for in one claim: the server's default JOBQ_MAX_CLAIM_LIMIT
+
+# Why a handler was told to stop.
+CLAIM_LOST = "claim lost"
+CANCEL_REQUESTED = "cancel requested"
+SHUTDOWN = "worker shutting down"
+
+
+class RetryLater(Exception):
+    """Raise from a handler to fail this attempt and have the job retried after `retry_in` seconds
+    (None: after the server's backoff). Once the attempts are used up the job is failed all the same."""
+
+    def __init__(self, message: str = "retry requested", *, retry_in: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+class PermanentFailure(Exception):
+    """Raise from a handler to fail the job for good now, whatever attempts remain."""
+
+
+class JobContext:
+    """What a handler receives: the claimed job, and whether it should stop.
+
+    `stopped` turns true when the claim is lost (lease lapsed, job reclaimed), when an operator cancels
+    the job, or when the worker stops before the handler finished. An async handler is cancelled at
+    once; a sync handler cannot be interrupted, so a long one should look at `stopped` (or use
+    `sleep()`) now and then. Whatever a stopped handler returns is not sent."""
+
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
+        self._stopped = threading.Event()
+        self._waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.stop_reason: str | None = None
+
+    @property
+    def id(self) -> int:
+        return self.claim.id
+
+    @property
+    def queue(self) -> str:
+        return self.claim.queue
+
+    @property
+    def payload(self) -> Any:
+        return self.claim.payload
+
+    @property
+    def attempts(self) -> int:
+        return self.claim.attempts
+
+    @property
+    def max_attempts(self) -> int:
+        return self.claim.max_attempts
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def sleep(self, seconds: float) -> bool:
+        """For sync handlers: sleep, but wake at once when told to stop. True when stopped."""
+        return self._stopped.wait(seconds)
+
+    def _stop(self, reason: str) -> None:
+        # Called on the event loop only.
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self._stopped.set()
+            if not self._waiter.done():
+                self._waiter.set_result(None)
+
+
+Handler = Callable[[JobContext], Union[Any, Awaitable[Any]]]  # noqa: UP007 (a runtime alias on 3.10)
+H = TypeVar("H", bound=Handler)
+
+
+@dataclass
+class _Queue:
+    name: str
+    handler: Handler
+    concurrency: int
+    is_async: bool
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    freed: asyncio.Event | None = None
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004
+
+
+def _error_text(exc: BaseException) -> str:
+    message = str(exc)
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 12] + " [truncated]"
+
+
+class Worker:
+    """Runs handlers for jobs of one or more queues.
+
+        worker = Worker("http://127.0.0.1:8000", concurrency=10)
+
+        @worker.handler("emails")
+        def send(job: JobContext) -> dict:
+            return {"message_id": mail.send(**job.payload)}
+
+        worker.run()  # until SIGTERM or SIGINT
+
+    A handler gets a JobContext. Its return value (JSON) completes the job; an exception fails the
+    attempt with the exception's type and message, and the server retries the job later while attempts
+    remain (`RetryLater` chooses when, `PermanentFailure` stops the retries).
+
+    `concurrency` is per queue: at most that many jobs of each queue run at once. `lease_seconds` is
+    the lease each claim asks for; heartbeats renew it every `heartbeat_interval` (default a third of
+    the lease) while the handler runs. A heartbeat or a complete that answers 409, or a heartbeat that
+    says `cancel_requested`, means the job is no longer ours: the handler is told to stop and the job is
+    neither completed nor failed. On stop (first SIGTERM/SIGINT, or `stop()`) the worker claims nothing
+    more and waits up to `shutdown_grace` seconds for jobs in flight; jobs still running then (or at a
+    second signal) are handed back with a fail that asks for an immediate retry (that counts as an
+    attempt; on the last attempt the job ends `failed`)."""
+
+    def __init__(
+        self,
+        client: AsyncClient | str = "http://127.0.0.1:8000",
+        *,
+        api_key: str | None = None,
+        name: str | None = None,
+        concurrency: int = 10,
+        lease_seconds: int = 30,
+        wait_seconds: float = 20.0,
+        heartbeat_interval: float | None = None,
+        shutdown_grace: float = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if lease_seconds < 1:
+            raise ValueError("lease_seconds must be at least 1")
+        interval = heartbeat_interval if heartbeat_interval is not None else lease_seconds / 3
+        if not 0 < interval < lease_seconds:
+            raise ValueError("heartbeat_interval must be positive and shorter than the lease")
+        if wait_seconds < 0 or shutdown_grace < 0:
+            raise ValueError("wait_seconds and shutdown_grace cannot be negative")
+        self._client = client if isinstance(client, AsyncClient) else None
+        self._url = client if isinstance(client, str) else ""
+        self._api_key = api_key
+        self._retry = retry
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.wait_seconds = wait_seconds
+        self.heartbeat_interval = interval
+        self.shutdown_grace = shutdown_grace
+        self._queues: dict[str, _Queue] = {}
+        self._active: set[JobContext] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._forced: asyncio.Event | None = None
+        self._lock = threading.Lock()  # stop() may come from another thread while run() starts
+        self._early_stops = 0  # stop() calls before the loop started
+        self._fatal: Exception | None = None
+
+    # -- registration -----------------------------------------------------------------------------------
+
+    def register(self, queue: str, handler: Handler, *, concurrency: int | None = None) -> None:
+        if queue in self._queues:
+            raise ValueError(f"queue {queue!r} already has a handler")
+        limit = concurrency if concurrency is not None else self.concurrency
+        if limit < 1:
+            raise ValueError("concurrency must be at least 1")
+        self._queues[queue] = _Queue(queue, handler, limit, _is_async(handler))
+
+    def handler(self, queue: str, *, concurrency: int | None = None) -> Callable[[H], H]:
+        """Decorator form of register()."""
+
+        def decorate(fn: H) -> H:
+            self.register(queue, fn, concurrency=concurrency)
+            return fn
+
+        return decorate
+
+    # -- running and stopping -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until stopped. In the main thread, SIGTERM and SIGINT stop it (twice: at once)."""
+        asyncio.run(self.arun(handle_signals=threading.current_thread() is threading.main_thread()))
+
+    def stop(self, *, now: bool = False) -> None:
+        """Stop claiming and let jobs in flight finish (`now`: hand them back at once). Safe to call from
+        any thread; a second call acts like `now`. Called before run(), run() returns at once."""
+        with self._lock:
+            loop = self._loop
+            if loop is None:
+                self._early_stops += 2 if now else 1
+                return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing left to stop
+            loop.call_soon_threadsafe(self._request_stop, now)
+
+    def _request_stop(self, now: bool = False) -> None:
+        assert self._stopping is not None and self._forced is not None
+        if now or self._stopping.is_set():
+            if not self._forced.is_set():
+                log.warning("stopping now: handing back %d job(s) still running", len(self._active))
+                self._forced.set()
+                for ctx in list(self._active):
+                    ctx._stop(SHUTDOWN)
+            return
+        log.info("stopping: no new claims; finishing %d job(s) in flight", self._in_flight())
+        self._stopping.set()
+
+    def _in_flight(self) -> int:
+        return sum(len(q.tasks) for q in self._queues.values())
+
+    async def arun(self, *, handle_signals: bool = False) -> None:
+        """Run on the current event loop until stopped. Raises the error that stopped it, if any
+        (an answer that retrying cannot fix, such as 401 or 403 on claim)."""
+        if not self._queues:
+            raise ValueError("register a handler for at least one queue first")
+        self._stopping, self._forced = asyncio.Event(), asyncio.Event()
+        self._fatal = None
+        for q in self._queues.values():
+            q.freed = asyncio.Event()
+        with self._lock:
+            self._loop = asyncio.get_running_loop()
+            early, self._early_stops = self._early_stops, 0
+        for _ in range(early):
+            self._request_stop()
+        client = self._client or AsyncClient(
+            self._url,
+            api_key=self._api_key,
+            retry=self._retry,
+            max_connections=max(100, 2 * sum(q.concurrency for q in self._queues.values()) + len(self._queues)),
+        )
+        restore = self._install_signal_handlers() if handle_signals else {}
+        pollers = [
+            asyncio.create_task(self._guarded_poll(client, q), name=f"jobq-poll-{q.name}")
+            for q in self._queues.values()
+        ]
+        try:
+            await self._stopping.wait()
+            await asyncio.gather(*pollers)
+            await self._drain()
+        finally:
+            for p in pollers:
+                p.cancel()
+            if any(q.tasks for q in self._queues.values()):  # cancelled from outside: hand jobs back
+                self._request_stop(now=True)
+                await asyncio.gather(*(t for q in self._queues.values() for t in q.tasks), return_exceptions=True)
+            for signum, previous in restore.items():
+                signal.signal(signum, previous)
+            if self._client is None:
+                await client.aclose()
+            with self._lock:
+                self._loop = None
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("received %s", signal.Signals(signum).name)
+            loop.call_soon_threadsafe(self._request_stop)
+
+        restore: dict[int, Any] = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            restore[signum] = signal.getsignal(signum)
+            signal.signal(signum, on_signal)
+        return restore
+
+    async def _drain(self) -> None:
+        tasks = [t for q in self._queues.values() for t in q.tasks]
+        if not tasks:
+            return
+        assert self._forced is not None
+        forced = asyncio.ensure_future(self._forced.wait())
+        everything = asyncio.ensure_future(asyncio.wait(tasks))
+        try:
+            await asyncio.wait({forced, everything}, timeout=self.shutdown_grace, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            forced.cancel()
+        if not everything.done():
+            self._request_stop(now=True)
+            await everything
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but return early when the worker stops."""
+        assert self._stopping is not None
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    # -- claiming ---------------------------------------------------------------------------------------------
+
+    async def _guarded_poll(self, client: AsyncClient, q: _Queue) -> None:
+        try:
+            await self._poll(client, q)
+        except Exception as exc:  # a bug here must stop the worker, not leave it claiming nothing
+            log.exception("claim loop of %s crashed; stopping the worker", q.name)
+            self._fatal = self._fatal or exc
+            self._request_stop()
+
+    async def _poll(self, client: AsyncClient, q: _Queue) -> None:
+        assert self._stopping is not None and q.freed is not None
+        failures = 0
+        while not self._stopping.is_set():
+            q.freed.clear()
+            free = q.concurrency - len(q.tasks)
+            if free <= 0:
+                await _first(q.freed.wait(), self._stopping.wait())
+                continue
+            claiming = asyncio.ensure_future(
+                client.claim(
+                    q.name,
+                    self.name,
+                    limit=min(free, MAX_CLAIM),
+                    lease_seconds=self.lease_seconds,
+                    wait_seconds=self.wait_seconds,
+                )
+            )
+            stopping = asyncio.ensure_future(self._stopping.wait())
+            await asyncio.wait({claiming, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not claiming.done():
+                # The long-poll is abandoned; the server releases what it claims for a request that went
+                # away. Only an answer already on the wire when we hang up is lost, and its jobs come back
+                # when their lease lapses.
+                claiming.cancel()
+                await asyncio.wait({claiming})
+                if claiming.cancelled():
+                    return
+            try:
+                claims = claiming.result()
+            except (TransportError, RateLimited, ServerError) as exc:
+                failures += 1
+                delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1)
+                log.warning("claim on %s failed (%s); trying again in %.1fs", q.name, exc, delay)
+                await self._pause(delay)
+                continue
+            except JobqError as exc:
+                # 400/401/403/404/422: retrying will not help (bad key, bad queue name, older server).
+                log.error("claim on %s refused, stopping the worker: %s", q.name, exc)
+                self._fatal = self._fatal or exc
+                self._request_stop()
+                return
+            failures = 0
+            for c in claims:
+                task = asyncio.create_task(self._process(client, q, c), name=f"jobq-job-{c.id}")
+                q.tasks.add(task)
+                task.add_done_callback(functools.partial(self._done, q))
+
+    @staticmethod
+    def _done(q: _Queue, task: asyncio.Task[None]) -> None:
+        q.tasks.discard(task)
+        if q.freed is not None:
+            q.freed.set()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("job task crashed", exc_info=exc)
+
+    # -- one job -------------------------------------------------------------------------------------------------
+
+    async def _process(self, client: AsyncClient, q: _Queue, claim: Claim) -> None:
+        ctx = JobContext(claim)
+        assert self._forced is not None
+        if self._forced.is_set():  # claimed as the worker was told to stop now: hand it straight back
+            error = f"{SHUTDOWN}: handed back before the handler started"
+            await self._send(ctx, client.fail(ctx.id, claim.claim_token, error, retry_in_seconds=0))
+            return
+        self._active.add(ctx)
+        beating = asyncio.create_task(self._heartbeats(client, ctx), name=f"jobq-heartbeat-{claim.id}")
+        try:
+            work: asyncio.Future[Any] = (
+                asyncio.ensure_future(_call_async(q.handler, ctx)) if q.is_async else _in_thread(q.handler, ctx)
+            )
+            await asyncio.wait({work, ctx._waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():
+                await self._abandon(client, q, ctx, work)
+                return
+        finally:
+            beating.cancel()
+            self._active.discard(ctx)
+        if ctx.stop_reason in (CLAIM_LOST, CANCEL_REQUESTED):
+            log.info("job %s: %s while its handler finished; not completing it", claim.id, ctx.stop_reason)
+            return
+        await self._report(client, ctx, work)
+
+    async def _abandon(self, client: AsyncClient, q: _Queue, ctx: JobContext, work: asyncio.Future[Any]) -> None:
+        """The handler was told to stop before it finished."""
+        log.warning("job %s: %s; stopping its handler", ctx.id, ctx.stop_reason)
+        assert self._forced is not None
+        work.add_done_callback(_discard_outcome)
+        if q.is_async:
+            work.cancel()
+            await asyncio.wait({work}, timeout=5)  # a handler that ignores cancellation is left behind
+        elif ctx.stop_reason != SHUTDOWN:
+            # A thread cannot be interrupted: its slot stays taken until it returns (or we stop now).
+            await _first(asyncio.wait({work}), self._forced.wait())
+        if ctx.stop_reason == SHUTDOWN:
+            error = f"{SHUTDOWN}: handed back before the handler finished"
+            await self._send(ctx, client.fail(ctx.id, ctx.claim.claim_token, error, retry_in_seconds=0))
+
+    async def _report(self, client: AsyncClient, ctx: JobContext, work: asyncio.Future[Any]) -> None:
+        token = ctx.claim.claim_token
+        exc = work.exception() if not work.cancelled() else asyncio.CancelledError("the handler was cancelled")
+        if exc is None:
+            result = work.result()
+            try:
+                json.dumps(result, allow_nan=False)
+            except (TypeError, ValueError) as bad:
+                exc = TypeError(f"the handler's result is not JSON: {bad}")
+            else:
+                await self._send(ctx, client.complete(ctx.id, token, result))
+                return
+        if isinstance(exc, RetryLater):
+            log.info("job %s: retry requested (%s)", ctx.id, exc)
+            await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), retry_in_seconds=exc.retry_in))
+        elif isinstance(exc, PermanentFailure):
+            log.warning("job %s: failed for good: %s", ctx.id, exc)
+            await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), retry=False))
+        else:
+            log.warning("job %s: attempt %d failed", ctx.id, ctx.attempts, exc_info=exc)
+            await self._send(ctx, client.fail(ctx.id, token, _error_text(exc)))
+
+    async def _send(self, ctx: JobContext, call: Awaitable[Any]) -> None:
+        try:
+            await call
+        except Conflict as exc:
+            log.warning("job %s: claim lost before the outcome was recorded (%s)", ctx.id, exc)
+        except NotFound as exc:
+            log.warning("job %s: gone before the outcome was recorded (%s)", ctx.id, exc)
+        except JobqError as exc:
+            log.error("job %s: could not record the outcome (%s); it will run again after its lease", ctx.id, exc)
+
+    async def _heartbeats(self, client: AsyncClient, ctx: JobContext) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            try:
+                beat = await client.heartbeat(ctx.id, ctx.claim.claim_token)
+            except (Conflict, NotFound) as exc:
+                ctx._stop(CLAIM_LOST)
+                log.warning("job %s: heartbeat refused (%s)", ctx.id, exc)
+                return
+            except JobqError as exc:
+                # The lease may still hold; the next beat tells. If it lapsed, that beat gets 409.
+                log.warning("job %s: heartbeat failed (%s); trying again", ctx.id, exc)
+                continue
+            if beat.cancel_requested:
+                ctx._stop(CANCEL_REQUESTED)
+                return
+
+
+def _discard_outcome(future: asyncio.Future[Any]) -> None:
+    # The outcome of an abandoned handler is not reported; reading it keeps asyncio from logging it.
+    if not future.cancelled():
+        future.exception()
+
+
+async def _first(*waits: Awaitable[Any]) -> None:
+    """Wait until one of these finishes; cancel the rest."""
+    futures = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(futures, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for f in futures:
+            f.cancel()
+
+
+async def _call_async(handler: Handler, ctx: JobContext) -> Any:
+    return await handler(ctx)
+
+
+def _in_thread(handler: Handler, ctx: JobContext) -> asyncio.Future[Any]:
+    """Run a sync handler in a daemon thread of its own: a handler that never returns cannot keep the
+    process from exiting after a stop (an executor's threads would be joined at exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+    def run() -> None:
+        try:
+            result, error = context.run(handler, ctx), None
+        except BaseException as exc:  # reported as the job's failure, like any other
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: the worker stopped without us
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=f"jobq-job-{ctx.id}", daemon=True).start()
+    return future

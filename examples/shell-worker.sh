@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# A jobq worker in bash + curl: runs a command for each job of a queue. The job's payload (JSON) is the
+# command's stdin; its environment has JOBQ_JOB_ID, JOBQ_ATTEMPT and JOBQ_MAX_ATTEMPTS.
+#   exit 0   -> complete, with the command's stdout as the result (JSON if it parses, else a string)
+#   exit 65  -> fail for good (EX_DATAERR: retrying cannot help)
+#   other    -> fail this attempt; jobq retries it later while attempts remain
+# The lease is renewed every third of it while the command runs. If the claim is lost (409/404) or the
+# job is cancelled, the command is killed and nothing is sent. SIGTERM/SIGINT: the job in hand finishes,
+# then the worker exits.
+#
+#   JOBQ_URL=http://127.0.0.1:8000 examples/shell-worker.sh emails ./send-email.sh
+#
+# Environment: JOBQ_URL, JOBQ_API_KEY (Bearer), JOBQ_WORKER, JOBQ_LEASE_SECONDS (30), JOBQ_WAIT_SECONDS
+# (20), JOBQ_EXIT_WHEN_IDLE=1 (exit once a claim comes back empty), JOBQ_JSON=jq|python3 (the JSON tool;
+# default jq when installed, else python3).
+set -uo pipefail
+
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 QUEUE COMMAND [ARGS...]" >&2
+  exit 2
+fi
+QUEUE=$1
+shift
+BASE=${JOBQ_URL:-http://127.0.0.1:8000}
+BASE=${BASE%/}
+WORKER=${JOBQ_WORKER:-$(hostname)-$$}
+LEASE=${JOBQ_LEASE_SECONDS:-30}
+WAIT=${JOBQ_WAIT_SECONDS:-20}
+HEARTBEAT=$(awk "BEGIN { print $LEASE / 3 }")
+JSON=${JOBQ_JSON:-$(command -v jq >/dev/null && echo jq || echo python3)}
+WORK=$(mktemp -d)
+# Only the main shell cleans up: a forked child that exits (a command not found) may run this trap too.
+trap '[[ $BASHPID == "$$" ]] && rm -rf "$WORK"' EXIT
+
+log() { echo "$(date +%H:%M:%S) $*" >&2; }
+
+# --- JSON, with jq or python3 -------------------------------------------------------------------------
+
+# json_fields FILE: the first claimed job as "id token attempts max_attempts" (or nothing), and its
+# payload written to $WORK/payload.
+json_fields() {
+  if [[ $JSON == jq ]]; then
+    jq -c '.jobs[0].payload // empty' "$1" >"$WORK/payload"
+    jq -r '.jobs[0] // empty | "\(.id) \(.claim_token) \(.attempts) \(.max_attempts)"' "$1"
+  else
+    python3 -c '
+import json, sys
+jobs = json.load(open(sys.argv[1]))["jobs"]
+if jobs:
+    j = jobs[0]
+    open(sys.argv[2], "w").write(json.dumps(j["payload"]))
+    print(j["id"], j["claim_token"], j["attempts"], j["max_attempts"])' "$1" "$WORK/payload"
+  fi
+}
+
+# json_get FILE KEY: a top-level string, number or boolean field.
+json_get() {
+  if [[ $JSON == jq ]]; then
+    jq -r --arg k "$2" '.[$k] // empty' "$1" 2>/dev/null
+  else
+    python3 -c '
+import json, sys
+v = json.load(open(sys.argv[1])).get(sys.argv[2])
+print("" if v is None else json.dumps(v).strip("\""))' "$1" "$2" 2>/dev/null
+  fi
+}
+
+# complete_body TOKEN OUTFILE: {"claim_token", "result"}; the output as JSON if it is, else as a string.
+complete_body() {
+  if [[ $JSON == jq ]]; then
+    if jq -e . "$2" >/dev/null 2>&1 && [[ -s $2 ]]; then
+      jq -c --arg t "$1" '{claim_token: $t, result: .}' "$2"
+    else
+      jq -Rsc --arg t "$1" '{claim_token: $t, result: .}' "$2"
+    fi
+  else
+    python3 -c '
+import json, sys
+text = open(sys.argv[2], encoding="utf-8", errors="replace").read()
+try:
+    result = json.loads(text)
+except ValueError:
+    result = text
+print(json.dumps({"claim_token": sys.argv[1], "result": result}))' "$1" "$2"
+  fi
+}
+
+# fail_body TOKEN ERROR RETRY: {"claim_token", "error", "retry"}.
+fail_body() {
+  if [[ $JSON == jq ]]; then
+    jq -nc --arg t "$1" --arg e "$2" --argjson r "$3" '{claim_token: $t, error: $e, retry: $r}'
+  else
+    python3 -c '
+import json, sys
+print(json.dumps({"claim_token": sys.argv[1], "error": sys.argv[2], "retry": sys.argv[3] == "true"}))' "$1" "$2" "$3"
+  fi
+}
+
+# --- HTTP -------------------------------------------------------------------------------------------------
+
+AUTH=()
+[[ -n ${JOBQ_API_KEY:-} ]] && AUTH=(-H "Authorization: Bearer $JOBQ_API_KEY")
+
+# api PATH BODY OUT [MAX_TIME]: POST BODY (a JSON string), the answer in OUT; prints the status (000:
+# no answer). Retries no answer, 429 and 503 after Retry-After: every call here is safe to repeat
+# (heartbeat/complete/fail with the same token answer 200 again; a claim whose answer is lost only
+# leaves its job claimed until the lease lapses).
+api() {
+  local path=$1 body=$2 out=$3 max=${4:-10} status attempt after
+  for attempt in 1 2 3 4 5; do
+    status=$(curl -sS -o "$out" -D "$WORK/headers" -w '%{http_code}' --max-time "$max" \
+      -H 'Content-Type: application/json' "${AUTH[@]}" --data-binary "$body" "$BASE$path" 2>/dev/null)
+    status=${status:-000}
+    case $status in
+      000 | 429 | 503) ;;
+      *) echo "$status"; return ;;
+    esac
+    [[ $attempt == 5 || -n ${STOP:-} ]] && break
+    after=$(tr -d '\r' <"$WORK/headers" 2>/dev/null | awk -F': *' 'tolower($1) == "retry-after" { print $2 }')
+    sleep "${after:-$attempt}"
+  done
+  echo "$status"
+}
+
+# --- the loop -------------------------------------------------------------------------------------------
+
+STOP=
+CLAIMING=
+on_signal() {
+  log "signal: finishing the job in hand, claiming no more"
+  STOP=1
+  # Hang up a waiting long-poll; the server releases what it claimed for a request that went away.
+  [[ -n $CLAIMING ]] && kill "$CLAIMING" 2>/dev/null
+}
+trap on_signal TERM INT
+
+# heartbeat ID TOKEN PID: renew the lease until killed; kill PID when the job is no longer ours.
+heartbeat() {
+  local id=$1 token=$2 pid=$3 status nap=
+  # Killed while napping: end the nap too, or an orphaned sleep would hold our stdout open.
+  trap '[[ -n $nap ]] && kill "$nap" 2>/dev/null; exit 0' TERM
+  trap - INT
+  while :; do
+    sleep "$HEARTBEAT" &
+    nap=$!
+    wait "$nap"
+    nap=
+    status=$(api "/jobs/$id/heartbeat" "{\"claim_token\":\"$token\"}" "$WORK/heartbeat")
+    if [[ $status == 409 || $status == 404 ]] || [[ $(json_get "$WORK/heartbeat" cancel_requested) == true ]]; then
+      log "job $id: no longer ours (heartbeat: $status); stopping the command"
+      touch "$WORK/lost"
+      kill "$pid" 2>/dev/null
+      return
+    fi
+    [[ $status == 200 ]] || log "job $id: heartbeat failed ($status); trying again"
+  done
+}
+
+run_job() {
+  local id=$1 token=$2 attempts=$3 max_attempts=$4 pid beat rc status error retry
+  shift 4 # the rest is the command
+  rm -f "$WORK/lost"
+  JOBQ_JOB_ID=$id JOBQ_ATTEMPT=$attempts JOBQ_MAX_ATTEMPTS=$max_attempts \
+    "$@" <"$WORK/payload" >"$WORK/out" 2>"$WORK/err" &
+  pid=$!
+  heartbeat "$id" "$token" "$pid" &
+  beat=$!
+  # A trapped signal interrupts `wait`; wait again until the command has really ended.
+  while :; do
+    wait "$pid"
+    rc=$?
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  kill "$beat" 2>/dev/null
+  wait "$beat" 2>/dev/null
+  if [[ -e $WORK/lost ]]; then
+    return
+  fi
+  if [[ $rc == 0 ]]; then
+    status=$(api "/jobs/$id/complete" "$(complete_body "$token" "$WORK/out")" "$WORK/answer")
+    log "job $id: complete -> $status"
+  else
+    error="exit $rc: $(tail -c 1000 "$WORK/err")"
+    retry=true
+    [[ $rc == 65 ]] && retry=false
+    status=$(api "/jobs/$id/fail" "$(fail_body "$token" "$error" "$retry")" "$WORK/answer")
+    log "job $id: attempt $attempts failed ($error) -> $status $(json_get "$WORK/answer" status)"
+  fi
+}
+
+log "worker $WORKER on $BASE, queue $QUEUE, JSON by $JSON"
+claim="{\"worker\":\"$WORKER\",\"limit\":1,\"lease_seconds\":$LEASE,\"wait_seconds\":$WAIT}"
+while [[ -z $STOP ]]; do
+  # curl in the background, so that a signal interrupts the long-poll (the trap kills curl).
+  curl -sS -o "$WORK/claim" -D "$WORK/headers" -w '%{http_code}' --max-time $((WAIT + 10)) \
+    -H 'Content-Type: application/json' "${AUTH[@]}" --data-binary "$claim" "$BASE/queues/$QUEUE/claim" \
+    >"$WORK/claim-status" 2>/dev/null &
+  CLAIMING=$!
+  wait "$CLAIMING"
+  wait "$CLAIMING" 2>/dev/null # after a signal: until curl has really ended
+  CLAIMING=
+  [[ -n $STOP ]] && break
+  status=$(cat "$WORK/claim-status")
+  case ${status:-000} in
+    200) ;;
+    000 | 429 | 502 | 503 | 504)
+      after=$(tr -d '\r' <"$WORK/headers" 2>/dev/null | awk -F': *' 'tolower($1) == "retry-after" { print $2 }')
+      log "claim failed (${status:-000}); trying again in ${after:-1}s"
+      sleep "${after:-1}"
+      continue
+      ;;
+    *)
+      log "claim refused ($status): $(cat "$WORK/claim")" # a bad key, queue name or setting
+      exit 1
+      ;;
+  esac
+  read -r id token attempts max_attempts < <(json_fields "$WORK/claim")
+  if [[ -z ${id:-} ]]; then
+    [[ -n ${JOBQ_EXIT_WHEN_IDLE:-} ]] && break
+    continue
+  fi
+  log "job $id: attempt $attempts of $max_attempts"
+  run_job "$id" "$token" "$attempts" "$max_attempts" "$@"
+done
+log "stopped"

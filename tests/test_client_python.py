@@ -1,0 +1,609 @@
+"""The Python SDK (clients/python, `jobq_client`) against the live service: Client, AsyncClient and
+Worker, including a worker process stopped by a real SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from jobq_client import (
+    NO_RETRY,
+    AsyncClient,
+    Claim,
+    ClaimLost,
+    Client,
+    Conflict,
+    Forbidden,
+    JobCancelled,
+    JobContext,
+    JobNotFound,
+    JobqError,
+    NewJob,
+    NotFound,
+    PermanentFailure,
+    RateLimited,
+    RetryLater,
+    RetryPolicy,
+    ServerError,
+    ServiceUnavailable,
+    TransportError,
+    Unauthorized,
+    ValidationError,
+    Worker,
+)
+from jobq_client.errors import InvalidState, error_from_response
+
+from app.openapi import published_document
+from tests.conftest import make_settings
+from tests.support import LiveServer, TcpProxy
+from tests.test_claim import wait_until
+
+ROOT = Path(__file__).parent.parent
+FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
+QUICK = RetryPolicy(attempts=50, backoff_base=0.05, backoff_max=0.2)
+
+
+def statuses(db: psycopg.Connection, queue: str = "q") -> dict[str, int]:
+    rows = db.execute("SELECT status, count(*) FROM jobs WHERE queue_name = %s GROUP BY status", (queue,))
+    return dict(rows.fetchall())  # type: ignore[arg-type]
+
+
+def has_route(path: str) -> bool:
+    return path in published_document()["paths"]
+
+
+@contextmanager
+def running(worker: Worker) -> Iterator[None]:
+    """The worker in a thread (no signal handlers there); stopped and joined on the way out."""
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, name="sdk-worker")
+    thread.start()
+    try:
+        yield
+    finally:
+        worker.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "the worker did not stop"
+    assert not failures, failures
+
+
+# --- Client -------------------------------------------------------------------------------------------------
+
+
+def test_client_drives_the_whole_lifecycle(server: LiveServer) -> None:
+    with Client(server.url) as jobq:
+        first = jobq.enqueue("q", {"to": "ada"}, priority=5, idempotency_key="welcome-ada", max_attempts=3)
+        assert (first.status, first.payload, first.priority, first.max_attempts) == ("pending", {"to": "ada"}, 5, 3)
+        assert isinstance(first.created_at, datetime) and first.created_at.tzinfo is not None
+        assert jobq.enqueue("q", {"to": "ada"}, idempotency_key="welcome-ada").id == first.id
+        batch = jobq.enqueue_batch("q", [NewJob(payload=1), {"payload": 2, "delay_seconds": 3600}])
+        assert [j.payload for j in batch] == [1, 2]
+        assert batch[1].run_at > batch[0].run_at
+
+        [claim] = jobq.claim("q", "w1", lease_seconds=60)  # priority 5 first
+        assert isinstance(claim, Claim)
+        assert (claim.id, claim.attempts, claim.last_attempt) == (first.id, 1, False)
+        assert "claim_token" not in repr(claim)
+        beat = jobq.heartbeat(claim.id, claim.claim_token, lease_seconds=600)
+        assert beat.id == claim.id and beat.lease_expires_at > claim.lease_expires_at
+        assert beat.cancel_requested is False
+        done = jobq.complete(claim.id, claim.claim_token, {"message_id": "m1"})
+        assert (done.status, done.result, done.worker) == ("completed", {"message_id": "m1"}, "w1")
+        assert jobq.complete(claim.id, claim.claim_token, {"ignored": True}).result == {"message_id": "m1"}
+
+        [second] = jobq.claim("q", "w1")
+        failed = jobq.fail(second.id, second.claim_token, "SMTP 451", retry_in_seconds=3600)
+        assert (failed.status, failed.last_error, failed.attempts) == ("pending", "SMTP 451", 1)
+        assert jobq.get_job(second.id) == failed
+
+        third = jobq.enqueue("q", "last")
+        [claimed] = jobq.claim("q", "w1")
+        assert claimed.id == third.id
+        [outcome] = jobq.complete_many([(claimed.id, claimed.claim_token, "ok")])
+        assert (outcome.id, outcome.outcome, outcome.status) == (third.id, "completed", "completed")
+        dead = jobq.enqueue("q", "no retry")
+        [c] = jobq.claim("q", "w1")
+        assert jobq.fail(c.id, c.claim_token, "bad input", retry=False).status == "failed"
+        assert dead.id == c.id
+
+
+def test_error_answers_are_typed_exceptions(server: LiveServer) -> None:
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", 1)
+        [claim] = jobq.claim("q", "w")
+        with pytest.raises(ClaimLost) as lost:
+            jobq.heartbeat(claim.id, "not-the-token")
+        assert (lost.value.status, lost.value.slug, lost.value.type) == (
+            409,
+            "claim-lost",
+            "urn:jobq:problem:claim-lost",
+        )
+        assert lost.value.detail and lost.value.title
+        with pytest.raises(ClaimLost):
+            jobq.complete(claim.id, "not-the-token")
+        with pytest.raises(ClaimLost):
+            jobq.fail(claim.id, "not-the-token", "x")
+        with pytest.raises(JobNotFound) as missing:
+            jobq.get_job(987654)
+        assert isinstance(missing.value, NotFound) and missing.value.status == 404
+        with pytest.raises(ValidationError) as invalid:
+            jobq.claim("q", "w", lease_seconds=10**9)
+        assert invalid.value.errors and invalid.value.errors[0]["loc"][-1] == "lease_seconds"
+        with pytest.raises(ValidationError):
+            jobq.enqueue("not a queue name", 1)
+        with pytest.raises(ValueError, match="JSON"):
+            jobq.enqueue("q", float("nan"))  # refused here, never sent
+        assert jobq.get_job(job.id).status == "running"
+
+
+@pytest.mark.parametrize(
+    ("status", "slug", "expected"),
+    [
+        (401, "unauthorized", Unauthorized),
+        (403, "forbidden", Forbidden),
+        (404, "job-not-found", JobNotFound),
+        (404, "not-found", NotFound),
+        (409, "claim-lost", ClaimLost),
+        (409, "invalid-state", InvalidState),
+        (409, "job-cancelled", JobCancelled),
+        (409, "a-conflict-from-a-newer-server", Conflict),
+        (422, "validation-error", ValidationError),
+        (429, "too-many-waiters", RateLimited),
+        (429, "rate-limited", RateLimited),
+        (500, "internal-error", ServerError),
+        (503, "database-unavailable", ServiceUnavailable),
+        (503, "shutting-down", ServiceUnavailable),
+        (418, "something-new", JobqError),
+    ],
+)
+def test_problem_types_map_to_exception_classes(status: int, slug: str, expected: type[JobqError]) -> None:
+    doc = {"type": f"urn:jobq:problem:{slug}", "title": "T", "status": status, "detail": "D"}
+    answer = httpx.Response(status, json=doc, headers={"content-type": "application/problem+json", "retry-after": "3"})
+    error = error_from_response(answer)
+    assert type(error) is expected
+    assert (error.status, error.type, error.title, error.detail, error.retry_after) == (
+        status,
+        doc["type"],
+        "T",
+        "D",
+        3,
+    )
+    assert error.problem == doc
+
+
+def test_an_answer_that_is_not_a_problem_still_maps_by_status() -> None:
+    error = error_from_response(httpx.Response(502, text="<html>Bad Gateway</html>"))
+    assert type(error) is ServerError and error.status == 502 and "Bad Gateway" in error.detail
+
+
+def test_async_client(server: LiveServer) -> None:
+    async def main() -> None:
+        async with AsyncClient(server.url) as jobq:
+            [a, b] = await jobq.enqueue_batch("q", [NewJob(1, idempotency_key="a"), NewJob(2, idempotency_key="b")])
+            claims = await jobq.claim("q", "aw", limit=2, wait_seconds=1)
+            assert [c.id for c in claims] == [a.id, b.id]
+            await jobq.heartbeat(claims[0].id, claims[0].claim_token)
+            assert (await jobq.complete(claims[0].id, claims[0].claim_token, "r")).status == "completed"
+            assert (await jobq.fail(claims[1].id, claims[1].claim_token, "e", retry=False)).status == "failed"
+            assert (await jobq.get_job(a.id)).result == "r"
+            with pytest.raises(ClaimLost):
+                await jobq.heartbeat(claims[0].id, claims[0].claim_token)
+
+    asyncio.run(main())
+
+
+def test_the_api_key_is_sent_as_a_bearer_token(server: LiveServer) -> None:
+    seen: list[str | None] = []
+    hooks = {"request": [lambda request: seen.append(request.headers.get("authorization"))]}
+    with httpx.Client(event_hooks=hooks) as http, Client(server.url, api_key="k-123", http_client=http) as jobq:
+        jobq.enqueue("q", 1)
+        [c] = jobq.claim("q", "w")
+        jobq.heartbeat(c.id, c.claim_token)
+        jobq.complete(c.id, c.claim_token)
+        jobq.get_job(c.id)
+    assert seen == ["Bearer k-123"] * 5
+
+
+@pytest.mark.skipif(
+    not has_route("/queues/{queue}/stats"), reason="GET /queues/{queue}/stats is not on this server yet"
+)
+def test_stats(server: LiveServer) -> None:
+    with Client(server.url) as jobq:
+        jobq.enqueue("q", 1)
+        stats = jobq.stats("q")
+    assert isinstance(stats, dict) and stats
+
+
+# --- retries ------------------------------------------------------------------------------------------------
+
+
+def test_429_is_retried_after_retry_after(server_factory, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(max_waiters=1, poll_interval_seconds=60)
+    caplog.set_level(logging.INFO, "jobq_client")
+    first: list[Claim] = []
+    with Client(server.url) as jobq:
+        waiting = threading.Thread(target=lambda: first.extend(jobq.claim("q", "a", wait_seconds=30)))
+        waiting.start()
+        wait_until(lambda: server.state.broker.parked == 1, what="the first long-poll parked")
+        second: list[list[Claim]] = []
+        retried = threading.Thread(target=lambda: second.append(jobq.claim("q", "b", wait_seconds=0.5)))
+        retried.start()
+        wait_until(lambda: "too-many-waiters" in caplog.text, what="a 429 retried")
+        job = jobq.enqueue("q", "wakes the first")
+        waiting.join(30)
+        retried.join(30)
+    assert [c.id for c in first] == [job.id]
+    assert second == [[]]  # the retry got through once the cap freed up
+    retry = next(r for r in caplog.records if "too-many-waiters" in r.getMessage())
+    assert "in 1.00s" in retry.getMessage()  # the server's Retry-After: 1
+
+
+@pytest.fixture
+def outage(database_url: str) -> Iterator[tuple[LiveServer, TcpProxy]]:
+    """The service behind a TCP relay to its database that the test can cut."""
+    info = psycopg.conninfo.conninfo_to_dict(database_url)
+    proxy = TcpProxy(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432)).start()
+    info.update(host="127.0.0.1", port=str(proxy.port))
+    url = psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+    server = LiveServer(make_settings(url, pool_timeout_seconds=0.5)).start()
+    try:
+        yield server, proxy
+    finally:
+        server.stop()
+        proxy.stop()
+
+
+def test_503_is_retried_where_safe(outage: tuple[LiveServer, TcpProxy], db: psycopg.Connection, caplog) -> None:  # type: ignore[no-untyped-def]
+    server, proxy = outage
+    caplog.set_level(logging.INFO, "jobq_client")
+    with Client(server.url, retry=QUICK) as jobq:
+        job = jobq.enqueue("q", "before")
+        [claim] = jobq.claim("q", "w")
+        proxy.cut()
+        # Without an idempotency key a 503 may hide a committed INSERT: not retried, never doubled.
+        with pytest.raises(ServiceUnavailable) as refused:
+            jobq.enqueue("q", "no key")
+        assert refused.value.retry_after is not None and refused.value.retry_after >= 1
+        assert "retrying enqueueJob" not in caplog.text
+
+        results: dict[str, Any] = {}
+
+        def during_the_outage() -> None:
+            results["enqueued"] = jobq.enqueue("q", "keyed", idempotency_key="k1")
+            results["completed"] = jobq.complete(claim.id, claim.claim_token, "done")
+
+        worker = threading.Thread(target=during_the_outage)
+        worker.start()
+        wait_until(lambda: "retrying enqueueJob" in caplog.text, what="the keyed enqueue being retried")
+        proxy.restore()
+        worker.join(60)
+    assert results["completed"].status == "completed" and results["completed"].id == job.id
+    assert results["enqueued"].idempotency_key == "k1"
+    keyed = db.execute("SELECT count(*) FROM jobs WHERE idempotency_key = 'k1'").fetchone()
+    assert keyed == (1,)
+
+
+def test_no_answer_is_retried_then_raised() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again at once: nothing listens there
+    with Client(f"http://127.0.0.1:{port}", retry=RetryPolicy(attempts=3, backoff_base=0.01)) as jobq:
+        with pytest.raises(TransportError, match="after 3 attempt"):
+            jobq.heartbeat(1, "t")
+        # Connection refused: the enqueue never left, so even without a key it is retried.
+        with pytest.raises(TransportError, match="after 3 attempt"):
+            jobq.enqueue("q", 1)
+    with Client(f"http://127.0.0.1:{port}", retry=NO_RETRY) as jobq, pytest.raises(TransportError, match="after 1"):
+        jobq.get_job(1)
+
+
+# --- Worker -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_worker_processes_1000_jobs_each_once(server: LiveServer, db: psycopg.Connection, kind: str) -> None:
+    with Client(server.url) as jobq:
+        jobs = jobq.enqueue_batch("q", [NewJob(payload=n) for n in range(1000)])
+    handled: collections.Counter[int] = collections.Counter()
+    lock = threading.Lock()
+    now_running = [0]
+    most_at_once = [0]
+
+    def begin(job: JobContext) -> None:
+        with lock:
+            handled[job.id] += 1
+            now_running[0] += 1
+            most_at_once[0] = max(most_at_once[0], now_running[0])
+
+    def end() -> None:
+        with lock:
+            now_running[0] -= 1
+
+    worker = Worker(server.url, concurrency=10, wait_seconds=1)
+    if kind == "sync":
+
+        @worker.handler("q")
+        def double(job: JobContext) -> dict[str, int]:
+            begin(job)
+            time.sleep(0.001)
+            end()
+            return {"double": job.payload * 2}
+
+    else:
+
+        @worker.handler("q")
+        async def double_async(job: JobContext) -> dict[str, int]:
+            begin(job)
+            await asyncio.sleep(0.001)
+            end()
+            return {"double": job.payload * 2}
+
+    with running(worker):
+        wait_until(lambda: statuses(db).get("completed") == 1000, timeout=180, what="1,000 jobs completed")
+    assert sorted(handled) == sorted(j.id for j in jobs)
+    assert set(handled.values()) == {1}
+    assert 1 <= most_at_once[0] <= 10
+    rows = db.execute("SELECT status, attempts, result = jsonb_build_object('double', payload::int * 2) FROM jobs")
+    assert set(rows.fetchall()) == {("completed", 1, True)}
+
+
+def test_a_raising_handler_is_retried_then_failed(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(backoff_base_seconds=0.01, backoff_cap_seconds=0.05, poll_interval_seconds=0.05)
+    calls: list[int] = []
+    worker = Worker(server.url, concurrency=2, wait_seconds=1)
+
+    @worker.handler("q")
+    def boom(job: JobContext) -> None:
+        calls.append(job.attempts)
+        raise ValueError(f"boom on attempt {job.attempts}")
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "doomed", max_attempts=3)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing for good")
+        final = jobq.get_job(job.id)
+    assert calls == [1, 2, 3]
+    assert (final.attempts, final.last_error) == (3, "ValueError: boom on attempt 3")
+
+
+def test_a_handler_chooses_retry_delay_or_no_retry(server: LiveServer, db: psycopg.Connection) -> None:
+    worker = Worker(server.url, wait_seconds=1)
+
+    @worker.handler("q")
+    async def decide(job: JobContext) -> None:
+        if job.payload == "later":
+            raise RetryLater("upstream busy", retry_in=3600)
+        raise PermanentFailure("bad input")
+
+    with Client(server.url) as jobq:
+        later = jobq.enqueue("q", "later")
+        never = jobq.enqueue("q", "never", max_attempts=5)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(never.id).status == "failed", what="the permanent failure")
+            wait_until(lambda: jobq.get_job(later.id).last_error is not None, what="the retry request")
+    row = db.execute(
+        "SELECT status, last_error, run_at > now() + interval '59 minutes' FROM jobs WHERE id = %s", (later.id,)
+    )
+    assert row.fetchone() == ("pending", "RetryLater: upstream busy", True)
+    assert db.execute("SELECT attempts, last_error FROM jobs WHERE id = %s", (never.id,)).fetchone() == (
+        1,
+        "PermanentFailure: bad input",
+    )
+
+
+def test_heartbeats_keep_a_handler_slower_than_its_lease(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    # The sweeper runs every 0.1 s, so a lease left to lapse would be taken back at once.
+    server: LiveServer = server_factory(sweep_interval_seconds=0.1)
+    release = threading.Event()
+    calls: list[int] = []
+    worker = Worker(server.url, concurrency=2, lease_seconds=3, wait_seconds=1)
+
+    @worker.handler("q")
+    def slow(job: JobContext) -> str:
+        calls.append(job.id)
+        release.wait(60)
+        return "made it"
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "slow")
+        with running(worker):
+            # Held past two 3 s leases, renewed by heartbeats (every second) only.
+            wait_until(
+                lambda: (
+                    db.execute(
+                        "SELECT lease_expires_at > claimed_at + interval '7 seconds' FROM jobs WHERE id = %s", (job.id,)
+                    ).fetchone()
+                    == (True,)
+                ),
+                timeout=60,
+                what="the lease renewed past two lease lengths",
+            )
+            release.set()
+            wait_until(lambda: jobq.get_job(job.id).status == "completed", what="completion")
+        final = jobq.get_job(job.id)
+    assert (final.attempts, final.result, calls) == (1, "made it", [job.id])
+
+
+def test_a_lost_claim_stops_the_handler_and_nothing_is_sent(server: LiveServer, db: psycopg.Connection, caplog) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, "jobq_client")
+    started, stopped = threading.Event(), threading.Event()
+    worker = Worker(server.url, concurrency=1, lease_seconds=30, heartbeat_interval=0.2, wait_seconds=1)
+
+    @worker.handler("q")
+    async def patient(job: JobContext) -> str:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return "never"
+
+    job = server.enqueue(payload="contested")
+    with running(worker):
+        assert started.wait(30)
+        # The lease is taken away (as if it had lapsed) and another worker claims the job.
+        server.run(lambda: server.state.sweeper.sweep_once(now=FAR_FUTURE))
+        thief = server.claim_one(worker="thief")
+        assert stopped.wait(30), "the handler was not stopped"
+        wait_until(lambda: "heartbeat refused" in caplog.text, what="the worker noticing")
+    row = db.execute("SELECT status, claim_token, locked_by FROM jobs WHERE id = %s", (job["id"],)).fetchone()
+    assert row == ("running", thief["claim_token"], "thief")
+
+
+@pytest.mark.skipif(
+    not has_route("/jobs/{job_id}/cancel"), reason="POST /jobs/{job_id}/cancel is not on this server yet"
+)
+def test_a_cancelled_job_stops_its_handler(server: LiveServer, db: psycopg.Connection) -> None:
+    started, stopped = threading.Event(), threading.Event()
+    worker = Worker(server.url, concurrency=1, heartbeat_interval=0.2, wait_seconds=1)
+
+    @worker.handler("q")
+    async def patient(job: JobContext) -> str:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+        return "never"
+
+    job = server.enqueue(payload="to cancel")
+    with running(worker):
+        assert started.wait(30)
+        assert server.client.post(f"/jobs/{job['id']}/cancel").status_code == 200
+        assert stopped.wait(30), "the handler was not stopped"
+    assert server.job(job["id"])["status"] != "completed"
+
+
+def test_one_worker_serves_several_queues(server: LiveServer) -> None:
+    worker = Worker(server.url, concurrency=2, wait_seconds=1)
+    worker.register("emails", lambda job: f"sent {job.payload}")
+
+    @worker.handler("reports", concurrency=1)
+    async def report(job: JobContext) -> str:
+        return f"built {job.payload}"
+
+    with Client(server.url) as jobq:
+        mail = jobq.enqueue("emails", "ada")
+        daily = jobq.enqueue("reports", "daily")
+        other = jobq.enqueue("elsewhere", "untouched")
+        with running(worker):
+            wait_until(lambda: jobq.get_job(daily.id).status == jobq.get_job(mail.id).status == "completed")
+        assert (jobq.get_job(mail.id).result, jobq.get_job(daily.id).result) == ("sent ada", "built daily")
+        assert jobq.get_job(other.id).status == "pending"
+
+
+def test_a_claim_the_server_refuses_stops_the_worker(server: LiveServer) -> None:
+    worker = Worker(server.url, lease_seconds=10**6)  # more than JOBQ_LEASE_MAX_SECONDS: 422
+    worker.register("q", lambda job: None)
+    with pytest.raises(ValidationError):
+        worker.run()
+
+
+# --- a worker process and real signals ----------------------------------------------------------------------
+
+
+def lines(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def spawn_worker(server: LiveServer, log: Path, *args: str) -> subprocess.Popen[bytes]:
+    script = ROOT / "tests" / "sdk_worker_main.py"
+    return subprocess.Popen(
+        [sys.executable, str(script), server.url, "q", str(log), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def finish(proc: subprocess.Popen[bytes]) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=60)
+    return proc.returncode, out.decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_sigterm_mid_batch_loses_nothing(server: LiveServer, db: psycopg.Connection, tmp_path: Path) -> None:
+    with Client(server.url) as jobq:
+        ids = {j.id for j in jobq.enqueue_batch("q", [NewJob(payload=n) for n in range(60)])}
+    log = tmp_path / "first.log"
+    proc = spawn_worker(server, log, "--work", "0.3", "--concurrency", "4")
+    try:
+
+        def mid_batch() -> bool:
+            seen = lines(log)
+            begun = sum(x.startswith("start") for x in seen)
+            return sum(x.startswith("done") for x in seen) >= 8 and begun > sum(x.startswith("done") for x in seen)
+
+        wait_until(mid_batch, timeout=60, what="jobs done and jobs in flight")
+        proc.send_signal(signal.SIGTERM)
+        code, out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, out
+    first = lines(log)
+    assert first[-1] == "exit", out
+    begun = {int(x.split()[1]) for x in first if x.startswith("start")}
+    done = {int(x.split()[1]) for x in first if x.startswith("done")}
+    assert begun == done, "a job in flight at SIGTERM was not finished"
+    by_status = dict(db.execute("SELECT status, array_agg(id) FROM jobs GROUP BY status").fetchall())
+    assert set(by_status["completed"]) == done
+    assert by_status.get("pending"), "the worker went on claiming after SIGTERM"
+    # A claim answered just as the worker hung up stays running until its lease lapses (nothing ran it);
+    # the sweeper then hands it out again. Sweep now, as if the leases had lapsed.
+    assert not set(by_status.get("running", [])) & begun
+    server.run(lambda: server.state.sweeper.sweep_once(now=FAR_FUTURE))
+
+    second_log = tmp_path / "second.log"
+    proc = spawn_worker(server, second_log, "--work", "0", "--concurrency", "8")
+    try:
+        wait_until(lambda: statuses(db).get("completed") == len(ids), timeout=60, what="the rest completed")
+        proc.send_signal(signal.SIGINT)
+        code, out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, out
+    runs = collections.Counter(int(x.split()[1]) for x in first + lines(second_log) if x.startswith("done"))
+    assert set(runs) == ids and set(runs.values()) == {1}, "every job ran to completion exactly once"
+
+
+def test_a_job_still_running_after_the_grace_is_handed_back(server: LiveServer, tmp_path: Path) -> None:
+    job = server.enqueue(payload="stuck", max_attempts=3)
+    log = tmp_path / "w.log"
+    proc = spawn_worker(server, log, "--block", "--grace", "0.5", "--concurrency", "1")
+    try:
+        wait_until(lambda: f"start {job['id']}" in lines(log), what="the handler starting")
+        proc.send_signal(signal.SIGTERM)
+        code, out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, out
+    after = server.job(job["id"])
+    assert (after["status"], after["attempts"]) == ("pending", 1)
+    assert "shutting down" in after["last_error"]

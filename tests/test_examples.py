@@ -1,0 +1,147 @@
+"""The example workers in other languages (examples/: Node.js, and bash + curl) claim, heartbeat, complete
+and fail jobs of a live service; the final states are read from the database."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.support import LiveServer
+from tests.test_claim import wait_until
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def node_version() -> int:
+    node = shutil.which("node")
+    if node is None:
+        return 0
+    out = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout
+    return int(out.strip().lstrip("v").split(".")[0])
+
+
+def final_states(db: psycopg.Connection) -> dict[str, tuple[str, int, Any, str | None]]:
+    """name -> (status, attempts, result, last_error), by the `name` in each job's payload."""
+    rows = db.execute("SELECT payload->>'name', status, attempts, result, last_error FROM jobs").fetchall()
+    return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
+
+
+def run_worker(server: LiveServer, command: list[str], extra_env: dict[str, str]) -> str:
+    env = {
+        **os.environ,
+        "JOBQ_URL": server.url,
+        "JOBQ_WORKER": "example",
+        "JOBQ_LEASE_SECONDS": "2",
+        "JOBQ_WAIT_SECONDS": "1",
+        "JOBQ_EXIT_WHEN_IDLE": "1",
+        **extra_env,
+    }
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    return output
+
+
+@pytest.fixture
+def sweeping_server(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
+    # A lease left to lapse is taken back within 0.1 s, so only heartbeats keep a slow job; short
+    # backoff and fallback poll, so a retried job comes back at once.
+    return server_factory(  # type: ignore[no-any-return]
+        sweep_interval_seconds=0.1, backoff_base_seconds=0.01, backoff_cap_seconds=0.05, poll_interval_seconds=0.05
+    )
+
+
+@pytest.mark.skipif(node_version() < 20, reason="needs Node.js 20 or later on PATH")
+def test_node_worker(sweeping_server: LiveServer, db: psycopg.Connection) -> None:
+    server = sweeping_server
+    server.enqueue(payload={"name": "ok", "n": 1})
+    server.enqueue(payload={"name": "slow", "sleep_seconds": 5})  # 2.5 leases, kept by heartbeats
+    server.enqueue(payload={"name": "flaky", "fail": "upstream 503", "fail_attempts": 1, "retry_in_seconds": 0})
+    server.enqueue(payload={"name": "broken", "fail": "bad input", "retry": False}, max_attempts=5)
+    server.enqueue(payload={"name": "doomed", "fail": "always"}, max_attempts=2)
+    output = run_worker(server, ["node", str(EXAMPLES / "node-worker.mjs"), "q"], {"JOBQ_CONCURRENCY": "3"})
+    states = final_states(db)
+    assert states["ok"][:3] == ("completed", 1, {"handled_by": "example", "attempt": 1, "echo": {"name": "ok", "n": 1}})
+    assert states["slow"][:2] == ("completed", 1), output
+    assert states["flaky"][:2] == ("completed", 2)
+    assert states["broken"] == ("failed", 1, None, "Error: bad input")
+    assert states["doomed"] == ("failed", 2, None, "Error: always")
+
+
+# The command the shell worker runs per job: the payload says what to do.
+JOB_COMMAND = r"""
+import json, os, sys, time
+p = json.load(sys.stdin)
+time.sleep(p.get("sleep", 0))
+if p.get("fail") and int(os.environ["JOBQ_ATTEMPT"]) <= p.get("fail_attempts", 99):
+    print(p["fail"], file=sys.stderr)
+    sys.exit(p.get("exit", 1))
+if p.get("text"):
+    print("plain text")
+else:
+    print(json.dumps({"job": int(os.environ["JOBQ_JOB_ID"]), "attempt": int(os.environ["JOBQ_ATTEMPT"])}))
+"""
+
+
+@pytest.mark.parametrize("json_tool", ["python3", "jq"])
+def test_shell_worker(sweeping_server: LiveServer, db: psycopg.Connection, json_tool: str) -> None:
+    if shutil.which(json_tool) is None:
+        pytest.skip(f"{json_tool} is not installed")
+    for tool in ("bash", "curl"):
+        assert shutil.which(tool), f"the shell worker needs {tool}"
+    server = sweeping_server
+    ok = server.enqueue(payload={"name": "ok"})
+    server.enqueue(payload={"name": "text", "text": True})
+    server.enqueue(payload={"name": "slow", "sleep": 5})
+    server.enqueue(payload={"name": "flaky", "fail": "try again", "fail_attempts": 1})
+    server.enqueue(payload={"name": "broken", "fail": "bad input", "exit": 65}, max_attempts=5)
+    server.enqueue(payload={"name": "doomed", "fail": "always"}, max_attempts=2)
+    command = ["bash", str(EXAMPLES / "shell-worker.sh"), "q", sys.executable, "-c", JOB_COMMAND]
+    output = run_worker(server, command, {"JOBQ_JSON": json_tool})
+    assert f"JSON by {json_tool}" in output
+    states = final_states(db)
+    assert states["ok"][:3] == ("completed", 1, {"job": ok["id"], "attempt": 1})
+    assert states["text"][:3] == ("completed", 1, "plain text\n")
+    assert states["slow"][:2] == ("completed", 1), output
+    assert states["flaky"][:2] == ("completed", 2)
+    assert states["broken"] == ("failed", 1, None, "exit 65: bad input")
+    assert states["doomed"] == ("failed", 2, None, "exit 1: always")
+
+
+@pytest.mark.parametrize("language", ["node", "shell"])
+def test_sigterm_finishes_the_job_in_hand(server: LiveServer, language: str) -> None:
+    if language == "node" and node_version() < 20:
+        pytest.skip("needs Node.js 20 or later on PATH")
+    job = server.enqueue(payload={"name": "in hand", "sleep": 2, "sleep_seconds": 2})
+    later = server.enqueue(payload={"name": "later"})
+    command = (
+        ["node", str(EXAMPLES / "node-worker.mjs"), "q"]
+        if language == "node"
+        else ["bash", str(EXAMPLES / "shell-worker.sh"), "q", sys.executable, "-c", JOB_COMMAND]
+    )
+    env = {
+        **os.environ,
+        "JOBQ_URL": server.url,
+        "JOBQ_JSON": "python3",
+        "JOBQ_WAIT_SECONDS": "5",
+        "JOBQ_CONCURRENCY": "1",
+    }
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_until(lambda: server.job(job["id"])["status"] == "running", what="the job claimed")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert server.job(job["id"])["status"] == "completed", out
+    assert (server.job(later["id"])["status"], server.job(later["id"])["attempts"]) == ("pending", 0), out
