@@ -4,24 +4,31 @@ the hot ones by calling these same functions.
 No `from __future__ import annotations` here: the request models are built per settings inside
 build_router(), and FastAPI must see the real classes in the signatures."""
 
+import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
+import pydantic_core
 from fastapi import FastAPI, Path, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
+from app.auth import require
 from app.errors import (
     AppError,
+    BadRequest,
     InternalError,
     MethodNotAllowed,
     NotFound,
     validation_problem,
 )
 from app.models import (
+    INT64_MAX,
     QUEUE_PATTERN,
     ClaimRequest,
     ClaimResponse,
@@ -45,7 +52,13 @@ from app.service import JobService
 log = logging.getLogger("jobq.api")
 
 QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="`[A-Za-z0-9_.:-]{1,128}`")]
-JobIdPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="Job id (int64).")]
+# Any positive integer; one beyond int64 names no job (404). The schema states the real range.
+JobIdPath = Annotated[
+    int, Path(ge=1, description="Job id (int64).", json_schema_extra={"maximum": INT64_MAX, "format": "int64"})
+]
+
+# Operations anyone may call, with or without a key (app/auth.py refuses everything else without one).
+OPEN_OPERATIONS = frozenset({"healthz", "readyz"})
 
 
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}}
@@ -55,7 +68,9 @@ def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI entries for the problem responses an operation can give (examples: app/examples.py)."""
     text = {
         400: "Body is not valid JSON.",
-        404: "No such job.",
+        401: "No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate).",
+        403: "The API key lacks the scope, or may not use this queue.",
+        404: "No such job (or none that this key may see).",
         409: "`claim-lost`: the token no longer holds the job (lease lapsed, job reclaimed or finished); "
         "`invalid-state`: the job was cancelled under this claim. Either way: stop, do not complete it.",
         413: "Body larger than the server accepts.",
@@ -72,7 +87,32 @@ def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     return entries
 
 
-_WRITE = (400, 413, 415, 422, 503)
+_WRITE = (400, 401, 403, 413, 415, 422, 503)
+
+
+class _JsonRequest(Request):
+    """Parses JSON bodies with pydantic-core, as the lean dispatcher does, so that both paths accept and
+    refuse the same texts (json.loads recurses without a limit and answers a deep body with a crash)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            try:
+                self._json = pydantic_core.from_json(await self.body(), allow_inf_nan=True)
+            except ValueError as exc:
+                raise json.JSONDecodeError(str(exc), "", 0) from None
+        return self._json
+
+
+class JobqRoute(APIRoute):
+    """Every FastAPI route reads its JSON body through _JsonRequest."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            return await handler(_JsonRequest(request.scope, request.receive))
+
+        return handle
 
 
 def service(request: Request) -> JobService:
@@ -118,6 +158,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     )
     @configured(body=c.enqueue)
     async def enqueue_job(queue: QueueName, body: EnqueueRequest, request: Request) -> Response:
+        require(request, "produce", queue)
         created, job = await service(request).enqueue(queue, body)
         return json_response(job, 201 if created else 200)
 
@@ -132,6 +173,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     )
     @configured(body=c.enqueue_batch)
     async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
+        require(request, "produce", queue)
         jobs = await service(request).enqueue_batch(queue, body.jobs)
         return json_response({"jobs": [job for _, job in jobs]}, 201)
 
@@ -145,6 +187,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     )
     @configured(body=c.claim)
     async def claim_jobs(queue: QueueName, body: ClaimRequest, request: Request) -> Response:
+        require(request, "consume", queue)
         waiting = _disconnected(request) if body.wait_seconds > 0 else None
         jobs = await service(request).claim(queue, body, waiting)
         return json_response({"jobs": jobs})
@@ -159,7 +202,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     )
     @configured(body=c.heartbeat)
     async def heartbeat_job(job_id: JobIdPath, body: HeartbeatRequest, request: Request) -> Response:
-        return json_response(await service(request).heartbeat(job_id, body))
+        who = require(request, "consume")
+        return json_response(await service(request).heartbeat(job_id, body, who.queue_regex))
 
     @router.post(
         "/jobs/{job_id}/complete",
@@ -170,7 +214,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         responses=_problems(*_WRITE, 404, 409),
     )
     async def complete_job(job_id: JobIdPath, body: CompleteRequest, request: Request) -> Response:
-        return json_response(await service(request).complete(job_id, body))
+        who = require(request, "consume")
+        return json_response(await service(request).complete(job_id, body, who.queue_regex))
 
     @router.post(
         "/jobs/{job_id}/fail",
@@ -182,7 +227,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     )
     @configured(body=c.fail)
     async def fail_job(job_id: JobIdPath, body: FailRequest, request: Request) -> Response:
-        return json_response(await service(request).fail(job_id, body))
+        who = require(request, "consume")
+        return json_response(await service(request).fail(job_id, body, who.queue_regex))
 
     @router.post(
         "/jobs/complete",
@@ -194,7 +240,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     )
     @configured(body=c.complete_batch)
     async def complete_jobs(body: CompleteBatchRequest, request: Request) -> Response:
-        return json_response({"results": await service(request).complete_batch(body)})
+        who = require(request, "consume")
+        return json_response({"results": await service(request).complete_batch(body, who.queue_regex)})
 
     @router.get(
         "/jobs/{job_id}",
@@ -202,10 +249,12 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         summary="Get a job",
         tags=["operators"],
         response_model=Job,
-        responses=_problems(404, 422, 503),
+        description="Any key may read the jobs of the queues it may use; other jobs are 404.",
+        responses=_problems(401, 404, 422, 503),
     )
     async def get_job(job_id: JobIdPath, request: Request) -> Response:
-        return json_response(await service(request).get(job_id))
+        who = require(request)
+        return json_response(await service(request).get(job_id, who.queue_regex))
 
     @router.get(
         "/healthz", operation_id="healthz", summary="The process is alive", tags=["health"], response_model=Health
@@ -220,6 +269,15 @@ HOT_OPERATIONS = frozenset(
 )
 
 
+def _allowed_methods(routes: list[BaseRoute], scope: Any) -> list[str]:
+    """Every method some route serves on this path (Starlette names only the first route's)."""
+    methods: set[str] = set()
+    for route in routes:
+        if route.matches({**scope, "method": "GET"})[0] != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def app_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, AppError)
@@ -232,10 +290,15 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         err: AppError
-        if exc.status_code == 404:
+        if isinstance(exc.__cause__, AppError):
+            # Raised while FastAPI read the body (RequestGuard's 413), which FastAPI wraps as a 400.
+            err = exc.__cause__
+        elif exc.status_code == 404:
             err = NotFound()
         elif exc.status_code == 405:
-            err = MethodNotAllowed()
+            err = MethodNotAllowed(_allowed_methods(app.routes, request.scope))
+        elif exc.status_code == 400:
+            err = BadRequest("The request body could not be read as JSON.")
         else:
             err = AppError(str(exc.detail))
             err.status = exc.status_code  # type: ignore[misc]

@@ -1,4 +1,4 @@
-"""The `jobq` command: serve, migrate, openapi.
+"""The `jobq` command: serve, migrate, keys, openapi.
 
 Exit codes: 0 success, 1 runtime failure (database unreachable, migration failed), 2 bad usage or
 configuration (an invalid JOBQ_* value is named in the message)."""
@@ -15,14 +15,16 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from app.settings import Settings
 
 if TYPE_CHECKING:
-    pass
+    import psycopg
+
+    from app.store_keys import KeyInfo
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("jobq")
@@ -72,6 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             log.info("migrations: %s", ", ".join(applied) if applied else "schema is current")
         # Workers must not each migrate again; the parent did it (or was told not to).
         os.environ["JOBQ_MIGRATE_ON_START"] = "false"
+        # The app decides JOBQ_AUTH=auto by the address it really listens on.
+        os.environ["JOBQ_HOST"] = args.host
         uvicorn.run(
             "app.main:create_app",
             factory=True,
@@ -109,6 +113,117 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
     print("applied: " + ", ".join(applied) if applied else "schema is current")
     return EXIT_OK
+
+
+def _database_url(args: argparse.Namespace, command: str) -> str | None:
+    url: str | None = args.database_url or _settings().database_url
+    if not url:
+        print(f"jobq {command}: set JOBQ_DATABASE_URL or pass --database-url", file=sys.stderr)
+    return url
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    import psycopg
+
+    from app import store_keys
+
+    url = _database_url(args, "keys")
+    if not url:
+        return EXIT_USAGE
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            if args.keys_command == "create":
+                return _keys_create(conn, args)
+            if args.keys_command == "list":
+                keys = store_keys.api_keys_list(conn, include_revoked=args.all)
+                if args.json:
+                    print(json.dumps([_key_doc(k) for k in keys], indent=2))
+                else:
+                    _print_keys(keys)
+                return EXIT_OK
+            revoked = store_keys.api_key_revoke(conn, args.key)
+            if not revoked:
+                print(f"jobq keys revoke: no live key with id or name {args.key!r}", file=sys.stderr)
+                return EXIT_FAILURE
+            for key_id, name in revoked:
+                print(f"revoked key {key_id} ({name}); every jobq process refuses it from now on")
+            return EXIT_OK
+    except psycopg.errors.UndefinedTable:
+        print("jobq keys: the database has no api_keys table; run `jobq migrate` first", file=sys.stderr)
+        return EXIT_FAILURE
+    except psycopg.Error as exc:
+        print(f"jobq keys: {str(exc).strip()}", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
+    import psycopg
+
+    from app import auth, store_keys
+
+    scopes = sorted(set(args.scope), key=auth.SCOPES.index)
+    try:
+        if args.queue:
+            auth.queue_alternation(args.queue)
+    except ValueError as exc:
+        print(f"jobq keys create: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for _ in range(3):  # a selector already taken (48 random bits): draw again
+        key, selector, key_hash = auth.new_key()
+        try:
+            key_id = store_keys.api_key_insert(conn, args.name, selector, key_hash, scopes, args.queue or None)
+            break
+        except psycopg.errors.UniqueViolation as exc:
+            if "name" in (exc.diag.constraint_name or ""):
+                print(f"jobq keys create: a live key is already named {args.name!r}", file=sys.stderr)
+                return EXIT_USAGE
+        except psycopg.errors.CheckViolation:
+            print(f"jobq keys create: invalid name {args.name!r}: a letter, then [A-Za-z0-9_.:@-], at most 64",
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+    else:
+        return EXIT_FAILURE
+    where = ", ".join(args.queue) if args.queue else "every queue"
+    print(
+        f"created key {key_id} ({args.name}): scopes {', '.join(scopes)} on {where}.\n"
+        "The key is printed once, on standard output; only its hash is stored. Keep it now.",
+        file=sys.stderr,
+    )
+    print(key)
+    return EXIT_OK
+
+
+def _key_doc(k: KeyInfo) -> dict[str, Any]:
+    return {
+        "id": k.id,
+        "name": k.name,
+        "prefix": f"jobq_{k.selector}_",
+        "scopes": k.scopes,
+        "queues": k.queue_patterns,
+        "created_at": k.created_at.isoformat(),
+        "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
+        "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
+    }
+
+
+def _print_keys(keys: Sequence[KeyInfo]) -> None:
+    rows = [["ID", "NAME", "PREFIX", "SCOPES", "QUEUES", "CREATED", "LAST USED", "REVOKED"]]
+    for doc in map(_key_doc, keys):
+        rows.append(
+            [
+                str(doc["id"]),
+                str(doc["name"]),
+                str(doc["prefix"]),
+                ",".join(doc["scopes"]),
+                ",".join(doc["queues"]) if doc["queues"] else "*",
+                str(doc["created_at"])[:19],
+                str(doc["last_used_at"] or "-")[:19],
+                str(doc["revoked_at"] or "-")[:19],
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
 
 
 def cmd_openapi(args: argparse.Namespace) -> int:
@@ -154,6 +269,33 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Apply pending schema migrations (safe to run concurrently).")  # fmt: skip
     mig.add_argument("--database-url", help="default: JOBQ_DATABASE_URL")
     mig.set_defaults(func=cmd_migrate)
+
+    keys = sub.add_parser(
+        "keys",
+        help="create, list and revoke API keys",
+        description="Manage API keys in the database. A revocation reaches every running jobq process at once.",
+    )
+    keys.set_defaults(func=cmd_keys)
+    ksub = keys.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--database-url", help="default: JOBQ_DATABASE_URL")
+    create = ksub.add_parser(
+        "create",
+        parents=[common],
+        help="create a key and print it (once)",
+        description="Create a key. It is printed once on standard output; only its SHA-256 is stored.",
+    )
+    create.add_argument("--name", required=True, help="a label for operators (unique among live keys)")
+    create.add_argument("--scope", action="append", required=True, choices=["produce", "consume", "admin"],
+                        help="repeat for several; admin includes the others")  # fmt: skip
+    create.add_argument("--queue", action="append", metavar="PATTERN",
+                        help="limit the key to queues matching PATTERN (`*` = any characters); repeat for "
+                             "several; default: every queue")  # fmt: skip
+    lst = ksub.add_parser("list", parents=[common], help="list keys (never their secrets)")
+    lst.add_argument("--all", action="store_true", help="include revoked keys")
+    lst.add_argument("--json", action="store_true", help="JSON instead of a table")
+    revoke = ksub.add_parser("revoke", parents=[common], help="revoke a key by id or name")
+    revoke.add_argument("key", help="the key's id or name")
 
     api = sub.add_parser("openapi", help="print the OpenAPI document",
                          description="Write the OpenAPI document of the default configuration.")  # fmt: skip

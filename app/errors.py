@@ -5,6 +5,8 @@ AppError
  +-- ValidationFailed        422 validation-error    JSON that breaks the contract (with `errors`)
  +-- UnsupportedMediaType    415 unsupported-media-type
  +-- PayloadTooLarge         413 payload-too-large
+ +-- Unauthorized            401 unauthorized        no API key, or one that is unknown, revoked or malformed
+ +-- Forbidden               403 forbidden           the key lacks the scope, or the queue is outside its patterns
  +-- NotFound                404 not-found           no such route
  +-- JobNotFound             404 job-not-found
  +-- MethodNotAllowed        405 method-not-allowed
@@ -91,6 +93,26 @@ class PayloadTooLarge(AppError):
     status, slug, title = 413, "payload-too-large", "Payload too large"
 
 
+class Unauthorized(AppError):
+    """Send a valid API key: `Authorization: Bearer <key>`."""
+
+    status, slug, title = 401, "unauthorized", "Unauthorized"
+
+    def __init__(self, detail: str | None = None, *, invalid: bool = False) -> None:
+        super().__init__(detail)
+        # RFC 6750: a challenge always; error="invalid_token" only when a key was sent and refused.
+        self.challenge = 'Bearer realm="jobq"' + (', error="invalid_token"' if invalid else "")
+
+    def headers(self) -> dict[str, str]:
+        return {"www-authenticate": self.challenge}
+
+
+class Forbidden(AppError):
+    """This API key may not do that."""
+
+    status, slug, title = 403, "forbidden", "Forbidden"
+
+
 class NotFound(AppError):
     """No such resource."""
 
@@ -107,6 +129,14 @@ class MethodNotAllowed(AppError):
     """This resource does not accept that method."""
 
     status, slug, title = 405, "method-not-allowed", "Method not allowed"
+
+    def __init__(self, allowed: list[str] | None = None) -> None:
+        super().__init__()
+        self.allowed = allowed or []
+
+    def headers(self) -> dict[str, str]:
+        # RFC 9110 15.5.6: a 405 must list the methods the resource does support.
+        return {"allow": ", ".join(self.allowed)}
 
 
 class Conflict(AppError):

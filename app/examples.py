@@ -10,12 +10,14 @@ from app.errors import (
     BadRequest,
     ClaimLost,
     DatabaseUnavailable,
+    Forbidden,
     InvalidState,
     JobCancelled,
     JobNotFound,
     NotReady,
     PayloadTooLarge,
     TooManyWaiters,
+    Unauthorized,
     UnsupportedMediaType,
     ValidationFailed,
 )
@@ -158,6 +160,8 @@ jobq_jobs_completed_total{queue="emails"} 48211.0
 # Status -> named problems an operation documenting that status may answer (rendered with its path).
 PROBLEMS: dict[int, dict[str, AppError]] = {
     400: {"malformed-request": BadRequest("The request body is not valid JSON: EOF while parsing a value")},
+    401: {"unauthorized": Unauthorized("Send an API key: `Authorization: Bearer <key>`.")},
+    403: {"forbidden": Forbidden("This API key lacks the `consume` scope.")},
     404: {"job-not-found": JobNotFound()},
     409: {
         "claim-lost": ClaimLost(),

@@ -12,15 +12,18 @@ from typing import Any
 
 import psycopg
 from fastapi import FastAPI, Request
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import migrate, store_ops
-from app.api import HOT_OPERATIONS, _problems, add_routes, install_error_handlers
+from app import migrate, store_keys, store_ops
+from app.api import HOT_OPERATIONS, OPEN_OPERATIONS, JobqRoute, _problems, add_routes, install_error_handlers
 from app.api_ops import add_operator_routes
+from app.auth import Authenticate, Authenticator
 from app.broker import Broker
 from app.db import Database
 from app.errors import DatabaseUnavailable, NotReady
 from app.fastpath import FastPath, RequestGuard
+from app.keyring import KeyRing
 from app.logs import AccessLog, Observability
 from app.metrics import Metrics, run_background
 from app.models import Readiness, build_contract
@@ -28,7 +31,7 @@ from app.openapi import customise_openapi
 from app.responses import json_response, problem_response
 from app.service import JobService
 from app.service_ops import OpsService
-from app.settings import Settings
+from app.settings import Settings, is_loopback
 from app.sweeper import Sweeper
 from app.wakeup import Wakeups
 
@@ -39,14 +42,22 @@ READY_TIMEOUT_SECONDS = 1.0  # /readyz answers within about this, database up or
 
 
 class JobqApp:
-    """The ASGI stack: Observability -> RequestGuard -> FastPath -> FastAPI. `.api` is the FastAPI app
-    (state, routes)."""
+    """The ASGI stack: Observability -> Authenticate -> RequestGuard -> FastPath -> FastAPI. `.api` is the
+    FastAPI app (state, routes). Authentication comes before the guard so that a caller without a key gets
+    401 before its body is read; both HTTP paths below it see the same principal. Observability is
+    outermost so that refusals are counted and logged like any answer."""
 
     def __init__(self, api: FastAPI, settings: Settings) -> None:
         self.api = api
         inner: ASGIApp = FastPath(api, HOT_OPERATIONS) if settings.fast_path else api
         self.guard = RequestGuard(inner, settings.max_request_bytes)
-        self._stack = Observability(self.guard, api.state.metrics, api.state.access_log)
+
+        def keys() -> Authenticator:
+            ring: KeyRing = api.state.keys
+            return ring.authenticate
+
+        authenticate = Authenticate(self.guard, enabled=settings.auth_enabled, keys=keys, open_paths=open_paths(api))
+        self._stack = Observability(authenticate, api.state.metrics, api.state.access_log)
 
     @property
     def state(self) -> Any:
@@ -68,6 +79,7 @@ def create_app(settings: Settings | None = None) -> JobqApp:
         ),
         lifespan=_lifespan,
     )
+    api.router.route_class = JobqRoute
     api.state.settings = settings
     api.state.metrics = Metrics()
     api.state.access_log = AccessLog(settings.access_log)
@@ -93,8 +105,32 @@ def create_app(settings: Settings | None = None) -> JobqApp:
         return json_response({"status": "ready"})
 
     install_error_handlers(api)
-    customise_openapi(api)
+    customise_openapi(api, settings)
     return JobqApp(api, settings)
+
+
+def open_paths(api: FastAPI) -> set[str]:
+    """Paths served without a key: health checks and the API's own description."""
+    paths = {r.path for r in api.routes if isinstance(r, APIRoute) and r.operation_id in OPEN_OPERATIONS}
+    paths.update(p for p in (api.openapi_url, api.docs_url, api.redoc_url, api.swagger_ui_oauth2_redirect_url) if p)
+    return paths
+
+
+def _log_auth(settings: Settings, live_keys: int) -> None:
+    """Say at start who may use this service. Never logs a key."""
+    where = settings.host
+    if settings.auth_enabled:
+        log.info("authentication on: API keys required (JOBQ_AUTH=%s, listening on %s)", settings.auth, where)
+        if live_keys == 0 and settings.api_key is None:
+            log.warning("authentication is on but no API key exists: `jobq keys create` one, or set JOBQ_API_KEY")
+    elif is_loopback(where):
+        log.info("authentication off: jobq runs open on %s (loopback); anyone on this machine may use it", where)
+    else:
+        log.warning(
+            "authentication OFF on %s (JOBQ_AUTH=off): anyone who can reach this address can enqueue, claim and "
+            "read every job. Unset JOBQ_AUTH or set it to `on` to require API keys.",
+            where,
+        )
 
 
 async def _wait_for_database(url: str, timeout: float) -> None:
@@ -130,8 +166,11 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         metrics.count("claimed", queue, claimed)
         metrics.count("empty_claims", queue, empty_with_ready)
 
+    keys = KeyRing(db, settings.auth_cache_seconds, settings.api_key.get_secret_value() if settings.api_key else None)
     broker = Broker(settings, db, observe_claims)
-    wakeups = Wakeups(db, url, settings.notify_min_interval_ms, broker.wake, broker.waiting_queues)
+    wakeups = Wakeups(
+        db, url, settings.notify_min_interval_ms, broker.wake, broker.waiting_queues, on_keys_changed=keys.invalidate
+    )
     broker.on_parked = wakeups.parked
 
     def wake(queues: Iterable[str]) -> None:
@@ -147,7 +186,11 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     api.state.sweeper = sweeper
     api.state.jobs = jobs
     api.state.ops = OpsService(settings, db, metrics, wake)
+    api.state.keys = keys
+    async with db.connection() as conn:
+        _log_auth(settings, await store_keys.api_keys_count_live(conn))
 
+    keys.start()
     broker.start()
     wakeups.start()
     sweeper.start()
@@ -169,6 +212,7 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         await asyncio.gather(*background, return_exceptions=True)
         with contextlib.suppress(Exception):
             await metrics.flush(db)
+        await keys.aclose()
         await db.close()
         api.state.access_log.close()
         log.info("jobq stopped")

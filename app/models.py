@@ -10,20 +10,52 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
 import orjson
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictBool,
+    WithJsonSchema,
+    model_validator,
+)
 
 from app.settings import Settings
 
 QUEUE_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 INT64_MAX = 2**63 - 1
 
-# Numbers are strict: "5" or 5.0 where an integer belongs is a 422, never coerced.
-Priority = Annotated[StrictInt, Field(ge=-32768, le=32767, description="Higher runs first.")]
-JobId = Annotated[int, Field(ge=1, le=INT64_MAX)]
+
+def _integral(value: Any) -> Any:
+    """JSON has one number type, and JSON Schema calls 2.0 an integer: take it as 2. Anything else that is
+    not an int ("5", true, 2.5) stays as it is and fails the strict int check, never coerced."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+Integral = BeforeValidator(_integral)
+# Integers: strict (no strings, booleans or fractions), integral floats accepted. The constraint goes
+# before the validator, or pydantic writes it into the JSON Schema under its own name (`ge`).
+Priority = Annotated[int, Strict(), Field(ge=-32768, le=32767), Integral]
+MaxAttempts = Annotated[int, Strict(), Field(ge=1, le=1000), Integral]
+# Any positive integer may name a job; one beyond int64 names none (404), which the service answers
+# without asking the database. The schema states the real range.
+JobId = Annotated[int, Strict(), Field(ge=1, json_schema_extra={"maximum": INT64_MAX, "format": "int64"}), Integral]
 Seconds = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
 # Printable text without control characters; PostgreSQL text cannot hold NUL at all.
-Label = Annotated[str, Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")]
+LABEL_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+Label = Annotated[str, Field(min_length=1, max_length=255, pattern=LABEL_PATTERN)]
 ClaimToken = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
+ERROR_MAX_CHARS = 65_536  # accepted in a fail request; what is stored is cut to JOBQ_MAX_ERROR_BYTES
+
+# Payloads and results: any JSON value that jsonb can hold. app/openapi.py replaces this marker with a
+# reference to the JsonValue schema, which states that as far as JSON Schema can (no NUL in strings or
+# keys); depth and size are settings, stated in words.
+JSON_VALUE_MARKER = "x-jobq-json-value"
+Json = Annotated[Any, WithJsonSchema({JSON_VALUE_MARKER: True})]
 
 
 class Status(StrEnum):
@@ -42,11 +74,21 @@ class Body(BaseModel):
 
 
 class _EnqueueRequest(Body):
-    payload: Any = Field(..., description="Any JSON value; stored as jsonb.")
-    priority: Priority = 0
+    # run_at and delay_seconds exclude each other; the schema says so, so that generators know.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "not": {
+                "required": ["run_at", "delay_seconds"],
+                "properties": {"run_at": {"type": "string"}, "delay_seconds": {"type": "number"}},
+            }
+        }
+    )
+
+    payload: Json = Field(..., description="Any JSON value; stored as jsonb.")
+    priority: Priority = Field(0, description="Higher runs first.")
     run_at: AwareDatetime | None = Field(None, description="Earliest start (RFC 3339 with offset).")
     delay_seconds: Seconds | None = Field(None, description="Earliest start, relative to now.")
-    max_attempts: StrictInt | None = Field(None, ge=1, le=1000, description="Default JOBQ_DEFAULT_MAX_ATTEMPTS.")
+    max_attempts: MaxAttempts | None = Field(None, description="Default JOBQ_DEFAULT_MAX_ATTEMPTS.")
     idempotency_key: Label | None = Field(
         None, description="A repeat on the same queue returns the existing job (200) instead of a new one."
     )
@@ -67,24 +109,26 @@ class _EnqueueBatchRequest(Body):
 
 class _ClaimRequest(Body):
     worker: Label = Field(..., description="Who claims; stored on the job for diagnostics.")
-    limit: StrictInt = Field(1, ge=1, description="Most jobs to return (at most JOBQ_MAX_CLAIM_LIMIT).")
-    lease_seconds: StrictInt | None = Field(None, ge=1, description="Lease length; default and cap are set.")
+    limit: Annotated[int, Strict(), Field(ge=1), Integral] = Field(1, description="Most jobs to return.")
+    lease_seconds: Annotated[int, Strict(), Field(ge=1), Integral] | None = Field(None, description="Lease length.")
     wait_seconds: Seconds = Field(0, description="Long-poll: wait this long for a job (max JOBQ_WAIT_MAX_SECONDS).")
 
 
 class _HeartbeatRequest(Body):
     claim_token: ClaimToken
-    lease_seconds: StrictInt | None = Field(None, ge=1, description="New lease from now; default as claimed.")
+    lease_seconds: Annotated[int, Strict(), Field(ge=1), Integral] | None = Field(None, description="New lease.")
 
 
 class CompleteRequest(Body):
     claim_token: ClaimToken
-    result: Any = Field(None, description="Any JSON value, kept on the job.")
+    result: Json = Field(None, description="Any JSON value, kept on the job.")
 
 
 class _FailRequest(Body):
     claim_token: ClaimToken
-    error: str = Field(..., max_length=65_536, description="Why it failed; stored truncated and sanitised.")
+    error: str = Field(
+        ..., max_length=ERROR_MAX_CHARS, description="Why it failed; stored cut to JOBQ_MAX_ERROR_BYTES, sanitised."
+    )
     retry_in_seconds: Seconds | None = Field(None, description="Retry after this long instead of the backoff.")
     retry: StrictBool = Field(True, description="false: fail the job for good now.")
 
@@ -92,7 +136,7 @@ class _FailRequest(Body):
 class CompleteItem(Body):
     id: JobId
     claim_token: ClaimToken
-    result: Any = None
+    result: Json = None
 
 
 class _CompleteBatchRequest(Body):
@@ -115,7 +159,7 @@ class Job(BaseModel):
     id: int
     queue: str
     status: Status
-    payload: Any
+    payload: Json
     priority: int
     attempts: int = Field(description="Claims so far, the current one included.")
     max_attempts: int
@@ -126,7 +170,7 @@ class Job(BaseModel):
     finished_at: datetime | None
     worker: str | None = Field(description="Worker of the latest claim.")
     last_error: str | None
-    result: Any = None
+    result: Json = None
     idempotency_key: str | None
 
 
@@ -137,7 +181,7 @@ class JobList(BaseModel):
 class Claim(BaseModel):
     id: int
     queue: str
-    payload: Any
+    payload: Json
     priority: int
     attempts: int = Field(description="Claims so far, this one included.")
     max_attempts: int
@@ -205,8 +249,14 @@ class Contract:
 def build_contract(s: Settings) -> Contract:
     delay = Annotated[float, Field(ge=0, le=s.max_delay_seconds, strict=True, allow_inf_nan=False)]
 
+    key_text = Annotated[str, Field(min_length=1, max_length=s.max_idempotency_key_length, pattern=LABEL_PATTERN)]
+    worker_text = Annotated[str, Field(min_length=1, max_length=s.max_worker_length, pattern=LABEL_PATTERN)]
+
     class EnqueueRequest(_EnqueueRequest):
         delay_seconds: delay | None = Field(None, description="Earliest start, relative to now (seconds).")
+        idempotency_key: key_text | None = Field(
+            None, description="A repeat on the same queue returns the existing job (200) instead of a new one."
+        )
 
     class EnqueueBatchRequest(_EnqueueBatchRequest):
         jobs: list[EnqueueRequest] = Field(  # type: ignore[assignment]
@@ -214,9 +264,12 @@ def build_contract(s: Settings) -> Contract:
         )
 
     class ClaimRequest(_ClaimRequest):
-        limit: StrictInt = Field(1, ge=1, le=s.max_claim_limit, description="Most jobs to return.")
-        lease_seconds: StrictInt | None = Field(
-            None, ge=1, le=s.lease_max_seconds, description=f"Default {s.lease_default_seconds}."
+        worker: worker_text = Field(..., description="Who claims; stored on the job for diagnostics.")
+        limit: Annotated[int, Strict(), Field(ge=1, le=s.max_claim_limit), Integral] = Field(
+            1, description="Most jobs to return."
+        )
+        lease_seconds: Annotated[int, Strict(), Field(ge=1, le=s.lease_max_seconds), Integral] | None = Field(
+            None, description=f"Lease length (seconds); default {s.lease_default_seconds}."
         )
         wait_seconds: float = Field(
             0,
@@ -228,8 +281,8 @@ def build_contract(s: Settings) -> Contract:
         )
 
     class HeartbeatRequest(_HeartbeatRequest):
-        lease_seconds: StrictInt | None = Field(
-            None, ge=1, le=s.lease_max_seconds, description="New lease from now; default: the claim's lease."
+        lease_seconds: Annotated[int, Strict(), Field(ge=1, le=s.lease_max_seconds), Integral] | None = Field(
+            None, description="New lease from now; default: the claim's lease."
         )
 
     class FailRequest(_FailRequest):

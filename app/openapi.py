@@ -1,5 +1,6 @@
 """The published OpenAPI document: FastAPI's, with every error response as application/problem+json,
-and examples on every request body, success response and problem (app/examples.py)."""
+examples on every request body, success response and problem (app/examples.py), the bearer-key
+security scheme on every operation that is not open, and the JsonValue schema of payloads."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.examples import ONLY_ON, PROBLEMS, SCHEMAS
+from app.models import JSON_VALUE_MARKER
+from app.settings import Settings
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+JSON_VALUE_REF = "#/components/schemas/JsonValue"
+SECURITY_SCHEME = "bearerKey"
+# PostgreSQL text, and so jsonb, cannot hold U+0000; every other Unicode scalar value is fine.
+_NO_NUL = "^[^\\u0000]*$"
 _SCHEMA_REF = "#/components/schemas/"
 # Values for path parameters in the `instance` of problem examples.
 _PATH_EXAMPLES = {"job_id": "42", "queue": "emails"}
@@ -50,7 +57,40 @@ def _problem_content(method: str, operation_id: str, path: str, status: int) -> 
     return {"application/problem+json": media}
 
 
-def customise_openapi(api: FastAPI) -> None:
+def json_value_schema(s: Settings) -> dict[str, Any]:
+    """Any JSON value that jsonb stores faithfully, as far as JSON Schema can say it; the rest in words."""
+    ref = {"$ref": JSON_VALUE_REF}
+    return {
+        "description": (
+            "Any JSON value, except that strings and object keys cannot contain NUL (\\u0000), which "
+            f"PostgreSQL cannot store. Nested at most {s.max_json_depth} levels (JOBQ_MAX_JSON_DEPTH); at most "
+            f"{s.max_payload_bytes} bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES) and {s.max_result_bytes} "
+            "as a result (JOBQ_MAX_RESULT_BYTES). Numbers must be finite."
+        ),
+        "anyOf": [
+            {"type": "null"},
+            {"type": "boolean"},
+            {"type": "number"},
+            {"type": "string", "pattern": _NO_NUL},
+            {"type": "array", "items": ref},
+            {"type": "object", "propertyNames": {"pattern": _NO_NUL}, "additionalProperties": ref},
+        ],
+    }
+
+
+def _mark_json_values(node: Any) -> None:
+    """Turn the models' JSON_VALUE_MARKER into references to the JsonValue schema."""
+    if isinstance(node, dict):
+        if node.pop(JSON_VALUE_MARKER, None):
+            node["$ref"] = JSON_VALUE_REF
+        for value in node.values():
+            _mark_json_values(value)
+    elif isinstance(node, list):
+        for value in node:
+            _mark_json_values(value)
+
+
+def customise_openapi(api: FastAPI, settings: Settings) -> None:
     def openapi() -> dict[str, Any]:
         if api.openapi_schema is None:
             doc = get_openapi(
@@ -60,7 +100,10 @@ def customise_openapi(api: FastAPI) -> None:
                 description=api.description,
                 routes=api.routes,
             )
-            schemas = doc.get("components", {}).get("schemas", {})
+            from app.api import OPEN_OPERATIONS
+
+            components = doc.setdefault("components", {})
+            schemas = components.setdefault("schemas", {})
             for unused in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(unused, None)
             for name, examples in SCHEMAS.items():
@@ -77,6 +120,22 @@ def customise_openapi(api: FastAPI) -> None:
                         else:
                             for media in response.get("content", {}).values():
                                 _media_example(media, schemas)
+                    # Open operations say so explicitly: no security requirement at all.
+                    op["security"] = [] if op.get("operationId") in OPEN_OPERATIONS else [{SECURITY_SCHEME: []}]
+            _mark_json_values(doc)
+            schemas["JsonValue"] = json_value_schema(settings)
+            components["securitySchemes"] = {
+                SECURITY_SCHEME: {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": (
+                        "An API key (`jobq keys create`, or JOBQ_API_KEY): `Authorization: Bearer jobq_...`. "
+                        "Scopes: produce (enqueue), consume (claim, heartbeat, complete, fail), admin (all, "
+                        "plus stats, listings and admin actions), optionally limited to queue-name patterns. "
+                        "Required unless the server runs open on a loopback address."
+                    ),
+                }
+            }
             api.openapi_schema = doc
         return api.openapi_schema
 

@@ -14,6 +14,7 @@ from app.db import Database
 from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, ValidationFailed
 from app.metrics import Metrics
 from app.models import (
+    INT64_MAX,
     ClaimRequest,
     CompleteBatchRequest,
     CompleteRequest,
@@ -47,6 +48,11 @@ def sanitise_error(text: str, max_bytes: int) -> str:
         return text
     marker = " [truncated]"
     return raw[: max_bytes - len(marker)].decode(errors="ignore") + marker
+
+
+def _exists(job_id: int) -> bool:
+    """Could a job have this id? One beyond bigint names no job, and must not reach the SQL."""
+    return job_id <= INT64_MAX
 
 
 def _raise_for(outcome: Outcome) -> None:
@@ -153,8 +159,13 @@ class JobService:
         async with self.db.connection() as conn:
             return await store.jobs_heartbeat(conn, beats)
 
-    async def heartbeat(self, job_id: int, req: HeartbeatRequest) -> Doc:
-        outcome, expires = await self._heartbeat(Heartbeat(job_id, req.claim_token, req.lease_seconds))
+    # Routes addressed by job id take `allowed`: the caller's queue regex (None: every queue). A job in
+    # another queue is "not_found", decided in the same guarded statement (see app/auth.py).
+
+    async def heartbeat(self, job_id: int, req: HeartbeatRequest, allowed: str | None = None) -> Doc:
+        if not _exists(job_id):
+            raise JobNotFound()
+        outcome, expires = await self._heartbeat(Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed))
         if outcome == "cancelled":
             # Cooperative cancel: the worker learns it here, stops, and does not complete.
             return {"id": job_id, "lease_expires_at": None, "cancel_requested": True}
@@ -179,23 +190,27 @@ class JobService:
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
         return None if value is None else self._json(value, self.settings.max_result_bytes, loc)
 
-    async def complete(self, job_id: int, req: CompleteRequest) -> Doc:
+    async def complete(self, job_id: int, req: CompleteRequest, allowed: str | None = None) -> Doc:
         result = self._result(req.result, ["body", "result"])
-        outcome, row, _ = await self._complete(Completion(job_id, req.claim_token, result))
+        if not _exists(job_id):
+            raise JobNotFound()
+        outcome, row, _ = await self._complete(Completion(job_id, req.claim_token, result, allowed))
         _raise_for(outcome)
         assert row is not None
         return store.job_doc(row)
 
-    async def complete_batch(self, req: CompleteBatchRequest) -> list[Doc]:
+    async def complete_batch(self, req: CompleteBatchRequest, allowed: str | None = None) -> list[Doc]:
         ids = [item.id for item in req.jobs]
         if len(ids) != len(set(ids)):
             raise invalid(["body", "jobs"], "a job id occurs twice in one batch")
         items = [
-            Completion(item.id, item.claim_token, self._result(item.result, ["body", "jobs", i, "result"]))
+            Completion(item.id, item.claim_token, self._result(item.result, ["body", "jobs", i, "result"]), allowed)
             for i, item in enumerate(req.jobs)
         ]
+        real = [c for c in items if _exists(c.id)]
         async with self.db.connection() as conn:
-            outcomes = await store.jobs_complete(conn, items, full=False)
+            found = dict(zip((c.id for c in real), await store.jobs_complete(conn, real, full=False), strict=True))
+        outcomes = [found.get(c.id, ("not_found", None, False)) for c in items]
         self._count_completed(outcomes)
         return [
             {
@@ -206,13 +221,16 @@ class JobService:
             for item, (outcome, row, _) in zip(items, outcomes, strict=True)
         ]
 
-    async def fail(self, job_id: int, req: FailRequest) -> Doc:
+    async def fail(self, job_id: int, req: FailRequest, allowed: str | None = None) -> Doc:
+        if not _exists(job_id):
+            raise JobNotFound()
         async with self.db.connection() as conn:
             outcome, row, changed = await store.job_fail(
                 conn,
                 job_id,
                 req.claim_token,
                 sanitise_error(req.error, self.settings.max_error_bytes),
+                allowed=allowed,
                 retry=req.retry,
                 retry_in=req.retry_in_seconds,
                 backoff_base=self.settings.backoff_base_seconds,
@@ -226,9 +244,11 @@ class JobService:
 
     # -- reads -------------------------------------------------------------------------------------------------------
 
-    async def get(self, job_id: int) -> Doc:
+    async def get(self, job_id: int, allowed: str | None = None) -> Doc:
+        if not _exists(job_id):
+            raise JobNotFound()
         async with self.db.connection() as conn:
-            row = await store.job_get(conn, job_id)
+            row = await store.job_get(conn, job_id, allowed)
         if row is None:
             raise JobNotFound()
         return store.job_doc(row)

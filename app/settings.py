@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
+import typing
 from pathlib import Path
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 Seconds = Annotated[float, Field(gt=0)]
@@ -14,7 +16,8 @@ Seconds = Annotated[float, Field(gt=0)]
 class Settings(BaseSettings):
     """Every field is a JOBQ_<NAME> variable; a value out of range stops the service at start-up."""
 
-    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore", frozen=True)
+    # hide_input_in_errors: a bad JOBQ_API_KEY must not end up in a traceback or a log line.
+    model_config = SettingsConfigDict(env_prefix="JOBQ_", extra="ignore", frozen=True, hide_input_in_errors=True)
 
     # -- database ---------------------------------------------------------------------------------
     database_url: str | None = Field(
@@ -59,8 +62,14 @@ class Settings(BaseSettings):
     max_batch_jobs: int = Field(1000, ge=1, le=10_000, description="Most jobs in one batch enqueue.")
     max_batch_complete: int = Field(1000, ge=1, le=10_000, description="Most items in one batch complete.")
     max_claim_limit: int = Field(100, ge=1, le=1000, description="Largest `limit` of one claim.")
-    max_error_bytes: int = Field(2048, ge=64, le=65_536, description="Longest stored `last_error`.")
-    max_json_depth: int = Field(32, ge=2, le=200, description="Deepest nesting of a payload or result.")
+    max_error_bytes: int = Field(
+        2048, ge=64, le=65_536, description="Longest stored `last_error` (longer text is cut; control characters go)."
+    )
+    # 128: a batch body adds three levels, and the JSON parser refuses bodies nested deeper than 200.
+    max_json_depth: int = Field(32, ge=2, le=128, description="Deepest nesting of a payload or result.")
+    # 512: idempotency keys sit in a unique B-tree index, whose entries must stay under ~2.7 kB.
+    max_idempotency_key_length: int = Field(255, ge=1, le=512, description="Longest `idempotency_key` (characters).")
+    max_worker_length: int = Field(255, ge=1, le=1024, description="Longest claim `worker` name (characters).")
 
     # -- retries and the sweeper ------------------------------------------------------------------------
     default_max_attempts: int = Field(5, ge=1, le=1000, description="max_attempts when a job names none.")
@@ -95,8 +104,25 @@ class Settings(BaseSettings):
     )
     access_log: bool = Field(True, description="Write one JSON line per request.")
 
-    # -- HTTP ------------------------------------------------------------------------------------------
+    # -- HTTP and security ------------------------------------------------------------------------------
     fast_path: bool = Field(True, description="Serve the hot worker/producer routes through the lean ASGI dispatcher.")
+    host: str = Field(
+        "127.0.0.1", description="Address the service listens on (`jobq serve --host` sets it); decides `auto` auth."
+    )
+    auth: Literal["auto", "on", "off"] = Field(
+        "auto", description="Require API keys. `auto`: on unless JOBQ_HOST is a loopback address."
+    )
+    api_key: SecretStr | None = Field(
+        None,
+        description="A key accepted with every scope on every queue (containers); 32+ characters, never logged.",
+    )
+    auth_cache_seconds: float = Field(
+        10.0,
+        ge=0.1,
+        le=3600,
+        description="Longest a process trusts a verified key without re-reading it (revocations arrive by NOTIFY "
+        "at once; this bounds a missed one).",
+    )
 
     @classmethod
     def defaults(cls, **values: object) -> Settings:
@@ -113,7 +139,24 @@ class Settings(BaseSettings):
             raise ValueError("JOBQ_BACKOFF_BASE_SECONDS must not exceed JOBQ_BACKOFF_CAP_SECONDS")
         if self.max_payload_bytes > self.max_request_bytes:
             raise ValueError("JOBQ_MAX_PAYLOAD_BYTES must not exceed JOBQ_MAX_REQUEST_BYTES")
+        if self.api_key is not None and len(self.api_key.get_secret_value()) < 32:
+            raise ValueError("JOBQ_API_KEY must be at least 32 characters (e.g. the output of `jobq keys create`)")
         return self
+
+    @property
+    def auth_enabled(self) -> bool:
+        """Keys are required: `on`, or `auto` on anything but a loopback address (secure by default)."""
+        return self.auth == "on" or (self.auth == "auto" and not is_loopback(self.host))
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and `localhost`. Any other name or address, 0.0.0.0 included, counts as exposed."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class _Defaults(Settings):
@@ -141,6 +184,8 @@ def markdown_table() -> str:
         default = "unset" if field.default is None else f"`{str(field.default).lower()}`"
         if isinstance(field.default, int | float) and not isinstance(field.default, bool):
             default = f"`{field.default}`"
+        if choices := typing.get_args(field.annotation) if typing.get_origin(field.annotation) is Literal else ():
+            bounds.append(" / ".join(f"`{c}`" for c in choices))
         lines.append(f"| `JOBQ_{name.upper()}` | {default} | {', '.join(bounds) or '-'} | {field.description} |")
     return "\n".join(lines)
 

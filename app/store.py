@@ -78,13 +78,20 @@ def job_doc(row: Row) -> dict[str, Any]:
     }
 
 
+# Object-level authorisation: statements addressed by job id take `allowed`, the caller's anchored regex
+# over queue names (NULL: every queue), and treat a job in another queue exactly like a missing one, in
+# the same statement (no read before the write). See app/auth.py.
+
 # --- get ----------------------------------------------------------------------------------------------------
 
-JOB_GET = f"SELECT {JOB_COLUMNS} FROM jobs j WHERE j.id = %s"
+JOB_GET = f"""
+SELECT {JOB_COLUMNS} FROM jobs j
+WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+"""
 
 
-async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int) -> Row | None:
-    cur = await conn.execute(JOB_GET, (job_id,))
+async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> Row | None:
+    cur = await conn.execute(JOB_GET, {"id": job_id, "allowed": allowed})
     return await cur.fetchone()
 
 
@@ -320,21 +327,26 @@ def _job_outcome(token: str, job: Row | None, done: tuple[str, ...]) -> Outcome:
 
 JOB_HEARTBEAT_MANY = """
 WITH input AS (
-  SELECT * FROM json_to_recordset(%(beats)s::json) AS t(ord int, id bigint, token text, lease int)
+  SELECT * FROM json_to_recordset(%(beats)s::json) AS t(ord int, id bigint, token text, lease int, allowed text)
 ), renewed AS (
-  -- Guarded by id + token + running: a stale claim renews nothing.
+  -- Guarded by id + token + running (a stale claim renews nothing) + the caller's queues.
   UPDATE jobs AS j
   SET lease_expires_at = clock_timestamp() + make_interval(secs => coalesce(i.lease, j.lease_seconds)),
       lease_seconds = coalesce(i.lease, j.lease_seconds)
   FROM input i
   WHERE j.id = i.id AND j.status = 'running' AND j.claim_token = i.token
+    AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
   RETURNING j.id, j.claim_token, j.lease_expires_at
 )
--- Per input: the new expiry, else the job's state as this statement found it (to tell why not).
+-- Per input: the new expiry, else the job's state as this statement found it (to tell why not); a job
+-- outside the caller's queues is not found.
 SELECT i.ord, r.lease_expires_at, c.status, c.claim_token
 FROM input i
 LEFT JOIN renewed r ON r.id = i.id AND r.claim_token = i.token
-LEFT JOIN LATERAL (SELECT status, claim_token FROM jobs WHERE id = i.id) c ON r.id IS NULL
+LEFT JOIN LATERAL (
+  SELECT status, claim_token FROM jobs j
+  WHERE j.id = i.id AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
+) c ON r.id IS NULL
 ORDER BY i.ord
 """
 
@@ -344,12 +356,16 @@ class Heartbeat:
     id: int
     token: str
     lease_seconds: int | None
+    allowed: str | None = None  # the caller's queue regex; None: every queue
 
 
 async def jobs_heartbeat(
     conn: psycopg.AsyncConnection[Any], beats: Sequence[Heartbeat]
 ) -> list[tuple[Outcome, datetime | None]]:
-    doc = [{"ord": n, "id": b.id, "token": b.token, "lease": b.lease_seconds} for n, b in enumerate(beats)]
+    doc = [
+        {"ord": n, "id": b.id, "token": b.token, "lease": b.lease_seconds, "allowed": b.allowed}
+        for n, b in enumerate(beats)
+    ]
     cur = await conn.execute(JOB_HEARTBEAT_MANY, {"beats": as_json(doc)})
     out: list[tuple[Outcome, datetime | None]] = []
     for beat, row in zip(beats, await cur.fetchall(), strict=True):
@@ -362,21 +378,27 @@ async def jobs_heartbeat(
 
 JOB_COMPLETE_MANY = f"""
 WITH input AS (
-  SELECT * FROM json_to_recordset(%(items)s::json) AS t(ord int, id bigint, token text, result jsonb)
+  SELECT * FROM json_to_recordset(%(items)s::json)
+    AS t(ord int, id bigint, token text, result jsonb, allowed text)
 ), done AS (
   UPDATE jobs AS j
   SET status = 'completed', finished_at = clock_timestamp(), lease_expires_at = NULL,
       result = i.result
   FROM input i
   WHERE j.id = i.id AND j.status = 'running' AND j.claim_token = i.token
+    AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
   RETURNING {_job_columns("%(full)s")}
 ), counted AS ({count_finished("done", "'completed'")}
 )
--- Per input: the completed row, else the row as this statement found it (to tell why not).
+-- Per input: the completed row, else the row as this statement found it (to tell why not); a job
+-- outside the caller's queues is not found.
 SELECT i.ord, d.*, c.*
 FROM input i
 LEFT JOIN done d ON d.id = i.id AND d.claim_token = i.token
-LEFT JOIN LATERAL (SELECT {_job_columns("%(full)s")} FROM jobs j WHERE j.id = i.id) c ON d.id IS NULL
+LEFT JOIN LATERAL (
+  SELECT {_job_columns("%(full)s")} FROM jobs j
+  WHERE j.id = i.id AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
+) c ON d.id IS NULL
 ORDER BY i.ord
 """
 
@@ -386,6 +408,7 @@ class Completion:
     id: int
     token: str
     result: str | None  # serialised JSON
+    allowed: str | None = None  # the caller's queue regex; None: every queue
 
 
 Done = tuple[Outcome, Row | None, bool]  # outcome, the job's row, whether this call changed it
@@ -397,7 +420,13 @@ async def jobs_complete(
     """Complete jobs in one statement. A retried complete with the token that completed the job is "ok"
     (the first result is kept). With full=False rows carry no payload/result (batch answers)."""
     doc = [
-        {"ord": n, "id": c.id, "token": c.token, "result": Fragment(c.result) if c.result is not None else None}
+        {
+            "ord": n,
+            "id": c.id,
+            "token": c.token,
+            "result": Fragment(c.result) if c.result is not None else None,
+            "allowed": c.allowed,
+        }
         for n, c in enumerate(items)
     ]
     cur = await conn.execute(JOB_COMPLETE_MANY, {"items": as_json(doc), "full": full})
@@ -412,7 +441,7 @@ async def jobs_complete(
             recheck.append(n)  # a concurrent statement finished it after our snapshot: look again
         out.append((_job_outcome(item.token, job, ("completed",)), job, False))
     for n in recheck:
-        job = await job_get(conn, items[n].id)
+        job = await job_get(conn, items[n].id, items[n].allowed)
         out[n] = (_job_outcome(items[n].token, job, ("completed",)), job, False)
     return out
 
@@ -432,12 +461,16 @@ WITH failed AS (
       lease_expires_at = NULL,
       last_error = %(error)s
   WHERE j.id = %(id)s AND j.status = 'running' AND j.claim_token = %(token)s
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   RETURNING {JOB_COLUMNS}
 ), counted AS ({count_finished("failed")}
 )
 SELECT true, * FROM failed
 UNION ALL
-SELECT false, {JOB_COLUMNS} FROM jobs j WHERE j.id = %(id)s AND NOT EXISTS (SELECT FROM failed)
+-- Else the row as found (to tell why not); a job outside the caller's queues is not found.
+SELECT false, {JOB_COLUMNS} FROM jobs j
+WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND NOT EXISTS (SELECT FROM failed)
 """
 
 
@@ -447,6 +480,7 @@ async def job_fail(
     token: str,
     error: str,
     *,
+    allowed: str | None = None,
     retry: bool,
     retry_in: float | None,
     backoff_base: float,
@@ -458,6 +492,7 @@ async def job_fail(
         "id": job_id,
         "token": token,
         "error": error,
+        "allowed": allowed,
         "retry": retry,
         "retry_in": retry_in,
         "base": backoff_base,
@@ -471,7 +506,7 @@ async def job_fail(
     if row[0]:
         return "ok", job, True
     if job is not None and job[_STATUS] == "running" and job[_TOKEN] == token:  # finished concurrently
-        job = await job_get(conn, job_id)
+        job = await job_get(conn, job_id, allowed)
     return _job_outcome(token, job, ("pending", "failed")), job, False
 
 

@@ -14,7 +14,9 @@ A wake-up lost anyway (a listener reconnecting, a presence announcement still in
 one fallback poll interval (app/broker.py).
 
 Messages on CHANNEL: "<sender> w q1 q2 ..." jobs arrived; "<sender> p q1 ..." I have waiters on these;
-"<sender> h" I (re)started listening, tell me your presence.
+"<sender> h" I (re)started listening, tell me your presence; "keys k" API keys changed (sent by the SQL
+that changes them, app/store_keys.py): drop cached keys. A listener that reconnects also drops them,
+since it may have missed such a message.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ CHANNEL = "jobq_wakeup"
 PRESENCE_TTL = 6.0  # seconds a presence announcement counts for
 _RENEW = PRESENCE_TTL / 3
 _MAX_PAYLOAD = 7900  # PostgreSQL's NOTIFY payload limit is 8000 bytes
+KEYS_CHANGED = "keys k"
 
 
 class Wakeups:
@@ -45,6 +48,7 @@ class Wakeups:
         min_interval_ms: float,
         on_wake: Callable[[list[str] | None], None],
         waiting_queues: Callable[[], list[str]],
+        on_keys_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.db = db
         self.url = url
@@ -52,6 +56,7 @@ class Wakeups:
         self.min_interval = min_interval_ms / 1000
         self.on_wake = on_wake  # wake local waiters (None: every queue)
         self.waiting_queues = waiting_queues  # queues with parked claims in this process
+        self.on_keys_changed = on_keys_changed  # drop cached API keys
         self.connected = asyncio.Event()
         self.connections = 0  # LISTEN sessions opened so far (reconnects included)
         self.sent = 0
@@ -151,6 +156,8 @@ class Wakeups:
         elif kind == "h":
             self._present.update(self.waiting_queues())
             self._kick()
+        elif kind == "k":
+            self.on_keys_changed()
 
     async def _listen(self) -> None:
         backoff = 0.1
@@ -175,6 +182,7 @@ class Wakeups:
                 async with conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self.connections += 1
+                    self.on_keys_changed()  # a revocation may have gone by while we were not listening
                     self.connected.set()
                     backoff = 0.1
                     self._hello = True  # ask the others for their presence, and announce ours

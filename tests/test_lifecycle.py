@@ -61,7 +61,8 @@ def test_heartbeat_errors(server: LiveServer) -> None:
     problem(post(server, f"/jobs/{c['id']}/heartbeat", bad), 422, "validation-error")
     problem(post(server, f"/jobs/{c['id']}/heartbeat", {}), 422, "validation-error")
     problem(post(server, "/jobs/0/heartbeat", {"claim_token": "x"}), 422, "validation-error")
-    problem(post(server, f"/jobs/{2**63}/heartbeat", {"claim_token": "x"}), 422, "validation-error")
+    # Beyond int64 names no job: 404 like any other missing job, without reaching the database.
+    problem(post(server, f"/jobs/{2**63}/heartbeat", {"claim_token": "x"}), 404, "job-not-found")
 
 
 # --- complete -----------------------------------------------------------------------------------------------

@@ -1,0 +1,142 @@
+"""All SQL on the api_keys table: the server's lookup and lazy last-use stamp, the CLI's create, list and
+revoke. Every change to a key also sends a "keys changed" message on the wake-up channel, in the same
+statement, so that every process drops its cached keys when (and only when) the change commits."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from app.wakeup import CHANNEL, KEYS_CHANGED
+
+_NOTIFY = f"pg_notify('{CHANNEL}', '{KEYS_CHANGED}')"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    id: int
+    name: str
+    key_hash: bytes
+    scopes: list[str]
+    queue_patterns: list[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """What `jobq keys list` shows: everything but the hash."""
+
+    id: int
+    name: str
+    selector: str
+    scopes: list[str]
+    queue_patterns: list[str] | None
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+API_KEY_BY_SELECTOR = """
+-- Live keys only: a revoked key is unknown from the moment its revocation commits.
+SELECT id, name, key_hash, scopes, queue_patterns
+FROM api_keys
+WHERE selector = %s AND revoked_at IS NULL
+"""
+
+
+async def api_key_by_selector(conn: psycopg.AsyncConnection[Any], selector: str) -> KeyRow | None:
+    cur = await conn.execute(API_KEY_BY_SELECTOR, (selector,))
+    row = await cur.fetchone()
+    return None if row is None else KeyRow(row[0], row[1], bytes(row[2]), list(row[3]), row[4])
+
+
+API_KEYS_TOUCH = """
+-- Batched and infrequent: a last-use stamp is diagnostics, not worth a write per request.
+UPDATE api_keys SET last_used_at = now()
+WHERE id = ANY(%s) AND revoked_at IS NULL
+"""
+
+
+async def api_keys_touch(conn: psycopg.AsyncConnection[Any], ids: Sequence[int]) -> None:
+    await conn.execute(API_KEYS_TOUCH, (list(ids),))
+
+
+API_KEYS_COUNT_LIVE = "SELECT count(*) FROM api_keys WHERE revoked_at IS NULL"
+
+
+async def api_keys_count_live(conn: psycopg.AsyncConnection[Any]) -> int:
+    cur = await conn.execute(API_KEYS_COUNT_LIVE)
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+# --- the CLI (synchronous) ----------------------------------------------------------------------------------
+
+API_KEY_INSERT = f"""
+WITH created AS (
+  INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns)
+  VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s)
+  RETURNING id
+)
+-- A process may have cached "no such key" for this selector: tell every process to forget it.
+SELECT id, {_NOTIFY} FROM created
+"""
+
+
+def api_key_insert(
+    conn: psycopg.Connection[Any],
+    name: str,
+    selector: str,
+    key_hash: bytes,
+    scopes: Sequence[str],
+    queue_patterns: Sequence[str] | None,
+) -> int:
+    row = conn.execute(
+        API_KEY_INSERT,
+        {
+            "name": name,
+            "selector": selector,
+            "hash": key_hash,
+            "scopes": list(scopes),
+            "queues": list(queue_patterns) if queue_patterns is not None else None,
+        },
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+API_KEYS_LIST = """
+SELECT id, name, selector, scopes, queue_patterns, created_at, last_used_at, revoked_at
+FROM api_keys
+WHERE %(all)s OR revoked_at IS NULL
+ORDER BY id
+"""
+
+
+def api_keys_list(conn: psycopg.Connection[Any], *, include_revoked: bool) -> list[KeyInfo]:
+    rows = conn.execute(API_KEYS_LIST, {"all": include_revoked}).fetchall()
+    return [KeyInfo(r[0], r[1], r[2], list(r[3]), r[4], r[5], r[6], r[7]) for r in rows]
+
+
+API_KEY_REVOKE = f"""
+WITH revoked AS (
+  UPDATE api_keys SET revoked_at = now()
+  WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
+  RETURNING id, name
+)
+-- Delivered at commit: every process drops its cached keys as soon as the revocation is durable.
+SELECT id, name, {_NOTIFY} FROM revoked
+"""
+
+
+def api_key_revoke(conn: psycopg.Connection[Any], id_or_name: str) -> list[tuple[int, str]]:
+    """Revoke the live key with this id or name; returns what was revoked (empty: no such live key)."""
+    by_id = id_or_name.isdigit()
+    if by_id and len(id_or_name) > 18:
+        return []  # beyond bigint: no such key
+    params = {"id": int(id_or_name) if by_id else None, "name": None if by_id else id_or_name}
+    rows = conn.execute(API_KEY_REVOKE, params).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]

@@ -1,0 +1,404 @@
+"""API keys and what they may do: 401 and 403, scopes, queue patterns, object-level checks on jobs addressed
+by id, revocation across processes, secure defaults, and secrets kept out of logs and error bodies."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from app import store_keys
+from app.auth import new_key, parse_key
+from app.cli import main as jobq
+from tests.support import LiveServer, problem
+from tests.test_claim import wait_until
+
+ENV_KEY = "container-key-" + "k" * 40
+JSON = {"content-type": "application/json"}
+
+
+def create_key(db: psycopg.Connection, name: str, scopes: list[str], queues: list[str] | None = None) -> str:
+    key, selector, key_hash = new_key()
+    store_keys.api_key_insert(db, name, selector, key_hash, scopes, queues)
+    return key
+
+
+_open: list[httpx.Client] = []
+
+
+def as_key(server: LiveServer, key: str | None) -> httpx.Client:
+    headers = {"authorization": f"Bearer {key}"} if key is not None else {}
+    client = httpx.Client(base_url=server.url, headers=headers, timeout=30)
+    _open.append(client)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while _open:
+        _open.pop().close()
+
+
+@pytest.fixture
+def secured(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
+    return server_factory(auth="on", api_key=ENV_KEY)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def admin(secured: LiveServer) -> Iterator[httpx.Client]:
+    with as_key(secured, ENV_KEY) as c:
+        yield c
+
+
+def enqueue(client: httpx.Client, queue: str, payload: Any = 1) -> dict[str, Any]:
+    r = client.post(f"/queues/{queue}/jobs", json={"payload": payload})
+    assert r.status_code == 201, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def claim_one(client: httpx.Client, queue: str) -> dict[str, Any]:
+    r = client.post(f"/queues/{queue}/claim", json={"worker": "w"})
+    assert r.status_code == 200, r.text
+    [job] = r.json()["jobs"]
+    return job  # type: ignore[no-any-return]
+
+
+# --- keys -------------------------------------------------------------------------------------------------
+
+
+def test_keys_are_random_shown_once_and_stored_as_hashes(database_url: str, db: psycopg.Connection, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert jobq(["keys", "create", "--database-url", database_url, "--name", "mailer", "--scope", "produce",
+                 "--queue", "emails", "--queue", "sms.*"]) == 0  # fmt: skip
+    out = capsys.readouterr()
+    key = out.out.strip()
+    assert key not in out.err
+    parsed = parse_key(key)
+    assert parsed is not None
+    selector, secret = parsed
+    assert len(secret) == 43  # 32 random bytes, base64url
+    row = db.execute("SELECT name, selector, key_hash, scopes, queue_patterns, api_keys::text FROM api_keys").fetchone()
+    assert row is not None
+    assert row[:2] == ("mailer", selector)
+    assert bytes(row[2]) == hashlib.sha256(secret.encode()).digest()
+    assert (row[3], row[4]) == (["produce"], ["emails", "sms.*"])
+    assert secret not in row[5]  # nothing but the hash of the secret is kept
+
+    second = new_key()
+    assert parse_key(second[0]) != parsed
+
+
+def test_cli_lists_without_secrets_and_revokes_by_name_or_id(database_url: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert jobq(["keys", "create", "--database-url", database_url, "--name", "a", "--scope", "admin"]) == 0
+    key_a = capsys.readouterr().out.strip()
+    assert jobq(["keys", "create", "--database-url", database_url, "--name", "b", "--scope", "consume"]) == 0
+    key_b = capsys.readouterr().out.strip()
+    assert jobq(["keys", "create", "--database-url", database_url, "--name", "b", "--scope", "consume"]) == 2
+    assert "already named" in capsys.readouterr().err
+    assert jobq(["keys", "create", "--database-url", database_url, "--name", "c", "--scope", "consume",
+                 "--queue", "bad/pattern"]) == 2  # fmt: skip
+    capsys.readouterr()
+
+    assert jobq(["keys", "list", "--database-url", database_url]) == 0
+    listing = capsys.readouterr().out
+    assert " a " in listing and " b " in listing
+    for key in (key_a, key_b):
+        assert key not in listing and parse_key(key)[1] not in listing  # type: ignore[index]
+        assert f"jobq_{parse_key(key)[0]}_" in listing  # type: ignore[index]  # the prefix identifies it
+
+    assert jobq(["keys", "revoke", "--database-url", database_url, "b"]) == 0
+    assert jobq(["keys", "revoke", "--database-url", database_url, "1"]) == 0
+    capsys.readouterr()
+    assert jobq(["keys", "revoke", "--database-url", database_url, "b"]) == 1
+    assert jobq(["keys", "list", "--database-url", database_url, "--json"]) == 0
+    assert capsys.readouterr().out.strip() == "[]"
+    assert jobq(["keys", "list", "--database-url", database_url, "--json", "--all"]) == 0
+    assert '"revoked_at": null' not in capsys.readouterr().out
+
+
+# --- 401 ----------------------------------------------------------------------------------------------------
+
+
+def test_no_key_or_a_bad_key_is_401(secured: LiveServer, db: psycopg.Connection) -> None:
+    good = create_key(db, "good", ["admin"])
+    revoked = create_key(db, "gone", ["admin"])
+    store_keys.api_key_revoke(db, "gone")
+    selector, _ = parse_key(good)  # type: ignore[misc]
+    wrong_secret = f"jobq_{selector}_{'A' * 43}"
+    for key in (None, "nonsense", wrong_secret, revoked, good + "x", ENV_KEY[:-1]):
+        with as_key(secured, key) as c:
+            r = c.post("/queues/q/jobs", json={"payload": 1})
+            body = problem(r, 401, "unauthorized")
+            assert r.headers["www-authenticate"].startswith('Bearer realm="jobq"')
+            assert ("invalid_token" in r.headers["www-authenticate"]) == bool(key)
+            assert (key or "@") not in r.text
+    problem(httpx.post(f"{secured.url}/queues/q/jobs", json={"payload": 1}, headers={"authorization": "Bearer"}),
+            401, "unauthorized")  # fmt: skip
+    for scheme in ("Basic", "Token", "bearer"):
+        r = httpx.post(f"{secured.url}/queues/q/jobs", json={"payload": 1},
+                       headers={"authorization": f"{scheme} {good}"})  # fmt: skip
+        assert r.status_code == (201 if scheme == "bearer" else 401), scheme
+    assert body["detail"]
+    row = db.execute("SELECT count(*) FROM jobs").fetchone()
+    assert row == (1,)
+
+
+def test_401_comes_before_the_body_is_read(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(auth="on", max_request_bytes=1024, max_payload_bytes=512)
+
+    def endless() -> Iterator[bytes]:
+        yield b'{"payload": "'
+        yield b"x" * 1_000_000
+        yield b'"}'
+
+    r = httpx.post(f"{server.url}/queues/q/jobs", content=endless(), headers={"content-type": "application/json"})
+    problem(r, 401, "unauthorized")
+    problem(httpx.post(f"{server.url}/no/such/route"), 401, "unauthorized")
+
+
+def test_health_and_docs_are_open(secured: LiveServer) -> None:
+    with as_key(secured, None) as c:
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/readyz").status_code == 200
+        assert c.get("/openapi.json").status_code == 200
+        assert c.get("/docs").status_code == 200
+    with as_key(secured, "not-a-key") as c:
+        assert c.get("/healthz").status_code == 200
+
+
+# --- scopes and queues (403) -----------------------------------------------------------------------------
+
+
+def test_scopes_decide_what_a_key_may_do(secured: LiveServer, db: psycopg.Connection, admin: httpx.Client) -> None:
+    producer = as_key(secured, create_key(db, "producer", ["produce"]))
+    consumer = as_key(secured, create_key(db, "consumer", ["consume"]))
+    job = enqueue(producer, "q")
+    assert producer.post("/queues/q/jobs/batch", json={"jobs": [{"payload": 2}]}).status_code == 201
+    body = problem(producer.post("/queues/q/claim", json={"worker": "w"}), 403, "forbidden")
+    assert "consume" in body["detail"]
+    problem(consumer.post("/queues/q/jobs", json={"payload": 1}), 403, "forbidden")
+    problem(consumer.post("/queues/q/jobs/batch", json={"jobs": [{"payload": 1}]}), 403, "forbidden")
+
+    c = claim_one(consumer, "q")
+    token = {"claim_token": c["claim_token"]}
+    for path, extra in (("heartbeat", {}), ("complete", {}), ("fail", {"error": "e"})):
+        problem(producer.post(f"/jobs/{c['id']}/{path}", json={**token, **extra}), 403, "forbidden")
+    problem(producer.post("/jobs/complete", json={"jobs": [{"id": c["id"], **token}]}), 403, "forbidden")
+    assert consumer.post(f"/jobs/{c['id']}/heartbeat", json=token).status_code == 200
+    assert consumer.post(f"/jobs/{c['id']}/complete", json=token).status_code == 200
+
+    # Any key reads the jobs of its queues; admin may do everything.
+    assert producer.get(f"/jobs/{job['id']}").json()["status"] == "completed"
+    assert consumer.get(f"/jobs/{job['id']}").status_code == 200
+    enqueue(admin, "q")
+    claimed = claim_one(admin, "q")
+    assert (
+        admin.post(f"/jobs/{claimed['id']}/complete", json={"claim_token": claimed["claim_token"]}).status_code == 200
+    )
+
+
+def test_queue_patterns_limit_a_key(secured: LiveServer, db: psycopg.Connection) -> None:
+    key = create_key(db, "mail", ["produce", "consume"], ["emails", "sms.*"])
+    with as_key(secured, key) as c:
+        for queue in ("emails", "sms.eu", "sms."):
+            enqueue(c, queue)
+            assert claim_one(c, queue)["queue"] == queue
+        for queue in ("emails2", "xemails", "sms", "smsXeu", "other"):
+            body = problem(c.post(f"/queues/{queue}/jobs", json={"payload": 1}), 403, "forbidden")
+            assert queue in body["detail"]
+            problem(c.post(f"/queues/{queue}/claim", json={"worker": "w"}), 403, "forbidden")
+
+
+def test_a_key_cannot_touch_or_see_jobs_of_other_queues(
+    secured: LiveServer, db: psycopg.Connection, admin: httpx.Client
+) -> None:
+    """A consume key for queue A holding a valid token of a job in queue B gets exactly what it would get for
+    a job that does not exist, and the job does not change."""
+    enqueue(admin, "b", payload="secret-b")
+    theirs = claim_one(admin, "b")
+    token = theirs["claim_token"]
+    before = db.execute("SELECT * FROM jobs WHERE id = %s", (theirs["id"],)).fetchone()
+    missing = 987654321
+    with as_key(secured, create_key(db, "a-only", ["consume", "produce"], ["a"])) as c:
+        for path, body in (
+            ("heartbeat", {"claim_token": token}),
+            ("complete", {"claim_token": token, "result": 1}),
+            ("fail", {"claim_token": token, "error": "e", "retry": False}),
+        ):
+            r_theirs = c.post(f"/jobs/{theirs['id']}/{path}", json=body)
+            r_missing = c.post(f"/jobs/{missing}/{path}", json=body)
+            a, b = problem(r_theirs, 404, "job-not-found"), problem(r_missing, 404, "job-not-found")
+            assert {**a, "instance": None} == {**b, "instance": None}
+            assert "secret-b" not in r_theirs.text
+        r = c.post("/jobs/complete", json={"jobs": [{"id": theirs["id"], "claim_token": token}]})
+        assert r.json()["results"] == [{"id": theirs["id"], "outcome": "not_found", "status": None}]
+        a = problem(c.get(f"/jobs/{theirs['id']}"), 404, "job-not-found")
+        b = problem(c.get(f"/jobs/{missing}"), 404, "job-not-found")
+        assert {**a, "instance": None} == {**b, "instance": None}
+        # Its own queue works as usual.
+        enqueue(c, "a")
+        mine = claim_one(c, "a")
+        assert c.post(f"/jobs/{mine['id']}/complete", json={"claim_token": mine["claim_token"]}).status_code == 200
+    assert db.execute("SELECT * FROM jobs WHERE id = %s", (theirs["id"],)).fetchone() == before
+
+
+# --- caching and revocation ---------------------------------------------------------------------------------
+
+
+def test_revocation_reaches_every_process_at_once(server_factory, database_url: str, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    # A cache TTL of an hour: only the notification can explain a refusal within the test.
+    a: LiveServer = server_factory(auth="on", auth_cache_seconds=3600)
+    b: LiveServer = server_factory(auth="on", auth_cache_seconds=3600)
+    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
+    key = create_key(db, "doomed", ["produce"])
+    clients = [as_key(a, key), as_key(b, key)]
+    for c in clients:
+        for _ in range(3):
+            enqueue(c, "q")
+    lookups = a.state.keys.lookups + b.state.keys.lookups
+    assert lookups == 2  # one per process, then from the cache: no database round trip per request
+
+    # `jobq keys revoke` in a process of its own, as an operator would run it.
+    env = {**os.environ, "JOBQ_DATABASE_URL": database_url}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "keys", "revoke", "doomed"], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for c in clients:
+        wait_until(lambda c=c: c.post("/queues/q/jobs", json={"payload": 1}).status_code == 401, what="refusal")
+        c.close()
+
+
+def test_a_missed_notification_is_bounded_by_the_cache_ttl(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(auth="on", auth_cache_seconds=0.2)
+    key = create_key(db, "k", ["produce"])
+    with as_key(server, key) as c:
+        enqueue(c, "q")
+        # Revoked behind the service's back: no NOTIFY is sent.
+        db.execute("UPDATE api_keys SET revoked_at = now()")
+        wait_until(lambda: c.post("/queues/q/jobs", json={"payload": 1}).status_code == 401, what="refusal")
+
+
+def test_last_use_is_recorded_lazily(secured: LiveServer, db: psycopg.Connection) -> None:
+    key = create_key(db, "k", ["produce"])
+    with as_key(secured, key) as c:
+        for _ in range(5):
+            enqueue(c, "q")
+    assert db.execute("SELECT last_used_at FROM api_keys").fetchone() == (None,)  # no write per request
+    secured.run(lambda: secured.state.keys.flush())
+    row = db.execute("SELECT last_used_at IS NOT NULL FROM api_keys").fetchone()
+    assert row == (True,)
+
+
+def test_unknown_keys_cost_one_lookup_each(secured: LiveServer) -> None:
+    bogus = f"jobq_{'0' * 12}_{'B' * 43}"
+    with as_key(secured, bogus) as c:
+        for _ in range(5):
+            problem(c.post("/queues/q/jobs", json={"payload": 1}), 401, "unauthorized")
+    assert secured.state.keys.lookups == 1
+
+
+# --- secure by default --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "auth", "required"),
+    [
+        ("127.0.0.1", "auto", False),
+        ("::1", "auto", False),
+        ("localhost", "auto", False),
+        ("0.0.0.0", "auto", True),
+        ("10.1.2.3", "auto", True),
+        ("jobq.internal", "auto", True),
+        ("127.0.0.1", "on", True),
+        ("0.0.0.0", "off", False),
+    ],
+)
+def test_auth_is_on_unless_listening_on_loopback(server_factory, caplog, host: str, auth: str, required: bool) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.INFO, logger="jobq")
+    server: LiveServer = server_factory(host=host, auth=auth)
+    r = server.client.post("/queues/q/jobs", json={"payload": 1})
+    assert r.status_code == (401 if required else 201)
+    said = " ".join(rec.getMessage() for rec in caplog.records if rec.name == "jobq")
+    if not required and auth == "off":
+        assert any(
+            rec.levelno == logging.WARNING and "authentication OFF" in rec.getMessage() for rec in caplog.records
+        )
+    elif not required:
+        assert "runs open on" in said
+    else:
+        assert "authentication on" in said
+
+
+def test_a_key_from_the_environment_works_and_is_never_logged(server_factory, caplog) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.DEBUG)
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY)
+    assert ENV_KEY not in repr(server.settings) and ENV_KEY not in str(server.settings.model_dump())
+    with as_key(server, ENV_KEY) as c:
+        job = enqueue(c, "any.queue")
+        claimed = claim_one(c, "any.queue")
+        assert (
+            c.post(f"/jobs/{claimed['id']}/complete", json={"claim_token": claimed["claim_token"]}).status_code == 200
+        )
+        assert c.get(f"/jobs/{job['id']}").status_code == 200
+    assert all(ENV_KEY not in r.getMessage() for r in caplog.records)
+
+
+def test_a_short_environment_key_is_refused_without_showing_it(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    from app.cli import _settings
+
+    monkeypatch.setenv("JOBQ_API_KEY", "short-secret-value")
+    with pytest.raises(SystemExit):
+        _settings()
+    err = capsys.readouterr().err
+    assert "JOBQ_API_KEY" in err and "short-secret-value" not in err
+
+
+# --- secrets never logged or echoed -------------------------------------------------------------------------
+
+
+def test_tokens_keys_payloads_and_results_stay_out_of_logs_and_errors(
+    server_factory, db: psycopg.Connection, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    caplog.set_level(logging.DEBUG)
+    server: LiveServer = server_factory(auth="on", max_payload_bytes=200)
+    key = create_key(db, "k", ["produce", "consume"])
+    marker = "SECRET-MARKER-7f3a"
+    bodies: list[str] = []
+    with as_key(server, key) as c:
+        enqueue(c, "q", payload={"card": marker})
+        claimed = claim_one(c, "q")
+        token = claimed["claim_token"]
+        bodies += [
+            c.post("/queues/q/jobs", json={"payload": marker + "\u0000"}).text,
+            c.post("/queues/q/jobs", json={"payload": marker * 20}).text,
+            c.post("/queues/q/jobs", json={"payload": 1, "status": marker}).text,  # names the field, not the value
+            c.post("/queues/q/jobs", json={"payload": 1, "idempotency_key": marker + "\n"}).text,
+            c.post("/queues/q/claim", json={"worker": marker + "\t"}).text,
+            c.post(f"/jobs/{claimed['id']}/complete", json={"claim_token": token + "!", "result": marker}).text,
+            c.post(f"/jobs/{claimed['id']}/complete", json={"claim_token": "x" * 200}).text,
+            c.post(f"/jobs/{claimed['id']}/complete", json={"claim_token": token[::-1], "result": marker}).text,
+            c.post(f"/jobs/{claimed['id']}/fail", json={"claim_token": token, "error": marker, "retry": "no"}).text,
+            c.post("/queues/q/jobs", content=b'{"payload": "' + marker.encode() + b'"', headers=JSON).text,
+        ]
+        assert (
+            c.post(f"/jobs/{claimed['id']}/complete", json={"claim_token": token, "result": marker}).status_code == 200
+        )
+    with as_key(server, key + "x") as c:
+        bodies.append(c.post("/queues/q/jobs", json={"payload": marker}).text)
+    secret = parse_key(key)[1]  # type: ignore[index]
+    for text in bodies:
+        assert marker not in text and token not in text and secret not in text, text
+    # The server's records (this test's own HTTP client logs what it sends, which proves nothing).
+    server_side = [r for r in caplog.records if not r.name.startswith(("httpx", "httpcore"))]
+    assert server_side
+    logged = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in server_side)
+    for value in (marker, token, secret, key):
+        assert value not in logged
