@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute, Match, Route
 
 from app.auth import require
 from app.errors import (
@@ -52,10 +52,7 @@ from app.service import JobService
 log = logging.getLogger("jobq.api")
 
 QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="`[A-Za-z0-9_.:-]{1,128}`")]
-# Any positive integer; one beyond int64 names no job (404). The schema states the real range.
-JobIdPath = Annotated[
-    int, Path(ge=1, description="Job id (int64).", json_schema_extra={"maximum": INT64_MAX, "format": "int64"})
-]
+JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX, description="Job id.", json_schema_extra={"format": "int64"})]
 
 # Operations anyone may call, with or without a key (app/auth.py refuses everything else without one).
 OPEN_OPERATIONS = frozenset({"healthz", "readyz"})
@@ -193,7 +190,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         return json_response({"jobs": jobs})
 
     @router.post(
-        "/jobs/{job_id}/heartbeat",
+        "/jobs/{job_id:int}/heartbeat",
         operation_id="heartbeatJob",
         summary="Extend the lease of a claimed job",
         tags=["workers"],
@@ -206,7 +203,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         return json_response(await service(request).heartbeat(job_id, body, who.queue_regex))
 
     @router.post(
-        "/jobs/{job_id}/complete",
+        "/jobs/{job_id:int}/complete",
         operation_id="completeJob",
         summary="Complete a claimed job",
         tags=["workers"],
@@ -218,7 +215,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         return json_response(await service(request).complete(job_id, body, who.queue_regex))
 
     @router.post(
-        "/jobs/{job_id}/fail",
+        "/jobs/{job_id:int}/fail",
         operation_id="failJob",
         summary="Fail a claimed job (retry later, or fail for good)",
         tags=["workers"],
@@ -244,7 +241,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         return json_response({"results": await service(request).complete_batch(body, who.queue_regex)})
 
     @router.get(
-        "/jobs/{job_id}",
+        "/jobs/{job_id:int}",
         operation_id="getJob",
         summary="Get a job",
         tags=["operators"],
@@ -270,11 +267,13 @@ HOT_OPERATIONS = frozenset(
 
 
 def _allowed_methods(routes: list[BaseRoute], scope: Any) -> list[str]:
-    """Every method some route serves on this path (Starlette names only the first route's)."""
+    """The methods of the path that the request's path resolves to: of every route with the same path
+    template as the first that matches (Starlette names only that first route's own methods)."""
+    template = next((r.path for r in routes if isinstance(r, Route) and r.matches(scope)[0] != Match.NONE), None)
     methods: set[str] = set()
     for route in routes:
-        if route.matches({**scope, "method": "GET"})[0] != Match.NONE:
-            methods.update(getattr(route, "methods", None) or ())
+        if isinstance(route, Route) and route.path == template:
+            methods.update(route.methods or ())
     return sorted(methods)
 
 

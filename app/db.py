@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager, contextmanager
 
 import psycopg
 import psycopg_pool
-from psycopg import errors as pg_errors
 
 from app.errors import AppError, DatabaseUnavailable, ValidationFailed
 from app.settings import Settings
@@ -30,9 +29,12 @@ def translate_errors() -> Iterator[None]:
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         # Includes QueryCanceled (statement_timeout), admin shutdown and lost connections.
         raise DatabaseUnavailable() from exc
-    except (pg_errors.DataException, pg_errors.IntegrityConstraintViolation) as exc:
-        # Inputs are validated before they reach SQL; this is the backstop, never a 500.
-        raise ValidationFailed(f"The database refused a value: {exc.diag.message_primary}") from exc
+    except (psycopg.DataError, psycopg.IntegrityError) as exc:
+        # Inputs are validated before they reach SQL; this is the backstop, never a 500. psycopg's
+        # specific class-22/23 errors derive from these DB-API classes, not from DataException. The
+        # database's message may quote the value, so only the condition is named.
+        name = type(exc).__name__
+        raise ValidationFailed(f"The database refused a value ({name}, SQLSTATE {exc.sqlstate}).") from exc
 
 
 class Database:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
 
 import orjson
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     BeforeValidator,
@@ -28,6 +29,21 @@ QUEUE_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 INT64_MAX = 2**63 - 1
 
 
+def _text(value: Any) -> Any:
+    """Times are RFC 3339 strings. pydantic would also take a number as a Unix time: not in this API."""
+    if not isinstance(value, str | datetime):
+        raise ValueError("must be an RFC 3339 date-time string with an offset")
+    return value
+
+
+def _utc(value: datetime) -> datetime:
+    """The instant in UTC: RFC 3339 allows offsets up to 23:59, PostgreSQL only up to 15:59."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("out of range (years 1 to 9999 in UTC)") from None
+
+
 def _integral(value: Any) -> Any:
     """JSON has one number type, and JSON Schema calls 2.0 an integer: take it as 2. Anything else that is
     not an int ("5", true, 2.5) stays as it is and fails the strict int check, never coerced."""
@@ -41,10 +57,9 @@ Integral = BeforeValidator(_integral)
 # before the validator, or pydantic writes it into the JSON Schema under its own name (`ge`).
 Priority = Annotated[int, Strict(), Field(ge=-32768, le=32767), Integral]
 MaxAttempts = Annotated[int, Strict(), Field(ge=1, le=1000), Integral]
-# Any positive integer may name a job; one beyond int64 names none (404), which the service answers
-# without asking the database. The schema states the real range.
-JobId = Annotated[int, Strict(), Field(ge=1, json_schema_extra={"maximum": INT64_MAX, "format": "int64"}), Integral]
+JobId = Annotated[int, Strict(), Field(ge=1, le=INT64_MAX, json_schema_extra={"format": "int64"}), Integral]
 Seconds = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_text), AfterValidator(_utc)]
 # Printable text without control characters; PostgreSQL text cannot hold NUL at all.
 LABEL_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 Label = Annotated[str, Field(min_length=1, max_length=255, pattern=LABEL_PATTERN)]
@@ -86,7 +101,7 @@ class _EnqueueRequest(Body):
 
     payload: Json = Field(..., description="Any JSON value; stored as jsonb.")
     priority: Priority = Field(0, description="Higher runs first.")
-    run_at: AwareDatetime | None = Field(None, description="Earliest start (RFC 3339 with offset).")
+    run_at: Timestamp | None = Field(None, description="Earliest start (RFC 3339 with offset).")
     delay_seconds: Seconds | None = Field(None, description="Earliest start, relative to now.")
     max_attempts: MaxAttempts | None = Field(None, description="Default JOBQ_DEFAULT_MAX_ATTEMPTS.")
     idempotency_key: Label | None = Field(

@@ -14,7 +14,6 @@ from app.db import Database
 from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, ValidationFailed
 from app.metrics import Metrics
 from app.models import (
-    INT64_MAX,
     ClaimRequest,
     CompleteBatchRequest,
     CompleteRequest,
@@ -48,11 +47,6 @@ def sanitise_error(text: str, max_bytes: int) -> str:
         return text
     marker = " [truncated]"
     return raw[: max_bytes - len(marker)].decode(errors="ignore") + marker
-
-
-def _exists(job_id: int) -> bool:
-    """Could a job have this id? One beyond bigint names no job, and must not reach the SQL."""
-    return job_id <= INT64_MAX
 
 
 def _raise_for(outcome: Outcome) -> None:
@@ -142,9 +136,8 @@ class JobService:
 
     async def enqueue_batch(self, queue: str, reqs: Sequence[EnqueueRequest]) -> list[tuple[bool, Doc]]:
         jobs = [self._new_job(queue, r, ["body", "jobs", i]) for i, r in enumerate(reqs)]
-        keys = [j.idempotency_key for j in jobs if j.idempotency_key is not None]
-        if len(keys) != len(set(keys)):
-            raise invalid(["body", "jobs"], "an idempotency_key occurs twice in one batch")
+        # A key that occurs twice names one job, as it would in two requests: the later occurrence gets
+        # the job of the first (store.jobs_insert).
         rows = await self._insert(jobs)
         return [(created, store.job_doc(row)) for created, row in rows]
 
@@ -163,8 +156,6 @@ class JobService:
     # another queue is "not_found", decided in the same guarded statement (see app/auth.py).
 
     async def heartbeat(self, job_id: int, req: HeartbeatRequest, allowed: str | None = None) -> Doc:
-        if not _exists(job_id):
-            raise JobNotFound()
         outcome, expires = await self._heartbeat(Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed))
         if outcome == "cancelled":
             # Cooperative cancel: the worker learns it here, stops, and does not complete.
@@ -192,25 +183,20 @@ class JobService:
 
     async def complete(self, job_id: int, req: CompleteRequest, allowed: str | None = None) -> Doc:
         result = self._result(req.result, ["body", "result"])
-        if not _exists(job_id):
-            raise JobNotFound()
         outcome, row, _ = await self._complete(Completion(job_id, req.claim_token, result, allowed))
         _raise_for(outcome)
         assert row is not None
         return store.job_doc(row)
 
     async def complete_batch(self, req: CompleteBatchRequest, allowed: str | None = None) -> list[Doc]:
-        ids = [item.id for item in req.jobs]
-        if len(ids) != len(set(ids)):
-            raise invalid(["body", "jobs"], "a job id occurs twice in one batch")
+        # An id may occur twice (one item is a retry of the other): each gets its own outcome, and of the
+        # items with the claim's token the first one's result is kept (store.jobs_complete).
         items = [
             Completion(item.id, item.claim_token, self._result(item.result, ["body", "jobs", i, "result"]), allowed)
             for i, item in enumerate(req.jobs)
         ]
-        real = [c for c in items if _exists(c.id)]
         async with self.db.connection() as conn:
-            found = dict(zip((c.id for c in real), await store.jobs_complete(conn, real, full=False), strict=True))
-        outcomes = [found.get(c.id, ("not_found", None, False)) for c in items]
+            outcomes = await store.jobs_complete(conn, items, full=False)
         self._count_completed(outcomes)
         return [
             {
@@ -222,8 +208,6 @@ class JobService:
         ]
 
     async def fail(self, job_id: int, req: FailRequest, allowed: str | None = None) -> Doc:
-        if not _exists(job_id):
-            raise JobNotFound()
         async with self.db.connection() as conn:
             outcome, row, changed = await store.job_fail(
                 conn,
@@ -245,8 +229,6 @@ class JobService:
     # -- reads -------------------------------------------------------------------------------------------------------
 
     async def get(self, job_id: int, allowed: str | None = None) -> Doc:
-        if not _exists(job_id):
-            raise JobNotFound()
         async with self.db.connection() as conn:
             row = await store.job_get(conn, job_id, allowed)
         if row is None:

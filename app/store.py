@@ -384,7 +384,9 @@ WITH input AS (
   UPDATE jobs AS j
   SET status = 'completed', finished_at = clock_timestamp(), lease_expires_at = NULL,
       result = i.result
-  FROM input i
+  -- The same job and token twice in one statement (a retry coalesced with its original): the first
+  -- item's result is kept, as for a retry that comes later.
+  FROM (SELECT DISTINCT ON (id, token) * FROM input ORDER BY id, token, ord) i
   WHERE j.id = i.id AND j.status = 'running' AND j.claim_token = i.token
     AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
   RETURNING {_job_columns("%(full)s")}

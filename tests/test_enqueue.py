@@ -151,9 +151,17 @@ def test_batch_limits(server_factory, db: psycopg.Connection) -> None:  # type: 
     problem(server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(4)]}),
             422, "validation-error")  # fmt: skip
     problem(server.client.post("/queues/q/jobs/batch", json={"jobs": []}), 422, "validation-error")
-    dup = {"jobs": [{"payload": 1, "idempotency_key": "x"}, {"payload": 2, "idempotency_key": "x"}]}
-    problem(server.client.post("/queues/q/jobs/batch", json=dup), 422, "validation-error")
     assert count_jobs(db) == 3
+
+
+def test_a_key_twice_in_one_batch_names_one_job(server: LiveServer, db: psycopg.Connection) -> None:
+    """As in two requests: the later occurrence gets the job of the first."""
+    dup = {"jobs": [{"payload": 1, "idempotency_key": "x"}, {"payload": 2}, {"payload": 3, "idempotency_key": "x"}]}
+    r = server.client.post("/queues/q/jobs/batch", json=dup)
+    assert r.status_code == 201
+    first, other, again = r.json()["jobs"]
+    assert again == first and first["payload"] == 1 and other["payload"] == 2
+    assert count_jobs(db) == 2
 
 
 BAD_BODIES = [
