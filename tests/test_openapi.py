@@ -122,3 +122,32 @@ def test_problem_examples_are_what_the_service_answers(server: LiveServer) -> No
         assert answer.status_code == code, got
         fields = ("type", "title", "status", "detail", "errors")
         assert {k: got.get(k) for k in fields} == {k: documented.get(k) for k in fields}, name
+
+
+def test_every_operation_states_its_security() -> None:
+    """Bearer keys everywhere but the health checks; 401 documented wherever a key is needed, 403 wherever a
+    scope or queue can refuse. New routes must do the same (and call app.auth.require)."""
+    doc = published_document()
+    assert doc["components"]["securitySchemes"]["bearerKey"] == {**doc["components"]["securitySchemes"]["bearerKey"],
+                                                                  "type": "http", "scheme": "bearer"}  # fmt: skip
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if op["operationId"] in ("healthz", "readyz"):
+                assert op["security"] == [], path
+                assert "401" not in op["responses"], path
+                continue
+            assert op["security"] == [{"bearerKey": []}], (method, path)
+            assert "401" in op["responses"], (method, path)
+            if op["operationId"] != "getJob":  # any key may read a job; one outside its queues is a 404
+                assert "403" in op["responses"], (method, path)
+
+
+def test_payloads_and_results_state_what_jsonb_can_hold() -> None:
+    doc = published_document()
+    schemas = doc["components"]["schemas"]
+    value = schemas["JsonValue"]
+    strings = next(s for s in value["anyOf"] if s.get("type") == "string")
+    assert strings["pattern"] == "^[^\\u0000]*$"
+    for name, prop in (("EnqueueRequest", "payload"), ("CompleteRequest", "result"), ("Job", "payload")):
+        assert schemas[name]["properties"][prop]["$ref"] == "#/components/schemas/JsonValue", name
+    assert "x-jobq-json-value" not in json.dumps(doc)
