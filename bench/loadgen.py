@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import ClassVar
 
 
 class HttpError(RuntimeError):
@@ -13,12 +14,15 @@ class HttpError(RuntimeError):
 
 
 class Connection:
+    # Sent with every request, e.g. b"Authorization: Bearer ...\r\n" (bench/run.py --auth).
+    extra_headers: ClassVar[bytes] = b""
+
     def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._head = f"Host: {host}:{port}\r\nContent-Type: application/json\r\n".encode()
+        self._head = f"Host: {host}:{port}\r\nContent-Type: application/json\r\n".encode() + self.extra_headers
 
     async def open(self) -> Connection:
         self._reader, self._writer = await asyncio.open_connection(self.host, self.port)

@@ -125,6 +125,17 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
         await conn.close()
 
 
+def create_key(url: str) -> str:
+    """A key with every scope, as `jobq keys create --scope admin` makes it."""
+    from app.auth import new_key
+    from app.store_keys import api_key_insert
+
+    key, selector, key_hash = new_key()
+    with psycopg.connect(url, autocommit=True) as conn:
+        api_key_insert(conn, "bench", selector, key_hash, ["admin"], None)
+    return key
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -270,6 +281,7 @@ def main() -> None:
     p.add_argument("--skip-limit", action="store_true", help="do not run the pgbench reference")
     p.add_argument("--only", help="comma-separated phases: enqueue,batch,claim1,claim10,latency,rss")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--auth", action="store_true", help="JOBQ_AUTH=on, every request with an API key")
     args = p.parse_args()
 
     clients = [int(c) for c in args.clients.split(",")]
@@ -291,7 +303,9 @@ def main() -> None:
         results["reference"] = ref
 
     url = fresh_database(args.admin_url, "jobq_bench")
-    service = Service(url, args.workers, args.port).start()
+    service = Service(url, args.workers, args.port, {"JOBQ_AUTH": "on"} if args.auth else {}).start()
+    if args.auth:
+        Connection.extra_headers = f"Authorization: Bearer {create_key(url)}\r\n".encode()
     measured: dict[str, dict[int, float]] = {}
 
     def phase(key: str, label: str, worker: Any, preload_rows: int = 0, scale: int = 1) -> None:
