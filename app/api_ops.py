@@ -1,4 +1,5 @@
-"""Operator routes: queue statistics, listings, admin actions, Prometheus metrics."""
+"""Operator routes: queue statistics, listings, admin actions, Prometheus metrics. All need an admin key
+(app/auth.py): a key limited to some queues sees and acts on those only."""
 
 from typing import Annotated
 
@@ -7,6 +8,8 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from app.api import JobIdPath, QueueName, _problems
+from app.auth import require
+from app.errors import Forbidden
 from app.examples import METRICS_EXAMPLE
 from app.models import Job, Status
 from app.models_ops import (
@@ -34,10 +37,12 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Every queue with its counts",
         tags=["operators"],
         response_model=QueueList,
-        responses=_problems(503),
+        description="With a key limited to some queues, only those.",
+        responses=_problems(401, 403, 503),
     )
     async def list_queues(request: Request) -> Response:
-        return json_response({"queues": await ops(request).queues()})
+        who = require(request, "admin")
+        return json_response({"queues": [q for q in await ops(request).queues() if who.allows(q["queue"])]})
 
     @api.get(
         "/queues/{queue}/stats",
@@ -45,7 +50,7 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Health of one queue",
         tags=["operators"],
         response_model=QueueStats,
-        responses=_problems(422, 503),
+        responses=_problems(401, 403, 422, 503),
     )
     async def queue_stats(
         queue: QueueName,
@@ -54,6 +59,7 @@ def add_operator_routes(api: FastAPI) -> None:
             int | None, Query(ge=60, le=3600, description="Window of the windowed figures (default 300).")
         ] = None,
     ) -> Response:
+        require(request, "admin", queue)
         return json_response(await ops(request).stats(queue, window_seconds))
 
     @api.get(
@@ -65,7 +71,7 @@ def add_operator_routes(api: FastAPI) -> None:
         "shift when jobs are added.",
         tags=["operators"],
         response_model=JobPage,
-        responses=_problems(422, 503),
+        responses=_problems(401, 403, 422, 503),
     )
     async def list_jobs(
         queue: QueueName,
@@ -74,11 +80,12 @@ def add_operator_routes(api: FastAPI) -> None:
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
         cursor: Annotated[str | None, Query(max_length=1000, description="next_cursor of the previous page.")] = None,
     ) -> Response:
+        require(request, "admin", queue)
         page = await ops(request).list_jobs(queue, status.value if status else None, limit, cursor)
         return json_response(page)
 
     @api.post(
-        "/jobs/{job_id}/cancel",
+        "/jobs/{job_id:int}/cancel",
         operation_id="cancelJob",
         summary="Cancel a pending or running job",
         description="A pending job is cancelled at once. A running job is cancelled too; its worker learns "
@@ -86,22 +93,24 @@ def add_operator_routes(api: FastAPI) -> None:
         "`job-cancelled`. A finished job cannot be cancelled (409 invalid-state).",
         tags=["operators"],
         response_model=Job,
-        responses=_problems(400, 404, 409, 413, 415, 422, 503),
+        responses=_problems(400, 401, 403, 404, 409, 413, 415, 422, 503),
     )
     async def cancel_job(job_id: JobIdPath, request: Request, body: CancelRequest | None = None) -> Response:
-        return json_response(await ops(request).cancel(job_id, body.reason if body else None))
+        who = require(request, "admin")
+        return json_response(await ops(request).cancel(job_id, body.reason if body else None, who.queue_regex))
 
     @api.post(
-        "/jobs/{job_id}/retry",
+        "/jobs/{job_id:int}/retry",
         operation_id="retryJob",
         summary="Run a failed or cancelled job again",
         description="Back to pending with its attempts reset; 409 invalid-state for other statuses.",
         tags=["operators"],
         response_model=Job,
-        responses=_problems(404, 409, 422, 503),
+        responses=_problems(401, 403, 404, 409, 422, 503),
     )
     async def retry_job(job_id: JobIdPath, request: Request) -> Response:
-        return json_response(await ops(request).retry(job_id))
+        who = require(request, "admin")
+        return json_response(await ops(request).retry(job_id, who.queue_regex))
 
     @api.post(
         "/queues/{queue}/redrive",
@@ -109,9 +118,10 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Send a queue's failed jobs back to pending",
         tags=["operators"],
         response_model=RedriveResult,
-        responses=_problems(400, 413, 415, 422, 503),
+        responses=_problems(400, 401, 403, 413, 415, 422, 503),
     )
     async def redrive_queue(queue: QueueName, request: Request, body: RedriveRequest | None = None) -> Response:
+        require(request, "admin", queue)
         body = body or RedriveRequest()
         result = await ops(request).redrive(queue, body.error_contains, body.dry_run, body.limit)
         return json_response(result)
@@ -122,9 +132,10 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Pause a queue: it accepts jobs, claims return empty",
         tags=["operators"],
         response_model=QueueState,
-        responses=_problems(422, 503),
+        responses=_problems(401, 403, 422, 503),
     )
     async def pause_queue(queue: QueueName, request: Request) -> Response:
+        require(request, "admin", queue)
         return json_response(await ops(request).set_paused(queue, True))
 
     @api.post(
@@ -133,9 +144,10 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Resume a paused queue",
         tags=["operators"],
         response_model=QueueState,
-        responses=_problems(422, 503),
+        responses=_problems(401, 403, 422, 503),
     )
     async def resume_queue(queue: QueueName, request: Request) -> Response:
+        require(request, "admin", queue)
         return json_response(await ops(request).set_paused(queue, False))
 
     @api.get(
@@ -144,15 +156,19 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Prometheus metrics",
         tags=["health"],
         response_class=Response,
+        description="Covers every queue: needs an admin key that is not limited to some queues.",
         responses={
             200: {
                 "description": "Prometheus text exposition format.",
                 "content": {
                     CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}, "example": METRICS_EXAMPLE}
                 },
-            }
+            },
+            **_problems(401, 403),
         },
     )
     async def metrics(request: Request) -> Response:
+        if require(request, "admin").queue_regex is not None:
+            raise Forbidden("/metrics covers every queue: use an admin key that is not limited to some.")
         registry = request.app.state.metrics.exposition_registry()
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -147,7 +147,8 @@ class Observability:
         finally:
             duration = time.perf_counter() - start
             route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            # The template as the OpenAPI document writes it: /jobs/{job_id}, not /jobs/{job_id:int}.
+            template = getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
             method = scope["method"]
             self.metrics.http_requests.labels(template, method, str(status)).observe(duration)
             self.access.write(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt
+from pydantic import BaseModel, Field, Strict, StrictBool
 
-from app.models import Body, Job
+from app.models import Body, Integral, Job
 
 
 class QueueCounts(BaseModel):
@@ -81,7 +82,9 @@ class RedriveRequest(Body):
         None, min_length=1, max_length=1000, description="Only failed jobs whose last_error contains this text."
     )
     dry_run: StrictBool = Field(False, description="Only count what would be redriven.")
-    limit: StrictInt | None = Field(None, ge=1, le=1_000_000, description="Redrive at most this many (oldest first).")
+    limit: Annotated[int, Strict(), Field(ge=1, le=1_000_000), Integral] | None = Field(
+        None, description="Redrive at most this many (oldest first)."
+    )
 
 
 class RedriveResult(BaseModel):

@@ -14,7 +14,7 @@ from app import store, store_ops
 from app.db import Database
 from app.errors import InvalidState, JobNotFound
 from app.metrics import DURATION_BOUNDS_MS, Metrics
-from app.service import Doc, invalid
+from app.service import Doc, invalid, sanitise_error
 from app.settings import Settings
 
 FINISHED = ("completed", "failed", "cancelled")
@@ -138,9 +138,13 @@ class OpsService:
 
     # -- admin actions ----------------------------------------------------------------------------------
 
-    async def cancel(self, job_id: int, reason: str | None) -> Doc:
+    # `allowed`: the caller's queue regex (None: every queue); a job outside it is not found (app/auth.py).
+
+    async def cancel(self, job_id: int, reason: str | None, allowed: str | None = None) -> Doc:
+        if reason is not None:  # stored as last_error: the same rules as a worker's error text
+            reason = sanitise_error(reason, self.settings.max_error_bytes)
         async with self.db.connection() as conn:
-            found = await store_ops.job_cancel(conn, job_id, reason)
+            found = await store_ops.job_cancel(conn, job_id, reason, allowed)
         if found is None:
             raise JobNotFound()
         changed, row = found
@@ -149,9 +153,9 @@ class OpsService:
         self.metrics.count("cancelled", row[1])
         return store.job_doc(row)
 
-    async def retry(self, job_id: int) -> Doc:
+    async def retry(self, job_id: int, allowed: str | None = None) -> Doc:
         async with self.db.connection() as conn:
-            found = await store_ops.job_retry(conn, job_id)
+            found = await store_ops.job_retry(conn, job_id, allowed)
         if found is None:
             raise JobNotFound()
         changed, row = found
@@ -161,6 +165,9 @@ class OpsService:
         return store.job_doc(row)
 
     async def redrive(self, queue: str, contains: str | None, dry_run: bool, limit: int | None) -> Doc:
+        if contains is not None and "\x00" in contains:
+            # Stored errors never hold NUL (PostgreSQL text cannot), so nothing matches.
+            return {"queue": queue, "dry_run": dry_run, "jobs": 0}
         async with self.db.connection() as conn:
             n = await store_ops.jobs_redrive(conn, queue, contains, dry_run, self.settings.sweep_batch_size, limit)
         if n and not dry_run:

@@ -434,9 +434,12 @@ async def jobs_complete(
     cur = await conn.execute(JOB_COMPLETE_MANY, {"items": as_json(doc), "full": full})
     out: list[Done] = []
     recheck = []
+    changed: set[int] = set()
     for n, (item, row) in enumerate(zip(items, await cur.fetchall(), strict=True)):
         if row[1] is not None:
-            out.append(("ok", row[1 : 1 + JOB_WIDTH], True))
+            # The same job twice in this statement was completed once: only its first item changed it.
+            out.append(("ok", row[1 : 1 + JOB_WIDTH], item.id not in changed))
+            changed.add(item.id)
             continue
         job = row[1 + JOB_WIDTH :] if row[1 + JOB_WIDTH] is not None else None
         if job is not None and job[_STATUS] == "running" and job[_TOKEN] == item.token:

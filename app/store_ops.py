@@ -196,7 +196,10 @@ async def jobs_list(
 
 JOB_CANCEL = f"""
 WITH target AS (
-  SELECT id, status AS before FROM jobs WHERE id = %(id)s AND status IN ('pending', 'running') FOR UPDATE
+  SELECT id, status AS before FROM jobs
+  WHERE id = %(id)s AND status IN ('pending', 'running')
+    AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)  -- the caller's queues (app/auth.py)
+  FOR UPDATE
 ), cancelled AS (
   -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
   -- learns of it (cancel_requested) and its complete or fail is refused with job-cancelled.
@@ -209,20 +212,28 @@ WITH target AS (
 )
 SELECT true, * FROM cancelled
 UNION ALL
-SELECT false, {JOB_COLUMNS}, NULL FROM jobs j WHERE j.id = %(id)s AND NOT EXISTS (SELECT FROM cancelled)
+SELECT false, {JOB_COLUMNS}, NULL FROM jobs j
+WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND NOT EXISTS (SELECT FROM cancelled)
 """
 
 
-async def job_cancel(conn: psycopg.AsyncConnection[Any], job_id: int, reason: str | None) -> tuple[bool, Row] | None:
-    """(changed, row); None when there is no such job. Only pending and running jobs change."""
-    cur = await conn.execute(JOB_CANCEL, {"id": job_id, "reason": reason})
+async def job_cancel(
+    conn: psycopg.AsyncConnection[Any], job_id: int, reason: str | None, allowed: str | None = None
+) -> tuple[bool, Row] | None:
+    """(changed, row); None when there is no such job (or none in the caller's queues, `allowed`). Only
+    pending and running jobs change."""
+    cur = await conn.execute(JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed})
     row = await cur.fetchone()
     return None if row is None else (bool(row[0]), row[1:-1])
 
 
 JOB_RETRY = f"""
 WITH target AS (
-  SELECT id, queue_name, status FROM jobs WHERE id = %(id)s AND status IN ('failed', 'cancelled') FOR UPDATE
+  SELECT id, queue_name, status FROM jobs
+  WHERE id = %(id)s AND status IN ('failed', 'cancelled')
+    AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)  -- the caller's queues (app/auth.py)
+  FOR UPDATE
 ), retried AS (
   -- Back to pending with a fresh set of attempts; result and token of the old run are dropped.
   UPDATE jobs AS j
@@ -234,12 +245,16 @@ WITH target AS (
 )
 SELECT true, * FROM retried
 UNION ALL
-SELECT false, {JOB_COLUMNS} FROM jobs j WHERE j.id = %(id)s AND NOT EXISTS (SELECT FROM retried)
+SELECT false, {JOB_COLUMNS} FROM jobs j
+WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND NOT EXISTS (SELECT FROM retried)
 """
 
 
-async def job_retry(conn: psycopg.AsyncConnection[Any], job_id: int) -> tuple[bool, Row] | None:
-    cur = await conn.execute(JOB_RETRY, {"id": job_id})
+async def job_retry(
+    conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None
+) -> tuple[bool, Row] | None:
+    cur = await conn.execute(JOB_RETRY, {"id": job_id, "allowed": allowed})
     row = await cur.fetchone()
     return None if row is None else (bool(row[0]), row[1:])
 

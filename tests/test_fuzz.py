@@ -17,6 +17,7 @@ ADMIN_KEY = "fuzz-admin-key-" + "f" * 32
 # Examples per operation and phase; JOBQ_FUZZ_EXAMPLES raises it for a longer hunt.
 EXAMPLES = int(os.environ.get("JOBQ_FUZZ_EXAMPLES", "100"))
 SEED = os.environ.get("JOBQ_FUZZ_SEED", "20261129")
+CONFIG = Path(__file__).parent / "schemathesis.toml"
 
 
 @pytest.mark.slow
@@ -25,10 +26,10 @@ def test_schemathesis_finds_nothing(server_factory, tmp_path: Path) -> None:  # 
     # same requests without it (or with a wrong one) are refused. Short long-polls and small batches keep
     # the run bounded; the contract the server publishes states these limits, so nothing is hidden.
     server: LiveServer = server_factory(
-        auth="on", api_key=ADMIN_KEY, wait_max_seconds=1, max_batch_jobs=20, max_batch_complete=20
+        auth="on", api_key=ADMIN_KEY, wait_max_seconds=1, max_batch_jobs=20, max_batch_complete=20, access_log=False
     )
     command = [
-        str(Path(sys.executable).parent / "st"), "run", f"{server.url}/openapi.json",
+        str(Path(sys.executable).parent / "st"), "--config-file", str(CONFIG), "run", f"{server.url}/openapi.json",
         "--checks", "all",
         "--mode", "all",
         "--phases", "examples,coverage,fuzzing,stateful",

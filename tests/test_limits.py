@@ -227,3 +227,16 @@ def test_server_owned_fields_are_refused_not_stored(server: LiveServer, db: psyc
     batch = {"jobs": [{"payload": 1}, {"payload": 2, field: "x"}]}
     problem(server.client.post("/queues/q/jobs/batch", json=batch), 422, "validation-error")
     assert count_jobs(db) == 0
+
+
+def test_operator_text_follows_the_same_rules(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """A cancel reason is stored as last_error: control characters removed, cut to JOBQ_MAX_ERROR_BYTES.
+    A redrive filter with NUL matches nothing (no stored error can hold one) instead of failing."""
+    server: LiveServer = server_factory(max_error_bytes=100)
+    job = server.enqueue(payload=1)
+    r = server.client.post(f"/jobs/{job['id']}/cancel", json={"reason": "by\x00 ops\x1b " + "é" * 100})
+    assert r.status_code == 200
+    stored = r.json()["last_error"]
+    assert stored.startswith("by ops ") and stored.endswith(" [truncated]") and len(stored.encode()) <= 100
+    r = server.client.post("/queues/q/redrive", json={"error_contains": "a\x00b", "limit": 5.0})
+    assert r.json() == {"queue": "q", "dry_run": False, "jobs": 0}

@@ -4,6 +4,7 @@ by id, revocation across processes, secure defaults, and secrets kept out of log
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import subprocess
@@ -250,6 +251,55 @@ def test_a_key_cannot_touch_or_see_jobs_of_other_queues(
     assert db.execute("SELECT * FROM jobs WHERE id = %s", (theirs["id"],)).fetchone() == before
 
 
+# --- operator routes: admin only -----------------------------------------------------------------------------
+
+OPERATOR_CALLS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("GET", "/queues", None),
+    ("GET", "/queues/{q}/stats", None),
+    ("GET", "/queues/{q}/jobs", None),
+    ("POST", "/jobs/{job}/cancel", {"reason": "x"}),
+    ("POST", "/jobs/{job}/retry", None),
+    ("POST", "/queues/{q}/redrive", {"dry_run": True}),
+    ("POST", "/queues/{q}/pause", None),
+    ("POST", "/queues/{q}/resume", None),
+    ("GET", "/metrics", None),
+]
+
+
+def test_only_admin_keys_reach_stats_listings_and_admin_actions(
+    secured: LiveServer, db: psycopg.Connection, admin: httpx.Client
+) -> None:
+    job = enqueue(admin, "q")
+    worker = as_key(secured, create_key(db, "worker", ["produce", "consume"]))
+    for method, path, body in OPERATOR_CALLS:
+        url = path.format(q="q", job=job["id"])
+        problem(as_key(secured, None).request(method, url, json=body), 401, "unauthorized")
+        problem(worker.request(method, url, json=body), 403, "forbidden")
+        assert admin.request(method, url, json=body).status_code < 400 or path.endswith("retry"), (method, url)
+    # retry of a pending job is a 409 for the admin: it reached the action
+    problem(admin.post(f"/jobs/{job['id']}/retry"), 409, "invalid-state")
+
+
+def test_an_admin_key_limited_to_queues_sees_and_acts_on_those_only(
+    secured: LiveServer, db: psycopg.Connection, admin: httpx.Client
+) -> None:
+    mine, theirs = enqueue(admin, "team-a.emails"), enqueue(admin, "team-b.emails")
+    with as_key(secured, create_key(db, "team-a-ops", ["admin"], ["team-a.*"])) as ops:
+        assert [q["queue"] for q in ops.get("/queues").json()["queues"]] == ["team-a.emails"]
+        assert {q["queue"] for q in admin.get("/queues").json()["queues"]} == {"team-a.emails", "team-b.emails"}
+        assert ops.get("/queues/team-a.emails/stats").status_code == 200
+        for method, path, body in OPERATOR_CALLS:
+            if "{q}" in path:
+                problem(ops.request(method, path.format(q="team-b.emails"), json=body), 403, "forbidden")
+        for action in ("cancel", "retry"):
+            a = problem(ops.post(f"/jobs/{theirs['id']}/{action}"), 404, "job-not-found")
+            b = problem(ops.post(f"/jobs/987654321/{action}"), 404, "job-not-found")
+            assert {**a, "instance": None} == {**b, "instance": None}
+        assert ops.post(f"/jobs/{mine['id']}/cancel").json()["status"] == "cancelled"
+        problem(ops.get("/metrics"), 403, "forbidden")  # covers every queue
+    assert admin.get(f"/jobs/{theirs['id']}").json()["status"] == "pending"
+
+
 # --- caching and revocation ---------------------------------------------------------------------------------
 
 
@@ -369,6 +419,8 @@ def test_tokens_keys_payloads_and_results_stay_out_of_logs_and_errors(
 ) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.DEBUG)
     server: LiveServer = server_factory(auth="on", max_payload_bytes=200)
+    access = io.BytesIO()
+    server.state.access_log.stream = access
     key = create_key(db, "k", ["produce", "consume"])
     marker = "SECRET-MARKER-7f3a"
     bodies: list[str] = []
@@ -399,6 +451,8 @@ def test_tokens_keys_payloads_and_results_stay_out_of_logs_and_errors(
     # The server's records (this test's own HTTP client logs what it sends, which proves nothing).
     server_side = [r for r in caplog.records if not r.name.startswith(("httpx", "httpcore"))]
     assert server_side
-    logged = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in server_side)
+    server.state.access_log.flush()
+    assert b'"status":401' in access.getvalue()
+    logged = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in server_side) + access.getvalue().decode()
     for value in (marker, token, secret, key):
         assert value not in logged
