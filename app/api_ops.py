@@ -6,10 +6,11 @@ from typing import Annotated
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 
 from app.api import JobIdPath, QueueName, _problems
 from app.auth import require
-from app.errors import Forbidden
+from app.errors import Forbidden, ValidationFailed
 from app.examples import METRICS_EXAMPLE
 from app.models import Job, Status
 from app.models_ops import (
@@ -28,6 +29,14 @@ from app.service_ops import OpsService
 def ops(request: Request) -> OpsService:
     svc: OpsService = request.app.state.ops
     return svc
+
+
+async def _not_null(request: Request, body: BaseModel | None) -> None:
+    """An optional body may be left out, but one that is sent must be an object, as the schema says;
+    FastAPI would take a JSON `null` for a missing body."""
+    if body is None and (await request.body()).strip():
+        msg = "Input should be an object"
+        raise ValidationFailed(f"body: {msg}", errors=[{"loc": ["body"], "msg": msg, "type": "model_type"}])
 
 
 def add_operator_routes(api: FastAPI) -> None:
@@ -97,6 +106,7 @@ def add_operator_routes(api: FastAPI) -> None:
     )
     async def cancel_job(job_id: JobIdPath, request: Request, body: CancelRequest | None = None) -> Response:
         who = require(request, "admin")
+        await _not_null(request, body)
         return json_response(await ops(request).cancel(job_id, body.reason if body else None, who.queue_regex))
 
     @api.post(
@@ -122,6 +132,7 @@ def add_operator_routes(api: FastAPI) -> None:
     )
     async def redrive_queue(queue: QueueName, request: Request, body: RedriveRequest | None = None) -> Response:
         require(request, "admin", queue)
+        await _not_null(request, body)
         body = body or RedriveRequest()
         result = await ops(request).redrive(queue, body.error_contains, body.dry_run, body.limit)
         return json_response(result)

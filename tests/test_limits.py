@@ -240,3 +240,12 @@ def test_operator_text_follows_the_same_rules(server_factory, db: psycopg.Connec
     assert stored.startswith("by ops ") and stored.endswith(" [truncated]") and len(stored.encode()) <= 100
     r = server.client.post("/queues/q/redrive", json={"error_contains": "a\x00b", "limit": 5.0})
     assert r.json() == {"queue": "q", "dry_run": False, "jobs": 0}
+
+
+def test_an_optional_body_that_is_sent_must_be_an_object(server: LiveServer) -> None:
+    job = server.enqueue(payload=1)
+    for path in (f"/jobs/{job['id']}/cancel", "/queues/q/redrive"):
+        problem(server.client.post(path, content=b"null", headers=JSON), 422, "validation-error")
+        problem(server.client.post(path, content=b"[]", headers=JSON), 422, "validation-error")
+    assert server.client.post("/queues/q/redrive").status_code == 200  # left out: the defaults
+    assert server.client.post(f"/jobs/{job['id']}/cancel").json()["status"] == "cancelled"
