@@ -181,8 +181,8 @@ class Wakeups:
             try:
                 async with conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
-                    self.connections += 1
                     self.on_keys_changed()  # a revocation may have gone by while we were not listening
+                    self.connections += 1
                     self.connected.set()
                     backoff = 0.1
                     self._hello = True  # ask the others for their presence, and announce ours

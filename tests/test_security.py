@@ -336,6 +336,23 @@ def test_a_missed_notification_is_bounded_by_the_cache_ttl(server_factory, db: p
         wait_until(lambda: c.post("/queues/q/jobs", json={"payload": 1}).status_code == 401, what="refusal")
 
 
+def test_a_listener_that_reconnects_forgets_cached_keys(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """A revocation sent while a process was not listening is not lost: reconnecting drops the cache."""
+    server: LiveServer = server_factory(auth="on", auth_cache_seconds=3600)
+    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    key = create_key(db, "k", ["produce"])
+    with as_key(server, key) as c:
+        enqueue(c, "q")
+        db.execute("UPDATE api_keys SET revoked_at = now()")  # no NOTIFY: as if it went by unheard
+        assert c.post("/queues/q/jobs", json={"payload": 1}).status_code == 201  # still cached
+        db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name = 'jobq-listener'"
+        )
+        wait_until(lambda: server.state.wakeups.connections == 2, what="the listener reconnecting")
+        problem(c.post("/queues/q/jobs", json={"payload": 1}), 401, "unauthorized")
+
+
 def test_last_use_is_recorded_lazily(secured: LiveServer, db: psycopg.Connection) -> None:
     key = create_key(db, "k", ["produce"])
     with as_key(secured, key) as c:
@@ -456,3 +473,14 @@ def test_tokens_keys_payloads_and_results_stay_out_of_logs_and_errors(
     logged = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in server_side) + access.getvalue().decode()
     for value in (marker, token, secret, key):
         assert value not in logged
+
+
+def test_the_documented_401_and_403_are_what_the_service_answers(secured: LiveServer, db: psycopg.Connection) -> None:
+    from app.openapi import published_document
+
+    responses = published_document()["paths"]["/queues/{queue}/claim"]["post"]["responses"]
+    fields = ("type", "title", "status", "detail")
+    for code, name, key in (("401", "unauthorized", None), ("403", "forbidden", create_key(db, "p", ["produce"]))):
+        documented = responses[code]["content"]["application/problem+json"]["examples"][name]["value"]
+        got = as_key(secured, key).post("/queues/emails/claim", json={"worker": "w"}).json()
+        assert {k: got[k] for k in fields} == {k: documented[k] for k in fields}
