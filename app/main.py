@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+import threading
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Any
 
 import psycopg
@@ -21,7 +24,7 @@ from app.api_ops import add_operator_routes
 from app.auth import Authenticate, Authenticator
 from app.broker import Broker
 from app.db import Database
-from app.errors import DatabaseUnavailable, NotReady
+from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
 from app.fastpath import FastPath, RequestGuard
 from app.keyring import KeyRing
 from app.logs import AccessLog, Observability
@@ -95,6 +98,8 @@ def create_app(settings: Settings | None = None) -> JobqApp:
         responses=_problems(503),
     )
     async def readyz(request: Request) -> Any:
+        if request.app.state.broker.closing:
+            return problem_response(ShuttingDown(), "/readyz")  # a load balancer stops sending work here
         try:
             async with request.app.state.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:
                 current = await migrate.schema_is_current(conn)
@@ -145,6 +150,42 @@ async def _wait_for_database(url: str, timeout: float) -> None:
                 raise RuntimeError(f"database not reachable after {timeout:.0f}s: {exc}") from exc
             log.warning("waiting for the database: %s", str(exc).strip().splitlines()[0])
             await asyncio.sleep(1)
+
+
+def _drain_on_stop_signal(broker: Broker) -> Callable[[], None]:
+    """On SIGTERM/SIGINT, start draining the broker at once. uvicorn runs the lifespan shutdown only after
+    every request in flight has finished, and a waiting long-poll would hold that up for wait_seconds: so
+    waiting claims are answered [] now, new ones get [] too, and nothing is handed to a connection about to
+    close. The handler is chained in front of the server's own (uvicorn's, installed before the lifespan
+    starts), which it then calls. Signals reach only the main thread: in a server on another thread
+    (tests) this does nothing. Returns the function that puts the server's handlers back."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    draining: list[asyncio.Task[None]] = []
+
+    def start_drain() -> None:
+        if not draining:
+            log.info("stop signal: answering waiting claims, finishing requests in flight")
+            draining.append(loop.create_task(broker.drain()))
+
+    previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
+
+    def on_signal(sig: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(start_drain)
+        previous[sig](sig, frame)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        handler = signal.getsignal(sig)
+        if callable(handler):  # a server that handles stop signals itself; otherwise leave them be
+            previous[sig] = handler
+            signal.signal(sig, on_signal)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return restore
 
 
 @asynccontextmanager
@@ -199,10 +240,12 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         loop.create_task(run_background(metrics, db)),
         loop.create_task(_gauges(metrics, db, broker, settings.gauges_interval_seconds)),
     ]
+    restore_signals = _drain_on_stop_signal(broker)
     log.info("jobq ready (fast path %s)", "on" if settings.fast_path else "off")
     try:
         yield
     finally:
+        restore_signals()
         await broker.drain()
         await sweeper.aclose()
         await wakeups.aclose()

