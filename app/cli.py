@@ -14,6 +14,7 @@ import logging.config
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import urllib.error
@@ -92,7 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 binaries = find_binaries(settings.pg_bindir)
                 embedded = LocalPostgres(data_dir, binaries=binaries, os_user=settings.pg_os_user)
                 url = embedded.start()  # stops what it started if it fails
-            except EmbeddedError as exc:
+            except (EmbeddedError, OSError, subprocess.SubprocessError) as exc:
                 return _fail(f"cannot start the embedded PostgreSQL: {exc}")
             os.environ["JOBQ_DATABASE_URL"] = url  # worker processes read their settings from the environment
         if not args.no_migrate:

@@ -25,6 +25,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,13 +266,16 @@ class LocalPostgres:
         if any(self.data_dir.iterdir()):
             raise EmbeddedError(f"{self.data_dir} is not empty and holds no PostgreSQL cluster")
         pw = secrets.token_urlsafe(24)
-        pw_tmp = self.data_dir.parent / f".jobq-pw-{secrets.token_hex(4)}"
-        pw_tmp.write_text(pw + "\n")
+        # initdb wants an empty data directory, and its parent may not be ours to write (a volume mounted
+        # at /var/lib/jobq/data): the password goes through a private file in the system's temp dir.
+        fd, name = tempfile.mkstemp(prefix="jobq-pw-")
+        pw_tmp = Path(name)
+        with os.fdopen(fd, "w") as f:
+            f.write(pw + "\n")
         try:
             if self.os_user:
                 entry = pwd.getpwnam(self.os_user)
                 os.chown(pw_tmp, entry.pw_uid, entry.pw_gid)
-            os.chmod(pw_tmp, 0o600)
             self._run(
                 str(self._bindir / "initdb"), "-D", str(self.data_dir), "-U", "jobq", "-E", "UTF8",
                 "--locale=C", "--auth=scram-sha-256", f"--pwfile={pw_tmp}",

@@ -12,6 +12,7 @@ import itertools
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from psycopg import sql
 
 from app.migrate import migrate
 from app.settings import Settings
+from tests.processes import postgres_pids
 from tests.support import LiveServer
 
 log = logging.getLogger("tests")
@@ -72,20 +74,35 @@ def _local_postgres() -> Iterator[str]:
     cluster = LocalPostgres(root / "data", durable=False, database="postgres")
     try:
         cluster.start()
+        _server["how"] = f"a throwaway cluster from {cluster.binaries.source} ({cluster.binaries.bindir})"
         yield cluster.url_for("postgres")
     finally:
         cluster.stop(mode="immediate")
         shutil.rmtree(root, ignore_errors=True)
 
 
+# What the suite ran against, for the last lines of the report (CI runs it on two PostgreSQL majors).
+_server: dict[str, str] = {}
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if "version" in _server:
+        terminalreporter.write_line(f"jobq tests ran on PostgreSQL {_server['version']}, {_server['how']}")
+
+
 @pytest.fixture(scope="session")
 def pg_admin_url() -> Iterator[str]:
     """URL of a database on the test server from which test databases are created."""
     if url := os.environ.get("JOBQ_TEST_DATABASE_URL"):
+        _server["how"] = "JOBQ_TEST_DATABASE_URL"
+        source: Iterator[str] = iter([url])
+    else:
+        _server["how"] = "Docker (testcontainers)"
+        source = _docker_postgres() or _local_postgres()
+    for url in source:
+        with psycopg.connect(url) as conn:
+            _server["version"] = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
         yield url
-        return
-    source = _docker_postgres() or _local_postgres()
-    yield from source
 
 
 @pytest.fixture(scope="session")
@@ -186,3 +203,17 @@ def server_factory(database_url: str) -> Iterator[object]:
 def server(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
     """The service on a fresh database."""
     return server_factory()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def pg_data_dir() -> Iterator[Path]:
+    """A data directory for a managed PostgreSQL (`jobq serve` without JOBQ_DATABASE_URL), under a parent
+    the cluster's OS user can reach (as root it runs as another user). Nothing is left running on it."""
+    root = Path(tempfile.mkdtemp(prefix="jobq-test-data-"))
+    root.chmod(0o755)
+    data = root / "data"
+    yield data
+    for pid in [pid for d in root.iterdir() for pid in postgres_pids(d)]:  # a failed test's leftovers
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,111 @@
+"""Graceful shutdown: a real `jobq serve` process, a real SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from app.embedded import LocalPostgres
+from tests.processes import Announcements, ServeProcess, embedded_url, postgres_pids, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def _long_poll(url: str, queue: str) -> tuple[int, Any]:
+    with httpx.Client(base_url=url, timeout=120) as c:
+        r = c.post(f"/queues/{queue}/claim", json={"worker": "waiter", "wait_seconds": 300})
+        return r.status_code, r.json()
+
+
+class _SlowRequest:
+    """An enqueue whose body is not sent yet: in flight at the server once it has said 100 Continue."""
+
+    def __init__(self, port: int, queue: str, payload: Any) -> None:
+        self.body = json.dumps({"payload": payload}).encode()
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock.sendall(
+            f"POST /queues/{queue}/jobs HTTP/1.1\r\nHost: jobq\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(self.body)}\r\nExpect: 100-continue\r\n\r\n".encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += self.sock.recv(1024)
+        assert head.startswith(b"HTTP/1.1 100"), head
+
+    def finish(self) -> bytes:
+        self.sock.sendall(self.body)
+        answer = b""
+        while chunk := self.sock.recv(65536):
+            answer += chunk
+        self.sock.close()
+        return answer
+
+
+def test_sigterm_drains_finishes_requests_and_stops_postgres(pg_data_dir: Path, tmp_path: Path) -> None:
+    """At SIGTERM: waiting long-polls answer [] at once (they would wait 300 s, past the 30 s graceful
+    timeout), a request in flight completes, claimers racing the shutdown never lose a job (every job left
+    `running` was delivered to a client), the process exits 0 and its PostgreSQL is stopped."""
+    env = {"JOBQ_WAIT_MAX_SECONDS": "300", "JOBQ_POLL_INTERVAL_SECONDS": "60"}
+    srv = ServeProcess("--data-dir", str(pg_data_dir), "--graceful-timeout", "30", log=tmp_path / "serve.log", env=env)
+    try:
+        srv.wait_ready()
+        for _ in range(3):
+            r = srv.client.post("/queues/busy/jobs/batch", json={"jobs": [{"payload": i} for i in range(1000)]})
+            assert r.status_code == 201, r.text
+
+        announcements = Announcements(embedded_url(pg_data_dir))
+        pool = ThreadPoolExecutor(max_workers=3)
+        polls = [pool.submit(_long_poll, srv.url, f"idle-{i}") for i in range(3)]
+        announcements.wait_for({"idle-0", "idle-1", "idle-2"})
+        announcements.close()
+        in_flight = _SlowRequest(srv.port, "late", "sent before SIGTERM, finished after")
+
+        received: list[int] = []
+        failures: list[str] = []
+
+        def claimer() -> None:
+            with httpx.Client(base_url=srv.url, timeout=60) as c:
+                while True:
+                    try:
+                        r = c.post("/queues/busy/claim", json={"worker": "busy", "limit": 2})
+                    except httpx.TransportError:
+                        return  # the server closed its socket
+                    if r.status_code != 200:
+                        failures.append(r.text)
+                        return
+                    received.extend(j["id"] for j in r.json()["jobs"])
+
+        claimers = [threading.Thread(target=claimer) for _ in range(4)]
+        for t in claimers:
+            t.start()
+        wait_until(lambda: len(received) >= 50, what="claims flowing")
+
+        srv.signal()
+
+        assert [p.result(timeout=60) for p in polls] == [(200, {"jobs": []})] * 3
+        answer = in_flight.finish()
+        assert answer.startswith(b"HTTP/1.1 201"), answer
+        assert srv.wait(60) == 0, srv.output()
+        for t in claimers:
+            t.join(60)
+        pool.shutdown()
+        assert not failures, failures
+        assert postgres_pids(pg_data_dir) == [], "the embedded PostgreSQL is still running"
+        assert "embedded PostgreSQL stopped" in srv.output()
+    finally:
+        srv.close()
+
+    with LocalPostgres(pg_data_dir) as pg, psycopg.connect(pg.url) as conn:
+        running = {r[0] for r in conn.execute("SELECT id FROM jobs WHERE status = 'running'")}
+        late = conn.execute("SELECT status, payload FROM jobs WHERE queue_name = 'late'").fetchall()
+    assert running == set(received), "a job was claimed for a client that never got it"
+    assert len(received) == len(set(received))
+    assert late == [("pending", "sent before SIGTERM, finished after")]
