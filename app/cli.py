@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -48,8 +49,11 @@ def _settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         for err in exc.errors():
-            name = "JOBQ_" + "_".join(str(p) for p in err["loc"]).upper() if err["loc"] else "settings"
-            print(f"jobq: invalid configuration: {name}: {err['msg']}", file=sys.stderr)
+            if err["loc"]:
+                name = "JOBQ_" + "_".join(str(p) for p in err["loc"]).upper()
+                print(f"jobq: invalid configuration: {name}: {err['msg']}", file=sys.stderr)
+            else:  # a rule across variables; its message names them
+                print(f"jobq: invalid configuration: {err['msg'].removeprefix('Value error, ')}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE) from None
 
 
@@ -315,8 +319,18 @@ def _seconds(text: str) -> float:
     return value
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    pass
+class _Formatter(argparse.HelpFormatter):
+    """Wraps each paragraph on its own; keeps indented blocks (exit codes, examples) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for para in text.split("\n\n"):
+            if "\n  " in para or para.startswith("  "):
+                paragraphs.append(para)
+            else:
+                paragraphs.append(textwrap.fill(" ".join(para.split()), width, initial_indent=indent,
+                                                subsequent_indent=indent))  # fmt: skip
+        return "\n\n".join(paragraphs)
 
 
 def build_parser() -> argparse.ArgumentParser:
