@@ -166,6 +166,18 @@ def database_url(database_factory) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
+def empty_database_url(pg_admin_url: str) -> Iterator[str]:
+    """A database with nothing in it, not even the schema (for migrations)."""
+    name = f"{_PREFIX}_empty_{next(_counter)}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield _with_db(pg_admin_url, name)
+    with contextlib.suppress(psycopg.Error):
+        _drop(pg_admin_url, name)
+
+
+@pytest.fixture
 def db(database_url: str) -> Iterator[psycopg.Connection]:
     """A direct connection to the test database, for arranging and checking rows."""
     with psycopg.connect(database_url, autocommit=True) as conn:

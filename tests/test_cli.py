@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import socket
-from collections.abc import Iterator
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from app.embedded import free_port
 from tests.processes import run_jobq
@@ -69,23 +65,10 @@ def test_a_bad_setting_stops_serve_with_exit_2_naming_the_variable(env: dict[str
     assert named in r.stderr
 
 
-@pytest.fixture
-def empty_database(pg_admin_url: str) -> Iterator[str]:
-    name = f"jobq_cli_{os.getpid()}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    info = psycopg.conninfo.conninfo_to_dict(pg_admin_url)
-    info["dbname"] = name
-    yield psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-
-
-def test_migrate(empty_database: str) -> None:
-    r = run_jobq("migrate", env={"JOBQ_DATABASE_URL": empty_database})
+def test_migrate(empty_database_url: str) -> None:
+    r = run_jobq("migrate", env={"JOBQ_DATABASE_URL": empty_database_url})
     assert (r.returncode, r.stdout.strip()) == (0, "applied: 0001_jobs.sql"), r.stderr
-    r = run_jobq("migrate", "--database-url", empty_database)
+    r = run_jobq("migrate", "--database-url", empty_database_url)
     assert (r.returncode, r.stdout.strip()) == (0, "schema is current"), r.stderr
 
 
