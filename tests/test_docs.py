@@ -27,3 +27,14 @@ def test_makefile_has_the_readme_targets() -> None:
     makefile = (ROOT / "Makefile").read_text()
     for target in ("run", "test", "lint", "openapi", "bench"):
         assert re.search(rf"^{target}:", makefile, re.M), target
+
+
+def test_tests_the_readme_names_exist() -> None:
+    named = set(re.findall(r"`(test_\w+)`", README))
+    defined = {
+        name
+        for path in (ROOT / "tests").glob("test_*.py")
+        for name in re.findall(r"^def (test_\w+)", path.read_text(), re.M)
+    }
+    assert named, "the README cites the tests behind its guarantees"
+    assert named <= defined, named - defined
