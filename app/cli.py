@@ -65,8 +65,9 @@ def _fail(message: str, code: int = EXIT_FAILURE) -> int:
 # -- serve ----------------------------------------------------------------------------------------------
 
 
-class _Stopped(Exception):
-    """A stop signal arrived before the service started serving."""
+class _Stopped(BaseException):
+    """A stop signal arrived before the service started serving (a BaseException: no `except Exception`
+    on the way may take it for a failure)."""
 
 
 def _stop_before_serving(_sig: int, _frame: FrameType | None) -> None:

@@ -57,11 +57,10 @@ def serve(*, host: str, port: int, workers: int, log_level: str, graceful_timeou
             supervisor.run()
             return supervisor.signalled
         server = uvicorn.Server(config)
-        try:
-            server.run()
-        except SystemExit:  # uvicorn's exit when the application fails to start
-            return False
+        server.run()
         return server.started and bool(noted)
+    except SystemExit:  # uvicorn's way out when the port is taken or the application fails to start
+        return False
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
