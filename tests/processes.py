@@ -85,6 +85,11 @@ class ServeProcess:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"jobq serve still running after {timeout}s:\n{self.output()}") from None
 
+    def kill(self) -> None:
+        """kill -9: no shutdown at all; an embedded PostgreSQL keeps running, orphaned."""
+        self.proc.kill()
+        self.wait()
+
     def stop(self, timeout: float = 60) -> int:
         self.signal(signal.SIGTERM)
         return self.wait(timeout)

@@ -84,8 +84,7 @@ def test_a_stale_lock_file_with_a_reused_pid_does_not_stop_the_next_start(pg_dat
     srv = _serve(pg_data_dir, tmp_path / "first.log")
     try:
         job = srv.enqueue(payload="kept")
-        srv.proc.kill()
-        srv.wait()
+        srv.kill()
     finally:
         srv.close()
     _crash_postgres(pg_data_dir, signal.SIGKILL)
@@ -117,8 +116,7 @@ def test_an_acknowledged_enqueue_survives_a_crash_of_the_api_and_of_postgresql(
     srv = _serve(pg_data_dir, tmp_path / "1.log")
     try:
         first = srv.enqueue(payload="acknowledged before kill -9")
-        srv.proc.kill()  # kill -9: no shutdown at all, its PostgreSQL keeps running
-        srv.wait()
+        srv.kill()
     finally:
         srv.close()
     assert postgres_pids(pg_data_dir), "expected the orphaned PostgreSQL to be running"
@@ -127,8 +125,7 @@ def test_an_acknowledged_enqueue_survives_a_crash_of_the_api_and_of_postgresql(
     srv = _serve(pg_data_dir, tmp_path / "2.log")
     try:
         second = srv.enqueue(payload="acknowledged before both crashed")
-        srv.proc.kill()
-        srv.wait()
+        srv.kill()
     finally:
         srv.close()
     assert "left running on" in srv.output()
