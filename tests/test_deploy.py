@@ -148,9 +148,12 @@ def test_the_image_commands_install_a_working_jobq(tmp_path: Path, empty_databas
 # -- compose.yaml -------------------------------------------------------------------------------------------
 
 
+SECRET = "s" * 32  # what an operator sets for a variable compose.yaml requires (${VAR:?message})
+
+
 def _interpolate(value: str) -> str:
-    """Compose's ${VAR:-default}, with the variable unset."""
-    return re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", value)
+    """Compose's ${VAR:-default} with the variable unset, and ${VAR:?message} with it set."""
+    return re.sub(r"\$\{\w+:\?[^}]*\}", SECRET, re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", value))
 
 
 def _compose() -> dict[str, Any]:
@@ -185,6 +188,7 @@ def test_compose_runs_jobq_after_a_healthy_postgres_18() -> None:
         "postgres", pg_env["POSTGRES_USER"], pg_env["POSTGRES_PASSWORD"], pg_env["POSTGRES_DB"],
     )  # fmt: skip
 
+    assert settings.api_key is not None, "jobq listens on 0.0.0.0 in its container: it needs a key"
     image_port = _env(dockerfile()[-1])["JOBQ_PORT"]
     assert all(str(p).endswith(f":{image_port}") for p in app["ports"])
     grace = re.fullmatch(r"(\d+)s", app["stop_grace_period"])
