@@ -28,8 +28,18 @@ _SAFE_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
 
+_second = (-1, "")
+
+
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
+    """RFC 3339 UTC time with milliseconds; the date and time part is formatted once a second (this
+    runs for every request)."""
+    global _second
+    now = time.time()
+    whole = int(now)
+    if whole != _second[0]:
+        _second = (whole, datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{_second[1]}.{int((now - whole) * 1000):03d}+00:00"
 
 
 class JsonFormatter(logging.Formatter):

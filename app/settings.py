@@ -106,6 +106,12 @@ class Settings(BaseSettings):
     retention_interval_seconds: float = Field(
         60.0, ge=1, le=86_400, description="How often the sweeper applies retention."
     )
+    vacuum_interval_seconds: float = Field(
+        10.0, ge=0, le=3600, description="How often the sweeper checks whether jobs needs a VACUUM (0: never)."
+    )
+    vacuum_dead_rows: int = Field(
+        20_000, ge=100, le=100_000_000, description="Dead rows in jobs that make the sweeper run VACUUM."
+    )
     stats_window_seconds: int = Field(
         300, ge=60, le=3600, description="Default window of the windowed figures in /queues/{queue}/stats."
     )

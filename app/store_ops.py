@@ -361,3 +361,17 @@ async def jobs_delete_finished(
 
 async def stats_delete_old(conn: psycopg.AsyncConnection[Any], age_seconds: float) -> None:
     await conn.execute(STATS_DELETE_OLD, {"age": age_seconds})
+
+
+# --- vacuum ---------------------------------------------------------------------------------------------------
+
+JOBS_DEAD_ROWS = """
+-- The cumulative statistics PostgreSQL keeps anyway: no scan.
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass
+"""
+
+
+async def jobs_dead_rows(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
+    cur = await conn.execute(JOBS_DEAD_ROWS)
+    row = await cur.fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)

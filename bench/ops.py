@@ -3,6 +3,7 @@ counters costs, and whether claim throughput holds after a million jobs have pas
 
   stats      1,000,000 finished + 100,000 pending jobs; time GET /queues/q/stats and GET /queues.
   counters   pgbench, our claim + complete statements with and without the counter CTE, alternated.
+  counters-http  the same A/B through the service (the counter upsert disabled by a harness trigger).
   retention  claim + complete on a fresh table, then after 1,000,000 jobs went through the service with
              retention deleting behind them, same pending backlog, same clients.
 
@@ -179,6 +180,40 @@ def part_counters(admin_url: str, rounds: int, seconds: int) -> dict[str, Any]:
     return out
 
 
+def part_counters_http(admin_url: str, port: int, rounds: int, seconds: float, clients: int) -> dict[str, Any]:
+    """The same A/B through the service. B disables the counter upsert with a harness-only trigger
+    (BEFORE INSERT ... RETURN NULL skips the row, so ON CONFLICT never updates): everything else is
+    identical. The trigger costs a little itself, so this slightly understates the counters' cost."""
+    from bench.run import preload
+
+    url = fresh_database(admin_url, "jobq_ops_counters_http")
+    migrate(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE FUNCTION bench_skip() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$")
+    env = {"JOBQ_ACCESS_LOG": "false"}
+    service = Service(url, 2, port, extra_env=env).start()
+    results: dict[str, list[float]] = {"with": [], "without": []}
+    try:
+        for _ in range(rounds):
+            for name in ("without", "with"):
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("DROP TRIGGER IF EXISTS bench_skip ON queue_counts")
+                    if name == "without":
+                        conn.execute(
+                            "CREATE TRIGGER bench_skip BEFORE INSERT ON queue_counts"
+                            " FOR EACH ROW EXECUTE FUNCTION bench_skip()"
+                        )
+                preload(url, 300_000)
+                results[name].append(asyncio.run(timed(clients, seconds, 2, ClaimComplete(port, 1))))
+                print(f"HTTP claim + complete, {name} counters: {results[name][-1]:.0f} jobs/s", flush=True)
+    finally:
+        service.stop()
+    a, b = statistics.median(results["without"]), statistics.median(results["with"])
+    out = {"clients": clients, "runs": results, "median_without": a, "median_with": b, "cost": 1 - b / a}
+    print(f"counters cost through HTTP: {out['cost']:.1%} (median {b:.0f} vs {a:.0f} jobs/s)", flush=True)
+    return out
+
+
 # --- retention: a million jobs through ----------------------------------------------------------------------
 
 
@@ -276,6 +311,10 @@ def main() -> None:
         results["stats"] = part_stats(args.admin_url, args.port, args.finished, args.pending)
     if "counters" in parts:
         results["counters"] = part_counters(args.admin_url, args.rounds, args.seconds)
+    if "counters-http" in parts:
+        results["counters_http"] = part_counters_http(
+            args.admin_url, args.port, args.rounds, args.seconds, args.clients
+        )
     if "retention" in parts:
         results["retention"] = part_retention(args.admin_url, args.port, args.clients, args.seconds, args.through)
     if args.json:

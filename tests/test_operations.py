@@ -388,3 +388,34 @@ def test_finished_counts_never_drift(server_factory, db: psycopg.Connection) -> 
         counts = stats(server)["counts"]
         for status in ("completed", "failed", "cancelled", "running"):
             assert counts[status] == truth.get(status, 0), (status, counts, truth)
+
+
+def test_the_sweeper_vacuums_the_jobs_table(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    from app.sweeper import VACUUM_LOCK_KEY
+
+    server: LiveServer = server_factory(vacuum_dead_rows=100)
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(300)]})
+    for c in server.claim(limit=100) + server.claim(limit=100) + server.claim(limit=100):
+        complete(server, c)
+
+    def vacuums() -> int:
+        row = db.execute("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'jobs'").fetchone()
+        return int(row[0]) if row else 0
+
+    def dead() -> int:
+        row = db.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'jobs'").fetchone()
+        return int(row[0]) if row else 0
+
+    wait_until(lambda: dead() >= 100, what="the statistics to show the dead rows")
+    before = vacuums()
+    db.execute("SELECT pg_advisory_lock(%s)", (VACUUM_LOCK_KEY,))  # another replica is vacuuming
+    assert server.run(lambda: server.state.sweeper.vacuum_once()) is False
+    db.execute("SELECT pg_advisory_unlock(%s)", (VACUUM_LOCK_KEY,))
+    assert server.run(lambda: server.state.sweeper.vacuum_once()) is True
+    wait_until(lambda: vacuums() == before + 1, what="the VACUUM to be recorded")
+
+
+def test_no_vacuum_below_the_threshold(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(vacuum_dead_rows=1_000_000)
+    server.enqueue(payload=1)
+    assert server.run(lambda: server.state.sweeper.vacuum_once()) is False
