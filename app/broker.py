@@ -148,7 +148,8 @@ class Broker:
         watch: asyncio.Future[Any] | None = None
         try:
             if not ticket.wait:
-                return await asyncio.shield(ticket.future)
+                # If this request is cancelled, so is its ticket: rows claimed for it are released.
+                return await ticket.future
             waiters: set[asyncio.Future[Any]] = {ticket.future}
             if disconnected is not None:
                 watch = asyncio.ensure_future(disconnected)

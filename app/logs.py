@@ -9,6 +9,7 @@ line) and are written in batches: at thousands of requests a second that is a fe
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import re
@@ -129,6 +130,13 @@ class Observability:
         self.metrics = metrics
         self.access = access
         self.pid = os.getpid()
+        self._histograms: dict[tuple[str, str, int], Any] = {}
+        # Request ids: unique, not secret. A random prefix per process and a counter; no syscall per request.
+        self._id_prefix = secrets.token_hex(4)
+        self._id_counter = itertools.count(1)
+
+    def _next_id(self) -> bytes:
+        return f"{self._id_prefix}{next(self._id_counter):08x}".encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -141,7 +149,7 @@ class Observability:
                 request_id = value if _SAFE_ID.match(value) else b""
                 break
         if not request_id:
-            request_id = secrets.token_hex(8).encode()
+            request_id = self._next_id()
         scope.setdefault("state", {})["request_id"] = request_id.decode()
         status = 500
 
@@ -160,7 +168,11 @@ class Observability:
             # The template as the OpenAPI document writes it: /jobs/{job_id}, not /jobs/{job_id:int}.
             template = getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
             method = scope["method"]
-            self.metrics.http_requests.labels(template, method, str(status)).observe(duration)
+            key = (template, method, status)
+            histogram = self._histograms.get(key)
+            if histogram is None:  # labels() costs microseconds: look each child up once
+                histogram = self._histograms[key] = self.metrics.http_requests.labels(template, method, str(status))
+            histogram.observe(duration)
             self.access.write(
                 {
                     "ts": _now(),

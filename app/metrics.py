@@ -95,6 +95,7 @@ class Metrics:
         self.sweeps = Counter("jobq_sweeper_runs_total", "Sweeper passes.", registry=reg)
         self.swept = Counter("jobq_sweeper_rows_total", "Rows the sweeper changed.", ["action"], registry=reg)
         self._minutes: dict[tuple[str, datetime], _Minute] = {}
+        self._children: dict[tuple[str, str], Any] = {}
 
     # -- events ---------------------------------------------------------------------------------------------
 
@@ -105,13 +106,19 @@ class Metrics:
             m = self._minutes[key] = _Minute()
         return m
 
+    def _child(self, event: str, queue: str) -> Any:
+        """The labelled counter; labels() costs microseconds, so each child is looked up once."""
+        key = (event, queue)
+        child = self._children.get(key)
+        if child is None:
+            metric = {"empty_claims": self.empty_claims, "duration": self.job_duration}.get(event) or self.jobs[event]
+            child = self._children[key] = metric.labels(queue)
+        return child
+
     def count(self, event: str, queue: str, n: int = 1) -> None:
         if n <= 0:
             return
-        if event == "empty_claims":
-            self.empty_claims.labels(queue).inc(n)
-        else:
-            self.jobs[event].labels(queue).inc(n)
+        self._child(event, queue).inc(n)
         self._minute(queue).counts[event] += n
 
     def count_many(self, event: str, queues: Iterable[str]) -> None:
@@ -124,7 +131,7 @@ class Metrics:
     def completed(self, queue: str, durations_ms: list[float]) -> None:
         self.count("completed", queue, len(durations_ms))
         m = self._minute(queue)
-        hist = self.job_duration.labels(queue)
+        hist = self._child("duration", queue)
         for d in durations_ms:
             m.durations[bisect.bisect_left(DURATION_BOUNDS_MS, d)] += 1
             m.duration_max = max(m.duration_max, d)
