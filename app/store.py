@@ -232,15 +232,17 @@ WITH candidates AS (
   UPDATE jobs AS j
   SET status = 'running',
       attempts = j.attempts + 1,
-      claimed_at = clock_timestamp(),
+      -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
+      claimed_at = stamp.now,
       lease_seconds = s.lease,
-      lease_expires_at = clock_timestamp() + make_interval(secs => s.lease),
+      lease_expires_at = stamp.now + make_interval(secs => s.lease),
       locked_by = s.worker,
       -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
       claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
                                            'base64'), '+/', '-_'), '=')
   FROM ranked
   JOIN slots s USING (rn)
+  CROSS JOIN (SELECT clock_timestamp() AS now) AS stamp
   WHERE j.id = ranked.id
   RETURNING s.ord, ranked.rn, j.id, j.queue_name, j.payload::text, j.priority, j.attempts, j.max_attempts,
             j.claim_token, j.lease_expires_at, j.run_at, j.created_at

@@ -137,15 +137,6 @@ def postmaster_pid(data_dir: Path) -> int:
     return int((data_dir / "postmaster.pid").read_text().splitlines()[0])
 
 
-def wait_until(condition: Any, timeout: float = 30, what: str = "condition") -> None:
-    """Poll for a state change; fails only when it never happens (no timing is asserted)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def embedded_url(data_dir: Path, database: str = "jobq") -> str:
     """URL of the managed PostgreSQL running on data_dir (its port is in postmaster.pid, line 4)."""
     port = int((data_dir / "postmaster.pid").read_text().splitlines()[3])

@@ -17,6 +17,15 @@ from app.settings import Settings
 T = TypeVar("T")
 
 
+def wait_until(condition: Callable[[], object], timeout: float = 30, what: str = "condition") -> None:
+    """Poll for a state change; fails only when it never happens (no timing is asserted)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout}s")
+        time.sleep(0.01)
+
+
 class LiveServer:
     """uvicorn serving create_app(settings) on 127.0.0.1:<free port>, lifespan included."""
 

@@ -13,16 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.support import LiveServer, problem
-
-
-def wait_until(condition: Any, timeout: float = 20, what: str = "condition") -> None:
-    """Poll for a state change; fails only when it never happens (no timing is asserted)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout}s")
-        time.sleep(0.01)
+from tests.support import LiveServer, problem, wait_until
 
 
 def test_claim_order_is_priority_then_run_at_then_id(server: LiveServer) -> None:

@@ -50,8 +50,7 @@ from jobq_client.errors import InvalidState, error_from_response
 
 from app.openapi import published_document
 from tests.conftest import make_settings
-from tests.support import LiveServer, TcpProxy
-from tests.test_claim import wait_until
+from tests.support import LiveServer, TcpProxy, wait_until
 
 ROOT = Path(__file__).parent.parent
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)

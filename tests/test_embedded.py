@@ -18,7 +18,8 @@ import psycopg
 import pytest
 
 from app.embedded import SHARED_BINARIES, LocalPostgres, find_binaries
-from tests.processes import JOBQ, ServeProcess, jobq_env, postgres_pids, postmaster_pid, run_jobq, wait_until
+from tests.processes import JOBQ, ServeProcess, jobq_env, postgres_pids, postmaster_pid, run_jobq
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 ROOT = os.geteuid() == 0

@@ -14,8 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import LiveServer
-from tests.test_claim import wait_until
+from tests.support import LiveServer, wait_until
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 

@@ -315,7 +315,7 @@ def test_sweeper_wakes_waiting_workers(server_factory) -> None:  # type: ignore[
     got: list[Any] = []
     t = threading.Thread(target=lambda: got.extend(server.claim(worker="second", wait_seconds=20)))
     t.start()
-    from tests.test_claim import wait_until
+    from tests.support import wait_until
 
     wait_until(lambda: server.state.broker.parked == 1)
     sweep(server)

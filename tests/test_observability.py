@@ -19,8 +19,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.support import LiveServer
-from tests.test_claim import wait_until
+from tests.support import LiveServer, wait_until
 
 
 def metric(text: str, name: str, **labels: str) -> float | None:

@@ -11,8 +11,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.support import LiveServer, problem
-from tests.test_claim import wait_until
+from tests.support import LiveServer, problem, wait_until
 
 FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
 

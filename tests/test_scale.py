@@ -12,7 +12,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.processes import Announcements, ServeProcess, wait_until
+from tests.processes import Announcements, ServeProcess
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,7 @@ import pytest
 from app import store_keys
 from app.auth import new_key, parse_key
 from app.cli import main as jobq
-from tests.support import LiveServer, problem
-from tests.test_claim import wait_until
+from tests.support import LiveServer, problem, wait_until
 
 ENV_KEY = "container-key-" + "k" * 40
 JSON = {"content-type": "application/json"}

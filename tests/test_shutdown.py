@@ -14,7 +14,8 @@ import psycopg
 import pytest
 
 from app.embedded import LocalPostgres
-from tests.processes import Announcements, ServeProcess, embedded_url, postgres_pids, wait_until
+from tests.processes import Announcements, ServeProcess, embedded_url, postgres_pids
+from tests.support import wait_until
 
 pytestmark = pytest.mark.slow
 
