@@ -172,17 +172,25 @@ def test_long_poll_across_processes(server_factory) -> None:  # type: ignore[no-
     sent = b.state.wakeups.sent
     job = b.enqueue(payload="cross")
     assert [j["id"] for j in answer()] == [job["id"]]
-    assert b.state.wakeups.sent > sent  # the wake-up went over NOTIFY
+    # The wake-up went over NOTIFY. b counts a message once pg_notify has returned, which can be after a
+    # already received it, claimed and answered: wait for the count rather than read it once.
+    wait_until(lambda: b.state.wakeups.sent > sent, what="b counting the NOTIFY it sent")
 
 
 def test_no_wake_up_is_sent_when_nobody_waits_elsewhere(server_factory) -> None:  # type: ignore[no-untyped-def]
     a: LiveServer = server_factory()
     b: LiveServer = server_factory()
     wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
-    time.sleep(0.2)  # let the hello messages settle
+
+    def quiet(w) -> bool:  # type: ignore[no-untyped-def]
+        return not (w._hello or w._present or w._wake) and (w._sender_task is None or w._sender_task.done())
+
+    wait_until(lambda: quiet(a.state.wakeups), what="a's hello going out")
     sent = a.state.wakeups.sent
     for i in range(20):
         a.enqueue(payload=i)
+    # publish() runs inside the enqueue request, so a wake-up would be queued (or on its way) by now.
+    wait_until(lambda: quiet(a.state.wakeups), what="a's sender settling")
     assert a.state.wakeups.sent == sent
 
 
