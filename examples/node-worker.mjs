@@ -91,6 +91,7 @@ async function post(path, body, { signal, waitSeconds = 0 } = {}) {
 const lostClaim = (err) => err instanceof Problem && (err.status === 409 || err.status === 404);
 
 async function run(job) {
+  console.log(`job ${job.id}: attempt ${job.attempts} of ${job.max_attempts}`);
   const lost = new AbortController();
   let beating = true;
   let timer;

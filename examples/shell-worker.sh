@@ -191,6 +191,7 @@ run_job() {
 log "worker $WORKER on $BASE, queue $QUEUE, JSON by $JSON"
 claim="{\"worker\":\"$WORKER\",\"limit\":1,\"lease_seconds\":$LEASE,\"wait_seconds\":$WAIT}"
 while [[ -z $STOP ]]; do
+  rm -f "$WORK/claim" "$WORK/claim-status"
   # curl in the background, so that a signal interrupts the long-poll (the trap kills curl).
   curl -sS -o "$WORK/claim" -D "$WORK/headers" -w '%{http_code}' --max-time $((WAIT + 10)) \
     -H 'Content-Type: application/json' "${AUTH[@]}" --data-binary "$claim" "$BASE/queues/$QUEUE/claim" \
@@ -199,8 +200,10 @@ while [[ -z $STOP ]]; do
   wait "$CLAIMING"
   wait "$CLAIMING" 2>/dev/null # after a signal: until curl has really ended
   CLAIMING=
-  [[ -n $STOP ]] && break
-  status=$(cat "$WORK/claim-status")
+  status=$(cat "$WORK/claim-status" 2>/dev/null)
+  # A signal as the answer came in: a job in that answer is in hand (the server counts it delivered), so
+  # it is run before stopping; an interrupted long-poll is released by the server.
+  [[ -n $STOP && ${status:-000} != 200 ]] && break
   case ${status:-000} in
     200) ;;
     000 | 429 | 502 | 503 | 504)
@@ -216,7 +219,7 @@ while [[ -z $STOP ]]; do
   esac
   read -r id token attempts max_attempts < <(json_fields "$WORK/claim")
   if [[ -z ${id:-} ]]; then
-    [[ -n ${JOBQ_EXIT_WHEN_IDLE:-} ]] && break
+    [[ -n $STOP || -n ${JOBQ_EXIT_WHEN_IDLE:-} ]] && break
     continue
   fi
   log "job $id: attempt $attempts of $max_attempts"

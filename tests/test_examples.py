@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -134,13 +135,24 @@ def test_sigterm_finishes_the_job_in_hand(server: LiveServer, language: str) -> 
         "JOBQ_CONCURRENCY": "1",
     }
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
     try:
-        wait_until(lambda: server.job(job["id"])["status"] == "running", what="the job claimed")
+        # The job is in hand once the worker says so. (Its status turns `running` in the database before the
+        # claim's answer reaches the worker; a signal in that gap interrupts the claim, and the job is then
+        # the lease's to take back, not this test's subject.)
+        wait_until(lambda: any(f"job {job['id']}: attempt" in line for line in lines), what="the job in hand")
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+            proc.wait()
+        reader.join(timeout=10)
+        proc.stdout.close()
+    out = "".join(lines)
     assert proc.returncode == 0, out
     assert server.job(job["id"])["status"] == "completed", out
     assert (server.job(later["id"])["status"], server.job(later["id"])["attempts"]) == ("pending", 0), out
