@@ -153,7 +153,65 @@ def preload(url: str, n: int) -> None:
         conn.execute("VACUUM ANALYZE jobs")
 
 
-async def timed(clients: int, seconds: float, warmup: float, worker: Any) -> float:
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def _postgres_pids() -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "comm").read_text().strip() in ("postgres", "postmaster"):
+                    pids.append(int(d.name))
+            except OSError:
+                pass
+    return pids
+
+
+class CpuSplit:
+    """Where the machine's CPU went during a measured window, in cores: the jobq API processes, this
+    process (the load generator), PostgreSQL's processes (every backend on the machine), and the rest
+    (other processes, the kernel's softirq work, steal) from /proc/stat. Read once at the start of the
+    window and once at the end."""
+
+    def __init__(self, api_pids: list[int]) -> None:
+        self.api_pids = api_pids
+        self.split: dict[str, float] = {}
+
+    def _read(self) -> tuple[float, dict[str, float]]:
+        cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        busy = (sum(int(v) for v in cpu) - int(cpu[3]) - int(cpu[4])) / _TICK  # all but idle and iowait
+        self_cpu = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+        return time.perf_counter(), {
+            "api": sum(_cpu_seconds(p) for p in self.api_pids),
+            "load generator": self_cpu,
+            "postgres": sum(_cpu_seconds(p) for p in _postgres_pids()),
+            "machine": busy,
+        }
+
+    def start(self) -> None:
+        self._start = self._read()
+
+    def stop(self) -> None:
+        (t0, a), (t1, b) = self._start, self._read()
+        cores = {k: (b[k] - a[k]) / (t1 - t0) for k in a}
+        cores["other"] = max(0.0, cores["machine"] - cores["api"] - cores["load generator"] - cores["postgres"])
+        self.split = {k: round(v, 2) for k, v in cores.items()}
+
+    def __str__(self) -> str:
+        return ", ".join(f"{k} {v:.2f}" for k, v in self.split.items()) + " cores"
+
+
+async def timed(clients: int, seconds: float, warmup: float, worker: Any, cpu: CpuSplit | None = None) -> float:
     """Run `clients` loops of `worker(conn, counter)`; return units per second over `seconds` after warmup."""
     counter = [0]
     stop = asyncio.Event()
@@ -165,9 +223,13 @@ async def timed(clients: int, seconds: float, warmup: float, worker: Any) -> flo
 
     tasks = [asyncio.create_task(loop(c)) for c in conns]
     await asyncio.sleep(warmup)
+    if cpu:
+        cpu.start()
     start_count, start = counter[0], time.perf_counter()
     await asyncio.sleep(seconds)
     done, elapsed = counter[0] - start_count, time.perf_counter() - start
+    if cpu:
+        cpu.stop()
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     for c in conns:
@@ -307,14 +369,17 @@ def main() -> None:
     if args.auth:
         Connection.extra_headers = f"Authorization: Bearer {create_key(url)}\r\n".encode()
     measured: dict[str, dict[int, float]] = {}
+    cpu_split: dict[str, dict[int, dict[str, float]]] = {}
 
     def phase(key: str, label: str, worker: Any, preload_rows: int = 0, scale: int = 1) -> None:
         for n in clients:
             if preload_rows:
                 preload(url, preload_rows)
-            rate = asyncio.run(timed(max(1, n // scale), args.seconds, 2, worker))
+            cpu = CpuSplit(service.pids()[1:])
+            rate = asyncio.run(timed(max(1, n // scale), args.seconds, 2, worker, cpu))
             measured.setdefault(key, {})[n] = rate
-            print(f"{label}, {n} connections: {rate:.0f} jobs/s", flush=True)
+            cpu_split.setdefault(key, {})[n] = cpu.split
+            print(f"{label}, {n} connections: {rate:.0f} jobs/s; CPU: {cpu}", flush=True)
 
     try:
         if "enqueue" in phases:
@@ -334,6 +399,7 @@ def main() -> None:
     finally:
         service.stop()
     results["measured"] = measured
+    results["cpu_cores"] = cpu_split
     report(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
