@@ -55,7 +55,8 @@ QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="`[A-Za-z0-9_
 JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX, description="Job id.", json_schema_extra={"format": "int64"})]
 
 # Operations anyone may call, with or without a key (app/auth.py refuses everything else without one).
-OPEN_OPERATIONS = frozenset({"healthz", "readyz"})
+# The dashboard's page and files hold no data (app/dashboard.py); its script calls the API with a key.
+OPEN_OPERATIONS = frozenset({"healthz", "readyz", "dashboard", "dashboardScript", "dashboardStyle"})
 
 
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}}

@@ -23,6 +23,7 @@ from app.api import HOT_OPERATIONS, OPEN_OPERATIONS, JobqRoute, _problems, add_r
 from app.api_ops import add_operator_routes
 from app.auth import Authenticate, Authenticator
 from app.broker import Broker
+from app.dashboard import add_dashboard_routes
 from app.db import Database
 from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
 from app.fastpath import FastPath, RequestGuard
@@ -88,6 +89,7 @@ def create_app(settings: Settings | None = None) -> JobqApp:
     api.state.access_log = AccessLog(settings.access_log)
     add_routes(api, build_contract(settings))
     add_operator_routes(api)
+    add_dashboard_routes(api)
 
     @api.get(
         "/readyz",
@@ -115,7 +117,8 @@ def create_app(settings: Settings | None = None) -> JobqApp:
 
 
 def open_paths(api: FastAPI) -> set[str]:
-    """Paths served without a key: health checks and the API's own description."""
+    """Paths served without a key: health checks, the dashboard's page and files, and the API's own
+    description."""
     paths = {r.path for r in api.routes if isinstance(r, APIRoute) and r.operation_id in OPEN_OPERATIONS}
     paths.update(p for p in (api.openapi_url, api.docs_url, api.redoc_url, api.swagger_ui_oauth2_redirect_url) if p)
     return paths

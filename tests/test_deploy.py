@@ -97,7 +97,8 @@ def test_dockerfile_is_multi_stage_slim_unprivileged_with_a_healthcheck() -> Non
 def test_the_image_commands_install_a_working_jobq(tmp_path: Path, empty_database_url: str) -> None:
     """The build stage replayed outside Docker: its COPY lines into a fresh context, its RUN lines (with
     /opt/jobq moved under tmp_path) on this Python; then the final stage's CMD and HEALTHCHECK with its
-    ENV. Proves the wheel carries the migrations and that `jobq migrate` and `jobq serve` work from it."""
+    ENV. Proves the wheel carries the migrations and the dashboard's files (app/ui/), and that
+    `jobq migrate` and `jobq serve` work from it."""
     build, final = dockerfile()[0], dockerfile()[-1]
     context = tmp_path / "src"
     context.mkdir()
@@ -123,6 +124,10 @@ def test_the_image_commands_install_a_working_jobq(tmp_path: Path, empty_databas
     where = subprocess.run([python, "-c", "from app import migrate; print(migrate.migrations_dir())"],
                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     assert Path(where).is_relative_to(prefix) and (Path(where) / "0001_jobs.sql").is_file(), where
+    ui = subprocess.run([python, "-c", "from importlib import resources; print(resources.files('app') / 'ui')"],
+                        cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    assert Path(ui).is_relative_to(prefix), ui
+    assert sorted(p.name for p in Path(ui).iterdir()) == ["app.css", "app.js", "index.html"]  # the dashboard
 
     env = {**_env(final), "PATH": str(prefix / "bin") + os.pathsep + os.environ["PATH"]}
     env.update(JOBQ_HOST="127.0.0.1", JOBQ_DATABASE_URL=empty_database_url)  # the image listens on 0.0.0.0

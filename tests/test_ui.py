@@ -1,0 +1,298 @@
+"""The dashboard at /ui: how it is served (headers, open routes, no file outside app/ui/ reachable), and
+what an operator does with it in a real browser (Debian's Chromium driven by Playwright)."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from tests.support import LiveServer, problem
+from tests.test_security import create_key
+
+ROOT = Path(__file__).parent.parent
+UI = ROOT / "app" / "ui"
+CHROMIUM = Path("/usr/bin/chromium")
+XSS = "<img src=x onerror=alert(1)>"
+FILES = {
+    "/ui": ("index.html", "text/html; charset=utf-8"),
+    "/ui/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/ui/app.css": ("app.css", "text/css; charset=utf-8"),
+}
+
+
+def csp_directives(response: httpx.Response) -> dict[str, str]:
+    policy = response.headers["content-security-policy"]
+    return {d.split()[0]: d.strip() for d in policy.split(";") if d.strip()}
+
+
+# --- HTTP -----------------------------------------------------------------------------------------------------
+
+
+def test_dashboard_page_is_served_with_strict_headers(server: LiveServer) -> None:
+    r = server.client.get("/ui")
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "text/html; charset=utf-8"
+    assert r.content == (UI / "index.html").read_bytes()
+    csp = csp_directives(r)
+    assert csp["default-src"] == "default-src 'self'"
+    assert csp["script-src"] == "script-src 'self'"  # no inline script, no eval
+    assert csp["frame-ancestors"] == "frame-ancestors 'none'"
+    assert csp["object-src"] == "object-src 'none'"
+    assert "unsafe" not in r.headers["content-security-policy"]
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["referrer-policy"] == "no-referrer"
+    assert r.headers["x-frame-options"] == "DENY"
+    assert r.headers["cache-control"] == "no-cache"
+    # The page itself runs nothing inline: its only scripts are files of this origin.
+    assert re.findall(r"<script\b[^>]*>", r.text) == ['<script src="ui/app.js" defer>']
+    assert not re.search(r"\son[a-z]+\s*=", r.text), "inline event handler"
+    assert "http://" not in r.text and "https://" not in r.text  # nothing from another host
+
+    again = server.client.get("/ui", headers={"if-none-match": r.headers["etag"]})
+    assert (again.status_code, again.content) == (304, b"")
+    assert again.headers["content-security-policy"] == r.headers["content-security-policy"]
+
+
+def test_dashboard_files_have_their_content_types(server: LiveServer) -> None:
+    for path, (name, media_type) in FILES.items():
+        r = server.client.get(path)
+        assert r.status_code == 200, path
+        assert r.headers["content-type"] == media_type
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.content == (UI / name).read_bytes()
+        assert r.headers["etag"]
+    script = (UI / "app.js").read_text()
+    assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function", script)
+
+
+def test_dashboard_needs_no_key_while_the_api_does(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(auth="on")
+    produce = create_key(db, "producer", ["produce"])
+    for path in FILES:
+        assert server.client.get(path).status_code == 200, path
+        # A bad key changes nothing on an open path (the layer only refuses it where a key is needed).
+        assert server.client.get(path, headers={"authorization": "Bearer nonsense"}).status_code == 200
+    problem(server.client.get("/queues"), 401, "unauthorized")
+    problem(server.client.get("/queues", headers={"authorization": f"Bearer {produce}"}), 403, "forbidden")
+    # Paths under /ui that are not the dashboard's files are not open.
+    problem(server.client.get("/ui/settings.py"), 401, "unauthorized")
+    assert "/ui" not in server.client.get("/openapi.json").text
+
+
+def test_unknown_dashboard_path_is_a_404_problem(server: LiveServer) -> None:
+    for path in ("/ui/nope.js", "/ui/index.html", "/ui/app.js/x", "/ui/APP.JS", "/ui/app.css.map"):
+        problem(server.client.get(path), 404, "not-found")
+
+
+def raw_get(server: LiveServer, path: str) -> tuple[int, bytes]:
+    """GET with the path exactly as written: httpx would resolve `..` and re-encode before sending."""
+    host, port = server.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.putrequest("GET", path, skip_accept_encoding=True)
+        conn.endheaders()
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_no_path_under_ui_reaches_another_file(server: LiveServer) -> None:
+    settings_py = (ROOT / "app" / "settings.py").read_bytes()
+    secrets = [settings_py[:200], b"class Settings", b"root:x:0:0"]
+    paths = [
+        "/ui/../app/settings.py",
+        "/ui/%2e%2e/app/settings.py",
+        "/ui/%2E%2E%2Fapp%2Fsettings.py",
+        "/ui/..%2fapp%2fsettings.py",
+        "/ui/..%5capp%5csettings.py",
+        "/ui/%252e%252e/app/settings.py",
+        "/ui/app.js/../../app/settings.py",
+        "/ui/..%2f..%2f..%2f..%2fetc%2fpasswd",
+        "/ui/%2e%2e/%2e%2e/dashboard.py",
+        "/ui//app/settings.py",
+        "/ui/./../settings.py",
+    ]
+    for path in paths:
+        status, body = raw_get(server, path)
+        assert status in (400, 404), (path, status)
+        assert not any(s in body for s in secrets), path
+    assert raw_get(server, "/ui/./app.js")[0] in (400, 404)  # even a harmless dot segment is not resolved
+
+
+# --- a real browser -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        if os.environ.get("JOBQ_REQUIRE_BROWSER"):
+            pytest.fail(f"JOBQ_REQUIRE_BROWSER is set but {CHROMIUM} is missing (apt-get install chromium)")
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium; set JOBQ_REQUIRE_BROWSER to insist)")
+    from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=30_000)  # a noisy 2-core machine: wait generously, never assert timing
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+class Page:
+    """A browser tab on the dashboard that records what must never happen: a dialog (alert, confirm),
+    an uncaught error, or a Content-Security-Policy / Trusted Types violation."""
+
+    def __init__(self, browser: Any, url: str) -> None:
+        self.context = browser.new_context()
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(30_000)
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+
+        def on_dialog(dialog: Any) -> None:
+            self.dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        def on_console(message: Any) -> None:
+            if re.search(r"Content Security Policy|Trusted Type", message.text):
+                self.errors.append(message.text)
+
+        self.page.on("dialog", on_dialog)
+        self.page.on("pageerror", lambda err: self.errors.append(str(err)))
+        self.page.on("console", on_console)
+        self.page.goto(url + "/ui")
+
+    def close(self) -> None:
+        self.context.close()
+        assert self.dialogs == [], self.dialogs
+        assert self.errors == [], self.errors
+
+
+def fail_for_good(server: LiveServer, queue: str, error: str, headers: dict[str, str] | None = None) -> int:
+    claim = server.client.post(f"/queues/{queue}/claim", json={"worker": "w"}, headers=headers).json()["jobs"][0]
+    body = {"claim_token": claim["claim_token"], "error": error, "retry": False}
+    r = server.client.post(f"/jobs/{claim['id']}/fail", json=body, headers=headers)
+    assert r.json()["status"] == "failed", r.text
+    return int(claim["id"])
+
+
+def test_dashboard_shows_queues_and_acts_on_them_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    for i in range(3):
+        server.enqueue("emails", {"to": i})
+    doomed = server.enqueue("reports", {"html": XSS}, priority=10, max_attempts=1)
+    server.enqueue("reports", {"n": 1})
+    assert fail_for_good(server, "reports", f"boom {XSS}") == doomed["id"]
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    emails = page.locator('#queues tr[data-queue="emails"]')
+    reports = page.locator('#queues tr[data-queue="reports"]')
+    expect(emails.locator('[data-col="ready"]')).to_have_text("3")
+    expect(reports.locator('[data-col="ready"]')).to_have_text("1")
+    expect(reports.locator('[data-col="failed"]')).to_have_text("1")
+    expect(emails.locator('[data-col="state"]')).to_have_text("active")
+
+    # Pause and resume a queue; the API confirms each.
+    emails.get_by_role("link", name="emails").click()
+    expect(page.get_by_role("heading", name="Queue emails")).to_be_visible()
+    expect(page.get_by_role("table", name="Jobs by status")).to_contain_text("pending3")
+    page.locator("#pause").click()
+    expect(page.locator("#pause")).to_have_text("Resume")
+    expect(page.locator("#banner")).to_contain_text("Queue emails paused")
+    assert server.client.get("/queues/emails/stats").json()["paused"] is True
+    page.locator("#pause").click()
+    expect(page.locator("#pause")).to_have_text("Pause")
+    assert server.client.get("/queues/emails/stats").json()["paused"] is False
+
+    # A job that failed for good, whose error and payload hold markup: shown as text, retried.
+    page.get_by_role("link", name="All queues").click()
+    reports.get_by_role("link", name="reports").click()
+    page.get_by_role("button", name="failed", exact=True).click()
+    row = page.locator(f'#job-list tr[data-job="{doomed["id"]}"]')
+    expect(row).to_contain_text(f"boom {XSS}")
+    row.get_by_role("link", name=str(doomed["id"])).click()
+    expect(page.locator("#last-error")).to_have_text(f"boom {XSS}")
+    expect(page.locator("#payload")).to_contain_text(XSS)
+    assert page.locator("img").count() == 0
+    page.locator("#retry").click()
+    expect(page.locator("#banner")).to_contain_text(f"Job {doomed['id']} is pending again")
+    assert server.job(doomed["id"])["status"] == "pending"
+    expect(page.locator("#retry")).to_be_hidden()
+
+    # Redrive: the dry run's count first, then the real thing after confirming.
+    late = server.enqueue("reports", {"n": 2}, priority=100, max_attempts=1)
+    second = fail_for_good(server, "reports", "timeout")
+    assert second == late["id"]
+    page.get_by_role("link", name="Queue reports").click()
+    page.locator("#redrive").click()
+    expect(page.locator("#confirm")).to_contain_text("1 failed job would go back to pending")
+    assert server.job(second)["status"] == "failed"  # nothing moved by the dry run
+    page.get_by_role("button", name="Redrive 1 job").click()
+    expect(page.locator("#banner")).to_contain_text("1 job sent back to pending")
+    assert server.job(second)["status"] == "pending"
+
+    # A refused action shows the problem's detail: cancel a job that finished meanwhile.
+    pending = server.enqueue("emails", {"to": "late"})
+    page.goto(f"{server.url}/ui#/jobs/{pending['id']}")
+    expect(page.locator("#cancel")).to_be_visible()
+    page.locator("#auto-refresh").uncheck()  # keep the page as it was before the job finished
+    assert server.client.post(f"/jobs/{pending['id']}/cancel", json={}).json()["status"] == "cancelled"
+    page.locator("#cancel").click()
+    page.get_by_role("button", name="Cancel job", exact=True).click()
+    expect(page.locator("#banner")).to_contain_text("(409)")
+    expect(page.locator("#retry")).to_be_visible()  # the page reloaded the job after the refusal
+    tab.close()
+
+
+def test_dashboard_asks_for_a_key_when_auth_is_on(browser: Any, server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import expect
+
+    server: LiveServer = server_factory(auth="on")
+    admin = create_key(db, "ops", ["admin"])
+    produce = create_key(db, "mailer", ["produce"])
+    r = server.client.post(
+        "/queues/secret-q/jobs", json={"payload": XSS}, headers={"authorization": f"Bearer {produce}"}
+    )
+    assert r.status_code == 201, r.text
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    expect(page.locator("#login")).to_be_visible()
+    expect(page.locator("#login-message")).to_contain_text("requires an API key")
+    expect(page.locator("#queues")).to_have_count(0)
+
+    page.get_by_label("Admin API key").fill(produce)
+    page.get_by_role("button", name="Use key").click()
+    expect(page.locator("#banner")).to_contain_text("lacks the `admin` scope")
+    expect(page.locator("#login-message")).to_contain_text("lacks the admin scope")
+
+    page.get_by_label("Admin API key").fill("jobq_000000000000_" + "A" * 43)
+    page.get_by_role("button", name="Use key").click()
+    expect(page.locator("#login-message")).to_contain_text("That key was refused")
+
+    page.get_by_label("Admin API key").fill(admin)
+    page.get_by_role("button", name="Use key").click()
+    expect(page.locator('#queues tr[data-queue="secret-q"] [data-col="ready"]')).to_have_text("1")
+    expect(page.locator("#login")).to_be_hidden()
+    # The key lives in this tab's sessionStorage only: not in localStorage, a cookie or the address.
+    assert page.evaluate("sessionStorage.getItem('jobq.apiKey')") == admin
+    assert page.evaluate("localStorage.length") == 0
+    assert tab.context.cookies() == []
+    assert admin not in page.url
+
+    page.get_by_role("button", name="Forget key").click()
+    expect(page.locator("#login")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('jobq.apiKey')") is None
+    tab.close()
