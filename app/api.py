@@ -247,8 +247,9 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         summary="Get a job",
         tags=["operators"],
         response_model=Job,
-        description="Any key may read the jobs of the queues it may use; other jobs are 404.",
-        responses=_problems(401, 404, 422, 503),
+        description="Any key with a job scope (produce, consume or admin) may read the jobs of the queues it "
+        "may use; other jobs are 404. A key with only the `metrics` scope gets 403.",
+        responses=_problems(401, 403, 404, 422, 503),
     )
     async def get_job(job_id: JobIdPath, request: Request) -> Response:
         who = require(request)

@@ -1,5 +1,6 @@
 """Operator routes: queue statistics, listings, admin actions, Prometheus metrics. All need an admin key
-(app/auth.py): a key limited to some queues sees and acts on those only."""
+(app/auth.py), except /metrics, which a `metrics` key reaches too: a key limited to some queues sees and
+acts on those only, and cannot read /metrics, which covers every queue."""
 
 from typing import Annotated
 
@@ -167,7 +168,8 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Prometheus metrics",
         tags=["health"],
         response_class=Response,
-        description="Covers every queue: needs an admin key that is not limited to some queues.",
+        description="Covers every queue: needs a `metrics` key (GET /metrics and nothing else, for a "
+        "scraper) or an admin key that is not limited to some queues.",
         responses={
             200: {
                 "description": "Prometheus text exposition format.",
@@ -179,7 +181,7 @@ def add_operator_routes(api: FastAPI) -> None:
         },
     )
     async def metrics(request: Request) -> Response:
-        if require(request, "admin").queue_regex is not None:
-            raise Forbidden("/metrics covers every queue: use an admin key that is not limited to some.")
+        if require(request, "metrics").queue_regex is not None:
+            raise Forbidden("/metrics covers every queue: use a metrics key, or an admin key not limited to some.")
         registry = request.app.state.metrics.exposition_registry()
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

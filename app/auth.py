@@ -8,11 +8,15 @@ Every route that is not open calls `require()` first; it raises 401 or 403 as pr
     who = require(request, "consume", queue)  # claim on `queue`
     who = require(request, "consume")         # a worker write addressed by job id (see below)
     who = require(request, "admin")           # stats, listings, admin actions
-    who = require(request)                    # any valid key (e.g. GET /jobs/{id})
+    who = require(request, "metrics")         # GET /metrics
+    who = require(request)                    # any key with a job scope (e.g. GET /jobs/{id})
 
 Scopes: `produce` enqueues; `consume` claims, heartbeats, completes and fails; `admin` may do all of
-that and also reach stats, listings and admin actions. A key may be limited to queue-name patterns
-(`*` matches any run of characters): `require(request, scope, queue)` refuses other queues with 403.
+that and also reach stats, listings, admin actions and /metrics. `metrics` reaches GET /metrics and
+nothing else (a scraper's credential: least privilege), so `require(request)` without a scope still
+refuses a key that holds only `metrics`. A key may be limited to queue-name patterns (`*` matches any
+run of characters): `require(request, scope, queue)` refuses other queues with 403. A key holding
+`metrics` never is: /metrics covers every queue (the CLI and the schema refuse such a key).
 
 Routes addressed by job id do not know the queue before the database does, and must not read the job
 first: they pass `who.queue_regex` (None: every queue) into the guarded SQL, as
@@ -41,8 +45,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.errors import AppError, Forbidden, Unauthorized
 from app.responses import problem_response
 
-KeyScope = Literal["produce", "consume", "admin"]
-SCOPES: tuple[KeyScope, ...] = ("produce", "consume", "admin")
+KeyScope = Literal["produce", "consume", "admin", "metrics"]
+SCOPES: tuple[KeyScope, ...] = ("produce", "consume", "admin", "metrics")
+# The scopes that reach jobs; a key holding none of them (only `metrics`) reaches GET /metrics alone.
+JOB_SCOPES = frozenset({"produce", "consume", "admin"})
 QUEUE_PATTERN_RE = re.compile(r"[A-Za-z0-9_.:*-]{1,128}")
 
 # jobq_<selector>_<secret>: the selector (48 bits, not secret) finds the row; the secret (256 bits) is
@@ -100,13 +106,16 @@ def queue_alternation(patterns: Iterable[str]) -> str:
 
 
 def require(request: Request, scope: KeyScope | None = None, queue: str | None = None) -> Principal:
-    """The caller, if it holds `scope` (admin holds every scope) and may use `queue`; else 401 or 403."""
+    """The caller, if it holds `scope` (admin holds every scope; no scope: any that reaches jobs) and may use
+    `queue`; else 401 or 403."""
     principal: Principal | None = request.scope.get("state", {}).get("principal")
     if principal is None:
         # Only reachable if the Authenticate layer did not run for this request: fail closed.
         raise Unauthorized()
     if scope is not None and not principal.has(scope):
         raise Forbidden(f"This API key lacks the `{scope}` scope.")
+    if scope is None and principal.scopes.isdisjoint(JOB_SCOPES):
+        raise Forbidden("This API key has only the `metrics` scope: it may read GET /metrics and nothing else.")
     if queue is not None and not principal.allows(queue):
         raise Forbidden(f"This API key may not use queue `{queue}`.")
     return principal

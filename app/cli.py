@@ -213,6 +213,11 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int
     except ValueError as exc:
         print(f"jobq keys create: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if "metrics" in scopes and args.queue:
+        # The schema refuses it too (migrations/0006); saying why here beats a constraint name.
+        print("jobq keys create: --scope metrics reaches /metrics, which covers every queue: drop --queue, "
+              "or create a separate key for the queue-limited scopes", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     for _ in range(3):  # a selector already taken (48 random bits): draw again
         key, selector, key_hash = auth.new_key()
         try:
@@ -222,7 +227,13 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int
             if "name" in (exc.diag.constraint_name or ""):
                 print(f"jobq keys create: a live key is already named {args.name!r}", file=sys.stderr)
                 return EXIT_USAGE
-        except psycopg.errors.CheckViolation:
+        except psycopg.errors.CheckViolation as exc:
+            if exc.diag.constraint_name == "api_keys_scopes_check":  # valid here: a schema from before 0006
+                print(f"jobq keys create: the database does not accept the scopes {', '.join(scopes)} yet "
+                      "(its schema is older than this jobq); run `jobq migrate` first", file=sys.stderr)  # fmt: skip
+                return EXIT_FAILURE
+            if exc.diag.constraint_name != "api_keys_name_check":
+                raise  # the checks above cover the other constraints
             print(f"jobq keys create: invalid name {args.name!r}: a letter, then [A-Za-z0-9_.:@-], at most 64",
                   file=sys.stderr)  # fmt: skip
             return EXIT_USAGE
@@ -415,8 +426,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Create a key. It is printed once on standard output; only its SHA-256 is stored.",
     )
     create.add_argument("--name", required=True, help="a label for operators (unique among live keys)")
-    create.add_argument("--scope", action="append", required=True, choices=["produce", "consume", "admin"],
-                        help="repeat for several; admin includes the others")  # fmt: skip
+    create.add_argument("--scope", action="append", required=True, choices=["produce", "consume", "admin", "metrics"],
+                        help="repeat for several; admin includes the others; metrics reaches GET /metrics only "
+                             "(for a scraper) and takes no --queue")  # fmt: skip
     create.add_argument("--queue", action="append", metavar="PATTERN",
                         help="limit the key to queues matching PATTERN (`*` = any characters); repeat for "
                              "several; default: every queue")  # fmt: skip

@@ -131,7 +131,8 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
                     "description": (
                         "An API key (`jobq keys create`, or JOBQ_API_KEY): `Authorization: Bearer jobq_...`. "
                         "Scopes: produce (enqueue), consume (claim, heartbeat, complete, fail), admin (all, "
-                        "plus stats, listings and admin actions), optionally limited to queue-name patterns. "
+                        "plus stats, listings, admin actions and /metrics), metrics (GET /metrics only), "
+                        "optionally limited to queue-name patterns (not a key with metrics). "
                         "Required unless the server runs open on a loopback address."
                     ),
                 }

@@ -11,6 +11,9 @@ import pytest
 from psycopg import errors as pg_errors
 from psycopg import sql
 
+from app import store_keys
+from app.auth import new_key
+from app.cli import main as jobq
 from app.migrate import MigrationError, load_migrations, migrate
 from tests.conftest import _with_db, make_settings
 from tests.support import LiveServer, TcpProxy, problem
@@ -61,6 +64,41 @@ def test_an_edited_migration_is_refused(empty_database: str, tmp_path: Path) -> 
     first.write_text(first.read_text() + "\n-- edited\n")
     with pytest.raises(MigrationError, match="changed after it was applied"):
         migrate(empty_database, tmp_path)
+
+
+def test_the_metrics_scope_migrates_a_database_that_has_keys(  # type: ignore[no-untyped-def]
+    empty_database: str, tmp_path: Path, server_factory, capsys
+) -> None:
+    """0006 on top of a database at 0005: the keys it holds are kept and keep working; `metrics` is accepted
+    only afterwards (before, `jobq keys create` says to migrate)."""
+    for m in load_migrations():
+        if m.version <= 5:
+            (tmp_path / m.name).write_text(m.sql)
+    assert migrate(empty_database, tmp_path)[-1] == "0005_api_keys.sql"
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        keys = {}
+        for name, scopes, queues in (("ops", ["admin"], ["team-a.*"]), ("mailer", ["produce"], None)):
+            keys[name], selector, key_hash = new_key()
+            store_keys.api_key_insert(conn, name, selector, key_hash, scopes, queues)
+        store_keys.api_key_revoke(conn, "mailer")
+        keys["mailer"], selector, key_hash = new_key()
+        store_keys.api_key_insert(conn, "mailer", selector, key_hash, ["produce"], None)
+        before = conn.execute("SELECT * FROM api_keys ORDER BY id").fetchall()
+    assert jobq(["keys", "create", "--database-url", empty_database, "--name", "m", "--scope", "metrics"]) == 1
+    assert "jobq migrate" in capsys.readouterr().err
+
+    assert migrate(empty_database) == ["0006_metrics_scope.sql"]
+    assert migrate(empty_database) == []
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        assert conn.execute("SELECT * FROM api_keys ORDER BY id").fetchall() == before
+    assert jobq(["keys", "create", "--database-url", empty_database, "--name", "m", "--scope", "metrics"]) == 0
+    scraper = capsys.readouterr().out.strip()
+
+    server: LiveServer = server_factory(database=empty_database, auth="on")
+    auth = {name: {"authorization": f"Bearer {key}"} for name, key in {**keys, "scraper": scraper}.items()}
+    assert server.client.post("/queues/q/jobs", json={"payload": 1}, headers=auth["mailer"]).status_code == 201
+    assert server.client.get("/queues/team-a.x/stats", headers=auth["ops"]).status_code == 200
+    assert server.client.get("/metrics", headers=auth["scraper"]).status_code == 200
 
 
 def test_the_schema_holds_the_state_machine(db: psycopg.Connection) -> None:

@@ -138,8 +138,8 @@ def test_every_operation_states_its_security() -> None:
                 continue
             assert op["security"] == [{"bearerKey": []}], (method, path)
             assert "401" in op["responses"], (method, path)
-            if op["operationId"] != "getJob":  # any key may read a job; one outside its queues is a 404
-                assert "403" in op["responses"], (method, path)
+            # getJob too: a key with only the `metrics` scope may not read jobs (one outside its queues is a 404)
+            assert "403" in op["responses"], (method, path)
 
 
 def test_payloads_and_results_state_what_jsonb_can_hold() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import os
 import subprocess
@@ -297,6 +298,104 @@ def test_an_admin_key_limited_to_queues_sees_and_acts_on_those_only(
         assert ops.post(f"/jobs/{mine['id']}/cancel").json()["status"] == "cancelled"
         problem(ops.get("/metrics"), 403, "forbidden")  # covers every queue
     assert admin.get(f"/jobs/{theirs['id']}").json()["status"] == "pending"
+
+
+# --- the metrics scope: GET /metrics and nothing else ----------------------------------------------------------
+
+
+def test_a_metrics_key_reads_metrics_and_nothing_else(
+    secured: LiveServer, db: psycopg.Connection, admin: httpx.Client
+) -> None:
+    """A scraper's key: /metrics, and 403 on every other route a key can reach, with nothing changed."""
+    job = enqueue(admin, "q")
+    enqueue(admin, "w")
+    claimed = claim_one(admin, "w")
+    token = {"claim_token": claimed["claim_token"]}
+    before = db.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+    scraper = as_key(secured, create_key(db, "prometheus", ["metrics"]))
+
+    r = scraper.get("/metrics")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain") and "jobq_jobs_enqueued_total" in r.text
+
+    denied: list[tuple[str, str, dict[str, Any] | None]] = [
+        *((m, p.format(q="q", job=job["id"]), b) for m, p, b in OPERATOR_CALLS if p != "/metrics"),
+        ("GET", f"/jobs/{job['id']}", None),
+        ("POST", "/queues/q/jobs", {"payload": 1}),
+        ("POST", "/queues/q/jobs/batch", {"jobs": [{"payload": 1}]}),
+        ("POST", "/queues/q/claim", {"worker": "w"}),
+        ("POST", f"/jobs/{claimed['id']}/heartbeat", token),
+        ("POST", f"/jobs/{claimed['id']}/complete", token),
+        ("POST", f"/jobs/{claimed['id']}/fail", {**token, "error": "e"}),
+        ("POST", "/jobs/complete", {"jobs": [{"id": claimed["id"], **token}]}),
+    ]
+    for method, url, body in denied:
+        problem(scraper.request(method, url, json=body), 403, "forbidden")
+    assert "metrics" in problem(scraper.get(f"/jobs/{job['id']}"), 403, "forbidden")["detail"]
+    assert db.execute("SELECT * FROM jobs ORDER BY id").fetchall() == before
+    assert db.execute("SELECT count(*) FROM queue_state").fetchone() == (0,)  # the pause did not happen
+
+
+def test_metrics_is_reached_by_metrics_and_admin_keys_only(
+    secured: LiveServer, db: psycopg.Connection, admin: httpx.Client
+) -> None:
+    everything_but = as_key(secured, create_key(db, "worker", ["produce", "consume"]))
+    problem(everything_but.get("/metrics"), 403, "forbidden")
+    for scopes in (["produce"], ["consume"]):
+        body = problem(as_key(secured, create_key(db, scopes[0], scopes)).get("/metrics"), 403, "forbidden")
+        assert "metrics" in body["detail"]
+    assert admin.get("/metrics").status_code == 200  # the environment's key, as before
+    assert as_key(secured, create_key(db, "ops", ["admin"])).get("/metrics").status_code == 200
+    assert as_key(secured, create_key(db, "scraper", ["metrics"])).get("/metrics").status_code == 200
+
+
+def test_metrics_with_a_job_scope_reaches_both_and_no_more(
+    secured: LiveServer, db: psycopg.Connection, admin: httpx.Client
+) -> None:
+    """A job scope beside `metrics` is what opens GET /jobs/{id}; `metrics` adds nothing but /metrics."""
+    both = as_key(secured, create_key(db, "both", ["produce", "metrics"]))
+    job = enqueue(both, "q")
+    assert both.get(f"/jobs/{job['id']}").status_code == 200
+    assert both.get("/metrics").status_code == 200
+    problem(both.post("/queues/q/claim", json={"worker": "w"}), 403, "forbidden")
+    problem(both.get("/queues"), 403, "forbidden")
+    problem(both.get("/queues/q/stats"), 403, "forbidden")
+
+
+def test_a_metrics_key_is_never_limited_to_queues(database_url: str, db: psycopg.Connection, capsys) -> None:  # type: ignore[no-untyped-def]
+    """/metrics covers every queue, so a key holding `metrics` with queue patterns could do nothing: the CLI
+    refuses to make one (exit 2, like any bad flag), and so does the schema."""
+    for scopes in (["metrics"], ["metrics", "produce"], ["admin", "metrics"]):
+        flags = [arg for scope in scopes for arg in ("--scope", scope)]
+        assert jobq(["keys", "create", "--database-url", database_url, "--name", "m", *flags, "--queue", "q"]) == 2
+        out = capsys.readouterr()
+        assert out.out == "" and "--queue" in out.err and "every queue" in out.err
+    assert db.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)
+    with pytest.raises(psycopg.errors.CheckViolation, match="api_keys_metrics_every_queue_check"):
+        create_key(db, "m", ["metrics"], ["*"])
+    # Queue patterns stay fine for every other scope, admin included.
+    assert jobq(["keys", "create", "--database-url", database_url, "--name", "a", "--scope", "admin",
+                 "--queue", "q"]) == 0  # fmt: skip
+
+
+def test_cli_creates_and_lists_a_metrics_key_that_reads_metrics(  # type: ignore[no-untyped-def]
+    server_factory, database_url: str, capsys
+) -> None:
+    assert jobq(["keys", "create", "--database-url", database_url, "--name", "prometheus", "--scope", "metrics"]) == 0
+    out = capsys.readouterr()
+    key = out.out.strip()
+    assert "scopes metrics on every queue" in out.err
+    assert jobq(["keys", "list", "--database-url", database_url]) == 0
+    _header, row = capsys.readouterr().out.splitlines()
+    assert row.split()[1:5] == ["prometheus", f"jobq_{parse_key(key)[0]}_", "metrics", "*"]  # type: ignore[index]
+    assert jobq(["keys", "list", "--database-url", database_url, "--json"]) == 0
+    [doc] = json.loads(capsys.readouterr().out)
+    assert (doc["scopes"], doc["queues"]) == (["metrics"], None)
+
+    server: LiveServer = server_factory(auth="on")
+    with as_key(server, key) as c:
+        assert c.get("/metrics").status_code == 200
+        problem(c.get("/queues"), 403, "forbidden")
 
 
 # --- caching and revocation ---------------------------------------------------------------------------------
