@@ -375,7 +375,7 @@ def main() -> None:
         for n in clients:
             if preload_rows:
                 preload(url, preload_rows)
-            cpu = CpuSplit(service.pids()[1:])
+            cpu = CpuSplit(service.pids()[1:] or service.pids())  # --workers 1 serves in the supervisor
             rate = asyncio.run(timed(max(1, n // scale), args.seconds, 2, worker, cpu))
             measured.setdefault(key, {})[n] = rate
             cpu_split.setdefault(key, {})[n] = cpu.split
