@@ -45,6 +45,7 @@ from app.models import (
     Job,
     JobList,
     Problem,
+    ReleaseRequest,
 )
 from app.responses import json_response, problem_response
 from app.service import JobService
@@ -227,6 +228,24 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     async def fail_job(job_id: JobIdPath, body: FailRequest, request: Request) -> Response:
         who = require(request, "consume")
         return json_response(await service(request).fail(job_id, body, who.queue_regex))
+
+    @router.post(
+        "/jobs/{job_id:int}/release",
+        operation_id="releaseJob",
+        summary="Hand a claimed job back untried (the attempt is not counted)",
+        description="For a worker that must give a job back without having tried it (it is shutting down, or "
+        "lacks a resource right now): the job is `pending` again, claimable after `delay_seconds`, and the "
+        "claim's attempt is given back (`attempts` goes down by one; `last_error` is unchanged). Use `fail` "
+        "when the job was tried. The claim ends here: a repeated release with the same token is 409 "
+        "`claim-lost`. A job cancelled under this claim answers 409 `job-cancelled` and stays cancelled.",
+        tags=["workers"],
+        response_model=Job,
+        responses=_problems(*_WRITE, 404, 409),
+    )
+    @configured(body=c.release)
+    async def release_job(job_id: JobIdPath, body: ReleaseRequest, request: Request) -> Response:
+        who = require(request, "consume")
+        return json_response(await service(request).release(job_id, body, who.queue_regex))
 
     @router.post(
         "/jobs/complete",

@@ -99,6 +99,7 @@ SCHEMAS: dict[str, list[Any]] = {
         {"claim_token": _TOKEN, "error": "SMTP 451: try again later", "retry_in_seconds": 30},
         {"claim_token": _TOKEN, "error": "no such recipient", "retry": False},
     ],
+    "ReleaseRequest": [{"claim_token": _TOKEN}, {"claim_token": _TOKEN, "delay_seconds": 60}],
     "CompleteBatchRequest": [
         {"jobs": [{"id": 42, "claim_token": _TOKEN, "result": "sent"}, {"id": 43, "claim_token": _TOKEN}]}
     ],
@@ -199,7 +200,7 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
     503: {"database-unavailable": DatabaseUnavailable(), "not-ready": NotReady()},
 }
 
-_WORKER_WRITES = {"heartbeatJob", "completeJob", "failJob"}
+_WORKER_WRITES = {"heartbeatJob", "completeJob", "failJob", "releaseJob"}
 _JOB_ROUTES = {"getJob", "cancelJob", "retryJob", *_WORKER_WRITES}
 
 # Problems that only some operations give: by operationId or HTTP method.
@@ -219,6 +220,6 @@ ONLY_ON: dict[str, set[str]] = {
     },
     "job-not-found": _JOB_ROUTES,
     "claim-lost": _WORKER_WRITES,
-    "job-cancelled": {"completeJob", "failJob"},
+    "job-cancelled": {"completeJob", "failJob", "releaseJob"},
     "invalid-state": {"cancelJob", "retryJob"},
 }

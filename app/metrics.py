@@ -32,6 +32,9 @@ DURATION_BOUNDS_MS: tuple[float, ...] = (
     60_000, 120_000, 300_000, 600_000, 1_800_000, 3_600_000,
 )  # fmt: skip
 EVENTS = ("enqueued", "claimed", "completed", "failed", "retried", "lease_expired", "cancelled", "empty_claims")
+# Prometheus only: queue_stats has no column for them, so /queues/{queue}/stats does not show them (a
+# released job is neither a retry nor a failure there).
+COUNTER_ONLY_EVENTS = ("released",)
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -56,7 +59,7 @@ class Metrics:
         labels = ["queue"]
         self.jobs = {
             event: Counter(f"jobq_jobs_{event}_total", f"Jobs {event.replace('_', ' ')}.", labels, registry=reg)
-            for event in EVENTS
+            for event in (*EVENTS, *COUNTER_ONLY_EVENTS)
             if event != "empty_claims"
         }
         self.empty_claims = Counter(
@@ -119,7 +122,8 @@ class Metrics:
         if n <= 0:
             return
         self._child(event, queue).inc(n)
-        self._minute(queue).counts[event] += n
+        if event not in COUNTER_ONLY_EVENTS:
+            self._minute(queue).counts[event] += n
 
     def count_many(self, event: str, queues: Iterable[str]) -> None:
         totals: dict[str, int] = {}

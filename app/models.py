@@ -148,6 +148,11 @@ class _FailRequest(Body):
     retry: StrictBool = Field(True, description="false: fail the job for good now.")
 
 
+class _ReleaseRequest(Body):
+    claim_token: ClaimToken
+    delay_seconds: Seconds = Field(0, description="Claimable again after this long; 0: at once.")
+
+
 class CompleteItem(Body):
     id: JobId
     claim_token: ClaimToken
@@ -164,6 +169,7 @@ EnqueueBatchRequest = _EnqueueBatchRequest
 ClaimRequest = _ClaimRequest
 HeartbeatRequest = _HeartbeatRequest
 FailRequest = _FailRequest
+ReleaseRequest = _ReleaseRequest
 CompleteBatchRequest = _CompleteBatchRequest
 
 
@@ -258,6 +264,7 @@ class Contract:
     claim: type[ClaimRequest]
     heartbeat: type[HeartbeatRequest]
     fail: type[FailRequest]
+    release: type[ReleaseRequest]
     complete_batch: type[CompleteBatchRequest]
 
 
@@ -303,11 +310,20 @@ def build_contract(s: Settings) -> Contract:
     class FailRequest(_FailRequest):
         retry_in_seconds: delay | None = Field(None, description="Retry after this long instead of the backoff.")
 
+    class ReleaseRequest(_ReleaseRequest):
+        delay_seconds: delay = Field(0, description="Claimable again after this long (seconds); 0: at once.")
+
     class CompleteBatchRequest(_CompleteBatchRequest):
         jobs: list[CompleteItem] = Field(..., min_length=1, max_length=s.max_batch_complete)
 
     return Contract(
-        EnqueueRequest, EnqueueBatchRequest, ClaimRequest, HeartbeatRequest, FailRequest, CompleteBatchRequest
+        EnqueueRequest,
+        EnqueueBatchRequest,
+        ClaimRequest,
+        HeartbeatRequest,
+        FailRequest,
+        ReleaseRequest,
+        CompleteBatchRequest,
     )
 
 

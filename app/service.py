@@ -22,6 +22,7 @@ from app.models import (
     HeartbeatRequest,
     InvalidUnicode,
     JsonValueError,
+    ReleaseRequest,
     check_json_value,
     dump_json,
 )
@@ -224,6 +225,22 @@ class JobService:
         assert row is not None
         if changed:
             self.metrics.count("failed" if row[2] == "failed" else "retried", row[1])
+        return store.job_doc(row)
+
+    async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> Doc:
+        """Hand a claimed job back untried: pending again, the claim's attempt not counted. A job whose
+        cancel was requested answers job-cancelled, as complete does: the operator's cancel wins, and the
+        worker learns the job will not come back."""
+        async with self.db.connection() as conn:
+            outcome, row, changed = await store.job_release_claim(
+                conn, job_id, req.claim_token, req.delay_seconds, allowed
+            )
+        _raise_for(outcome)
+        assert row is not None
+        if changed:
+            self.metrics.count("released", row[1])
+            if req.delay_seconds == 0:
+                self.wake([row[1]])  # claimable now: waiting long-polls take it (later: the fallback poll)
         return store.job_doc(row)
 
     # -- reads -------------------------------------------------------------------------------------------------------

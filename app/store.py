@@ -517,6 +517,47 @@ async def job_fail(
     return _job_outcome(token, job, ("pending", "failed")), job, False
 
 
+JOB_RELEASE_CLAIM = f"""
+WITH released AS (
+  -- A worker hands back a job it did not try (shutting down, lacking a resource). Guarded like fail:
+  -- id + token + running + the caller's queues. The claim counted an attempt; untried, it is given
+  -- back, so the attempt budget and last_error stay as they were. The token, lease and claimed_at go
+  -- with the claim: a repeated release finds no claim (409), as would any other write with it.
+  UPDATE jobs AS j
+  SET status = 'pending', attempts = j.attempts - 1,
+      run_at = clock_timestamp() + make_interval(secs => %(delay)s::float8),
+      claimed_at = NULL, lease_expires_at = NULL, claim_token = NULL
+  WHERE j.id = %(id)s AND j.status = 'running' AND j.claim_token = %(token)s
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  RETURNING {JOB_COLUMNS}
+)
+SELECT true, * FROM released
+UNION ALL
+-- Else the row as found (to tell why not); a job outside the caller's queues is not found.
+SELECT false, {JOB_COLUMNS} FROM jobs j
+WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND NOT EXISTS (SELECT FROM released)
+"""
+
+
+async def job_release_claim(
+    conn: psycopg.AsyncConnection[Any], job_id: int, token: str, delay: float, allowed: str | None = None
+) -> Done:
+    """Hand a claimed job back to pending, due after `delay` seconds, without counting the attempt.
+    Unlike complete and fail, a repeat is not "ok": the token is gone with the claim (claim_lost).
+    (JOB_RELEASE above is the server's own hand-back of claims it could not deliver.)"""
+    cur = await conn.execute(JOB_RELEASE_CLAIM, {"id": job_id, "token": token, "delay": delay, "allowed": allowed})
+    row = await cur.fetchone()
+    if row is None:
+        return "not_found", None, False
+    job: Row | None = row[1:]
+    if row[0]:
+        return "ok", job, True
+    if job is not None and job[_STATUS] == "running" and job[_TOKEN] == token:  # finished concurrently
+        job = await job_get(conn, job_id, allowed)
+    return _job_outcome(token, job, ()), job, False
+
+
 # --- sweeper ------------------------------------------------------------------------------------------------
 
 JOB_RESCUE_EXPIRED = """

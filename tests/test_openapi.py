@@ -86,9 +86,10 @@ def test_problem_answers_are_documented_per_operation() -> None:
     doc = published_document()
     ops = {op["operationId"]: op for _, _, op in _operations(doc)}
     writes = {"400", "413", "415", "422", "503"}
-    for op_id in ("enqueueJob", "enqueueJobs", "claimJobs", "heartbeatJob", "completeJob", "failJob", "completeJobs"):
+    hot = ("enqueueJob", "enqueueJobs", "claimJobs", "heartbeatJob", "completeJob", "failJob", "completeJobs")
+    for op_id in (*hot, "releaseJob"):
         assert writes <= ops[op_id]["responses"].keys(), op_id
-    for op_id in ("heartbeatJob", "completeJob", "failJob"):
+    for op_id in ("heartbeatJob", "completeJob", "failJob", "releaseJob"):
         examples = ops[op_id]["responses"]["409"]["content"]["application/problem+json"]["examples"]
         assert "claim-lost" in examples and {"404", "409"} <= ops[op_id]["responses"].keys()
     assert "429" in ops["claimJobs"]["responses"]

@@ -190,7 +190,7 @@ def test_scopes_decide_what_a_key_may_do(secured: LiveServer, db: psycopg.Connec
 
     c = claim_one(consumer, "q")
     token = {"claim_token": c["claim_token"]}
-    for path, extra in (("heartbeat", {}), ("complete", {}), ("fail", {"error": "e"})):
+    for path, extra in (("heartbeat", {}), ("complete", {}), ("fail", {"error": "e"}), ("release", {})):
         problem(producer.post(f"/jobs/{c['id']}/{path}", json={**token, **extra}), 403, "forbidden")
     problem(producer.post("/jobs/complete", json={"jobs": [{"id": c["id"], **token}]}), 403, "forbidden")
     assert consumer.post(f"/jobs/{c['id']}/heartbeat", json=token).status_code == 200
@@ -233,6 +233,7 @@ def test_a_key_cannot_touch_or_see_jobs_of_other_queues(
             ("heartbeat", {"claim_token": token}),
             ("complete", {"claim_token": token, "result": 1}),
             ("fail", {"claim_token": token, "error": "e", "retry": False}),
+            ("release", {"claim_token": token}),
         ):
             r_theirs = c.post(f"/jobs/{theirs['id']}/{path}", json=body)
             r_missing = c.post(f"/jobs/{missing}/{path}", json=body)
