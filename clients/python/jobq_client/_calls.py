@@ -23,9 +23,10 @@ T = TypeVar("T")
 class Safety(Enum):
     """When a call may be sent again."""
 
-    # Repeating it changes nothing (reads; heartbeat, complete and fail with the same token), or the
-    # worst a repeat does is acceptable (claim: a lost answer leaves jobs claimed until their lease
-    # lapses, then the sweeper hands them out again).
+    # Repeating it changes nothing (reads; heartbeat, complete and fail with the same token; release,
+    # whose repeat gets 409 claim-lost since the first ended the claim), or the worst a repeat does is
+    # acceptable (claim: a lost answer leaves jobs claimed until their lease lapses, then the sweeper
+    # hands them out again).
     REPEATABLE = "repeatable"
     # Only when the server cannot have acted on it: the connection was never made, or a 429, which
     # refuses the request before any work. (Enqueue without an idempotency key: a 503 may come after
@@ -183,6 +184,11 @@ def fail(job_id: int, claim_token: str, error: str, *, retry_in_seconds: float |
     if not retry:
         body["retry"] = False
     return Call("failJob", "POST", f"/jobs/{int(job_id)}/fail", body, Safety.REPEATABLE, _job)
+
+
+def release(job_id: int, claim_token: str, *, delay_seconds: float) -> Call[Job]:
+    body = {"claim_token": claim_token, "delay_seconds": delay_seconds}
+    return Call("releaseJob", "POST", f"/jobs/{int(job_id)}/release", body, Safety.REPEATABLE, _job)
 
 
 def get_job(job_id: int) -> Call[Job]:

@@ -199,6 +199,12 @@ class Client(_Base):
         while attempts remain, or failed for good now with `retry=False`."""
         return self._send(_calls.fail(job_id, claim_token, error, retry_in_seconds=retry_in_seconds, retry=retry))
 
+    def release(self, job_id: int, claim_token: str, *, delay_seconds: float = 0) -> Job:
+        """Hand a claimed job back untried (shutting down, a resource missing right now): pending again,
+        claimable after `delay_seconds`, and the claim's attempt is not counted. Use fail() for a job that
+        was tried. The claim ends: a repeat, like any later call with this token, raises ClaimLost."""
+        return self._send(_calls.release(job_id, claim_token, delay_seconds=delay_seconds))
+
     # -- operators ----------------------------------------------------------------------------------------
 
     def get_job(self, job_id: int) -> Job:
@@ -313,6 +319,9 @@ class AsyncClient(_Base):
         self, job_id: int, claim_token: str, error: str, *, retry_in_seconds: float | None = None, retry: bool = True
     ) -> Job:
         return await self._send(_calls.fail(job_id, claim_token, error, retry_in_seconds=retry_in_seconds, retry=retry))
+
+    async def release(self, job_id: int, claim_token: str, *, delay_seconds: float = 0) -> Job:
+        return await self._send(_calls.release(job_id, claim_token, delay_seconds=delay_seconds))
 
     async def get_job(self, job_id: int) -> Job:
         return await self._send(_calls.get_job(job_id))

@@ -1,6 +1,7 @@
 """Worker: long-polls the queues it has handlers for, runs each job's handler (async on the event loop,
 sync in a thread of its own), heartbeats while it runs, then completes or fails the job. Stops cleanly
-on SIGTERM/SIGINT: no new claims, jobs in flight finish within a grace period or are handed back."""
+on SIGTERM/SIGINT: no new claims, jobs in flight finish within a grace period or are released (handed
+back without spending an attempt)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,15 @@ from typing import Any, TypeVar, Union
 
 from jobq_client._calls import RetryPolicy
 from jobq_client.client import AsyncClient
-from jobq_client.errors import Conflict, JobqError, NotFound, RateLimited, ServerError, TransportError
+from jobq_client.errors import (
+    Conflict,
+    JobNotFound,
+    JobqError,
+    NotFound,
+    RateLimited,
+    ServerError,
+    TransportError,
+)
 from jobq_client.models import Claim
 
 log = logging.getLogger("jobq_client.worker")
@@ -148,8 +157,9 @@ class Worker:
     says `cancel_requested`, means the job is no longer ours: the handler is told to stop and the job is
     neither completed nor failed. On stop (first SIGTERM/SIGINT, or `stop()`) the worker claims nothing
     more and waits up to `shutdown_grace` seconds for jobs in flight; jobs still running then (or at a
-    second signal) are handed back with a fail that asks for an immediate retry (that counts as an
-    attempt; on the last attempt the job ends `failed`)."""
+    second signal) are released: pending again at once for another worker, their attempt not counted and
+    their `last_error` untouched (a server without the release call gets a fail with an immediate retry
+    instead, which does count the attempt)."""
 
     def __init__(
         self,
@@ -394,8 +404,7 @@ class Worker:
         ctx = JobContext(claim)
         assert self._forced is not None
         if self._forced.is_set():  # claimed as the worker was told to stop now: hand it straight back
-            error = f"{SHUTDOWN}: handed back before the handler started"
-            await self._send(ctx, client.fail(ctx.id, claim.claim_token, error, retry_in_seconds=0))
+            await self._hand_back(client, ctx, "before the handler started")
             return
         self._active.add(ctx)
         beating = asyncio.create_task(self._heartbeats(client, ctx), name=f"jobq-heartbeat-{claim.id}")
@@ -427,8 +436,22 @@ class Worker:
             # A thread cannot be interrupted: its slot stays taken until it returns (or we stop now).
             await _first(asyncio.wait({work}), self._forced.wait())
         if ctx.stop_reason == SHUTDOWN:
-            error = f"{SHUTDOWN}: handed back before the handler finished"
+            await self._hand_back(client, ctx, "before the handler finished")
+
+    async def _hand_back(self, client: AsyncClient, ctx: JobContext, when: str) -> None:
+        """Release a job this worker will not finish: the attempt was not a real one, so it is given back."""
+        log.info("job %s: %s, released %s", ctx.id, SHUTDOWN, when)
+        try:
+            await client.release(ctx.id, ctx.claim.claim_token)
+        except NotFound as exc:
+            if isinstance(exc, JobNotFound):
+                _unrecorded(ctx, exc)
+                return
+            # No such route: a server older than the release call. Fail with an immediate retry instead.
+            error = f"{SHUTDOWN}: handed back {when}"
             await self._send(ctx, client.fail(ctx.id, ctx.claim.claim_token, error, retry_in_seconds=0))
+        except JobqError as exc:
+            _unrecorded(ctx, exc)
 
     async def _report(self, client: AsyncClient, ctx: JobContext, work: asyncio.Future[Any]) -> None:
         token = ctx.claim.claim_token
@@ -455,12 +478,8 @@ class Worker:
     async def _send(self, ctx: JobContext, call: Awaitable[Any]) -> None:
         try:
             await call
-        except Conflict as exc:
-            log.warning("job %s: claim lost before the outcome was recorded (%s)", ctx.id, exc)
-        except NotFound as exc:
-            log.warning("job %s: gone before the outcome was recorded (%s)", ctx.id, exc)
         except JobqError as exc:
-            log.error("job %s: could not record the outcome (%s); it will run again after its lease", ctx.id, exc)
+            _unrecorded(ctx, exc)
 
     async def _heartbeats(self, client: AsyncClient, ctx: JobContext) -> None:
         while True:
@@ -478,6 +497,16 @@ class Worker:
             if beat.cancel_requested:
                 ctx._stop(CANCEL_REQUESTED)
                 return
+
+
+def _unrecorded(ctx: JobContext, exc: JobqError) -> None:
+    """Log why a job's outcome (complete, fail, release) was not recorded."""
+    if isinstance(exc, Conflict):
+        log.warning("job %s: claim lost before the outcome was recorded (%s)", ctx.id, exc)
+    elif isinstance(exc, NotFound):
+        log.warning("job %s: gone before the outcome was recorded (%s)", ctx.id, exc)
+    else:
+        log.error("job %s: could not record the outcome (%s); it will run again after its lease", ctx.id, exc)
 
 
 def _discard_outcome(future: asyncio.Future[Any]) -> None:
