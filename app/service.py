@@ -225,6 +225,8 @@ class JobService:
         assert row is not None
         if changed:
             self.metrics.count("failed" if row[2] == "failed" else "retried", row[1])
+            if row[2] == "pending" and req.retry_in_seconds == 0:
+                self.wake([row[1]])  # a retry asked for now: waiting long-polls take it
         return store.job_doc(row)
 
     async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> Doc:

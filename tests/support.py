@@ -26,6 +26,26 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
         time.sleep(0.01)
 
 
+def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
+    """Wait until a parked long-poll on `queue` has nothing more under way: the queue announced to other
+    processes, the wake-up sender idle (an announcement is followed by one more look for jobs), and the
+    queue's claim dispatcher between statements."""
+    wakeups, broker = server.state.wakeups, server.state.broker
+
+    def settled() -> bool:
+        dispatcher = broker._queues.get(queue)
+        return (
+            broker.parked >= 1
+            and queue in wakeups._announced
+            and not (wakeups._present or wakeups._hello or wakeups._wake)
+            and (wakeups._sender_task is None or wakeups._sender_task.done())
+            and dispatcher is not None
+            and (dispatcher.task is None or dispatcher.task.done())
+        )
+
+    wait_until(settled, what=f"the long-poll on {queue} to settle")
+
+
 class LiveServer:
     """uvicorn serving create_app(settings) on 127.0.0.1:<free port>, lifespan included."""
 

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import LiveServer, problem
+from tests.support import LiveServer, problem, settle_long_poll
 
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
 
@@ -401,3 +401,28 @@ def test_get_job(server: LiveServer) -> None:
 @pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
 def test_wrong_method_is_405(server: LiveServer, method: str) -> None:
     problem(server.client.request(method, "/queues/q/jobs"), 405, "method-not-allowed")
+
+
+def test_a_retry_asked_for_now_wakes_a_waiting_long_poll(server_factory) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(poll_interval_seconds=60)  # no fallback poll within the wait
+    job = server.enqueue(payload=1)
+    c = server.claim_one(worker="first")
+    answer = server.claim_in_background(wait_seconds=20)
+    settle_long_poll(server)
+    # A waiting long-poll's queue is also looked at again each time its presence is renewed (every 2 s),
+    # so delivery alone does not show the wake-up: record the wake-ups the service sends, too.
+    woken: list[set[str]] = []
+    service, wake = server.state.jobs, server.state.jobs.wake
+    service.wake = lambda queues: (woken.append(set(queues)), wake(queues))[1]
+    r = server.client.post(
+        f"/jobs/{c['id']}/fail", json={"claim_token": c["claim_token"], "error": "boom", "retry_in_seconds": 0}
+    )
+    assert r.status_code == 200 and r.json()["status"] == "pending"
+    assert woken == [{"q"}]
+    [c] = answer()
+    assert (c["id"], c["attempts"]) == (job["id"], 2)
+    # A retry with backoff is not claimable yet: no wake-up for it.
+    woken.clear()
+    r = server.client.post(f"/jobs/{c['id']}/fail", json={"claim_token": c["claim_token"], "error": "boom"})
+    assert r.status_code == 200 and r.json()["status"] == "pending"
+    assert woken == []
