@@ -71,7 +71,8 @@ def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         403: "The API key lacks the scope, or may not use this queue.",
         404: "No such job (or none that this key may see).",
         409: "`claim-lost`: the token no longer holds the job (lease lapsed, job reclaimed or finished); "
-        "`invalid-state`: the job was cancelled under this claim. Either way: stop, do not complete it.",
+        "`job-cancelled`: an operator cancelled the job under this claim. Either way the worker stops and "
+        "does not complete it. `invalid-state` (admin actions): the job's status does not allow the action.",
         413: "Body larger than the server accepts.",
         415: "Body is not application/json.",
         422: "Request breaks the contract (see `errors`).",
