@@ -79,6 +79,7 @@ _WINDOW = {
     "failures": 1,
     "lease_expired": 2,
     "cancelled": 0,
+    "released": 3,
     "empty_claims_with_ready_jobs": 5,
     "duration": _DURATION,
 }

@@ -31,10 +31,13 @@ DURATION_BOUNDS_MS: tuple[float, ...] = (
     5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000,
     60_000, 120_000, 300_000, 600_000, 1_800_000, 3_600_000,
 )  # fmt: skip
-EVENTS = ("enqueued", "claimed", "completed", "failed", "retried", "lease_expired", "cancelled", "empty_claims")
-# Prometheus only: queue_stats has no column for them, so /queues/{queue}/stats does not show them (a
-# released job is neither a retry nor a failure there).
-COUNTER_ONLY_EVENTS = ("released",)
+# Each is a jobq_jobs_{event}_total counter (empty_claims: jobq_claims_empty_with_ready_total) and a
+# column of queue_stats. `released` (handed back untried, attempt given back) is neither a retry nor a
+# failure.
+EVENTS = (
+    "enqueued", "claimed", "completed", "failed", "retried", "lease_expired", "cancelled", "released",
+    "empty_claims",
+)  # fmt: skip
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -59,7 +62,7 @@ class Metrics:
         labels = ["queue"]
         self.jobs = {
             event: Counter(f"jobq_jobs_{event}_total", f"Jobs {event.replace('_', ' ')}.", labels, registry=reg)
-            for event in (*EVENTS, *COUNTER_ONLY_EVENTS)
+            for event in EVENTS
             if event != "empty_claims"
         }
         self.empty_claims = Counter(
@@ -122,8 +125,7 @@ class Metrics:
         if n <= 0:
             return
         self._child(event, queue).inc(n)
-        if event not in COUNTER_ONLY_EVENTS:
-            self._minute(queue).counts[event] += n
+        self._minute(queue).counts[event] += n
 
     def count_many(self, event: str, queues: Iterable[str]) -> None:
         totals: dict[str, int] = {}

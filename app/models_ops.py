@@ -37,6 +37,10 @@ class WindowStats(BaseModel):
     failures: int = Field(description="Jobs that failed for good (terminal), by a worker or the sweeper.")
     lease_expired: int = Field(description="Claims whose lease lapsed and that the sweeper recovered.")
     cancelled: int = Field(description="Jobs cancelled by an operator.")
+    released: int = Field(
+        description="Claimed jobs handed back untried by their worker (POST /jobs/{id}/release); the attempt is "
+        "given back, so a queue whose jobs are released again and again never fails them: watch this."
+    )
     empty_claims_with_ready_jobs: int = Field(
         description="Claim requests answered empty while ready jobs existed (all locked by other claims, "
         "or the queue paused): a sign of contention or of a paused queue."

@@ -80,7 +80,7 @@ class OpsService:
         async with self.db.connection() as conn:
             r = await store_ops.queue_stats(conn, queue, seconds)
         (ready, scheduled, oldest, running, completed, failed, cancelled, on_last, one_left,
-         w_enq, w_claimed, w_done, w_failed, w_retried, w_expired, w_cancelled, w_empty,
+         w_enq, w_claimed, w_done, w_failed, w_retried, w_expired, w_cancelled, w_released, w_empty,
          w_max, w_hist, paused, as_of) = r  # fmt: skip
         max_ms = round(float(w_max), 3) if w_max is not None and w_done else None
         return {
@@ -100,6 +100,7 @@ class OpsService:
                 "failures": int(w_failed),
                 "lease_expired": int(w_expired),
                 "cancelled": int(w_cancelled),
+                "released": int(w_released),
                 "empty_claims_with_ready_jobs": int(w_empty),
                 "duration": {
                     "count": int(w_done),

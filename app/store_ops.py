@@ -17,12 +17,12 @@ from app.store import JOB_COLUMNS, Row, as_json, count_finished
 STATS_ADD = """
 -- Add one process's per-minute counts; concurrent flushes from replicas add up.
 INSERT INTO queue_stats AS s (queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired,
-                              cancelled, empty_claims, duration_max_ms, durations_ms)
-SELECT queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired, cancelled,
+                              cancelled, released, empty_claims, duration_max_ms, durations_ms)
+SELECT queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired, cancelled, released,
        empty_claims, duration_max_ms, durations_ms
 FROM json_to_recordset(%(rows)s::json) AS t(queue_name text, minute timestamptz, enqueued bigint, claimed bigint,
-     completed bigint, failed bigint, retried bigint, lease_expired bigint, cancelled bigint, empty_claims bigint,
-     duration_max_ms float8, durations_ms bigint[])
+     completed bigint, failed bigint, retried bigint, lease_expired bigint, cancelled bigint, released bigint,
+     empty_claims bigint, duration_max_ms float8, durations_ms bigint[])
 ON CONFLICT (queue_name, minute) DO UPDATE SET
   enqueued = s.enqueued + EXCLUDED.enqueued,
   claimed = s.claimed + EXCLUDED.claimed,
@@ -31,6 +31,7 @@ ON CONFLICT (queue_name, minute) DO UPDATE SET
   retried = s.retried + EXCLUDED.retried,
   lease_expired = s.lease_expired + EXCLUDED.lease_expired,
   cancelled = s.cancelled + EXCLUDED.cancelled,
+  released = s.released + EXCLUDED.released,
   empty_claims = s.empty_claims + EXCLUDED.empty_claims,
   duration_max_ms = greatest(s.duration_max_ms, EXCLUDED.duration_max_ms),
   durations_ms = (SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
@@ -67,7 +68,8 @@ WITH pending AS (
   SELECT coalesce(sum(enqueued), 0) AS enqueued, coalesce(sum(claimed), 0) AS claimed,
          coalesce(sum(completed), 0) AS completed, coalesce(sum(failed), 0) AS failed,
          coalesce(sum(retried), 0) AS retried, coalesce(sum(lease_expired), 0) AS lease_expired,
-         coalesce(sum(cancelled), 0) AS cancelled, coalesce(sum(empty_claims), 0) AS empty_claims,
+         coalesce(sum(cancelled), 0) AS cancelled, coalesce(sum(released), 0) AS released,
+         coalesce(sum(empty_claims), 0) AS empty_claims,
          max(duration_max_ms) AS duration_max_ms,
          (SELECT array_agg(total ORDER BY i) FROM (
             SELECT i, sum(v)::bigint AS total FROM queue_stats q2, unnest(q2.durations_ms) WITH ORDINALITY AS u(v, i)
@@ -78,8 +80,8 @@ WITH pending AS (
 )
 SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready), r.running,
        f.completed, f.failed, f.cancelled, l.on_last, l.one_left,
-       w.enqueued, w.claimed, w.completed, w.failed, w.retried, w.lease_expired, w.cancelled, w.empty_claims,
-       w.duration_max_ms, w.durations_ms,
+       w.enqueued, w.claimed, w.completed, w.failed, w.retried, w.lease_expired, w.cancelled, w.released,
+       w.empty_claims, w.duration_max_ms, w.durations_ms,
        coalesce((SELECT paused FROM queue_state WHERE queue_name = %(queue)s), false),
        now()
 FROM pending p, running r, finished f, last_attempts l, window_ w

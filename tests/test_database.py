@@ -87,18 +87,58 @@ def test_the_metrics_scope_migrates_a_database_that_has_keys(  # type: ignore[no
     assert jobq(["keys", "create", "--database-url", empty_database, "--name", "m", "--scope", "metrics"]) == 1
     assert "jobq migrate" in capsys.readouterr().err
 
-    assert migrate(empty_database) == ["0006_metrics_scope.sql"]
-    assert migrate(empty_database) == []
+    (tmp_path / "0006_metrics_scope.sql").write_text(next(m.sql for m in load_migrations() if m.version == 6))
+    assert migrate(empty_database, tmp_path) == ["0006_metrics_scope.sql"]  # not the later ones
+    assert migrate(empty_database, tmp_path) == []
     with psycopg.connect(empty_database, autocommit=True) as conn:
         assert conn.execute("SELECT * FROM api_keys ORDER BY id").fetchall() == before
     assert jobq(["keys", "create", "--database-url", empty_database, "--name", "m", "--scope", "metrics"]) == 0
     scraper = capsys.readouterr().out.strip()
 
+    migrate(empty_database)  # the later migrations, as a start of the service would
     server: LiveServer = server_factory(database=empty_database, auth="on")
     auth = {name: {"authorization": f"Bearer {key}"} for name, key in {**keys, "scraper": scraper}.items()}
     assert server.client.post("/queues/q/jobs", json={"payload": 1}, headers=auth["mailer"]).status_code == 201
     assert server.client.get("/queues/team-a.x/stats", headers=auth["ops"]).status_code == 200
     assert server.client.get("/metrics", headers=auth["scraper"]).status_code == 200
+
+
+def test_released_stats_migrate_a_database_that_has_stats(  # type: ignore[no-untyped-def]
+    empty_database: str, tmp_path: Path, server_factory
+) -> None:
+    """0007 on top of a database at 0006: existing per-minute rows are kept (released 0) without a rewrite
+    of queue_stats, and a release is then counted in the same window as them."""
+    for m in load_migrations():
+        if m.version <= 6:
+            (tmp_path / m.name).write_text(m.sql)
+    assert migrate(empty_database, tmp_path)[-1] == "0006_metrics_scope.sql"
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO queue_stats (queue_name, minute, enqueued, claimed, completed, retried)"
+            " SELECT q, date_trunc('minute', now()) - interval '1 minute', 5, 4, 3, 1"
+            " FROM unnest(ARRAY['q', 'other']) AS q"
+        )
+        before = conn.execute("SELECT * FROM queue_stats ORDER BY queue_name").fetchall()
+        (file_before,) = conn.execute("SELECT pg_relation_filenode('queue_stats')").fetchone()  # type: ignore[misc]
+
+    (tmp_path / "0007_queue_stats_released.sql").write_text(next(m.sql for m in load_migrations() if m.version == 7))
+    assert migrate(empty_database, tmp_path) == ["0007_queue_stats_released.sql"]
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        after = conn.execute("SELECT * FROM queue_stats ORDER BY queue_name").fetchall()
+        assert [r[:-1] for r in after] == before  # every old column as it was, released added last
+        assert [r[-1] for r in after] == [0, 0]
+        # Metadata-only: the table was not rewritten (a rewrite gives it a new file).
+        assert conn.execute("SELECT pg_relation_filenode('queue_stats')").fetchone() == (file_before,)
+
+    migrate(empty_database)  # the later migrations, as a start of the service would
+    server: LiveServer = server_factory(database=empty_database)
+    job = server.enqueue(payload=1)
+    claim = server.claim_one()
+    body = {"claim_token": claim["claim_token"]}
+    assert server.client.post(f"/jobs/{job['id']}/release", json=body).status_code == 200
+    server.run(lambda: server.state.metrics.flush(server.state.db))
+    w = server.client.get("/queues/q/stats").json()["window"]
+    assert (w["enqueued"], w["claimed"], w["completed"], w["retries"], w["released"]) == (6, 5, 3, 1, 1)
 
 
 def test_the_schema_holds_the_state_machine(db: psycopg.Connection) -> None:

@@ -149,13 +149,16 @@ def test_release_wakes_a_waiting_long_poll(server_factory) -> None:  # type: ign
 
 
 def test_release_is_counted_but_is_no_retry_or_failure(server: LiveServer) -> None:
-    server.enqueue(payload=1)
-    c = server.claim_one()
-    assert release(server, c).status_code == 200
+    """A job every worker hands back never fails: the stats window shows the releases, and no retry or
+    failure, so that the loop is visible."""
+    server.enqueue(payload=1, max_attempts=1)
+    for _ in range(3):
+        assert release(server, server.claim_one()).status_code == 200
     flush(server)
     w = stats(server)["window"]
-    assert (w["claimed"], w["retries"], w["failures"], w["lease_expired"]) == (1, 0, 0, 0)
+    assert (w["claimed"], w["released"], w["retries"], w["failures"], w["lease_expired"]) == (3, 3, 0, 0, 0)
+    assert server.claim_one()["attempts"] == 1  # still on its only attempt: it never fails
     text = server.client.get("/metrics").text
-    assert metric(text, "jobq_jobs_released_total", queue="q") == 1
+    assert metric(text, "jobq_jobs_released_total", queue="q") == 3
     assert metric(text, "jobq_jobs_retried_total", queue="q") in (None, 0)
     assert metric(text, "jobq_jobs_failed_total", queue="q") in (None, 0)

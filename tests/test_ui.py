@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.support import LiveServer, problem
+from tests.test_operations import flush
 from tests.test_security import create_key
 
 ROOT = Path(__file__).parent.parent
@@ -191,6 +192,10 @@ def test_dashboard_shows_queues_and_acts_on_them_in_a_browser(browser: Any, serv
 
     for i in range(3):
         server.enqueue("emails", {"to": i})
+    leaving = server.claim_one("emails")  # handed back untried: shown with the window's figures
+    body = {"claim_token": leaving["claim_token"]}
+    assert server.client.post(f"/jobs/{leaving['id']}/release", json=body).status_code == 200
+    flush(server)
     doomed = server.enqueue("reports", {"html": XSS}, priority=10, max_attempts=1)
     server.enqueue("reports", {"n": 1})
     assert fail_for_good(server, "reports", f"boom {XSS}") == doomed["id"]
@@ -208,6 +213,9 @@ def test_dashboard_shows_queues_and_acts_on_them_in_a_browser(browser: Any, serv
     emails.get_by_role("link", name="emails").click()
     expect(page.get_by_role("heading", name="Queue emails")).to_be_visible()
     expect(page.get_by_role("table", name="Jobs by status")).to_contain_text("pending3")
+    window = page.get_by_role("table", name=re.compile(r"^Last \d+ minutes$"))
+    expect(window).to_contain_text("released untried1")
+    expect(window).to_contain_text("retries0")
     page.locator("#pause").click()
     expect(page.locator("#pause")).to_have_text("Resume")
     expect(page.locator("#banner")).to_contain_text("Queue emails paused")

@@ -311,7 +311,7 @@
           [["enqueued", w.enqueued], ["claimed", w.claimed], ["completed", w.completed],
             ["completions per minute", w.completions_per_minute.toFixed(1)], ["retries", w.retries],
             ["failures", w.failures], ["expired leases", w.lease_expired], ["cancelled", w.cancelled],
-            ["empty claims with ready jobs", w.empty_claims_with_ready_jobs]],
+            ["released untried", w.released], ["empty claims with ready jobs", w.empty_claims_with_ready_jobs]],
           `Last ${Math.round(w.seconds / 60)} minutes`,
         ),
         kvTable(
