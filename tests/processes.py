@@ -35,7 +35,7 @@ def run_jobq(*args: str, env: dict[str, str] | None = None, timeout: float = 120
 
 
 class ServeProcess:
-    """`jobq serve --port <free port> ARGS` with its output in a log file."""
+    """`jobq serve --port <port, by default a free one> ARGS` with its output in a log file."""
 
     def __init__(
         self,
@@ -43,9 +43,10 @@ class ServeProcess:
         log: Path,
         env: dict[str, str] | None = None,
         command: Sequence[str] = (JOBQ,),
+        port: int | None = None,
         **popen: Any,
     ) -> None:
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         with log.open("ab") as out:

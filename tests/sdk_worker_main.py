@@ -2,6 +2,7 @@
 appended to a log file, one line each ("start <id>", "done <id>").
 
 usage: python tests/sdk_worker_main.py URL QUEUE LOG [--work SECONDS | --block] [--concurrency N] [--grace S]
+                                      [--lease S]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def main() -> None:
     parser.add_argument("--block", action="store_true", help="handlers never return")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--grace", type=float, default=30.0)
+    parser.add_argument("--lease", type=int, default=30, help="lease_seconds of each claim")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     fd = os.open(args.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -30,7 +32,9 @@ def main() -> None:
     def note(line: str) -> None:
         os.write(fd, f"{line}\n".encode())  # one write per line: lines from threads never interleave
 
-    worker = Worker(args.url, concurrency=args.concurrency, shutdown_grace=args.grace, wait_seconds=5)
+    worker = Worker(
+        args.url, concurrency=args.concurrency, shutdown_grace=args.grace, wait_seconds=5, lease_seconds=args.lease
+    )
 
     @worker.handler(args.queue)
     def work(job: JobContext) -> dict[str, int]:
