@@ -629,3 +629,38 @@ def test_a_job_still_running_after_the_grace_is_handed_back(server: LiveServer, 
     after = server.job(job["id"])
     # Released, not failed: the attempt is given back and no error is recorded.
     assert (after["status"], after["attempts"], after["last_error"]) == ("pending", 0, None)
+
+
+@pytest.mark.parametrize("server_has_release", [True, False])
+def test_stopping_now_hands_a_running_job_back(server: LiveServer, server_has_release: bool) -> None:
+    """`stop(now=True)` hands back a job whose handler is still running: with `release`, so the attempt is
+    given back; against a server older than the release call (no such route: a plain 404), with a fail
+    that asks for an immediate retry, which costs the attempt but loses nothing."""
+    if not server_has_release:
+        api = server.app.api
+        api.router.routes = [r for r in api.router.routes if getattr(r, "operation_id", None) != "releaseJob"]
+    started, let_go = threading.Event(), threading.Event()
+    worker = Worker(server.url, concurrency=1, wait_seconds=1)
+
+    @worker.handler("q")
+    def stuck(job: JobContext) -> str:
+        started.set()
+        let_go.wait(60)
+        return "never sent"
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "stuck", max_attempts=3)
+        try:
+            with running(worker):
+                assert started.wait(60), "the handler never started"
+                worker.stop(now=True)
+                wait_until(lambda: jobq.get_job(job.id).status == "pending", what="the job handed back")
+        finally:
+            let_go.set()
+        back = jobq.get_job(job.id)
+    assert back.status == "pending"  # and not claimed again: stopping now also stops claiming
+    if server_has_release:
+        assert (back.attempts, back.last_error, back.result) == (0, None, None)
+    else:
+        assert back.attempts == 1 and back.last_error is not None and "handed back" in back.last_error
+        assert back.result is None

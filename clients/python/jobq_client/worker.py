@@ -241,6 +241,7 @@ class Worker:
     def _request_stop(self, now: bool = False) -> None:
         assert self._stopping is not None and self._forced is not None
         if now or self._stopping.is_set():
+            self._stopping.set()  # no new claims, also when the first request is already `now`
             if not self._forced.is_set():
                 log.warning("stopping now: handing back %d job(s) still running", len(self._active))
                 self._forced.set()
