@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 import threading
 from datetime import UTC, datetime, timedelta
@@ -218,6 +220,31 @@ def test_listing_rejects_bad_cursors_and_params(server: LiveServer) -> None:
     ):
         problem(server.client.get("/queues/q/jobs", params=params), 422, "validation-error")
 
+
+
+def test_listing_rejects_crafted_cursors(server: LiveServer) -> None:
+    """A cursor is client input: keys of the wrong type are a 422, never a 500 from the database layer."""
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(3)]})
+
+    def crafted(status: str | None, keys: list[Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps({"s": status, "k": keys}).encode()).decode().rstrip("=")
+
+    stamp = "2020-01-01T00:00:00+00:00"
+    for status, keys in (
+        ("pending", [{"a": 1}, stamp, 1]),
+        ("pending", [[1], stamp, 1]),
+        ("pending", [0, {"a": 1}, 1]),
+        ("pending", [0, stamp, [1]]),
+        ("pending", [0, "not a time", 1]),
+        ("pending", [2**80, stamp, 1]),
+        ("running", [stamp, {"x": 1}]),
+        ("completed", [[stamp], 1]),
+        (None, [{"x": 1}]),
+        (None, ["abc"]),
+        (None, [True]),
+    ):
+        params = {"cursor": crafted(status, keys), **({"status": status} if status else {})}
+        problem(server.client.get("/queues/q/jobs", params=params), 422, "validation-error")
 
 # --- admin actions --------------------------------------------------------------------------------------------
 
