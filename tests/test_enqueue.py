@@ -164,7 +164,6 @@ def test_a_key_twice_in_one_batch_names_one_job(server: LiveServer, db: psycopg.
     assert count_jobs(db) == 2
 
 
-
 def test_batches_with_the_same_keys_in_opposite_orders_do_not_deadlock(
     server: LiveServer, db: psycopg.Connection
 ) -> None:
@@ -178,7 +177,7 @@ def test_batches_with_the_same_keys_in_opposite_orders_do_not_deadlock(
         keys = [f"r{round_}-{i:03}" for i in range(200)]
         barrier = threading.Barrier(2)
 
-        def post(order: list[str]) -> None:
+        def post(order: list[str], barrier: threading.Barrier = barrier) -> None:
             with httpx.Client(base_url=server.url, timeout=30) as c:
                 barrier.wait()
                 batch = {"jobs": [{"payload": k, "idempotency_key": k} for k in order]}
@@ -201,6 +200,7 @@ def test_a_batch_keeps_its_order_in_ids_whatever_its_keys(server: LiveServer) ->
     assert [j["payload"] for j in out] == list(range(10))
     assert [j["id"] for j in out] == sorted(j["id"] for j in out)
     assert [c["payload"] for c in server.claim(limit=10)] == list(range(10))
+
 
 BAD_BODIES = [
     ({"payload": 1, "priority": "1"}, "string where an integer belongs"),
