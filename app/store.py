@@ -382,6 +382,11 @@ async def jobs_heartbeat(
     for beat, row in zip(beats, await cur.fetchall(), strict=True):
         if row[1] is not None:
             out.append(("ok", row[1]))
+        elif row[2] == "running" and row[3] == beat.token:
+            # Changed by a concurrent statement after our snapshot (a cancel, the sweeper, a complete):
+            # look again, so that a cancel is reported as such and not as a lost claim.
+            job = await job_get(conn, beat.id, beat.allowed)
+            out.append((_job_outcome(beat.token, job, ()), None))
         else:
             out.append((_outcome(beat.token, row[2], row[3], ()), None))
     return out

@@ -13,6 +13,7 @@ import httpx
 import psycopg
 import pytest
 
+from app import store_ops
 from tests.support import LiveServer, problem, wait_until
 
 FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -221,7 +222,6 @@ def test_listing_rejects_bad_cursors_and_params(server: LiveServer) -> None:
         problem(server.client.get("/queues/q/jobs", params=params), 422, "validation-error")
 
 
-
 def test_listing_rejects_crafted_cursors(server: LiveServer) -> None:
     """A cursor is client input: keys of the wrong type are a 422, never a 500 from the database layer."""
     server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(3)]})
@@ -245,6 +245,7 @@ def test_listing_rejects_crafted_cursors(server: LiveServer) -> None:
     ):
         params = {"cursor": crafted(status, keys), **({"status": status} if status else {})}
         problem(server.client.get("/queues/q/jobs", params=params), 422, "validation-error")
+
 
 # --- admin actions --------------------------------------------------------------------------------------------
 
@@ -280,6 +281,29 @@ def test_heartbeat_of_a_live_claim_says_not_cancelled(server: LiveServer) -> Non
     c = server.claim_one()
     body = post(server, f"/jobs/{c['id']}/heartbeat", {"claim_token": c["claim_token"]}).json()
     assert body["cancel_requested"] is False and body["lease_expires_at"] is not None
+
+
+def test_a_heartbeat_held_up_by_a_cancel_learns_of_the_cancel(server: LiveServer, database_url: str) -> None:
+    """A heartbeat that waits on the row while a cancel commits answers cancel_requested, as it would a
+    moment later: not claim-lost, which tells the worker it lost the job to someone else."""
+    job = server.enqueue(payload=1)
+    c = server.claim_one()
+    answers: list[httpx.Response] = []
+    with psycopg.connect(database_url) as tx:  # the operator's cancel, held open
+        row = tx.execute(store_ops.JOB_CANCEL, {"id": job["id"], "reason": None, "allowed": None}).fetchone()
+        assert row is not None and row[0] is True
+        beat = threading.Thread(
+            target=lambda: answers.append(
+                post(server, f"/jobs/{job['id']}/heartbeat", {"claim_token": c["claim_token"]})
+            )
+        )
+        beat.start()
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%%renewed%%'"
+        wait_until(lambda: tx.execute(waiting).fetchone() == (1,), what="the heartbeat to wait on the row")
+        tx.commit()
+        beat.join()
+    assert answers[0].status_code == 200, answers[0].text
+    assert answers[0].json() == {"id": job["id"], "lease_expires_at": None, "cancel_requested": True}
 
 
 def test_cancel_races_complete_cleanly(server: LiveServer, db: psycopg.Connection) -> None:
