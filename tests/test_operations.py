@@ -10,10 +10,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import orjson
 import psycopg
 import pytest
 
-from app import store_ops
+from app import store, store_ops
 from tests.support import LiveServer, problem, wait_until
 
 FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -283,7 +284,19 @@ def test_heartbeat_of_a_live_claim_says_not_cancelled(server: LiveServer) -> Non
     assert body["cancel_requested"] is False and body["lease_expires_at"] is not None
 
 
-def test_a_heartbeat_held_up_by_a_cancel_learns_of_the_cancel(server: LiveServer, database_url: str) -> None:
+def lock_waiters(db: psycopg.Connection, marker: str) -> int:
+    """Statements of this database waiting for a row lock whose text contains `marker`."""
+    row = db.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND strpos(query, %s) > 0",
+        (marker,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_heartbeat_held_up_by_a_cancel_learns_of_the_cancel(
+    server: LiveServer, db: psycopg.Connection, database_url: str
+) -> None:
     """A heartbeat that waits on the row while a cancel commits answers cancel_requested, as it would a
     moment later: not claim-lost, which tells the worker it lost the job to someone else."""
     job = server.enqueue(payload=1)
@@ -298,12 +311,47 @@ def test_a_heartbeat_held_up_by_a_cancel_learns_of_the_cancel(server: LiveServer
             )
         )
         beat.start()
-        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%%renewed%%'"
-        wait_until(lambda: tx.execute(waiting).fetchone() == (1,), what="the heartbeat to wait on the row")
+        wait_until(lambda: lock_waiters(db, "renewed") == 1, what="the heartbeat to wait on the row")
         tx.commit()
         beat.join()
     assert answers[0].status_code == 200, answers[0].text
     assert answers[0].json() == {"id": job["id"], "lease_expires_at": None, "cancel_requested": True}
+
+
+def test_a_cancel_held_up_by_a_complete_names_the_state_it_found(
+    server: LiveServer, db: psycopg.Connection, database_url: str
+) -> None:
+    """A cancel that waits on the row while a complete commits is refused for the job's real state."""
+    job = server.enqueue(payload=1)
+    c = server.claim_one()
+    answers: list[httpx.Response] = []
+    items = orjson.dumps([{"ord": 0, "id": job["id"], "token": c["claim_token"]}]).decode()
+    with psycopg.connect(database_url) as tx:  # the worker's complete, held open
+        tx.execute(store.JOB_COMPLETE_MANY, {"items": items, "full": True})
+        cancel = threading.Thread(target=lambda: answers.append(post(server, f"/jobs/{job['id']}/cancel")))
+        cancel.start()
+        wait_until(lambda: lock_waiters(db, "target") == 1, what="the cancel to wait on the row")
+        tx.commit()
+        cancel.join()
+    body = problem(answers[0], 409, "invalid-state")
+    assert "completed" in body["detail"], body
+
+
+def test_a_retry_held_up_by_a_redrive_names_the_state_it_found(
+    server: LiveServer, db: psycopg.Connection, database_url: str
+) -> None:
+    job = server.enqueue(payload=1)
+    fail(server, server.claim_one(), retry=False)
+    answers: list[httpx.Response] = []
+    with psycopg.connect(database_url) as tx:  # an operator's redrive, held open
+        tx.execute(store_ops.REDRIVE_BATCH, {"queue": "q", "contains": None, "batch": 10})
+        retry = threading.Thread(target=lambda: answers.append(post(server, f"/jobs/{job['id']}/retry")))
+        retry.start()
+        wait_until(lambda: lock_waiters(db, "retried") == 1, what="the retry to wait on the row")
+        tx.commit()
+        retry.join()
+    body = problem(answers[0], 409, "invalid-state")
+    assert "pending" in body["detail"], body
 
 
 def test_cancel_races_complete_cleanly(server: LiveServer, db: psycopg.Connection) -> None:
