@@ -492,6 +492,51 @@ def test_finished_counts_never_drift(server_factory, db: psycopg.Connection) -> 
             assert counts[status] == truth.get(status, 0), (status, counts, truth)
 
 
+def test_finished_counts_never_drift_with_releases_and_cancelled_claims(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """The transitions the mix above leaves out: release, a claim cancelled under its worker and then
+    swept, the worker's complete/fail/release after that cancel, and retention of every status."""
+    server: LiveServer = server_factory(
+        retention_completed_seconds=60, retention_failed_seconds=60, retention_cancelled_seconds=60,
+        sweep_batch_size=3,
+    )  # fmt: skip
+    rng = random.Random(3)
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i, "max_attempts": 2} for i in range(80)]})
+    held: list[dict[str, Any]] = []
+    for _ in range(8):
+        held.extend(server.claim(limit=15))
+        rng.shuffle(held)
+        kept = []
+        for c in held:
+            action = rng.choice(["complete", "fail", "fail_final", "cancel", "release", "abandon", "cancel_held"])
+            if action == "complete":
+                complete(server, c)
+            elif action == "fail":
+                fail(server, c, retry_in_seconds=0)
+            elif action == "fail_final":
+                fail(server, c, retry=False)
+            elif action == "release":
+                post(server, f"/jobs/{c['id']}/release", {"claim_token": c["claim_token"]})
+            else:
+                if action != "abandon":
+                    post(server, f"/jobs/{c['id']}/cancel")
+                kept.append(c)
+        server.run(lambda: server.state.sweeper.sweep_once(now=FUTURE))
+        for c in kept[:5]:  # the worker goes on after the cancel or the sweep: all refused
+            rng.choice([complete, fail])(server, c)
+            post(server, f"/jobs/{c['id']}/release", {"claim_token": c["claim_token"]})
+        held = kept[5:]
+        post(server, "/queues/q/redrive", {"limit": rng.randint(1, 5)})
+        for status in ("cancelled", "failed"):
+            for j in server.client.get("/queues/q/jobs", params={"status": status, "limit": 2}).json()["jobs"]:
+                post(server, f"/jobs/{j['id']}/retry")
+        if rng.random() < 0.5:
+            server.run(lambda: server.state.sweeper.retain_once(now=FUTURE))
+        truth = true_counts(db)
+        counts = stats(server)["counts"]
+        for status in ("completed", "failed", "cancelled", "running"):
+            assert counts[status] == truth.get(status, 0), (status, counts, truth)
+
+
 def test_the_sweeper_vacuums_the_jobs_table(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
     from app.sweeper import VACUUM_LOCK_KEY
 
