@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -42,12 +43,42 @@ def encode_cursor(status: str | None, keys: list[Any]) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+# The sort keys a cursor carries, per listing (store_ops.list_statement): smallint priority, bigint id,
+# timestamps as RFC 3339 text.
+_SMALLINT, _BIGINT, _TIME = (-(2**15), 2**15 - 1), (-(2**63), 2**63 - 1), "time"
+_CURSOR_KEYS: dict[str | None, tuple[Any, ...]] = {
+    "pending": (_SMALLINT, _TIME, _BIGINT),
+    "running": (_TIME, _BIGINT),
+    **{status: (_TIME, _BIGINT) for status in FINISHED},
+    None: (_BIGINT,),
+}
+
+
+def _cursor_key(kind: Any, value: Any) -> Any:
+    """One sort key of a cursor, checked against its column's type: a cursor is client input, and a key
+    of the wrong type must not reach SQL (psycopg cannot adapt a JSON object; a list becomes an array)."""
+    if kind == _TIME:
+        if not isinstance(value, str):
+            raise TypeError(value)
+        stamp = datetime.fromisoformat(value)
+        if stamp.tzinfo is None:
+            raise ValueError(value)
+        return stamp
+    low, high = kind
+    if type(value) is not int or not low <= value <= high:
+        raise TypeError(value)
+    return value
+
+
 def decode_cursor(cursor: str, status: str | None, width: int) -> list[Any]:
+    kinds = _CURSOR_KEYS.get(status, ())
     try:
         doc = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         keys = doc["k"]
-        ok = doc["s"] == status and isinstance(keys, list) and len(keys) == width
-    except (binascii.Error, ValueError, KeyError, TypeError):
+        ok = doc["s"] == status and isinstance(keys, list) and len(keys) == width == len(kinds)
+        if ok:
+            keys = [_cursor_key(kind, key) for kind, key in zip(kinds, keys, strict=True)]
+    except (binascii.Error, ValueError, KeyError, TypeError, OverflowError):
         ok = False
     if not ok:
         raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one")

@@ -111,17 +111,26 @@ class NewJob:
 
 JOB_INSERT_MANY = f"""
 WITH input AS (
-  SELECT * FROM json_to_recordset(%(batch)s::json)
+  -- Ids are drawn in the input's order (a volatile select-list expression is evaluated after the
+  -- ORDER BY): that is how rows without a key are matched back to their input, and ids are the last
+  -- tie-break of claim order, so a batch keeps its order.
+  SELECT t.*, nextval(pg_get_serial_sequence('jobs', 'id')) AS id
+  FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
          max_attempts int, idempotency_key text)
+  ORDER BY ord
 )
-INSERT INTO jobs AS j (queue_name, payload, priority, run_at, max_attempts, idempotency_key)
-SELECT queue_name, coalesce(payload, 'null'), priority,  -- json_to_recordset reads JSON null as NULL
+INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key)
+OVERRIDING SYSTEM VALUE
+SELECT id, queue_name, coalesce(payload, 'null'), priority,  -- json_to_recordset reads JSON null as NULL
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
        max_attempts, idempotency_key
 FROM input
--- Identity values follow this order, which is how rows without a key are matched back to their input.
-ORDER BY ord
+-- Rows are inserted in key order, not input order: every statement then takes the keys it waits on
+-- (a key inserted by a transaction still in flight) in one global order, so two batches holding the
+-- same keys in different orders cannot wait on each other in a cycle (a deadlock: one would fail).
+-- The first occurrence of a key twice in the input still wins (ord breaks the tie).
+ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ord
 -- A key already taken on this queue: insert nothing, the caller fetches the existing job.
 ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING {JOB_COLUMNS}
@@ -373,6 +382,11 @@ async def jobs_heartbeat(
     for beat, row in zip(beats, await cur.fetchall(), strict=True):
         if row[1] is not None:
             out.append(("ok", row[1]))
+        elif row[2] == "running" and row[3] == beat.token:
+            # Changed by a concurrent statement after our snapshot (a cancel, the sweeper, a complete):
+            # look again, so that a cancel is reported as such and not as a lost claim.
+            job = await job_get(conn, beat.id, beat.allowed)
+            out.append((_job_outcome(beat.token, job, ()), None))
         else:
             out.append((_outcome(beat.token, row[2], row[3], ()), None))
     return out

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from app.store import JOB_COLUMNS, Row, as_json, count_finished
+from app.store import JOB_COLUMNS, Row, as_json, count_finished, job_get
 
 # --- statistics -------------------------------------------------------------------------------------------
 
@@ -227,7 +227,7 @@ async def job_cancel(
     pending and running jobs change."""
     cur = await conn.execute(JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed})
     row = await cur.fetchone()
-    return None if row is None else (bool(row[0]), row[1:-1])
+    return None if row is None else await _settled(conn, job_id, allowed, bool(row[0]), row[1:-1], CANCELLABLE)
 
 
 JOB_RETRY = f"""
@@ -258,7 +258,27 @@ async def job_retry(
 ) -> tuple[bool, Row] | None:
     cur = await conn.execute(JOB_RETRY, {"id": job_id, "allowed": allowed})
     row = await cur.fetchone()
-    return None if row is None else (bool(row[0]), row[1:])
+    return None if row is None else await _settled(conn, job_id, allowed, bool(row[0]), row[1:], RETRYABLE)
+
+
+CANCELLABLE, RETRYABLE = ("pending", "running"), ("failed", "cancelled")
+
+
+async def _settled(
+    conn: psycopg.AsyncConnection[Any],
+    job_id: int,
+    allowed: str | None,
+    changed: bool,
+    row: Row,
+    could: tuple[str, ...],
+) -> tuple[bool, Row] | None:
+    """(changed, row) of an admin action. A refused row that still shows a status the action takes was
+    read before a concurrent statement changed it (the action waited on the row lock, then found it
+    changed): read it again, so that the refusal names the job's real state (None: deleted meanwhile)."""
+    if changed or row[2] not in could:
+        return changed, row
+    now = await job_get(conn, job_id, allowed)
+    return None if now is None else (False, now)
 
 
 REDRIVE_COUNT = """

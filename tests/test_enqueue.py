@@ -164,6 +164,44 @@ def test_a_key_twice_in_one_batch_names_one_job(server: LiveServer, db: psycopg.
     assert count_jobs(db) == 2
 
 
+def test_batches_with_the_same_keys_in_opposite_orders_do_not_deadlock(
+    server: LiveServer, db: psycopg.Connection
+) -> None:
+    """Two producers enqueue the same keys at once, in opposite orders. Each key names one job and
+    both requests succeed: the inserts take the keys in one order, so neither statement waits on the
+    other in a cycle (a deadlock, which PostgreSQL breaks by aborting one of them: a 503)."""
+    deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+    before = db.execute(deadlocks).fetchone()
+    codes: list[int] = []
+    for round_ in range(20):
+        keys = [f"r{round_}-{i:03}" for i in range(200)]
+        barrier = threading.Barrier(2)
+
+        def post(order: list[str], barrier: threading.Barrier = barrier) -> None:
+            with httpx.Client(base_url=server.url, timeout=30) as c:
+                barrier.wait()
+                batch = {"jobs": [{"payload": k, "idempotency_key": k} for k in order]}
+                codes.append(c.post("/queues/q/jobs/batch", json=batch).status_code)
+
+        threads = [threading.Thread(target=post, args=(order,)) for order in (keys, keys[::-1])]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert db.execute(deadlocks).fetchone() == before
+    assert sorted(set(codes)) == [201], codes
+    assert count_jobs(db) == 20 * 200
+
+
+def test_a_batch_keeps_its_order_in_ids_whatever_its_keys(server: LiveServer) -> None:
+    """Ids (the last tie-break of claim order) follow the batch's order, keyed jobs or not."""
+    jobs = [{"payload": i, **({"idempotency_key": f"k{9 - i}"} if i % 3 else {})} for i in range(10)]
+    out = server.client.post("/queues/q/jobs/batch", json={"jobs": jobs}).json()["jobs"]
+    assert [j["payload"] for j in out] == list(range(10))
+    assert [j["id"] for j in out] == sorted(j["id"] for j in out)
+    assert [c["payload"] for c in server.claim(limit=10)] == list(range(10))
+
+
 BAD_BODIES = [
     ({"payload": 1, "priority": "1"}, "string where an integer belongs"),
     ({"payload": 1, "priority": 1.5}, "fraction where an integer belongs"),

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import random
 import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import orjson
 import psycopg
 import pytest
 
+from app import store, store_ops
 from tests.support import LiveServer, problem, wait_until
 
 FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -219,6 +223,31 @@ def test_listing_rejects_bad_cursors_and_params(server: LiveServer) -> None:
         problem(server.client.get("/queues/q/jobs", params=params), 422, "validation-error")
 
 
+def test_listing_rejects_crafted_cursors(server: LiveServer) -> None:
+    """A cursor is client input: keys of the wrong type are a 422, never a 500 from the database layer."""
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(3)]})
+
+    def crafted(status: str | None, keys: list[Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps({"s": status, "k": keys}).encode()).decode().rstrip("=")
+
+    stamp = "2020-01-01T00:00:00+00:00"
+    for status, keys in (
+        ("pending", [{"a": 1}, stamp, 1]),
+        ("pending", [[1], stamp, 1]),
+        ("pending", [0, {"a": 1}, 1]),
+        ("pending", [0, stamp, [1]]),
+        ("pending", [0, "not a time", 1]),
+        ("pending", [2**80, stamp, 1]),
+        ("running", [stamp, {"x": 1}]),
+        ("completed", [[stamp], 1]),
+        (None, [{"x": 1}]),
+        (None, ["abc"]),
+        (None, [True]),
+    ):
+        params = {"cursor": crafted(status, keys), **({"status": status} if status else {})}
+        problem(server.client.get("/queues/q/jobs", params=params), 422, "validation-error")
+
+
 # --- admin actions --------------------------------------------------------------------------------------------
 
 
@@ -253,6 +282,76 @@ def test_heartbeat_of_a_live_claim_says_not_cancelled(server: LiveServer) -> Non
     c = server.claim_one()
     body = post(server, f"/jobs/{c['id']}/heartbeat", {"claim_token": c["claim_token"]}).json()
     assert body["cancel_requested"] is False and body["lease_expires_at"] is not None
+
+
+def lock_waiters(db: psycopg.Connection, marker: str) -> int:
+    """Statements of this database waiting for a row lock whose text contains `marker`."""
+    row = db.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND strpos(query, %s) > 0",
+        (marker,),
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_heartbeat_held_up_by_a_cancel_learns_of_the_cancel(
+    server: LiveServer, db: psycopg.Connection, database_url: str
+) -> None:
+    """A heartbeat that waits on the row while a cancel commits answers cancel_requested, as it would a
+    moment later: not claim-lost, which tells the worker it lost the job to someone else."""
+    job = server.enqueue(payload=1)
+    c = server.claim_one()
+    answers: list[httpx.Response] = []
+    with psycopg.connect(database_url) as tx:  # the operator's cancel, held open
+        row = tx.execute(store_ops.JOB_CANCEL, {"id": job["id"], "reason": None, "allowed": None}).fetchone()
+        assert row is not None and row[0] is True
+        beat = threading.Thread(
+            target=lambda: answers.append(
+                post(server, f"/jobs/{job['id']}/heartbeat", {"claim_token": c["claim_token"]})
+            )
+        )
+        beat.start()
+        wait_until(lambda: lock_waiters(db, "renewed") == 1, what="the heartbeat to wait on the row")
+        tx.commit()
+        beat.join()
+    assert answers[0].status_code == 200, answers[0].text
+    assert answers[0].json() == {"id": job["id"], "lease_expires_at": None, "cancel_requested": True}
+
+
+def test_a_cancel_held_up_by_a_complete_names_the_state_it_found(
+    server: LiveServer, db: psycopg.Connection, database_url: str
+) -> None:
+    """A cancel that waits on the row while a complete commits is refused for the job's real state."""
+    job = server.enqueue(payload=1)
+    c = server.claim_one()
+    answers: list[httpx.Response] = []
+    items = orjson.dumps([{"ord": 0, "id": job["id"], "token": c["claim_token"]}]).decode()
+    with psycopg.connect(database_url) as tx:  # the worker's complete, held open
+        tx.execute(store.JOB_COMPLETE_MANY, {"items": items, "full": True})
+        cancel = threading.Thread(target=lambda: answers.append(post(server, f"/jobs/{job['id']}/cancel")))
+        cancel.start()
+        wait_until(lambda: lock_waiters(db, "target") == 1, what="the cancel to wait on the row")
+        tx.commit()
+        cancel.join()
+    body = problem(answers[0], 409, "invalid-state")
+    assert "completed" in body["detail"], body
+
+
+def test_a_retry_held_up_by_a_redrive_names_the_state_it_found(
+    server: LiveServer, db: psycopg.Connection, database_url: str
+) -> None:
+    job = server.enqueue(payload=1)
+    fail(server, server.claim_one(), retry=False)
+    answers: list[httpx.Response] = []
+    with psycopg.connect(database_url) as tx:  # an operator's redrive, held open
+        tx.execute(store_ops.REDRIVE_BATCH, {"queue": "q", "contains": None, "batch": 10})
+        retry = threading.Thread(target=lambda: answers.append(post(server, f"/jobs/{job['id']}/retry")))
+        retry.start()
+        wait_until(lambda: lock_waiters(db, "retried") == 1, what="the retry to wait on the row")
+        tx.commit()
+        retry.join()
+    body = problem(answers[0], 409, "invalid-state")
+    assert "pending" in body["detail"], body
 
 
 def test_cancel_races_complete_cleanly(server: LiveServer, db: psycopg.Connection) -> None:
@@ -385,6 +484,51 @@ def test_finished_counts_never_drift(server_factory, db: psycopg.Connection) -> 
         post(server, "/queues/q/redrive", {"limit": rng.randint(1, 5)})
         for j in server.client.get("/queues/q/jobs", params={"status": "cancelled", "limit": 2}).json()["jobs"]:
             post(server, f"/jobs/{j['id']}/retry")
+        if rng.random() < 0.5:
+            server.run(lambda: server.state.sweeper.retain_once(now=FUTURE))
+        truth = true_counts(db)
+        counts = stats(server)["counts"]
+        for status in ("completed", "failed", "cancelled", "running"):
+            assert counts[status] == truth.get(status, 0), (status, counts, truth)
+
+
+def test_finished_counts_never_drift_with_releases_and_cancelled_claims(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """The transitions the mix above leaves out: release, a claim cancelled under its worker and then
+    swept, the worker's complete/fail/release after that cancel, and retention of every status."""
+    server: LiveServer = server_factory(
+        retention_completed_seconds=60, retention_failed_seconds=60, retention_cancelled_seconds=60,
+        sweep_batch_size=3,
+    )  # fmt: skip
+    rng = random.Random(3)
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i, "max_attempts": 2} for i in range(80)]})
+    held: list[dict[str, Any]] = []
+    for _ in range(8):
+        held.extend(server.claim(limit=15))
+        rng.shuffle(held)
+        kept = []
+        for c in held:
+            action = rng.choice(["complete", "fail", "fail_final", "cancel", "release", "abandon", "cancel_held"])
+            if action == "complete":
+                complete(server, c)
+            elif action == "fail":
+                fail(server, c, retry_in_seconds=0)
+            elif action == "fail_final":
+                fail(server, c, retry=False)
+            elif action == "release":
+                post(server, f"/jobs/{c['id']}/release", {"claim_token": c["claim_token"]})
+            else:
+                if action != "abandon":
+                    post(server, f"/jobs/{c['id']}/cancel")
+                kept.append(c)
+        server.run(lambda: server.state.sweeper.sweep_once(now=FUTURE))
+        for c in kept[:5]:  # the worker goes on after the cancel or the sweep: all refused
+            rng.choice([complete, fail])(server, c)
+            post(server, f"/jobs/{c['id']}/release", {"claim_token": c["claim_token"]})
+        held = kept[5:]
+        post(server, "/queues/q/redrive", {"limit": rng.randint(1, 5)})
+        for status in ("cancelled", "failed"):
+            for j in server.client.get("/queues/q/jobs", params={"status": status, "limit": 2}).json()["jobs"]:
+                post(server, f"/jobs/{j['id']}/retry")
         if rng.random() < 0.5:
             server.run(lambda: server.state.sweeper.retain_once(now=FUTURE))
         truth = true_counts(db)
