@@ -664,3 +664,22 @@ def test_stopping_now_hands_a_running_job_back(server: LiveServer, server_has_re
     else:
         assert back.attempts == 1 and back.last_error is not None and "handed back" in back.last_error
         assert back.result is None
+
+
+# --- a handler's outcome that cannot be sent as it is ---------------------------------------------------------
+
+
+def test_a_sync_handler_raising_stop_iteration_fails_the_job(server: LiveServer) -> None:
+    """StopIteration cannot be set on an asyncio future; the job must still be failed, not left running."""
+    worker = Worker(server.url, concurrency=1, wait_seconds=1)
+
+    @worker.handler("q")
+    def exhausted(job: JobContext) -> Any:
+        return next(iter([]))
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "x", max_attempts=1)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing")
+        last_error = jobq.get_job(job.id).last_error
+    assert last_error is not None and "StopIteration" in last_error

@@ -545,10 +545,14 @@ def _in_thread(handler: Handler, ctx: JobContext) -> asyncio.Future[Any]:
                 future.set_result(result)
 
     def run() -> None:
+        result: Any = None
+        error: BaseException | None = None
         try:
-            result, error = context.run(handler, ctx), None
+            result = context.run(handler, ctx)
+        except StopIteration as exc:  # a future refuses StopIteration: the job would never be settled
+            error = RuntimeError(f"the handler raised {_error_text(exc)}")
         except BaseException as exc:  # reported as the job's failure, like any other
-            result, error = None, exc
+            error = exc
         with contextlib.suppress(RuntimeError):  # the loop is gone: the worker stopped without us
             loop.call_soon_threadsafe(settle, result, error)
 
