@@ -683,3 +683,22 @@ def test_a_sync_handler_raising_stop_iteration_fails_the_job(server: LiveServer)
             wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing")
         last_error = jobq.get_job(job.id).last_error
     assert last_error is not None and "StopIteration" in last_error
+
+
+def test_an_async_handler_raising_system_exit_fails_only_its_job(server: LiveServer) -> None:
+    """As for a sync handler: the job fails, and the worker (its other jobs too) goes on."""
+    worker = Worker(server.url, concurrency=1, wait_seconds=1)
+
+    @worker.handler("q")
+    async def leaving(job: JobContext) -> str:
+        if job.payload == "exit":
+            raise SystemExit(3)
+        return "fine"
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "exit", max_attempts=1)
+        later = jobq.enqueue("q", "after")
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing")
+            wait_until(lambda: jobq.get_job(later.id).status == "completed", what="the next job")
+        assert jobq.get_job(job.id).last_error == "SystemExit: 3"

@@ -136,6 +136,15 @@ def _error_text(exc: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 12] + " [truncated]"
 
 
+class _Escaped(Exception):
+    """SystemExit or KeyboardInterrupt raised by an async handler, carried as an ordinary exception: raised
+    out of a task, either would stop the event loop and abandon every job in flight."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
 class Worker:
     """Runs handlers for jobs of one or more queues.
 
@@ -457,6 +466,8 @@ class Worker:
     async def _report(self, client: AsyncClient, ctx: JobContext, work: asyncio.Future[Any]) -> None:
         token = ctx.claim.claim_token
         exc = work.exception() if not work.cancelled() else asyncio.CancelledError("the handler was cancelled")
+        if isinstance(exc, _Escaped):
+            exc = exc.exc
         if exc is None:
             result = work.result()
             try:
@@ -527,7 +538,10 @@ async def _first(*waits: Awaitable[Any]) -> None:
 
 
 async def _call_async(handler: Handler, ctx: JobContext) -> Any:
-    return await handler(ctx)
+    try:
+        return await handler(ctx)
+    except (SystemExit, KeyboardInterrupt) as exc:  # it fails the job, as from a sync handler
+        raise _Escaped(exc) from exc
 
 
 def _in_thread(handler: Handler, ctx: JobContext) -> asyncio.Future[Any]:
