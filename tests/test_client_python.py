@@ -702,3 +702,37 @@ def test_an_async_handler_raising_system_exit_fails_only_its_job(server: LiveSer
             wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing")
             wait_until(lambda: jobq.get_job(later.id).status == "completed", what="the next job")
         assert jobq.get_job(job.id).last_error == "SystemExit: 3"
+
+
+@pytest.mark.parametrize("kind", ["too large", "not storable", "not encodable", "too deep"])
+def test_a_result_the_server_cannot_take_fails_the_job(server_factory, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """A complete refused for its result (413/422/500, or a string with a lone surrogate that cannot even be
+    encoded) is not going to succeed on a retry: the attempt is failed, not left running until its lease."""
+    server: LiveServer = server_factory(max_result_bytes=1024)
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    results = {"too large": "x" * 4096, "not storable": {"nul": "a\x00b"}, "not encodable": "\ud800", "too deep": deep}
+    worker = Worker(server.url, concurrency=1, wait_seconds=1, lease_seconds=3600)
+    worker.register("q", lambda job: results[kind])
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", kind, max_attempts=1)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status != "running" and jobq.get_job(job.id).attempts == 1)
+        final = jobq.get_job(job.id)
+    assert final.status == "failed" and final.result is None
+    assert final.last_error is not None and "result" in final.last_error
+
+
+def test_an_error_message_that_cannot_be_encoded_still_fails_the_job(server: LiveServer) -> None:
+    worker = Worker(server.url, concurrency=1, wait_seconds=1)
+
+    @worker.handler("q")
+    def garbled(job: JobContext) -> None:
+        raise ValueError("bad byte \udcff from a filename")
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "x", max_attempts=1)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing")
+        assert jobq.get_job(job.id).last_error == "ValueError: bad byte \\udcff from a filename"

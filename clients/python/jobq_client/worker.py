@@ -25,13 +25,16 @@ from typing import Any, TypeVar, Union
 from jobq_client._calls import RetryPolicy
 from jobq_client.client import AsyncClient
 from jobq_client.errors import (
+    BadRequest,
     Conflict,
     JobNotFound,
     JobqError,
     NotFound,
+    PayloadTooLarge,
     RateLimited,
     ServerError,
     TransportError,
+    ValidationError,
 )
 from jobq_client.models import Claim
 
@@ -133,6 +136,8 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 def _error_text(exc: BaseException) -> str:
     message = str(exc)
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    # A lone surrogate (a filename decoded with surrogateescape, say) cannot be sent as UTF-8: escape it.
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 12] + " [truncated]"
 
 
@@ -471,12 +476,21 @@ class Worker:
         if exc is None:
             result = work.result()
             try:
-                json.dumps(result, allow_nan=False)
-            except (TypeError, ValueError) as bad:
+                # As the client encodes it: strict JSON, then UTF-8 (a lone surrogate fails only there).
+                json.dumps(result, allow_nan=False, ensure_ascii=False).encode()
+            except (TypeError, ValueError, RecursionError) as bad:
                 exc = TypeError(f"the handler's result is not JSON: {bad}")
             else:
-                await self._send(ctx, client.complete(ctx.id, token, result))
-                return
+                try:
+                    await client.complete(ctx.id, token, result)
+                    return
+                except (BadRequest, PayloadTooLarge, ValidationError) as refused:
+                    # Another try with the same result gets the same answer: fail the attempt rather than
+                    # leave the job running until its lease lapses.
+                    exc = ValueError(f"the server refused the handler's result: {refused}")
+                except JobqError as other:
+                    _unrecorded(ctx, other)
+                    return
         if isinstance(exc, RetryLater):
             log.info("job %s: retry requested (%s)", ctx.id, exc)
             await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), retry_in_seconds=exc.retry_in))
