@@ -736,3 +736,22 @@ def test_an_error_message_that_cannot_be_encoded_still_fails_the_job(server: Liv
         with running(worker):
             wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing")
         assert jobq.get_job(job.id).last_error == "ValueError: bad byte \\udcff from a filename"
+
+
+@pytest.mark.parametrize(
+    "retry_in", [-1, float("nan"), 10**12, "soon"], ids=["negative", "nan", "too far", "not seconds"]
+)
+def test_a_retry_later_with_a_bad_delay_still_fails_the_attempt(server: LiveServer, retry_in: Any) -> None:
+    """A `retry_in` the server refuses, or that is not a number at all, must not leave the job running until
+    its lease: the attempt is failed with the server's backoff instead."""
+    worker = Worker(server.url, concurrency=1, wait_seconds=1, lease_seconds=3600)
+
+    @worker.handler("q")
+    def later(job: JobContext) -> None:
+        raise RetryLater("upstream busy", retry_in=retry_in)
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "x", max_attempts=1)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the attempt failing")
+        assert jobq.get_job(job.id).last_error == "RetryLater: upstream busy"

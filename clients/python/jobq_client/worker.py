@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -493,13 +494,32 @@ class Worker:
                     return
         if isinstance(exc, RetryLater):
             log.info("job %s: retry requested (%s)", ctx.id, exc)
-            await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), retry_in_seconds=exc.retry_in))
+            await self._retry_later(client, ctx, exc)
         elif isinstance(exc, PermanentFailure):
             log.warning("job %s: failed for good: %s", ctx.id, exc)
             await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), retry=False))
         else:
             log.warning("job %s: attempt %d failed", ctx.id, ctx.attempts, exc_info=exc)
             await self._send(ctx, client.fail(ctx.id, token, _error_text(exc)))
+
+    async def _retry_later(self, client: AsyncClient, ctx: JobContext, exc: RetryLater) -> None:
+        """Fail the attempt with the handler's delay; a delay the server cannot take (negative, not a number,
+        past its maximum) falls back to its backoff rather than leave the job running until its lease."""
+        token, error, retry_in = ctx.claim.claim_token, _error_text(exc), exc.retry_in
+        seconds = isinstance(retry_in, (int, float)) and not isinstance(retry_in, bool) and math.isfinite(retry_in)
+        if retry_in is not None and not seconds:
+            log.warning("job %s: retry_in=%r is not a number of seconds; using the backoff", ctx.id, retry_in)
+            retry_in = None
+        try:
+            await client.fail(ctx.id, token, error, retry_in_seconds=retry_in)
+        except (BadRequest, ValidationError) as refused:
+            if retry_in is None:
+                _unrecorded(ctx, refused)
+                return
+            log.warning("job %s: retry_in=%r refused (%s); using the backoff", ctx.id, retry_in, refused)
+            await self._send(ctx, client.fail(ctx.id, token, error))
+        except JobqError as other:
+            _unrecorded(ctx, other)
 
     async def _send(self, ctx: JobContext, call: Awaitable[Any]) -> None:
         try:
