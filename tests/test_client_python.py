@@ -755,3 +755,15 @@ def test_a_retry_later_with_a_bad_delay_still_fails_the_attempt(server: LiveServ
         with running(worker):
             wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the attempt failing")
         assert jobq.get_job(job.id).last_error == "RetryLater: upstream busy"
+
+
+def test_a_server_with_a_lower_claim_limit_is_claimed_from_in_smaller_batches(server_factory) -> None:  # type: ignore[no-untyped-def]
+    """JOBQ_MAX_CLAIM_LIMIT below the worker's free slots: the claim's 422 is about `limit` only, so the worker
+    asks for fewer jobs at a time instead of stopping."""
+    server: LiveServer = server_factory(max_claim_limit=2)
+    worker = Worker(server.url, concurrency=5, wait_seconds=1)
+    worker.register("q", lambda job: job.payload)
+    with Client(server.url) as jobq:
+        jobs = jobq.enqueue_batch("q", [NewJob(payload=i) for i in range(6)])
+        with running(worker):
+            wait_until(lambda: all(jobq.get_job(j.id).status == "completed" for j in jobs), what="every job done")

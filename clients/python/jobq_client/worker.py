@@ -360,6 +360,7 @@ class Worker:
     async def _poll(self, client: AsyncClient, q: _Queue) -> None:
         assert self._stopping is not None and q.freed is not None
         failures = 0
+        cap = MAX_CLAIM  # lowered when the server's JOBQ_MAX_CLAIM_LIMIT is lower
         while not self._stopping.is_set():
             q.freed.clear()
             free = q.concurrency - len(q.tasks)
@@ -370,7 +371,7 @@ class Worker:
                 client.claim(
                     q.name,
                     self.name,
-                    limit=min(free, MAX_CLAIM),
+                    limit=min(free, cap),
                     lease_seconds=self.lease_seconds,
                     wait_seconds=self.wait_seconds,
                 )
@@ -394,6 +395,16 @@ class Worker:
                 log.warning("claim on %s failed (%s); trying again in %.1fs", q.name, exc, delay)
                 await self._pause(delay)
                 continue
+            except ValidationError as exc:
+                limit = min(free, cap)
+                if limit > 1 and exc.errors and all(_about_limit(e) for e in exc.errors):
+                    cap = _lower_limit(exc.errors, limit)
+                    log.warning("claim on %s: the server takes at most %d jobs a claim (%s)", q.name, cap, exc)
+                    continue
+                log.error("claim on %s refused, stopping the worker: %s", q.name, exc)
+                self._fatal = self._fatal or exc
+                self._request_stop()
+                return
             except JobqError as exc:
                 # 400/401/403/404/422: retrying will not help (bad key, bad queue name, older server).
                 log.error("claim on %s refused, stopping the worker: %s", q.name, exc)
@@ -553,6 +564,21 @@ def _unrecorded(ctx: JobContext, exc: JobqError) -> None:
         log.warning("job %s: gone before the outcome was recorded (%s)", ctx.id, exc)
     else:
         log.error("job %s: could not record the outcome (%s); it will run again after its lease", ctx.id, exc)
+
+
+def _about_limit(error: Any) -> bool:
+    loc = error.get("loc") if isinstance(error, dict) else None
+    return isinstance(loc, list) and loc[-1:] == ["limit"]
+
+
+def _lower_limit(errors: list[dict[str, Any]], sent: int) -> int:
+    """The claim limit to try after `sent` was refused: the server's maximum when it says so, else half."""
+    for e in errors:
+        ctx = e.get("ctx")
+        le = ctx.get("le") if isinstance(ctx, dict) else None
+        if isinstance(le, int) and not isinstance(le, bool) and 1 <= le < sent:
+            return le
+    return max(1, sent // 2)
 
 
 def _discard_outcome(future: asyncio.Future[Any]) -> None:
