@@ -664,3 +664,106 @@ def test_stopping_now_hands_a_running_job_back(server: LiveServer, server_has_re
     else:
         assert back.attempts == 1 and back.last_error is not None and "handed back" in back.last_error
         assert back.result is None
+
+
+# --- a handler's outcome that cannot be sent as it is ---------------------------------------------------------
+
+
+def test_a_sync_handler_raising_stop_iteration_fails_the_job(server: LiveServer) -> None:
+    """StopIteration cannot be set on an asyncio future; the job must still be failed, not left running."""
+    worker = Worker(server.url, concurrency=1, wait_seconds=1)
+
+    @worker.handler("q")
+    def exhausted(job: JobContext) -> Any:
+        return next(iter([]))
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "x", max_attempts=1)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing")
+        last_error = jobq.get_job(job.id).last_error
+    assert last_error is not None and "StopIteration" in last_error
+
+
+def test_an_async_handler_raising_system_exit_fails_only_its_job(server: LiveServer) -> None:
+    """As for a sync handler: the job fails, and the worker (its other jobs too) goes on."""
+    worker = Worker(server.url, concurrency=1, wait_seconds=1)
+
+    @worker.handler("q")
+    async def leaving(job: JobContext) -> str:
+        if job.payload == "exit":
+            raise SystemExit(3)
+        return "fine"
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "exit", max_attempts=1)
+        later = jobq.enqueue("q", "after")
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing")
+            wait_until(lambda: jobq.get_job(later.id).status == "completed", what="the next job")
+        assert jobq.get_job(job.id).last_error == "SystemExit: 3"
+
+
+@pytest.mark.parametrize("kind", ["too large", "not storable", "not encodable", "too deep"])
+def test_a_result_the_server_cannot_take_fails_the_job(server_factory, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """A complete refused for its result (413/422/500, or a string with a lone surrogate that cannot even be
+    encoded) is not going to succeed on a retry: the attempt is failed, not left running until its lease."""
+    server: LiveServer = server_factory(max_result_bytes=1024)
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    results = {"too large": "x" * 4096, "not storable": {"nul": "a\x00b"}, "not encodable": "\ud800", "too deep": deep}
+    worker = Worker(server.url, concurrency=1, wait_seconds=1, lease_seconds=3600)
+    worker.register("q", lambda job: results[kind])
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", kind, max_attempts=1)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status != "running" and jobq.get_job(job.id).attempts == 1)
+        final = jobq.get_job(job.id)
+    assert final.status == "failed" and final.result is None
+    assert final.last_error is not None and "result" in final.last_error
+
+
+def test_an_error_message_that_cannot_be_encoded_still_fails_the_job(server: LiveServer) -> None:
+    worker = Worker(server.url, concurrency=1, wait_seconds=1)
+
+    @worker.handler("q")
+    def garbled(job: JobContext) -> None:
+        raise ValueError("bad byte \udcff from a filename")
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "x", max_attempts=1)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the job failing")
+        assert jobq.get_job(job.id).last_error == "ValueError: bad byte \\udcff from a filename"
+
+
+@pytest.mark.parametrize(
+    "retry_in", [-1, float("nan"), 10**12, "soon"], ids=["negative", "nan", "too far", "not seconds"]
+)
+def test_a_retry_later_with_a_bad_delay_still_fails_the_attempt(server: LiveServer, retry_in: Any) -> None:
+    """A `retry_in` the server refuses, or that is not a number at all, must not leave the job running until
+    its lease: the attempt is failed with the server's backoff instead."""
+    worker = Worker(server.url, concurrency=1, wait_seconds=1, lease_seconds=3600)
+
+    @worker.handler("q")
+    def later(job: JobContext) -> None:
+        raise RetryLater("upstream busy", retry_in=retry_in)
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "x", max_attempts=1)
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).status == "failed", what="the attempt failing")
+        assert jobq.get_job(job.id).last_error == "RetryLater: upstream busy"
+
+
+def test_a_server_with_a_lower_claim_limit_is_claimed_from_in_smaller_batches(server_factory) -> None:  # type: ignore[no-untyped-def]
+    """JOBQ_MAX_CLAIM_LIMIT below the worker's free slots: the claim's 422 is about `limit` only, so the worker
+    asks for fewer jobs at a time instead of stopping."""
+    server: LiveServer = server_factory(max_claim_limit=2)
+    worker = Worker(server.url, concurrency=5, wait_seconds=1)
+    worker.register("q", lambda job: job.payload)
+    with Client(server.url) as jobq:
+        jobs = jobq.enqueue_batch("q", [NewJob(payload=i) for i in range(6)])
+        with running(worker):
+            wait_until(lambda: all(jobq.get_job(j.id).status == "completed" for j in jobs), what="every job done")

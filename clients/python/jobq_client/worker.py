@@ -12,6 +12,7 @@ import functools
 import inspect
 import json
 import logging
+import math
 import os
 import random
 import signal
@@ -25,13 +26,16 @@ from typing import Any, TypeVar, Union
 from jobq_client._calls import RetryPolicy
 from jobq_client.client import AsyncClient
 from jobq_client.errors import (
+    BadRequest,
     Conflict,
     JobNotFound,
     JobqError,
     NotFound,
+    PayloadTooLarge,
     RateLimited,
     ServerError,
     TransportError,
+    ValidationError,
 )
 from jobq_client.models import Claim
 
@@ -133,7 +137,18 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 def _error_text(exc: BaseException) -> str:
     message = str(exc)
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    # A lone surrogate (a filename decoded with surrogateescape, say) cannot be sent as UTF-8: escape it.
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 12] + " [truncated]"
+
+
+class _Escaped(Exception):
+    """SystemExit or KeyboardInterrupt raised by an async handler, carried as an ordinary exception: raised
+    out of a task, either would stop the event loop and abandon every job in flight."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
 
 
 class Worker:
@@ -345,6 +360,7 @@ class Worker:
     async def _poll(self, client: AsyncClient, q: _Queue) -> None:
         assert self._stopping is not None and q.freed is not None
         failures = 0
+        cap = MAX_CLAIM  # lowered when the server's JOBQ_MAX_CLAIM_LIMIT is lower
         while not self._stopping.is_set():
             q.freed.clear()
             free = q.concurrency - len(q.tasks)
@@ -355,7 +371,7 @@ class Worker:
                 client.claim(
                     q.name,
                     self.name,
-                    limit=min(free, MAX_CLAIM),
+                    limit=min(free, cap),
                     lease_seconds=self.lease_seconds,
                     wait_seconds=self.wait_seconds,
                 )
@@ -379,6 +395,16 @@ class Worker:
                 log.warning("claim on %s failed (%s); trying again in %.1fs", q.name, exc, delay)
                 await self._pause(delay)
                 continue
+            except ValidationError as exc:
+                limit = min(free, cap)
+                if limit > 1 and exc.errors and all(_about_limit(e) for e in exc.errors):
+                    cap = _lower_limit(exc.errors, limit)
+                    log.warning("claim on %s: the server takes at most %d jobs a claim (%s)", q.name, cap, exc)
+                    continue
+                log.error("claim on %s refused, stopping the worker: %s", q.name, exc)
+                self._fatal = self._fatal or exc
+                self._request_stop()
+                return
             except JobqError as exc:
                 # 400/401/403/404/422: retrying will not help (bad key, bad queue name, older server).
                 log.error("claim on %s refused, stopping the worker: %s", q.name, exc)
@@ -457,24 +483,54 @@ class Worker:
     async def _report(self, client: AsyncClient, ctx: JobContext, work: asyncio.Future[Any]) -> None:
         token = ctx.claim.claim_token
         exc = work.exception() if not work.cancelled() else asyncio.CancelledError("the handler was cancelled")
+        if isinstance(exc, _Escaped):
+            exc = exc.exc
         if exc is None:
             result = work.result()
             try:
-                json.dumps(result, allow_nan=False)
-            except (TypeError, ValueError) as bad:
+                # As the client encodes it: strict JSON, then UTF-8 (a lone surrogate fails only there).
+                json.dumps(result, allow_nan=False, ensure_ascii=False).encode()
+            except (TypeError, ValueError, RecursionError) as bad:
                 exc = TypeError(f"the handler's result is not JSON: {bad}")
             else:
-                await self._send(ctx, client.complete(ctx.id, token, result))
-                return
+                try:
+                    await client.complete(ctx.id, token, result)
+                    return
+                except (BadRequest, PayloadTooLarge, ValidationError) as refused:
+                    # Another try with the same result gets the same answer: fail the attempt rather than
+                    # leave the job running until its lease lapses.
+                    exc = ValueError(f"the server refused the handler's result: {refused}")
+                except JobqError as other:
+                    _unrecorded(ctx, other)
+                    return
         if isinstance(exc, RetryLater):
             log.info("job %s: retry requested (%s)", ctx.id, exc)
-            await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), retry_in_seconds=exc.retry_in))
+            await self._retry_later(client, ctx, exc)
         elif isinstance(exc, PermanentFailure):
             log.warning("job %s: failed for good: %s", ctx.id, exc)
             await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), retry=False))
         else:
             log.warning("job %s: attempt %d failed", ctx.id, ctx.attempts, exc_info=exc)
             await self._send(ctx, client.fail(ctx.id, token, _error_text(exc)))
+
+    async def _retry_later(self, client: AsyncClient, ctx: JobContext, exc: RetryLater) -> None:
+        """Fail the attempt with the handler's delay; a delay the server cannot take (negative, not a number,
+        past its maximum) falls back to its backoff rather than leave the job running until its lease."""
+        token, error, retry_in = ctx.claim.claim_token, _error_text(exc), exc.retry_in
+        seconds = isinstance(retry_in, (int, float)) and not isinstance(retry_in, bool) and math.isfinite(retry_in)
+        if retry_in is not None and not seconds:
+            log.warning("job %s: retry_in=%r is not a number of seconds; using the backoff", ctx.id, retry_in)
+            retry_in = None
+        try:
+            await client.fail(ctx.id, token, error, retry_in_seconds=retry_in)
+        except (BadRequest, ValidationError) as refused:
+            if retry_in is None:
+                _unrecorded(ctx, refused)
+                return
+            log.warning("job %s: retry_in=%r refused (%s); using the backoff", ctx.id, retry_in, refused)
+            await self._send(ctx, client.fail(ctx.id, token, error))
+        except JobqError as other:
+            _unrecorded(ctx, other)
 
     async def _send(self, ctx: JobContext, call: Awaitable[Any]) -> None:
         try:
@@ -510,6 +566,21 @@ def _unrecorded(ctx: JobContext, exc: JobqError) -> None:
         log.error("job %s: could not record the outcome (%s); it will run again after its lease", ctx.id, exc)
 
 
+def _about_limit(error: Any) -> bool:
+    loc = error.get("loc") if isinstance(error, dict) else None
+    return isinstance(loc, list) and loc[-1:] == ["limit"]
+
+
+def _lower_limit(errors: list[dict[str, Any]], sent: int) -> int:
+    """The claim limit to try after `sent` was refused: the server's maximum when it says so, else half."""
+    for e in errors:
+        ctx = e.get("ctx")
+        le = ctx.get("le") if isinstance(ctx, dict) else None
+        if isinstance(le, int) and not isinstance(le, bool) and 1 <= le < sent:
+            return le
+    return max(1, sent // 2)
+
+
 def _discard_outcome(future: asyncio.Future[Any]) -> None:
     # The outcome of an abandoned handler is not reported; reading it keeps asyncio from logging it.
     if not future.cancelled():
@@ -527,7 +598,10 @@ async def _first(*waits: Awaitable[Any]) -> None:
 
 
 async def _call_async(handler: Handler, ctx: JobContext) -> Any:
-    return await handler(ctx)
+    try:
+        return await handler(ctx)
+    except (SystemExit, KeyboardInterrupt) as exc:  # it fails the job, as from a sync handler
+        raise _Escaped(exc) from exc
 
 
 def _in_thread(handler: Handler, ctx: JobContext) -> asyncio.Future[Any]:
@@ -545,10 +619,14 @@ def _in_thread(handler: Handler, ctx: JobContext) -> asyncio.Future[Any]:
                 future.set_result(result)
 
     def run() -> None:
+        result: Any = None
+        error: BaseException | None = None
         try:
-            result, error = context.run(handler, ctx), None
+            result = context.run(handler, ctx)
+        except StopIteration as exc:  # a future refuses StopIteration: the job would never be settled
+            error = RuntimeError(f"the handler raised {_error_text(exc)}")
         except BaseException as exc:  # reported as the job's failure, like any other
-            result, error = None, exc
+            error = exc
         with contextlib.suppress(RuntimeError):  # the loop is gone: the worker stopped without us
             loop.call_soon_threadsafe(settle, result, error)
 
