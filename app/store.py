@@ -519,16 +519,7 @@ async def job_fail(
         "base": backoff_base,
         "cap": backoff_cap,
     }
-    cur = await conn.execute(JOB_FAIL, params)
-    row = await cur.fetchone()
-    if row is None:
-        return "not_found", None, False
-    job: Row | None = row[1:]
-    if row[0]:
-        return "ok", job, True
-    if job is not None and job[_STATUS] == "running" and job[_TOKEN] == token:  # finished concurrently
-        job = await job_get(conn, job_id, allowed)
-    return _job_outcome(token, job, ("pending", "failed")), job, False
+    return await _guarded_write(conn, JOB_FAIL, params, ("pending", "failed"))
 
 
 JOB_RELEASE_CLAIM = f"""
@@ -560,16 +551,26 @@ async def job_release_claim(
     """Hand a claimed job back to pending, due after `delay` seconds, without counting the attempt.
     Unlike complete and fail, a repeat is not "ok": the token is gone with the claim (claim_lost).
     (JOB_RELEASE above is the server's own hand-back of claims it could not deliver.)"""
-    cur = await conn.execute(JOB_RELEASE_CLAIM, {"id": job_id, "token": token, "delay": delay, "allowed": allowed})
+    params = {"id": job_id, "token": token, "delay": delay, "allowed": allowed}
+    return await _guarded_write(conn, JOB_RELEASE_CLAIM, params, ())
+
+
+async def _guarded_write(
+    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], done: tuple[str, ...]
+) -> Done:
+    """Run a guarded write on one job (id + token + running + the caller's queues) whose SQL answers
+    `(true, row)` when it wrote, else `(false, row as found)`, and tell why it did not write. `done`:
+    the statuses in which a repeat with the same token is a success (see _outcome)."""
+    cur = await conn.execute(query, params)
     row = await cur.fetchone()
     if row is None:
         return "not_found", None, False
     job: Row | None = row[1:]
     if row[0]:
         return "ok", job, True
-    if job is not None and job[_STATUS] == "running" and job[_TOKEN] == token:  # finished concurrently
-        job = await job_get(conn, job_id, allowed)
-    return _job_outcome(token, job, ()), job, False
+    if job is not None and job[_STATUS] == "running" and job[_TOKEN] == params["token"]:
+        job = await job_get(conn, params["id"], params["allowed"])  # finished concurrently: look again
+    return _job_outcome(params["token"], job, done), job, False
 
 
 # --- sweeper ------------------------------------------------------------------------------------------------

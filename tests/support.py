@@ -26,6 +26,22 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
         time.sleep(0.01)
 
 
+def sender_idle(wakeups: Any) -> bool:
+    """The process's wake-up sender has nothing queued and nothing on its way (app/wakeup.py)."""
+    w = wakeups
+    return not (w._hello or w._present or w._wake) and (w._sender_task is None or w._sender_task.done())
+
+
+def record_wakeups(server: LiveServer) -> list[set[str]]:
+    """From now on, every wake-up the job service sends is also appended to the returned list. A waiting
+    long-poll's queue is looked at again whenever its presence is renewed (every 2 s), so delivery alone
+    does not show that a write woke it: this does."""
+    woken: list[set[str]] = []
+    service, wake = server.state.jobs, server.state.jobs.wake
+    service.wake = lambda queues: (woken.append(set(queues)), wake(queues))[1]
+    return woken
+
+
 def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
     """Wait until a parked long-poll on `queue` has nothing more under way: the queue announced to other
     processes, the wake-up sender idle (an announcement is followed by one more look for jobs), and the
@@ -37,8 +53,7 @@ def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
         return (
             broker.parked >= 1
             and queue in wakeups._announced
-            and not (wakeups._present or wakeups._hello or wakeups._wake)
-            and (wakeups._sender_task is None or wakeups._sender_task.done())
+            and sender_idle(wakeups)
             and dispatcher is not None
             and (dispatcher.task is None or dispatcher.task.done())
         )

@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.support import LiveServer, problem, wait_until
+from tests.support import LiveServer, problem, sender_idle, wait_until
 
 
 def test_claim_order_is_priority_then_run_at_then_id(server: LiveServer) -> None:
@@ -181,16 +181,12 @@ def test_no_wake_up_is_sent_when_nobody_waits_elsewhere(server_factory) -> None:
     a: LiveServer = server_factory()
     b: LiveServer = server_factory()
     wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
-
-    def quiet(w) -> bool:  # type: ignore[no-untyped-def]
-        return not (w._hello or w._present or w._wake) and (w._sender_task is None or w._sender_task.done())
-
-    wait_until(lambda: quiet(a.state.wakeups), what="a's hello going out")
+    wait_until(lambda: sender_idle(a.state.wakeups), what="a's hello going out")
     sent = a.state.wakeups.sent
     for i in range(20):
         a.enqueue(payload=i)
     # publish() runs inside the enqueue request, so a wake-up would be queued (or on its way) by now.
-    wait_until(lambda: quiet(a.state.wakeups), what="a's sender settling")
+    wait_until(lambda: sender_idle(a.state.wakeups), what="a's sender settling")
     assert a.state.wakeups.sent == sent
 
 

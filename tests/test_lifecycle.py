@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.support import LiveServer, problem, settle_long_poll
+from tests.support import LiveServer, problem, record_wakeups, settle_long_poll
 
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
 
@@ -409,11 +409,7 @@ def test_a_retry_asked_for_now_wakes_a_waiting_long_poll(server_factory) -> None
     c = server.claim_one(worker="first")
     answer = server.claim_in_background(wait_seconds=20)
     settle_long_poll(server)
-    # A waiting long-poll's queue is also looked at again each time its presence is renewed (every 2 s),
-    # so delivery alone does not show the wake-up: record the wake-ups the service sends, too.
-    woken: list[set[str]] = []
-    service, wake = server.state.jobs, server.state.jobs.wake
-    service.wake = lambda queues: (woken.append(set(queues)), wake(queues))[1]
+    woken = record_wakeups(server)
     r = server.client.post(
         f"/jobs/{c['id']}/fail", json={"claim_token": c["claim_token"], "error": "boom", "retry_in_seconds": 0}
     )

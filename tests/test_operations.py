@@ -40,6 +40,14 @@ def true_counts(db: psycopg.Connection, queue: str = "q") -> dict[str, int]:
     return dict(rows.fetchall())
 
 
+def assert_counts_true(server: LiveServer, db: psycopg.Connection) -> None:
+    """The stats' counts (kept counters for finished jobs) equal a count of the table itself."""
+    truth = true_counts(db)
+    counts = stats(server)["counts"]
+    for status in ("completed", "failed", "cancelled", "running"):
+        assert counts[status] == truth.get(status, 0), (status, counts, truth)
+
+
 def complete(server: LiveServer, claim: dict[str, Any], **body: Any) -> httpx.Response:
     return post(server, f"/jobs/{claim['id']}/complete", {"claim_token": claim["claim_token"], **body})
 
@@ -486,10 +494,7 @@ def test_finished_counts_never_drift(server_factory, db: psycopg.Connection) -> 
             post(server, f"/jobs/{j['id']}/retry")
         if rng.random() < 0.5:
             server.run(lambda: server.state.sweeper.retain_once(now=FUTURE))
-        truth = true_counts(db)
-        counts = stats(server)["counts"]
-        for status in ("completed", "failed", "cancelled", "running"):
-            assert counts[status] == truth.get(status, 0), (status, counts, truth)
+        assert_counts_true(server, db)
 
 
 def test_finished_counts_never_drift_with_releases_and_cancelled_claims(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
@@ -531,10 +536,7 @@ def test_finished_counts_never_drift_with_releases_and_cancelled_claims(server_f
                 post(server, f"/jobs/{j['id']}/retry")
         if rng.random() < 0.5:
             server.run(lambda: server.state.sweeper.retain_once(now=FUTURE))
-        truth = true_counts(db)
-        counts = stats(server)["counts"]
-        for status in ("completed", "failed", "cancelled", "running"):
-            assert counts[status] == truth.get(status, 0), (status, counts, truth)
+        assert_counts_true(server, db)
 
 
 def test_the_sweeper_vacuums_the_jobs_table(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]

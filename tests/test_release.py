@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from tests.support import LiveServer, problem, settle_long_poll
+from tests.support import LiveServer, problem, record_wakeups, settle_long_poll
 from tests.test_lifecycle import row, sweep
 from tests.test_observability import metric
 from tests.test_operations import flush, stats
@@ -137,11 +137,7 @@ def test_release_wakes_a_waiting_long_poll(server_factory) -> None:  # type: ign
     c = server.claim_one(worker="leaving")
     answer = server.claim_in_background(wait_seconds=20)
     settle_long_poll(server)
-    # Delivery alone would not show the wake-up (a waiting queue is looked at again whenever its presence
-    # is renewed, every 2 s): record the wake-ups the service sends.
-    woken: list[set[str]] = []
-    service, wake = server.state.jobs, server.state.jobs.wake
-    service.wake = lambda queues: (woken.append(set(queues)), wake(queues))[1]
+    woken = record_wakeups(server)
     assert release(server, c).status_code == 200
     assert woken == [{"q"}]
     got = answer()
