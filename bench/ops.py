@@ -28,8 +28,8 @@ import orjson
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app import store
-from app.migrate import migrate
+from app.db import jobs as store
+from app.db.migrate import migrate
 from bench.loadgen import Connection
 from bench.run import HOST, ClaimComplete, Service, fresh_database, timed
 

@@ -127,8 +127,8 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
 
 def create_key(url: str) -> str:
     """A key with every scope, as `jobq keys create --scope admin` makes it."""
-    from app.auth import new_key
-    from app.store_keys import api_key_insert
+    from app.auth.policy import new_key
+    from app.db.keys import api_key_insert
 
     key, selector, key_hash = new_key()
     with psycopg.connect(url, autocommit=True) as conn:

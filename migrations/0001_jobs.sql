@@ -1,5 +1,5 @@
 -- The jobs table: the article's queue table, extended with priority, leases, results, idempotency keys
--- and a cancelled status. The CHECK constraints are the state machine; every UPDATE in app/store.py
+-- and a cancelled status. The CHECK constraints are the state machine; every UPDATE in app/db/jobs.py
 -- also guards on status, so a write that would break the machine fails loudly instead of corrupting.
 
 CREATE TABLE jobs (

@@ -3,7 +3,7 @@ service itself served by uvicorn on a free port.
 
 The server is found, in order: JOBQ_TEST_DATABASE_URL (any PostgreSQL 13+, with rights to create
 databases); Docker through testcontainers when a Docker engine answers; a throwaway local cluster built
-from PostgreSQL binaries found on this machine (see app/embedded.py)."""
+from PostgreSQL binaries found on this machine (see app/runtime/embedded.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from app.migrate import migrate
+from app.db.migrate import migrate
 from app.settings import Settings
 from tests.processes import postgres_pids
 from tests.support import LiveServer
@@ -67,7 +67,7 @@ def _docker_postgres() -> Iterator[str] | None:
 
 
 def _local_postgres() -> Iterator[str]:
-    from app.embedded import LocalPostgres
+    from app.runtime.embedded import LocalPostgres
 
     root = Path(tempfile.mkdtemp(prefix="jobq-test-pg-"))
     root.chmod(0o755)  # the cluster may run as an unprivileged user

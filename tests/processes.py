@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import psycopg
 
-from app.embedded import free_port
-from app.wakeup import CHANNEL
+from app.core.wakeups import CHANNEL
+from app.runtime.embedded import free_port
 
 JOBQ = str(Path(sys.executable).with_name("jobq"))  # the console script `pip install` made
 

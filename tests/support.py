@@ -27,7 +27,7 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
 
 
 def sender_idle(wakeups: Any) -> bool:
-    """The process's wake-up sender has nothing queued and nothing on its way (app/wakeup.py)."""
+    """The process's wake-up sender has nothing queued and nothing on its way (app/core/wakeups.py)."""
     w = wakeups
     return not (w._hello or w._present or w._wake) and (w._sender_task is None or w._sender_task.done())
 
@@ -46,16 +46,16 @@ def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
     """Wait until a parked long-poll on `queue` has nothing more under way: the queue announced to other
     processes, the wake-up sender idle (an announcement is followed by one more look for jobs), and the
     queue's claim dispatcher between statements."""
-    wakeups, broker = server.state.wakeups, server.state.broker
+    wakeups, dispatcher = server.state.wakeups, server.state.dispatcher
 
     def settled() -> bool:
-        dispatcher = broker._queues.get(queue)
+        claims = dispatcher._queues.get(queue)
         return (
-            broker.parked >= 1
+            dispatcher.parked >= 1
             and queue in wakeups._announced
             and sender_idle(wakeups)
-            and dispatcher is not None
-            and (dispatcher.task is None or dispatcher.task.done())
+            and claims is not None
+            and (claims.task is None or claims.task.done())
         )
 
     wait_until(settled, what=f"the long-poll on {queue} to settle")

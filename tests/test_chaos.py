@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from app.embedded import free_port
+from app.runtime.embedded import free_port
 from tests.processes import ServeProcess, embedded_url, postgres_pids, postmaster_pid
 from tests.support import wait_until
 

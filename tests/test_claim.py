@@ -146,7 +146,7 @@ def test_long_poll_is_woken_by_an_enqueue(server_factory) -> None:  # type: igno
 
     t = threading.Thread(target=poll)
     t.start()
-    wait_until(lambda: server.state.broker.parked == 1, what="the claim parking")
+    wait_until(lambda: server.state.dispatcher.parked == 1, what="the claim parking")
     job = server.enqueue(payload="hello")
     t.join()
     assert [j["id"] for j in result["jobs"]] == [job["id"]]
@@ -158,7 +158,7 @@ def test_long_poll_returns_empty_at_the_deadline(server: LiveServer) -> None:
     jobs = server.claim(wait_seconds=0.5)
     assert jobs == []
     assert time.monotonic() - start >= 0.5  # never early
-    assert server.state.broker.parked == 0
+    assert server.state.dispatcher.parked == 0
 
 
 def test_long_poll_across_processes(server_factory) -> None:  # type: ignore[no-untyped-def]
@@ -167,7 +167,7 @@ def test_long_poll_across_processes(server_factory) -> None:  # type: ignore[no-
     b: LiveServer = server_factory(poll_interval_seconds=60)
     wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
     answer = a.claim_in_background(wait_seconds=20)
-    wait_until(lambda: a.state.broker.parked == 1, what="the claim parking")
+    wait_until(lambda: a.state.dispatcher.parked == 1, what="the claim parking")
     wait_until(lambda: "q" in b.state.wakeups._remote, what="b learning that a waits on q")
     sent = b.state.wakeups.sent
     job = b.enqueue(payload="cross")
@@ -208,7 +208,7 @@ def test_waiting_long_polls_hold_no_connections(server_factory, db: psycopg.Conn
     async def main() -> None:
         async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=httpx.Limits(max_connections=60)) as c:
             polls = [asyncio.create_task(poll(c, n)) for n in range(50)]
-            while server.state.broker.parked < 50:
+            while server.state.dispatcher.parked < 50:
                 await asyncio.sleep(0.01)
 
             # 50 requests wait on a pool of at most 4 connections: they cannot be holding any. The pool
@@ -225,7 +225,7 @@ def test_waiting_long_polls_hold_no_connections(server_factory, db: psycopg.Conn
             while not idle():
                 assert time.monotonic() < deadline, "the pool never went idle while long-polls waited"
                 await asyncio.sleep(0.02)
-            assert server.state.broker.parked == 50
+            assert server.state.dispatcher.parked == 50
             r = await c.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(50)]})
             assert r.status_code == 201
             await asyncio.gather(*polls)
@@ -244,7 +244,7 @@ def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-unty
                 asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 2}))
                 for _ in range(3)
             ]
-            while server.state.broker.parked < 3:
+            while server.state.dispatcher.parked < 3:
                 await asyncio.sleep(0.01)
             r = await c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 2})
             body = problem(r, 429, "too-many-waiters")
@@ -255,14 +255,14 @@ def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-unty
             await asyncio.gather(*polls)
 
     asyncio.run(main())
-    assert server.state.broker.parked == 0
+    assert server.state.dispatcher.parked == 0
 
 
 def test_a_long_poll_whose_client_left_claims_nothing(server_factory) -> None:  # type: ignore[no-untyped-def]
     server: LiveServer = server_factory(poll_interval_seconds=60)
     with httpx.Client(base_url=server.url, timeout=0.5) as c, pytest.raises(httpx.ReadTimeout):
         c.post("/queues/q/claim", json={"worker": "gone", "wait_seconds": 25})
-    wait_until(lambda: server.state.broker.parked == 0, what="the departed waiter being dropped")
+    wait_until(lambda: server.state.dispatcher.parked == 0, what="the departed waiter being dropped")
     job = server.enqueue(payload="for someone alive")
     time.sleep(0.2)
     after = server.job(job["id"])

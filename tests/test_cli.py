@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from app.embedded import free_port
-from app.migrate import load_migrations
+from app.db.migrate import load_migrations
+from app.runtime.embedded import free_port
 from tests.processes import run_jobq
 from tests.support import LiveServer
 

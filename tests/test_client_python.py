@@ -48,7 +48,7 @@ from jobq_client import (
 )
 from jobq_client.errors import InvalidState, error_from_response
 
-from app.openapi import published_document
+from app.http.openapi import published_document
 from tests.conftest import make_settings
 from tests.support import LiveServer, TcpProxy, wait_until
 
@@ -268,7 +268,7 @@ def test_429_is_retried_after_retry_after(server_factory, caplog: pytest.LogCapt
     with Client(server.url) as jobq:
         waiting = threading.Thread(target=lambda: first.extend(jobq.claim("q", "a", wait_seconds=30)))
         waiting.start()
-        wait_until(lambda: server.state.broker.parked == 1, what="the first long-poll parked")
+        wait_until(lambda: server.state.dispatcher.parked == 1, what="the first long-poll parked")
         second: list[list[Claim]] = []
         retried = threading.Thread(target=lambda: second.append(jobq.claim("q", "b", wait_seconds=0.5)))
         retried.start()

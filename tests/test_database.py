@@ -11,10 +11,10 @@ import pytest
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from app import store_keys
-from app.auth import new_key
-from app.cli import main as jobq
-from app.migrate import MigrationError, load_migrations, migrate
+from app.auth.policy import new_key
+from app.db import keys as store_keys
+from app.db.migrate import MigrationError, load_migrations, migrate, statements
+from app.runtime.cli import main as jobq
 from tests.conftest import _with_db, make_settings
 from tests.support import LiveServer, TcpProxy, problem
 
@@ -61,9 +61,43 @@ def test_an_edited_migration_is_refused(empty_database: str, tmp_path: Path) -> 
         (tmp_path / m.name).write_text(m.sql)
     migrate(empty_database, tmp_path)
     first = sorted(tmp_path.glob("*.sql"))[0]
-    first.write_text(first.read_text() + "\n-- edited\n")
+    first.write_text(first.read_text().replace("NOT NULL", "NULL", 1))
     with pytest.raises(MigrationError, match="changed after it was applied"):
         migrate(empty_database, tmp_path)
+
+
+def test_a_migration_whose_comments_changed_is_still_applied(empty_database: str, tmp_path: Path) -> None:
+    """Comments in an applied migration may be corrected (a moved module renamed in them); statements may not."""
+    for m in load_migrations():
+        (tmp_path / m.name).write_text(m.sql)
+    migrate(empty_database, tmp_path)
+    first = sorted(tmp_path.glob("*.sql"))[0]
+    first.write_text("-- a corrected comment\n" + first.read_text().replace("\n", "  \n") + "\n/* and one more */\n")
+    assert migrate(empty_database, tmp_path) == []
+    assert statements("SELECT '--not a comment', $x$ -- kept $x$ -- gone\n  FROM t") == (
+        "SELECT '--not a comment', $x$ -- kept $x$ FROM t"
+    )
+
+
+def test_a_database_migrated_by_an_earlier_release_is_current(empty_database: str) -> None:
+    """Releases before comment-insensitive checksums recorded each file's whole text, and some comments
+    were corrected since: such a database needs no migration and is ready."""
+    import hashlib
+    import subprocess
+
+    migrate(empty_database)
+    root = Path(__file__).parent.parent
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        for m in load_migrations():
+            earlier = subprocess.run(
+                ["git", "show", f"2058cdc:migrations/{m.name}"], cwd=root, capture_output=True, check=False
+            )
+            text = earlier.stdout if earlier.returncode == 0 else m.sql.encode()
+            conn.execute(
+                "UPDATE jobq_migrations SET checksum = %s WHERE version = %s",
+                (hashlib.sha256(text).hexdigest(), m.version),
+            )
+    assert migrate(empty_database) == []
 
 
 def test_the_metrics_scope_migrates_a_database_that_has_keys(  # type: ignore[no-untyped-def]

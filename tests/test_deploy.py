@@ -19,7 +19,7 @@ import psycopg
 import pytest
 import yaml
 
-from app.migrate import load_migrations
+from app.db.migrate import load_migrations
 from app.settings import Settings
 from tests.processes import ServeProcess, jobq_env
 
@@ -97,7 +97,7 @@ def test_dockerfile_is_multi_stage_slim_unprivileged_with_a_healthcheck() -> Non
 def test_the_image_commands_install_a_working_jobq(tmp_path: Path, empty_database_url: str) -> None:
     """The build stage replayed outside Docker: its COPY lines into a fresh context, its RUN lines (with
     /opt/jobq moved under tmp_path) on this Python; then the final stage's CMD and HEALTHCHECK with its
-    ENV. Proves the wheel carries the migrations and the dashboard's files (app/ui/), and that
+    ENV. Proves the wheel carries the migrations and the dashboard's files (app/http/ui/), and that
     `jobq migrate` and `jobq serve` work from it."""
     build, final = dockerfile()[0], dockerfile()[-1]
     context = tmp_path / "src"
@@ -121,10 +121,10 @@ def test_the_image_commands_install_a_working_jobq(tmp_path: Path, empty_databas
             assert r.returncode == 0, r.stdout + r.stderr
 
     python, jobq = str(prefix / "bin" / "python"), str(prefix / "bin" / "jobq")
-    where = subprocess.run([python, "-c", "from app import migrate; print(migrate.migrations_dir())"],
+    where = subprocess.run([python, "-c", "from app.db import migrate; print(migrate.migrations_dir())"],
                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     assert Path(where).is_relative_to(prefix) and (Path(where) / "0001_jobs.sql").is_file(), where
-    ui = subprocess.run([python, "-c", "from importlib import resources; print(resources.files('app') / 'ui')"],
+    ui = subprocess.run([python, "-c", "from importlib import resources; print(resources.files('app.http') / 'ui')"],
                         cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     assert Path(ui).is_relative_to(prefix), ui
     assert sorted(p.name for p in Path(ui).iterdir()) == ["app.css", "app.js", "index.html"]  # the dashboard

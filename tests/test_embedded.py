@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from app.embedded import SHARED_BINARIES, LocalPostgres, find_binaries
+from app.runtime.embedded import SHARED_BINARIES, LocalPostgres, find_binaries
 from tests.processes import JOBQ, ServeProcess, jobq_env, postgres_pids, postmaster_pid, run_jobq
 from tests.support import wait_until
 
@@ -218,7 +218,7 @@ def test_as_root_postgresql_runs_unprivileged_with_binaries_it_can_read(
 
 TEST_USER = "jobq-test"
 SERVE_AS_USER = (
-    "import site, sys; site.addsitedir(sys.argv.pop(1)); from app.cli import main; sys.exit(main(sys.argv[1:]))"
+    "import site, sys; site.addsitedir(sys.argv.pop(1)); from app.runtime.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -229,7 +229,12 @@ def _interpreter_for(uid: int) -> list[str] | None:
     version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     for python in (str(Path(sys.executable).resolve()), f"/usr/bin/python{version}"):
         command = [python, "-c", SERVE_AS_USER, site_dir]
-        probe = [python, "-c", "import site, sys; site.addsitedir(sys.argv[1]); import app.cli, fastapi", site_dir]
+        probe = [
+            python,
+            "-c",
+            "import site, sys; site.addsitedir(sys.argv[1]); import app.runtime.cli, fastapi",
+            site_dir,
+        ]
         try:
             if subprocess.run(probe, user=uid, capture_output=True, check=False, cwd="/").returncode == 0:
                 return command

@@ -7,8 +7,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from app import store_keys
-from app.auth import new_key
+from app.auth.policy import new_key
+from app.db import keys as store_keys
 from tests.support import LiveServer
 
 JSON = {"content-type": "application/json"}

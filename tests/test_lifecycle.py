@@ -317,7 +317,7 @@ def test_sweeper_wakes_waiting_workers(server_factory) -> None:  # type: ignore[
     t.start()
     from tests.support import wait_until
 
-    wait_until(lambda: server.state.broker.parked == 1)
+    wait_until(lambda: server.state.dispatcher.parked == 1)
     sweep(server)
     t.join()
     assert [j["id"] for j in got] == [job["id"]]

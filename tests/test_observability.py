@@ -74,7 +74,7 @@ def test_gauges_for_waiters_pool_and_depth(server_factory) -> None:  # type: ign
     server.enqueue(queue="deep", payload=2)
     t = threading.Thread(target=lambda: server.claim(queue="idle", wait_seconds=5))
     t.start()
-    wait_until(lambda: server.state.broker.parked == 1)
+    wait_until(lambda: server.state.dispatcher.parked == 1)
 
     def scraped() -> str:
         return server.client.get("/metrics").text

@@ -9,7 +9,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator
 
-from app.openapi import published_document
+from app.http.openapi import published_document
 from tests.support import LiveServer
 
 COMMITTED = Path(__file__).parent.parent / "openapi" / "openapi.json"
@@ -127,7 +127,7 @@ def test_problem_examples_are_what_the_service_answers(server: LiveServer) -> No
 
 def test_every_operation_states_its_security() -> None:
     """Bearer keys everywhere but the health checks; 401 documented wherever a key is needed, 403 wherever a
-    scope or queue can refuse. New routes must do the same (and call app.auth.require)."""
+    scope or queue can refuse. New routes must do the same (and call app.auth.policy.require)."""
     doc = published_document()
     assert doc["components"]["securitySchemes"]["bearerKey"] == {**doc["components"]["securitySchemes"]["bearerKey"],
                                                                   "type": "http", "scheme": "bearer"}  # fmt: skip

@@ -14,7 +14,8 @@ import orjson
 import psycopg
 import pytest
 
-from app import store, store_ops
+from app.db import jobs as store
+from app.db import operations as store_ops
 from tests.support import LiveServer, problem, wait_until
 
 FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -436,7 +437,7 @@ def test_pause_and_resume(server: LiveServer) -> None:
     got: list[Any] = []
     t = threading.Thread(target=lambda: got.extend(server.claim(wait_seconds=20)))
     t.start()
-    wait_until(lambda: server.state.broker.parked == 1, what="a worker waiting on the paused queue")
+    wait_until(lambda: server.state.dispatcher.parked == 1, what="a worker waiting on the paused queue")
     assert post(server, "/queues/q/resume").json() == {"queue": "q", "paused": False}
     t.join()
     assert [j["id"] for j in got] == [job["id"]]
@@ -540,7 +541,7 @@ def test_finished_counts_never_drift_with_releases_and_cancelled_claims(server_f
 
 
 def test_the_sweeper_vacuums_the_jobs_table(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
-    from app.sweeper import VACUUM_LOCK_KEY
+    from app.maintenance.sweeper import VACUUM_LOCK_KEY
 
     server: LiveServer = server_factory(vacuum_dead_rows=100)
     server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(300)]})

@@ -17,9 +17,9 @@ import httpx
 import psycopg
 import pytest
 
-from app import store_keys
-from app.auth import new_key, parse_key
-from app.cli import main as jobq
+from app.auth.policy import new_key, parse_key
+from app.db import keys as store_keys
+from app.runtime.cli import main as jobq
 from tests.support import LiveServer, problem, wait_until
 
 ENV_KEY = "container-key-" + "k" * 40
@@ -417,7 +417,7 @@ def test_revocation_reaches_every_process_at_once(server_factory, database_url: 
 
     # `jobq keys revoke` in a process of its own, as an operator would run it.
     env = {**os.environ, "JOBQ_DATABASE_URL": database_url}
-    done = subprocess.run([sys.executable, "-m", "app.cli", "keys", "revoke", "doomed"], env=env,
+    done = subprocess.run([sys.executable, "-m", "app.runtime.cli", "keys", "revoke", "doomed"], env=env,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     for c in clients:
@@ -518,7 +518,7 @@ def test_a_key_from_the_environment_works_and_is_never_logged(server_factory, ca
 
 
 def test_a_short_environment_key_is_refused_without_showing_it(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
-    from app.cli import _settings
+    from app.runtime.cli import _settings
 
     monkeypatch.setenv("JOBQ_API_KEY", "short-secret-value")
     with pytest.raises(SystemExit):
@@ -575,7 +575,7 @@ def test_tokens_keys_payloads_and_results_stay_out_of_logs_and_errors(
 
 
 def test_the_documented_401_and_403_are_what_the_service_answers(secured: LiveServer, db: psycopg.Connection) -> None:
-    from app.openapi import published_document
+    from app.http.openapi import published_document
 
     responses = published_document()["paths"]["/queues/{queue}/claim"]["post"]["responses"]
     fields = ("type", "title", "status", "detail")

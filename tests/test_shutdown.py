@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from app.embedded import LocalPostgres
+from app.runtime.embedded import LocalPostgres
 from tests.processes import Announcements, ServeProcess, embedded_url, postgres_pids
 from tests.support import wait_until
 

@@ -1,4 +1,4 @@
-"""The dashboard at /ui: how it is served (headers, open routes, no file outside app/ui/ reachable), and
+"""The dashboard at /ui: how it is served (headers, open routes, no file outside app/http/ui/ reachable), and
 what an operator does with it in a real browser (Debian's Chromium driven by Playwright)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.test_operations import flush
 from tests.test_security import create_key
 
 ROOT = Path(__file__).parent.parent
-UI = ROOT / "app" / "ui"
+UI = ROOT / "app" / "http" / "ui"
 CHROMIUM = Path("/usr/bin/chromium")
 XSS = "<img src=x onerror=alert(1)>"
 FILES = {

@@ -1,4 +1,4 @@
-"""SQL for operators: queue statistics, listings, admin actions, retention. Like app/store.py, every
+"""SQL for operators: queue statistics, listings, admin actions, retention. Like app/db/jobs.py, every
 statement is one autocommit transaction, guarded by the job's status so that it cannot race a worker
 into an impossible state, and keeps queue_counts exact in the same statement."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from app.store import JOB_COLUMNS, Row, as_json, count_finished, job_get
+from app.db.jobs import JOB_COLUMNS, Row, as_json, count_finished, job_get
 
 # --- statistics -------------------------------------------------------------------------------------------
 
@@ -200,7 +200,7 @@ JOB_CANCEL = f"""
 WITH target AS (
   SELECT id, status AS before FROM jobs
   WHERE id = %(id)s AND status IN ('pending', 'running')
-    AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)  -- the caller's queues (app/auth.py)
+    AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)  -- the caller's queues (app/auth/policy.py)
   FOR UPDATE
 ), cancelled AS (
   -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
@@ -234,7 +234,7 @@ JOB_RETRY = f"""
 WITH target AS (
   SELECT id, queue_name, status FROM jobs
   WHERE id = %(id)s AND status IN ('failed', 'cancelled')
-    AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)  -- the caller's queues (app/auth.py)
+    AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)  -- the caller's queues (app/auth/policy.py)
   FOR UPDATE
 ), retried AS (
   -- Back to pending with a fresh set of attempts; result and token of the old run are dropped.

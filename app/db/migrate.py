@@ -27,8 +27,38 @@ CREATE TABLE IF NOT EXISTS jobq_migrations (
 """
 
 
+# Releases before comment-insensitive checksums recorded the SHA-256 of a file's whole text. These are
+# the whole-text checksums of migration files whose comments were edited since (to name moved modules):
+# their statements are those of today's files, so a database that recorded one of them is current.
+_EARLIER_TEXTS: dict[int, frozenset[str]] = {
+    1: frozenset({"403b30be616c1085bbee48dbf5d10d9a98736536cee50d411636dc985254524a"}),
+    2: frozenset({"363a4755b4537d1139231a0f4ee760c9f3b8022599beeda985e2c48f3a595efb"}),
+    3: frozenset({"d4cf7bdf02f3eefa4ea3de9669bd7549410d4a8a2a794294286d60bdbb7564c6"}),
+    7: frozenset({"c8e9632824f38c8572e7517c378e1a9a9a60fa46c0ddf8e4aec54922c91cd040"}),
+}
+_SQL_TOKEN = re.compile(
+    # a quoted string, a quoted identifier, a dollar-quoted body, a comment, whitespace, other text
+    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$\w*\$).*?\1|--[^\n]*|/\*.*?\*/|\s+|[^'\"$\s/-]+|.",
+    re.S,
+)
+
+
 class MigrationError(RuntimeError):
     pass
+
+
+def statements(sql: str) -> str:
+    """The SQL without its comments, whitespace collapsed: what a checksum covers, so that a comment can be
+    corrected in an applied migration while a changed statement is still refused. Quoted strings,
+    identifiers and dollar-quoted bodies are kept as they are."""
+    out = []
+    for m in _SQL_TOKEN.finditer(sql):
+        token = m.group(0)
+        if token.startswith("--") or token.startswith("/*") or token.isspace():
+            out.append(" ")
+        else:
+            out.append(token)
+    return re.sub(r" +", " ", "".join(out)).strip()
 
 
 @dataclass(frozen=True)
@@ -39,13 +69,20 @@ class Migration:
 
     @property
     def checksum(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()
+        return hashlib.sha256(statements(self.sql).encode()).hexdigest()
+
+    def recorded_as_applied(self, recorded: str) -> bool:
+        """Whether a checksum in jobq_migrations stands for this file's statements: today's form, or the
+        whole-text form older releases recorded (of this text, or of an earlier text with other comments)."""
+        whole_text = hashlib.sha256(self.sql.encode()).hexdigest()
+        return recorded in (self.checksum, whole_text) or recorded in _EARLIER_TEXTS.get(self.version, ())
 
 
 def migrations_dir() -> Path:
     """The installed copy (wheel) or the repository's migrations/ (source checkout, editable install)."""
-    packaged = Path(__file__).parent / "migrations"
-    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "migrations"
+    package = Path(__file__).parent.parent  # app/
+    packaged = package / "migrations"
+    return packaged if packaged.is_dir() else package.parent / "migrations"
 
 
 def load_migrations(directory: Path | None = None) -> list[Migration]:
@@ -76,7 +113,7 @@ def pending_migrations(conn: psycopg.Connection, directory: Path | None = None) 
     for m in load_migrations(directory):
         if m.version not in applied:
             todo.append(m)
-        elif applied[m.version] != m.checksum:
+        elif not m.recorded_as_applied(applied[m.version]):
             raise MigrationError(f"{m.name} was changed after it was applied; add a new migration instead")
     return todo
 

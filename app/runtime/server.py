@@ -8,7 +8,7 @@ from types import FrameType
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from app import logs
+from app.runtime import logs
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -1,5 +1,5 @@
 """The published OpenAPI document: FastAPI's, with every error response as application/problem+json,
-examples on every request body, success response and problem (app/examples.py), the bearer-key
+examples on every request body, success response and problem (app/http/examples.py), the bearer-key
 security scheme on every operation that is not open, and the JsonValue schema of payloads."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app.examples import ONLY_ON, PROBLEMS, SCHEMAS
-from app.models import JSON_VALUE_MARKER
+from app.http.examples import ONLY_ON, PROBLEMS, SCHEMAS
+from app.models.jobs import JSON_VALUE_MARKER
 from app.settings import Settings
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
@@ -100,7 +100,7 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
                 description=api.description,
                 routes=api.routes,
             )
-            from app.api import OPEN_OPERATIONS
+            from app.http.jobs import OPEN_OPERATIONS
 
             components = doc.setdefault("components", {})
             schemas = components.setdefault("schemas", {})

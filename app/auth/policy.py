@@ -2,7 +2,7 @@
 
 Every route that is not open calls `require()` first; it raises 401 or 403 as problem+json:
 
-    from app.auth import require
+    from app.auth.policy import require
 
     who = require(request, "produce", queue)  # enqueue on `queue`
     who = require(request, "consume", queue)  # claim on `queue`
@@ -43,7 +43,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import AppError, Forbidden, Unauthorized
-from app.responses import problem_response
+from app.http.responses import problem_response
 
 KeyScope = Literal["produce", "consume", "admin", "metrics"]
 SCOPES: tuple[KeyScope, ...] = ("produce", "consume", "admin", "metrics")

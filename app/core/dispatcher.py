@@ -19,13 +19,13 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from app import store
-from app.db import Database
+from app.db import jobs as store
+from app.db.jobs import ClaimSlot, Row
+from app.db.pool import Database
 from app.errors import AppError, TooManyWaiters
 from app.settings import Settings
-from app.store import ClaimSlot, Row
 
-log = logging.getLogger("jobq.broker")
+log = logging.getLogger("jobq.claims")
 
 # queue, jobs claimed, requests answered empty although ready jobs existed (locked or paused queue)
 ClaimObserver = Callable[[str, int, int], None]
@@ -41,9 +41,9 @@ class _Ticket:
         self.parked = False  # counted against max_waiters
 
 
-class _QueueDispatcher:
-    def __init__(self, broker: Broker, queue: str) -> None:
-        self.broker = broker
+class _QueueClaims:
+    def __init__(self, owner: ClaimDispatcher, queue: str) -> None:
+        self.owner = owner
         self.queue = queue
         self.tickets: list[_Ticket] = []
         self.task: asyncio.Task[None] | None = None
@@ -68,12 +68,12 @@ class _QueueDispatcher:
             batch: list[_Ticket] = []
             total = 0
             for t in self.tickets:
-                if batch and total + t.slot.limit > self.broker.max_rows:
+                if batch and total + t.slot.limit > self.owner.max_rows:
                     break
                 batch.append(t)
                 total += t.slot.limit
             try:
-                async with self.broker.db.connection() as conn:
+                async with self.owner.db.connection() as conn:
                     result = await store.jobs_claim(conn, self.queue, [t.slot for t in batch])
             except AppError as exc:
                 for t in batch:
@@ -87,7 +87,7 @@ class _QueueDispatcher:
                         t.future.set_exception(exc)
                 continue
             claimed = self._hand_out(batch, result.rows)
-            self.broker.observe(self.queue, claimed, len(batch) if result.ready_left_behind else 0)
+            self.owner.observe(self.queue, claimed, len(batch) if result.ready_left_behind else 0)
             # Go again for tickets that did not fit in this statement, or after a wake-up during it.
             if not (self.again or len(batch) < len(self.tickets)):
                 return
@@ -103,21 +103,21 @@ class _QueueDispatcher:
                 else:
                     t.future.set_result(rows)
             elif not t.future.done():
-                if not t.wait or self.broker.closing:
+                if not t.wait or self.owner.closing:
                     t.future.set_result([])
                 elif not t.parked:
-                    if self.broker.parked >= self.broker.settings.max_waiters:
+                    if self.owner.parked >= self.owner.settings.max_waiters:
                         t.future.set_exception(TooManyWaiters())
                     else:
                         t.parked = True
-                        self.broker.parked += 1
-                        self.broker.on_parked(self.queue)
+                        self.owner.parked += 1
+                        self.owner.on_parked(self.queue)
         if undeliverable:
-            self.broker.release(undeliverable)
+            self.owner.release(undeliverable)
         return claimed
 
 
-class Broker:
+class ClaimDispatcher:
     def __init__(self, settings: Settings, db: Database, observe: ClaimObserver | None = None) -> None:
         self.settings = settings
         self.db = db
@@ -126,7 +126,7 @@ class Broker:
         self.parked = 0
         self.closing = False
         self.observe: ClaimObserver = observe or (lambda _q, _claimed, _empty: None)
-        self._queues: dict[str, _QueueDispatcher] = {}
+        self._queues: dict[str, _QueueClaims] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._poller: asyncio.Task[None] | None = None
 
@@ -142,7 +142,7 @@ class Broker:
         ticket = _Ticket(slot, loop.create_future(), wait=wait_seconds > 0)
         dispatcher = self._queues.get(queue)
         if dispatcher is None:
-            dispatcher = self._queues[queue] = _QueueDispatcher(self, queue)
+            dispatcher = self._queues[queue] = _QueueClaims(self, queue)
         dispatcher.tickets.append(ticket)
         dispatcher.kick()
         watch: asyncio.Future[Any] | None = None

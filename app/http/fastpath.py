@@ -34,7 +34,7 @@ from app.errors import (
     ValidationFailed,
     validation_problem,
 )
-from app.responses import problem_response
+from app.http.responses import problem_response
 
 log = logging.getLogger("jobq.http")
 

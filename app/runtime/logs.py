@@ -22,7 +22,7 @@ from typing import IO, Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.metrics import Metrics
+from app.runtime.metrics import Metrics
 
 REQUEST_ID_HEADER = b"x-request-id"
 _SAFE_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
@@ -63,7 +63,7 @@ def dict_config(level: str = "info") -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "app.logs.JsonFormatter"}},
+        "formatters": {"json": {"()": "app.runtime.logs.JsonFormatter"}},
         "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
         "root": {"handlers": ["stdout"], "level": level.upper()},
         "loggers": {

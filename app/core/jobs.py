@@ -7,13 +7,13 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from app import store
-from app.broker import Broker
-from app.coalesce import Coalescer
-from app.db import Database
+from app.core.coalesce import Coalescer
+from app.core.dispatcher import ClaimDispatcher
+from app.db import jobs as store
+from app.db.jobs import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome, Row
+from app.db.pool import Database
 from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, ValidationFailed
-from app.metrics import Metrics
-from app.models import (
+from app.models.jobs import (
     ClaimRequest,
     CompleteBatchRequest,
     CompleteRequest,
@@ -26,8 +26,8 @@ from app.models import (
     check_json_value,
     dump_json,
 )
+from app.runtime.metrics import Metrics
 from app.settings import Settings
-from app.store import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome, Row
 
 Doc = dict[str, Any]
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -64,16 +64,16 @@ class JobService:
         self,
         settings: Settings,
         db: Database,
-        broker: Broker,
+        dispatcher: ClaimDispatcher,
         wake: Callable[[Iterable[str]], None],
         metrics: Metrics,
     ) -> None:
         self.settings = settings
         self.db = db
-        self.broker = broker
+        self.dispatcher = dispatcher
         self.wake = wake
         self.metrics = metrics
-        # Group commit for the hot single-row writes (see app/coalesce.py). An enqueue item is one
+        # Group commit for the hot single-row writes (see app/core/coalesce.py). An enqueue item is one
         # request's jobs, so a batch stays all-or-nothing even when it shares a statement.
         self._insert: Coalescer[list[NewJob], list[tuple[bool, Row]]] = Coalescer(
             self._insert_many,
@@ -146,7 +146,7 @@ class JobService:
 
     async def claim(self, queue: str, req: ClaimRequest, disconnected: Awaitable[Any] | None = None) -> list[Doc]:
         slot = ClaimSlot(req.worker, req.lease_seconds or self.settings.lease_default_seconds, req.limit)
-        rows = await self.broker.claim(queue, slot, req.wait_seconds, disconnected)
+        rows = await self.dispatcher.claim(queue, slot, req.wait_seconds, disconnected)
         return [store.claim_doc(r) for r in rows]
 
     async def _heartbeat_many(self, beats: list[Heartbeat]) -> list[tuple[Outcome, Any]]:
@@ -154,7 +154,7 @@ class JobService:
             return await store.jobs_heartbeat(conn, beats)
 
     # Routes addressed by job id take `allowed`: the caller's queue regex (None: every queue). A job in
-    # another queue is "not_found", decided in the same guarded statement (see app/auth.py).
+    # another queue is "not_found", decided in the same guarded statement (see app/auth/policy.py).
 
     async def heartbeat(self, job_id: int, req: HeartbeatRequest, allowed: str | None = None) -> Doc:
         outcome, expires = await self._heartbeat(Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed))

@@ -11,11 +11,12 @@ from typing import Any
 
 import orjson
 
-from app import store, store_ops
-from app.db import Database
+from app.core.jobs import Doc, invalid, sanitise_error
+from app.db import jobs as store
+from app.db import operations as store_ops
+from app.db.pool import Database
 from app.errors import InvalidState, JobNotFound
-from app.metrics import DURATION_BOUNDS_MS, Metrics
-from app.service import Doc, invalid, sanitise_error
+from app.runtime.metrics import DURATION_BOUNDS_MS, Metrics
 from app.settings import Settings
 
 FINISHED = ("completed", "failed", "cancelled")
@@ -170,7 +171,7 @@ class OpsService:
 
     # -- admin actions ----------------------------------------------------------------------------------
 
-    # `allowed`: the caller's queue regex (None: every queue); a job outside it is not found (app/auth.py).
+    # `allowed`: the caller's queue regex (None: every queue); a job outside it is not found (app/auth/policy.py).
 
     async def cancel(self, job_id: int, reason: str | None, allowed: str | None = None) -> Doc:
         if reason is not None:  # stored as last_error: the same rules as a worker's error text

@@ -20,8 +20,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from app import store_ops
-from app.db import Database
+from app.db import operations as store_ops
+from app.db.pool import Database
 
 log = logging.getLogger("jobq.metrics")
 

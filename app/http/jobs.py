@@ -1,4 +1,4 @@
-"""HTTP routes: validate -> service -> response. One definition per endpoint; app/fastpath.py serves
+"""HTTP routes: validate -> service -> response. One definition per endpoint; app/http/fastpath.py serves
 the hot ones by calling these same functions.
 
 No `from __future__ import annotations` here: the request models are built per settings inside
@@ -18,7 +18,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match, Route
 
-from app.auth import require
+from app.auth.policy import require
+from app.core.jobs import JobService
 from app.errors import (
     AppError,
     BadRequest,
@@ -27,7 +28,8 @@ from app.errors import (
     NotFound,
     validation_problem,
 )
-from app.models import (
+from app.http.responses import json_response, problem_response
+from app.models.jobs import (
     INT64_MAX,
     QUEUE_PATTERN,
     ClaimRequest,
@@ -47,16 +49,14 @@ from app.models import (
     Problem,
     ReleaseRequest,
 )
-from app.responses import json_response, problem_response
-from app.service import JobService
 
 log = logging.getLogger("jobq.api")
 
 QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="`[A-Za-z0-9_.:-]{1,128}`")]
 JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX, description="Job id.", json_schema_extra={"format": "int64"})]
 
-# Operations anyone may call, with or without a key (app/auth.py refuses everything else without one).
-# The dashboard's page and files hold no data (app/dashboard.py); its script calls the API with a key.
+# Operations anyone may call, with or without a key (app/auth/policy.py refuses everything else without one).
+# The dashboard's page and files hold no data (app/http/dashboard.py); its script calls the API with a key.
 OPEN_OPERATIONS = frozenset({"healthz", "readyz", "dashboard", "dashboardScript", "dashboardStyle"})
 
 
@@ -64,7 +64,7 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying ag
 
 
 def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the problem responses an operation can give (examples: app/examples.py)."""
+    """OpenAPI entries for the problem responses an operation can give (examples: app/http/examples.py)."""
     text = {
         400: "Body is not valid JSON.",
         401: "No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate).",
@@ -141,7 +141,7 @@ def configured(**models: type[BaseModel]) -> Callable[[F], F]:
 
 
 def add_routes(router: FastAPI, c: Contract) -> None:
-    """Register the endpoints on the app itself (not an included APIRouter): app/fastpath.py looks the
+    """Register the endpoints on the app itself (not an included APIRouter): app/http/fastpath.py looks the
     hot ones up among the app's own routes."""
 
     @router.post(
@@ -282,7 +282,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         return {"status": "ok"}
 
 
-# Routes app/fastpath.py may serve directly (by operation id).
+# Routes app/http/fastpath.py may serve directly (by operation id).
 HOT_OPERATIONS = frozenset(
     {"enqueueJob", "enqueueJobs", "claimJobs", "heartbeatJob", "completeJob", "failJob", "completeJobs"}
 )

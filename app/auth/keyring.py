@@ -3,7 +3,7 @@
 A key's row is read once per process (on its first use, then again after JOBQ_AUTH_CACHE_SECONDS) and
 kept with its verdict; unknown selectors are cached too, so a flood of bad keys costs no queries after
 the first of each, and at most LOOKUP_CONCURRENCY connections while it lasts. Every change to a key
-sends a NOTIFY (app/store_keys.py) that app/wakeup.py turns into invalidate() in every process; the TTL
+sends a NOTIFY (app/db/keys.py) that app/core/wakeups.py turns into invalidate() in every process; the TTL
 only bounds what a listener that was disconnected might have missed (it also invalidates on reconnect).
 A lookup that raced an invalidation returns its answer to its own request but does not cache it.
 """
@@ -16,9 +16,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from app import store_keys
-from app.auth import ENV_KEY, Principal, digest, parse_key
-from app.db import Database
+from app.auth.policy import ENV_KEY, Principal, digest, parse_key
+from app.db import keys as store_keys
+from app.db.pool import Database
 
 log = logging.getLogger("jobq.auth")
 

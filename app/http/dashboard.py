@@ -1,6 +1,6 @@
-"""The operator dashboard: GET /ui and its two static files, shipped in app/ui/ as package data.
+"""The operator dashboard: GET /ui and its two static files, shipped in app/http/ui/ as package data.
 
-The page holds no data, so these routes are open (OPEN_OPERATIONS in app/api.py): everything it shows
+The page holds no data, so these routes are open (OPEN_OPERATIONS in app/http/jobs.py): everything it shows
 comes from the JSON API, which its script calls with the operator's key. Each file is served from a
 fixed table read once at start, never by joining a request path onto a directory, so no path can reach
 another file. The routes stay out of the OpenAPI document: they are not part of the JSON contract."""
@@ -35,7 +35,7 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-cache",
 }
 
-# path -> (file in app/ui/, media type, operation id listed in OPEN_OPERATIONS)
+# path -> (file in app/http/ui/, media type, operation id listed in OPEN_OPERATIONS)
 FILES = {
     "/ui": ("index.html", "text/html; charset=utf-8", "dashboard"),
     "/ui/app.js": ("app.js", "text/javascript; charset=utf-8", "dashboardScript"),
@@ -57,7 +57,7 @@ class StaticFile:
 
 
 def load(name: str, media_type: str) -> StaticFile:
-    body = (resources.files("app") / "ui" / name).read_bytes()
+    body = (resources.files("app.http") / "ui" / name).read_bytes()
     return StaticFile(body, media_type, '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, Strict, StrictBool
 
-from app.models import Body, Integral, Job
+from app.models.jobs import Body, Integral, Job
 
 
 class QueueCounts(BaseModel):

@@ -32,7 +32,7 @@ from app.settings import Settings
 if TYPE_CHECKING:
     import psycopg
 
-    from app.store_keys import KeyInfo
+    from app.db.keys import KeyInfo
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("jobq")
@@ -75,7 +75,8 @@ def _stop_before_serving(_sig: int, _frame: FrameType | None) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from app import logs, migrate, server
+    from app.db import migrate
+    from app.runtime import logs, server
 
     settings = _settings()
     logging.config.dictConfig(logs.dict_config(args.log_level))
@@ -91,7 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         url = settings.database_url
         if not url:
-            from app.embedded import EmbeddedError, LocalPostgres, default_data_dir, find_binaries
+            from app.runtime.embedded import EmbeddedError, LocalPostgres, default_data_dir, find_binaries
 
             data_dir = Path(args.data_dir or settings.data_dir or default_data_dir())
             try:
@@ -143,7 +144,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from app import migrate
+    from app.db import migrate
 
     url = args.database_url or _settings().database_url
     if not url:
@@ -170,7 +171,7 @@ def _database_url(args: argparse.Namespace, command: str) -> str | None:
 def cmd_keys(args: argparse.Namespace) -> int:
     import psycopg
 
-    from app import store_keys
+    from app.db import keys as store_keys
 
     url = _database_url(args, "keys")
     if not url:
@@ -204,7 +205,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
 def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
     import psycopg
 
-    from app import auth, store_keys
+    from app.auth import policy as auth
+    from app.db import keys as store_keys
 
     scopes = sorted(set(args.scope), key=auth.SCOPES.index)
     try:
@@ -294,7 +296,7 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 
 
 def cmd_openapi(args: argparse.Namespace) -> int:
-    from app.openapi import published_document
+    from app.http.openapi import published_document
 
     doc = published_document()
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"

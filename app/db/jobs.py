@@ -2,7 +2,7 @@
 statement, one short transaction, no lock held across a round trip to a client.
 
 Statements take a batch (a JSON document unpacked by json_to_recordset) so that concurrent requests can
-share one statement and one commit (see app/coalesce.py); a single request is the batch-of-one case."""
+share one statement and one commit (see app/core/coalesce.py); a single request is the batch-of-one case."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def job_doc(row: Row) -> dict[str, Any]:
 
 # Object-level authorisation: statements addressed by job id take `allowed`, the caller's anchored regex
 # over queue names (NULL: every queue), and treat a job in another queue exactly like a missing one, in
-# the same statement (no read before the write). See app/auth.py.
+# the same statement (no read before the write). See app/auth/policy.py.
 
 # --- get ----------------------------------------------------------------------------------------------------
 

@@ -11,11 +11,11 @@ hot path:
   * wake-ups are sent after the enqueue has committed, at most one in flight per process and at least
     `notify_min_interval_ms` apart, each naming every queue marked since the last.
 A wake-up lost anyway (a listener reconnecting, a presence announcement still in flight) costs at most
-one fallback poll interval (app/broker.py).
+one fallback poll interval (app/core/dispatcher.py).
 
 Messages on CHANNEL: "<sender> w q1 q2 ..." jobs arrived; "<sender> p q1 ..." I have waiters on these;
 "<sender> h" I (re)started listening, tell me your presence; "keys k" API keys changed (sent by the SQL
-that changes them, app/store_keys.py): drop cached keys. A listener that reconnects also drops them,
+that changes them, app/db/keys.py): drop cached keys. A listener that reconnects also drops them,
 since it may have missed such a message.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 
 import psycopg
 
-from app.db import Database
+from app.db.pool import Database
 
 log = logging.getLogger("jobq.wakeup")
 

@@ -66,7 +66,7 @@ Label = Annotated[str, Field(min_length=1, max_length=255, pattern=LABEL_PATTERN
 ClaimToken = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
 ERROR_MAX_CHARS = 65_536  # accepted in a fail request; what is stored is cut to JOBQ_MAX_ERROR_BYTES
 
-# Payloads and results: any JSON value that jsonb can hold. app/openapi.py replaces this marker with a
+# Payloads and results: any JSON value that jsonb can hold. app/http/openapi.py replaces this marker with a
 # reference to the JsonValue schema, which states that as far as JSON Schema can (no NUL in strings or
 # keys); depth and size are settings, stated in words.
 JSON_VALUE_MARKER = "x-jobq-json-value"

@@ -14,9 +14,10 @@ from datetime import datetime
 
 import psycopg
 
-from app import store, store_ops
-from app.db import Database
-from app.metrics import Metrics
+from app.db import jobs as store
+from app.db import operations as store_ops
+from app.db.pool import Database
+from app.runtime.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.sweeper")

@@ -1,5 +1,5 @@
 """Operator routes: queue statistics, listings, admin actions, Prometheus metrics. All need an admin key
-(app/auth.py), except /metrics, which a `metrics` key reaches too: a key limited to some queues sees and
+(app/auth/policy.py), except /metrics, which a `metrics` key reaches too: a key limited to some queues sees and
 acts on those only, and cannot read /metrics, which covers every queue."""
 
 from typing import Annotated
@@ -9,12 +9,14 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
-from app.api import JobIdPath, QueueName, _problems
-from app.auth import require
+from app.auth.policy import require
+from app.core.operations import OpsService
 from app.errors import Forbidden, ValidationFailed
-from app.examples import METRICS_EXAMPLE
-from app.models import Job, Status
-from app.models_ops import (
+from app.http.examples import METRICS_EXAMPLE
+from app.http.jobs import JobIdPath, QueueName, _problems
+from app.http.responses import json_response
+from app.models.jobs import Job, Status
+from app.models.operations import (
     CancelRequest,
     JobPage,
     QueueList,
@@ -23,8 +25,6 @@ from app.models_ops import (
     RedriveRequest,
     RedriveResult,
 )
-from app.responses import json_response
-from app.service_ops import OpsService
 
 
 def ops(request: Request) -> OpsService:

@@ -1,0 +1,1 @@
+"""Who may do what on which queue: API keys, scopes, queue patterns, the key cache."""

@@ -1,0 +1,1 @@
+"""PostgreSQL: the connection pool, migrations, and all SQL (jobs, operations, API keys)."""

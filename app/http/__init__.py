@@ -1,0 +1,1 @@
+"""The HTTP layer: routes, the lean dispatcher for hot routes, problem responses, OpenAPI, the dashboard."""

@@ -1,0 +1,1 @@
+"""Background services: lease rescue, retention, vacuum, statistics, gauges."""

@@ -1,0 +1,1 @@
+"""Running the service: the CLI, uvicorn, the managed PostgreSQL, logs and metrics."""
