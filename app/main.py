@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any
@@ -19,26 +18,34 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.auth.keyring import KeyRing
-from app.auth.policy import Authenticate, Authenticator
+from app.auth.middleware import Authenticate, Authenticator
+from app.auth.policy import OPEN_OPERATIONS
 from app.core.dispatcher import ClaimDispatcher
 from app.core.jobs import JobService
 from app.core.operations import OpsService
 from app.core.wakeups import Wakeups
 from app.db import keys as store_keys
 from app.db import migrate
-from app.db import operations as store_ops
 from app.db.pool import Database
 from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
 from app.http.dashboard import add_dashboard_routes
 from app.http.fastpath import FastPath, RequestGuard
-from app.http.jobs import HOT_OPERATIONS, OPEN_OPERATIONS, JobqRoute, _problems, add_routes, install_error_handlers
+from app.http.jobs import JobqRoute, _problems, add_routes, install_error_handlers
 from app.http.openapi import customise_openapi
 from app.http.operations import add_operator_routes
 from app.http.responses import json_response, problem_response
-from app.maintenance.sweeper import Sweeper
+from app.maintenance.base import Supervisor
+from app.maintenance.gauges import Gauges
+from app.maintenance.keys import KeyUse
+from app.maintenance.listener import WakeupListener
+from app.maintenance.poll import FallbackPoll
+from app.maintenance.rescuer import LeaseRescuer
+from app.maintenance.retention import Retention
+from app.maintenance.stats import StatsFlush
+from app.maintenance.vacuum import Vacuum
 from app.models.jobs import Readiness, build_contract
 from app.runtime.logs import AccessLog, Observability
-from app.runtime.metrics import Metrics, run_background
+from app.runtime.metrics import Metrics
 from app.settings import Settings, is_loopback
 
 log = logging.getLogger("jobq")
@@ -55,7 +62,7 @@ class JobqApp:
 
     def __init__(self, api: FastAPI, settings: Settings) -> None:
         self.api = api
-        inner: ASGIApp = FastPath(api, HOT_OPERATIONS) if settings.fast_path else api
+        inner: ASGIApp = FastPath(api) if settings.fast_path else api
         self.guard = RequestGuard(inner, settings.max_request_bytes)
 
         def keys() -> Authenticator:
@@ -208,48 +215,36 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     await db.open(wait_seconds=STARTUP_TIMEOUT_SECONDS)
     metrics: Metrics = api.state.metrics
 
-    def observe_claims(queue: str, claimed: int, empty_with_ready: int) -> None:
-        metrics.count("claimed", queue, claimed)
-        metrics.count("empty_claims", queue, empty_with_ready)
-
+    # The process's parts, each built once: the wake-up seam is shared by the dispatcher (which announces
+    # its waiters through it), the services that make jobs claimable, and the listener that feeds it.
     keys = KeyRing(db, settings.auth_cache_seconds, settings.api_key.get_secret_value() if settings.api_key else None)
-    dispatcher = ClaimDispatcher(settings, db, observe_claims)
-    wakeups = Wakeups(
-        db,
-        url,
-        settings.notify_min_interval_ms,
-        dispatcher.wake,
-        dispatcher.waiting_queues,
-        on_keys_changed=keys.invalidate,
+    wakeups = Wakeups(db, settings.notify_min_interval_ms)
+    dispatcher = ClaimDispatcher(settings, db, wakeups, metrics)
+    wakeups.attach(dispatcher)
+    jobs = JobService(settings, db, dispatcher, wakeups, metrics)
+    maintenance = Supervisor(
+        [
+            WakeupListener(url, wakeups, keys),
+            FallbackPoll(dispatcher, settings.poll_interval_seconds, metrics),
+            LeaseRescuer(settings, db, metrics, wakeups),
+            Retention(settings, db, metrics),
+            Vacuum(settings, db, metrics),
+            Gauges(metrics, db, dispatcher, settings.gauges_interval_seconds),
+            StatsFlush(metrics, db),
+            KeyUse(keys, metrics),
+        ]
     )
-    dispatcher.on_parked = wakeups.parked
-
-    def wake(queues: Iterable[str]) -> None:
-        queues = set(queues)
-        dispatcher.wake(queues)
-        wakeups.publish(queues)
-
-    sweeper = Sweeper(settings, db, metrics, on_rescued=wake)
-    jobs = JobService(settings, db, dispatcher, wake, metrics)
     api.state.db = db
     api.state.dispatcher = dispatcher
     api.state.wakeups = wakeups
-    api.state.sweeper = sweeper
+    api.state.maintenance = maintenance
     api.state.jobs = jobs
-    api.state.ops = OpsService(settings, db, metrics, wake)
+    api.state.ops = OpsService(settings, db, metrics, wakeups)
     api.state.keys = keys
     async with db.connection() as conn:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))
 
-    keys.start()
-    dispatcher.start()
-    wakeups.start()
-    sweeper.start()
-    loop = asyncio.get_running_loop()
-    background = [
-        loop.create_task(run_background(metrics, db)),
-        loop.create_task(_gauges(metrics, db, dispatcher, settings.gauges_interval_seconds)),
-    ]
+    maintenance.start()
     restore_signals = _drain_on_stop_signal(dispatcher)
     log.info("jobq ready (fast path %s)", "on" if settings.fast_path else "off")
     try:
@@ -257,39 +252,8 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     finally:
         restore_signals()
         await dispatcher.drain()
-        await sweeper.aclose()
-        await wakeups.aclose()
         await jobs.aclose()
-        for task in background:
-            task.cancel()
-        await asyncio.gather(*background, return_exceptions=True)
-        with contextlib.suppress(Exception):
-            await metrics.flush(db)
-        await keys.aclose()
+        await maintenance.stop()  # the statistics' and keys' last flush included
         await db.close()
         api.state.access_log.close()
         log.info("jobq stopped")
-
-
-async def _gauges(metrics: Metrics, db: Database, dispatcher: ClaimDispatcher, depth_interval: float) -> None:
-    """Gauges for /metrics: pool and waiters every second, queue depths every `depth_interval` from the
-    same index-only aggregation as GET /queues (never a count per scrape)."""
-    next_depth = 0.0
-    while True:
-        stats = db.pool.get_stats()
-        metrics.pool_size.set(stats.get("pool_size", 0))
-        metrics.pool_busy.set(stats.get("pool_size", 0) - stats.get("pool_available", 0))
-        metrics.pool_waiting.set(stats.get("requests_waiting", 0))
-        metrics.waiting.set(dispatcher.parked)
-        if time.monotonic() >= next_depth:
-            next_depth = time.monotonic() + depth_interval
-            try:
-                async with db.connection() as conn:
-                    rows = await store_ops.queues_list(conn)
-                for name, ready, scheduled, _r, _c, _f, _x, oldest, _p in rows:
-                    metrics.depth.labels(name).set(ready)
-                    metrics.scheduled.labels(name).set(scheduled)
-                    metrics.oldest.labels(name).set(float(oldest) if oldest is not None else 0)
-            except Exception as exc:
-                log.warning("could not refresh queue gauges: %s", exc)
-        await asyncio.sleep(1)

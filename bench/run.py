@@ -127,7 +127,7 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
 
 def create_key(url: str) -> str:
     """A key with every scope, as `jobq keys create --scope admin` makes it."""
-    from app.auth.policy import new_key
+    from app.auth.keys import new_key
     from app.db.keys import api_key_insert
 
     key, selector, key_hash = new_key()

@@ -26,19 +26,20 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
         time.sleep(0.01)
 
 
-def sender_idle(wakeups: Any) -> bool:
-    """The process's wake-up sender has nothing queued and nothing on its way (app/core/wakeups.py)."""
-    w = wakeups
-    return not (w._hello or w._present or w._wake) and (w._sender_task is None or w._sender_task.done())
-
-
 def record_wakeups(server: LiveServer) -> list[set[str]]:
-    """From now on, every wake-up the job service sends is also appended to the returned list. A waiting
-    long-poll's queue is looked at again whenever its presence is renewed (every 2 s), so delivery alone
-    does not show that a write woke it: this does."""
+    """From now on, every "jobs available" that goes through the process's wake-up seam is also appended
+    to the returned list. A waiting long-poll's queue is looked at again whenever its presence is renewed
+    (every 2 s), so delivery alone does not show that a write woke it: this does."""
     woken: list[set[str]] = []
-    service, wake = server.state.jobs, server.state.jobs.wake
-    service.wake = lambda queues: (woken.append(set(queues)), wake(queues))[1]
+    wakeups = server.state.wakeups
+    available = wakeups.jobs_available
+
+    def recorded(queues: Any) -> None:
+        queues = set(queues)
+        woken.append(queues)
+        available(queues)
+
+    wakeups.jobs_available = recorded
     return woken
 
 
@@ -49,14 +50,7 @@ def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
     wakeups, dispatcher = server.state.wakeups, server.state.dispatcher
 
     def settled() -> bool:
-        claims = dispatcher._queues.get(queue)
-        return (
-            dispatcher.parked >= 1
-            and queue in wakeups._announced
-            and sender_idle(wakeups)
-            and claims is not None
-            and (claims.task is None or claims.task.done())
-        )
+        return wakeups.announced(queue) and wakeups.idle() and dispatcher.settled(queue)
 
     wait_until(settled, what=f"the long-poll on {queue} to settle")
 

@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.support import LiveServer, problem, sender_idle, wait_until
+from tests.support import LiveServer, problem, wait_until
 
 
 def test_claim_order_is_priority_then_run_at_then_id(server: LiveServer) -> None:
@@ -168,7 +168,7 @@ def test_long_poll_across_processes(server_factory) -> None:  # type: ignore[no-
     wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
     answer = a.claim_in_background(wait_seconds=20)
     wait_until(lambda: a.state.dispatcher.parked == 1, what="the claim parking")
-    wait_until(lambda: "q" in b.state.wakeups._remote, what="b learning that a waits on q")
+    wait_until(lambda: b.state.wakeups.remote_waiters("q"), what="b learning that a waits on q")
     sent = b.state.wakeups.sent
     job = b.enqueue(payload="cross")
     assert [j["id"] for j in answer()] == [job["id"]]
@@ -181,12 +181,12 @@ def test_no_wake_up_is_sent_when_nobody_waits_elsewhere(server_factory) -> None:
     a: LiveServer = server_factory()
     b: LiveServer = server_factory()
     wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
-    wait_until(lambda: sender_idle(a.state.wakeups), what="a's hello going out")
+    wait_until(lambda: a.state.wakeups.idle(), what="a's hello going out")
     sent = a.state.wakeups.sent
     for i in range(20):
         a.enqueue(payload=i)
     # publish() runs inside the enqueue request, so a wake-up would be queued (or on its way) by now.
-    wait_until(lambda: sender_idle(a.state.wakeups), what="a's sender settling")
+    wait_until(lambda: a.state.wakeups.idle(), what="a's sender settling")
     assert a.state.wakeups.sent == sent
 
 
@@ -281,6 +281,90 @@ def test_listener_reconnects_by_itself(server_factory, db: psycopg.Connection) -
     assert killed == (2,)
     wait_until(lambda: a.state.wakeups.connections == 2 and b.state.wakeups.connections == 2, what="relistening")
     answer = a.claim_in_background(wait_seconds=20)
-    wait_until(lambda: "q" in b.state.wakeups._remote, what="b learning that a waits on q")
+    wait_until(lambda: b.state.wakeups.remote_waiters("q"), what="b learning that a waits on q")
     job = b.enqueue(payload="after the reconnect")
     assert [j["id"] for j in answer()] == [job["id"]]
+
+
+# --- results handed in on the next claim (one request per job) ------------------------------------------------
+
+
+def test_a_claim_completes_the_jobs_it_hands_in_first(server: LiveServer, db: psycopg.Connection) -> None:
+    a, b, c = (server.enqueue(payload=n) for n in range(3))
+    first = server.claim(limit=2)
+    r = server.client.post(
+        "/queues/q/claim",
+        json={
+            "worker": "w",
+            "complete": [
+                {"id": first[0]["id"], "claim_token": first[0]["claim_token"], "result": {"ok": 1}},
+                {"id": first[1]["id"], "claim_token": "not-the-token"},
+                {"id": 10**12, "claim_token": "nobody"},
+            ],
+        },
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    # Each item has its outcome, in order; a refused one does not stop the claim.
+    assert body["completed"] == [
+        {"id": first[0]["id"], "outcome": "completed", "status": "completed"},
+        {"id": first[1]["id"], "outcome": "claim_lost", "status": "running"},
+        {"id": 10**12, "outcome": "not_found", "status": None},
+    ]
+    assert [j["id"] for j in body["jobs"]] == [c["id"]]
+    rows = dict(db.execute("SELECT id, status FROM jobs").fetchall())
+    assert rows == {a["id"]: "completed", b["id"]: "running", c["id"]: "running"}
+    assert db.execute("SELECT result FROM jobs WHERE id = %s", (a["id"],)).fetchone() == ({"ok": 1},)
+    # A repeat with the same token is a success, as a retried complete is.
+    again = server.client.post(
+        "/queues/q/claim", json={"worker": "w", "complete": [{"id": a["id"], "claim_token": first[0]["claim_token"]}]}
+    )
+    assert again.json() == {"jobs": [], "completed": [{"id": a["id"], "outcome": "completed", "status": "completed"}]}
+
+
+def test_completes_handed_in_are_kept_when_the_claim_waits_and_finds_nothing(server: LiveServer) -> None:
+    job = server.enqueue(payload=1)
+    c = server.claim_one()
+    answer = server.claim_in_background(wait_seconds=0.5, complete=[{"id": c["id"], "claim_token": c["claim_token"]}])
+    # Committed before the long-poll waits: visible while it waits, answered at its deadline.
+    wait_until(lambda: server.job(job["id"])["status"] == "completed", what="the handed-in complete")
+    assert answer() == []
+
+
+def test_a_claim_with_a_result_it_cannot_take_changes_nothing(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server: LiveServer = server_factory(max_result_bytes=1024, max_batch_complete=2)
+    for n in range(3):
+        server.enqueue(payload=n)
+    claims = server.claim(limit=3)
+    items = [{"id": c["id"], "claim_token": c["claim_token"]} for c in claims]
+    body = problem(
+        server.client.post("/queues/q/claim", json={"worker": "w", "complete": [{**items[0], "result": "x" * 2000}]}),
+        422,
+        "validation-error",
+    )
+    assert body["errors"][0]["loc"] == ["body", "complete", 0, "result"]
+    problem(server.client.post("/queues/q/claim", json={"worker": "w", "complete": items}), 422, "validation-error")
+    assert db.execute("SELECT DISTINCT status FROM jobs").fetchall() == [("running",)]
+
+
+def test_handed_in_completes_keep_to_the_keys_queues(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """A key limited to queue `a` hands in a job of queue `b` (its id and token leaked): not found, as a
+    complete of it would be, and the job stays running."""
+    from app.auth.keys import new_key
+    from app.db import keys as store_keys
+
+    server: LiveServer = server_factory(auth="on", api_key="k" * 40)
+    admin = {"Authorization": "Bearer " + "k" * 40}
+    key, selector, key_hash = new_key()
+    store_keys.api_key_insert(db, "a-worker", selector, key_hash, ["consume"], ["a"])
+    for queue in ("a", "b"):
+        assert server.client.post(f"/queues/{queue}/jobs", json={"payload": 1}, headers=admin).status_code == 201
+    other = server.client.post("/queues/b/claim", json={"worker": "w"}, headers=admin).json()["jobs"][0]
+    r = server.client.post(
+        "/queues/a/claim",
+        json={"worker": "w", "complete": [{"id": other["id"], "claim_token": other["claim_token"]}]},
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["completed"] == [{"id": other["id"], "outcome": "not_found", "status": None}]
+    assert db.execute("SELECT status FROM jobs WHERE id = %s", (other["id"],)).fetchone() == ("running",)

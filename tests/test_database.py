@@ -11,7 +11,7 @@ import pytest
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-from app.auth.policy import new_key
+from app.auth.keys import new_key
 from app.db import keys as store_keys
 from app.db.migrate import MigrationError, load_migrations, migrate, statements
 from app.runtime.cli import main as jobq

@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from app.auth.policy import new_key
+from app.auth.keys import new_key
 from app.db import keys as store_keys
 from tests.support import LiveServer
 

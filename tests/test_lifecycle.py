@@ -26,7 +26,7 @@ def row(db: psycopg.Connection, job_id: int) -> dict[str, Any]:
 
 
 def sweep(server: LiveServer, now: datetime = FAR_FUTURE) -> Any:
-    return server.run(lambda: server.state.sweeper.sweep_once(now=now))
+    return server.run(lambda: server.state.maintenance["rescuer"].run_once(now=now))
 
 
 # --- heartbeat ----------------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def test_sweeper_metrics(server: LiveServer) -> None:
 
     server.enqueue(payload=1)
     server.claim_one(lease_seconds=1)
-    server.run(lambda: server.state.sweeper.sweep_once(now=datetime(2100, 1, 1, tzinfo=UTC)))
+    server.run(lambda: server.state.maintenance["rescuer"].run_once(now=datetime(2100, 1, 1, tzinfo=UTC)))
     text = server.client.get("/metrics").text
     assert metric(text, "jobq_sweeper_runs_total") == 1
     assert metric(text, "jobq_sweeper_rows_total", action="rescued") == 1

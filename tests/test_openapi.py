@@ -127,7 +127,7 @@ def test_problem_examples_are_what_the_service_answers(server: LiveServer) -> No
 
 def test_every_operation_states_its_security() -> None:
     """Bearer keys everywhere but the health checks; 401 documented wherever a key is needed, 403 wherever a
-    scope or queue can refuse. New routes must do the same (and call app.auth.policy.require)."""
+    scope or queue can refuse. New routes must do the same (and declare their scope with @requires)."""
     doc = published_document()
     assert doc["components"]["securitySchemes"]["bearerKey"] == {**doc["components"]["securitySchemes"]["bearerKey"],
                                                                   "type": "http", "scheme": "bearer"}  # fmt: skip
@@ -152,3 +152,25 @@ def test_payloads_and_results_state_what_jsonb_can_hold() -> None:
     for name, prop in (("EnqueueRequest", "payload"), ("CompleteRequest", "result"), ("Job", "payload")):
         assert schemas[name]["properties"][prop]["$ref"] == "#/components/schemas/JsonValue", name
     assert "x-jobq-json-value" not in json.dumps(doc)
+
+
+def test_every_route_that_is_not_open_declares_its_scope(server: LiveServer) -> None:
+    """Who may call what is declared where each route is defined (app/auth/policy.py @requires), so no
+    route can forget to check."""
+    from fastapi.routing import APIRoute
+
+    from app.auth.policy import OPEN_OPERATIONS, declared_scope
+
+    undeclared = [
+        r.path
+        for r in server.app.api.routes
+        if isinstance(r, APIRoute) and r.operation_id not in OPEN_OPERATIONS and not declared_scope(r.endpoint)[0]
+    ]
+    assert undeclared == []
+    scopes = {r.operation_id: declared_scope(r.endpoint)[1] for r in server.app.api.routes if isinstance(r, APIRoute)}
+    assert (scopes["enqueueJob"], scopes["claimJobs"], scopes["getJob"], scopes["metrics"]) == (
+        "produce",
+        "consume",
+        None,
+        "metrics",
+    )

@@ -138,7 +138,7 @@ def test_workers_share_the_port_and_shut_down_gracefully(database_url: str, tmp_
             announcements.wait_for({f"idle-{n}" for n in range(4)})
             announcements.close()
             srv.signal()
-            assert [p.result(timeout=60) for p in polls] == [(200, {"jobs": []})] * 4
+            assert [p.result(timeout=60) for p in polls] == [(200, {"jobs": [], "completed": []})] * 4
         assert srv.wait(60) == 0, srv.output()
     finally:
         srv.close()

@@ -17,7 +17,7 @@ import httpx
 import psycopg
 import pytest
 
-from app.auth.policy import new_key, parse_key
+from app.auth.keys import new_key, parse_key
 from app.db import keys as store_keys
 from app.runtime.cli import main as jobq
 from tests.support import LiveServer, problem, wait_until

@@ -91,7 +91,7 @@ def test_sigterm_drains_finishes_requests_and_stops_postgres(pg_data_dir: Path, 
 
         srv.signal()
 
-        assert [p.result(timeout=60) for p in polls] == [(200, {"jobs": []})] * 3
+        assert [p.result(timeout=60) for p in polls] == [(200, {"jobs": [], "completed": []})] * 3
         answer = in_flight.finish()
         assert answer.startswith(b"HTTP/1.1 201"), answer
         assert srv.wait(60) == 0, srv.output()

@@ -3,7 +3,7 @@
 A key's row is read once per process (on its first use, then again after JOBQ_AUTH_CACHE_SECONDS) and
 kept with its verdict; unknown selectors are cached too, so a flood of bad keys costs no queries after
 the first of each, and at most LOOKUP_CONCURRENCY connections while it lasts. Every change to a key
-sends a NOTIFY (app/db/keys.py) that app/core/wakeups.py turns into invalidate() in every process; the TTL
+sends a NOTIFY (app/db/keys.py) that app/maintenance/listener.py turns into invalidate() in every process; the TTL
 only bounds what a listener that was disconnected might have missed (it also invalidates on reconnect).
 A lookup that raced an invalidation returns its answer to its own request but does not cache it.
 """
@@ -16,7 +16,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from app.auth.policy import ENV_KEY, Principal, digest, parse_key
+from app.auth.keys import digest, parse_key
+from app.auth.policy import ENV_KEY, Principal
 from app.db import keys as store_keys
 from app.db.pool import Database
 
@@ -24,7 +25,6 @@ log = logging.getLogger("jobq.auth")
 
 MAX_ENTRIES = 10_000  # past this, forget everything (mostly cached unknown selectors)
 LOOKUP_CONCURRENCY = 4
-TOUCH_INTERVAL = 30.0  # seconds between last_used_at updates
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,6 @@ class KeyRing:
         self._generation = 0
         self._used: set[int] = set()
         self._lookup_slots = asyncio.Semaphore(LOOKUP_CONCURRENCY)
-        self._task: asyncio.Task[None] | None = None
         self.lookups = 0  # database lookups so far (tests, diagnostics)
 
     async def authenticate(self, token: str) -> Principal | None:
@@ -106,17 +105,3 @@ class KeyRing:
         except Exception:
             self._used.update(ids)  # diagnostics only: try again next time
             log.warning("could not record the last use of %d API key(s)", len(ids))
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(TOUCH_INTERVAL)
-            await self.flush()
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        await self.flush()

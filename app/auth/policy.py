@@ -1,49 +1,49 @@
-"""Who is calling and what it may do: API keys, scopes, queue patterns, and `require()` for routes.
+"""Who may do what on which queue: scopes, queue patterns, the caller (Principal), and the declaration
+each route makes of the scope it needs.
 
-Every route that is not open calls `require()` first; it raises 401 or 403 as problem+json:
+Every route that is not open declares its scope where it is defined, with `@requires(...)`:
 
-    from app.auth.policy import require
+    @requires("produce")   # enqueue: the key must hold `produce` and may use the path's {queue}
+    @requires("consume")   # claim on {queue}; heartbeat, complete, fail, release addressed by job id
+    @requires("admin")     # stats, listings, admin actions
+    @requires("metrics")   # GET /metrics
+    @requires(None)        # any key with a job scope (e.g. GET /jobs/{id})
 
-    who = require(request, "produce", queue)  # enqueue on `queue`
-    who = require(request, "consume", queue)  # claim on `queue`
-    who = require(request, "consume")         # a worker write addressed by job id (see below)
-    who = require(request, "admin")           # stats, listings, admin actions
-    who = require(request, "metrics")         # GET /metrics
-    who = require(request)                    # any key with a job scope (e.g. GET /jobs/{id})
+The check runs before the endpoint's body on both HTTP paths (FastAPI and the lean dispatcher call the
+same endpoint function) and raises 403 as problem+json. The endpoint reads the caller with
+`principal(request)`.
 
 Scopes: `produce` enqueues; `consume` claims, heartbeats, completes and fails; `admin` may do all of
 that and also reach stats, listings, admin actions and /metrics. `metrics` reaches GET /metrics and
-nothing else (a scraper's credential: least privilege), so `require(request)` without a scope still
-refuses a key that holds only `metrics`. A key may be limited to queue-name patterns (`*` matches any
-run of characters): `require(request, scope, queue)` refuses other queues with 403. A key holding
-`metrics` never is: /metrics covers every queue (the CLI and the schema refuse such a key).
+nothing else (a scraper's credential: least privilege), so `@requires(None)` still refuses a key that
+holds only `metrics`. A key may be limited to queue-name patterns (`*` matches any run of characters):
+a route with a {queue} path parameter refuses other queues with 403. A key holding `metrics` never is:
+/metrics covers every queue (the CLI and the schema refuse such a key).
 
 Routes addressed by job id do not know the queue before the database does, and must not read the job
-first: they pass `who.queue_regex` (None: every queue) into the guarded SQL, as
-`AND (allowed IS NULL OR j.queue_name ~ allowed)`, and report a job outside it exactly like a missing
-one (404 job-not-found), so that a key learns nothing about queues it cannot see. Listings across queues
-filter the same way in SQL, or row by row with `who.allows(queue)`.
+first: they pass `who.queue_regex` (None: every queue) into the guarded SQL through `queue_allowed()`,
+and report a job outside it exactly like a missing one (404 job-not-found), so that a key learns nothing
+about queues it cannot see. Listings across queues filter the same way in SQL, or row by row with
+`who.allows(queue)`.
 
-Authentication itself happens before any route, in the `Authenticate` ASGI layer (the outermost one, so
-a request without a valid key is refused before its body is read); it leaves the Principal in
-scope["state"]["principal"], where both the lean dispatcher and FastAPI find it. With auth off (the
-loopback quickstart, or JOBQ_AUTH=off) the principal is OPEN, which may do everything.
+Authentication itself happens before any route, in the Authenticate ASGI layer
+(app/auth/middleware.py, the outermost one, so a request without a valid key is refused before its body
+is read); it leaves the Principal in scope["state"]["principal"]. With auth off (the loopback
+quickstart, or JOBQ_AUTH=off) the principal is OPEN, which may do everything.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
+import inspect
 import re
-import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import AppError, Forbidden, Unauthorized
-from app.http.responses import problem_response
+from app.errors import Forbidden, Unauthorized
 
 KeyScope = Literal["produce", "consume", "admin", "metrics"]
 SCOPES: tuple[KeyScope, ...] = ("produce", "consume", "admin", "metrics")
@@ -51,10 +51,10 @@ SCOPES: tuple[KeyScope, ...] = ("produce", "consume", "admin", "metrics")
 JOB_SCOPES = frozenset({"produce", "consume", "admin"})
 QUEUE_PATTERN_RE = re.compile(r"[A-Za-z0-9_.:*-]{1,128}")
 
-# jobq_<selector>_<secret>: the selector (48 bits, not secret) finds the row; the secret (256 bits) is
-# checked against its SHA-256 in constant time. A fast hash suffices: the secret is random, not a password.
-KEY_PREFIX = "jobq_"
-_KEY = re.compile(r"jobq_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
+# Operations anyone may call, with or without a key: health checks and the dashboard's page and files,
+# which hold no data (its script calls the API with the operator's key). The API's own description
+# (/openapi.json, /docs) is open too (app/main.py).
+OPEN_OPERATIONS = frozenset({"healthz", "readyz", "dashboard", "dashboardScript", "dashboardStyle"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,85 +105,59 @@ def queue_alternation(patterns: Iterable[str]) -> str:
     return "|".join(parts)
 
 
-def require(request: Request, scope: KeyScope | None = None, queue: str | None = None) -> Principal:
-    """The caller, if it holds `scope` (admin holds every scope; no scope: any that reaches jobs) and may use
-    `queue`; else 401 or 403."""
-    principal: Principal | None = request.scope.get("state", {}).get("principal")
-    if principal is None:
+def principal(request: Request) -> Principal:
+    """The caller of this request, as the Authenticate layer found it."""
+    found: Principal | None = request.scope.get("state", {}).get("principal")
+    if found is None:
         # Only reachable if the Authenticate layer did not run for this request: fail closed.
         raise Unauthorized()
-    if scope is not None and not principal.has(scope):
+    return found
+
+
+def authorize(who: Principal, scope: KeyScope | None, queue: str | None = None) -> None:
+    """Raise 403 unless `who` holds `scope` (admin holds every scope; None: any scope that reaches jobs)
+    and may use `queue`."""
+    if scope is not None and not who.has(scope):
         raise Forbidden(f"This API key lacks the `{scope}` scope.")
-    if scope is None and principal.scopes.isdisjoint(JOB_SCOPES):
+    if scope is None and who.scopes.isdisjoint(JOB_SCOPES):
         raise Forbidden("This API key has only the `metrics` scope: it may read GET /metrics and nothing else.")
-    if queue is not None and not principal.allows(queue):
+    if queue is not None and not who.allows(queue):
         raise Forbidden(f"This API key may not use queue `{queue}`.")
-    return principal
 
 
-# --- keys ---------------------------------------------------------------------------------------------------
+E = TypeVar("E", bound=Callable[..., Awaitable[Any]])
+SCOPE_ATTRIBUTE = "__jobq_scope__"
 
 
-def digest(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
+def requires(scope: KeyScope | None) -> Callable[[E], E]:
+    """Declare the scope an endpoint needs (None: any scope that reaches jobs). The endpoint takes the
+    request as `request`; a `queue` parameter, when it has one, must be a queue the key may use."""
+
+    def declare(endpoint: E) -> E:
+        parameters = inspect.signature(endpoint).parameters
+        if "request" not in parameters:
+            raise TypeError(f"{endpoint.__name__}: an endpoint that @requires a scope takes `request`")
+        with_queue = "queue" in parameters
+
+        @functools.wraps(endpoint)
+        async def checked(*args: Any, **kwargs: Any) -> Any:
+            authorize(principal(kwargs["request"]), scope, kwargs["queue"] if with_queue else None)
+            return await endpoint(*args, **kwargs)
+
+        setattr(checked, SCOPE_ATTRIBUTE, scope)
+        return checked  # type: ignore[return-value]
+
+    return declare
 
 
-def new_key() -> tuple[str, str, bytes]:
-    """(key, selector, SHA-256 of its secret). The key is shown once; only the selector and hash are kept."""
-    selector = secrets.token_hex(6)
-    secret = secrets.token_urlsafe(32)
-    return f"{KEY_PREFIX}{selector}_{secret}", selector, digest(secret)
+def declared_scope(endpoint: Callable[..., Any]) -> tuple[bool, KeyScope | None]:
+    """(declared, scope) of an endpoint: whether it went through @requires, and with which scope."""
+    if not hasattr(endpoint, SCOPE_ATTRIBUTE):
+        return False, None
+    return True, getattr(endpoint, SCOPE_ATTRIBUTE)
 
 
-def parse_key(token: str) -> tuple[str, str] | None:
-    """(selector, secret) of a well-formed jobq key, else None."""
-    m = _KEY.fullmatch(token)
-    return (m.group(1), m.group(2)) if m else None
-
-
-def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
-    """The token of `Authorization: Bearer <token>` (scheme case-insensitive, RFC 6750); else None."""
-    for name, value in headers:
-        if name == b"authorization":
-            scheme, _, token = value.decode("latin-1").strip().partition(" ")
-            return token.strip() if scheme.lower() == "bearer" and token.strip() else None
-    return None
-
-
-# --- the ASGI layer -------------------------------------------------------------------------------------------
-
-Authenticator = Callable[[str], Awaitable[Principal | None]]
-
-
-class Authenticate:
-    """Puts the caller's Principal in scope["state"]["principal"]. With auth on, a request to anything but
-    an open path without a valid key gets 401 here, before its body is read or any route runs."""
-
-    def __init__(self, app: ASGIApp, *, enabled: bool, keys: Callable[[], Authenticator], open_paths: Iterable[str]):
-        self.app = app
-        self.enabled = enabled
-        self.keys = keys  # the process's KeyRing exists only once the lifespan has started
-        self.open_paths = frozenset(open_paths)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        principal: Principal | None = OPEN
-        if self.enabled:
-            token = bearer_token(scope["headers"])
-            try:
-                principal = await self.keys()(token) if token is not None else None
-            except AppError as exc:  # database unavailable while looking a key up
-                await problem_response(exc, scope["path"])(scope, receive, send)
-                return
-            if principal is None and scope["path"] not in self.open_paths:
-                if token is None:
-                    err = Unauthorized("Send an API key: `Authorization: Bearer <key>`.")
-                else:
-                    err = Unauthorized("The API key is not valid: unknown, revoked or malformed.", invalid=True)
-                await problem_response(err, scope["path"])(scope, receive, send)
-                return
-        # A new dict: the server's per-request state copy is never shared, but do not rely on it.
-        scope["state"] = {**scope.get("state", {}), "principal": principal}
-        await self.app(scope, receive, send)
+def queue_allowed(column: str, allowed: str) -> str:
+    """The SQL predicate "the caller may see this job's queue": `allowed` is an SQL expression holding the
+    caller's anchored queue regex (Principal.queue_regex), NULL for every queue."""
+    return f"({allowed} IS NULL OR {column} ~ {allowed})"

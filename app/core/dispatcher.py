@@ -1,12 +1,12 @@
-"""Claims and long-polls: every claim request of a queue, new or waiting, is served by one claim
-statement at a time for that queue, and a waiting request holds no database connection.
+"""Claims and long-polls: every claim request of a queue, new or waiting, is served by one claim statement
+at a time for that queue, and a waiting request holds no database connection.
 
-Each queue with claim requests in this process has a dispatcher. A request joins its queue's list of
-tickets and kicks the dispatcher, which runs one `SKIP LOCKED` statement claiming jobs for all tickets
-(oldest first) and hands each its rows. Tickets that got nothing either answer empty (no wait) or stay
-parked until a wake-up: a local enqueue, a NOTIFY from another process, the sweeper, or the fallback
-poll. One statement per wake-up per process, however many requests wait: no thundering herd, and under
-load concurrent claims share statements and commits.
+Each queue with claim requests in this process has its own line of tickets. A request joins its queue's
+line and kicks it; one `SKIP LOCKED` statement at a time claims jobs for all tickets in line (oldest
+first) and hands each its rows. Tickets that got nothing either answer empty (no wait) or stay parked
+until a wake-up (app/core/wakeups.py): a local enqueue, a NOTIFY from another process, the lease
+rescuer, or the fallback poll (app/maintenance/poll.py). One statement per wake-up per process, however
+many requests wait: no thundering herd, and under load concurrent claims share statements and commits.
 
 Rows claimed for a ticket whose request has gone (timed out, disconnected, shutting down) are released
 at once, so a job is never handed to a connection that is closing.
@@ -19,22 +19,22 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from app.core.wakeups import Wakeups
 from app.db import jobs as store
-from app.db.jobs import ClaimSlot, Row
+from app.db.jobs import ClaimSlot
 from app.db.pool import Database
+from app.db.rows import ClaimRow
 from app.errors import AppError, TooManyWaiters
+from app.runtime.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.claims")
-
-# queue, jobs claimed, requests answered empty although ready jobs existed (locked or paused queue)
-ClaimObserver = Callable[[str, int, int], None]
 
 
 class _Ticket:
     __slots__ = ("future", "parked", "slot", "wait")
 
-    def __init__(self, slot: ClaimSlot, future: asyncio.Future[list[Row]], wait: bool) -> None:
+    def __init__(self, slot: ClaimSlot, future: asyncio.Future[list[ClaimRow]], wait: bool) -> None:
         self.slot = slot
         self.future = future
         self.wait = wait
@@ -87,13 +87,14 @@ class _QueueClaims:
                         t.future.set_exception(exc)
                 continue
             claimed = self._hand_out(batch, result.rows)
-            self.owner.observe(self.queue, claimed, len(batch) if result.ready_left_behind else 0)
+            self.owner.metrics.count("claimed", self.queue, claimed)
+            self.owner.metrics.count("empty_claims", self.queue, len(batch) if result.ready_left_behind else 0)
             # Go again for tickets that did not fit in this statement, or after a wake-up during it.
             if not (self.again or len(batch) < len(self.tickets)):
                 return
 
-    def _hand_out(self, batch: list[_Ticket], per_ticket: list[list[Row]]) -> int:
-        undeliverable: list[Row] = []
+    def _hand_out(self, batch: list[_Ticket], per_ticket: list[list[ClaimRow]]) -> int:
+        undeliverable: list[ClaimRow] = []
         claimed = 0
         for t, rows in zip(batch, per_ticket, strict=True):
             claimed += len(rows)
@@ -111,40 +112,39 @@ class _QueueClaims:
                     else:
                         t.parked = True
                         self.owner.parked += 1
-                        self.owner.on_parked(self.queue)
+                        self.owner.wakeups.waiter_parked(self.queue)
         if undeliverable:
             self.owner.release(undeliverable)
         return claimed
 
 
 class ClaimDispatcher:
-    def __init__(self, settings: Settings, db: Database, observe: ClaimObserver | None = None) -> None:
+    def __init__(self, settings: Settings, db: Database, wakeups: Wakeups, metrics: Metrics) -> None:
         self.settings = settings
         self.db = db
-        self.on_parked: Callable[[str], None] = lambda _queue: None  # set to announce waiters elsewhere
+        self.wakeups = wakeups  # announces this process's waiters to the others
+        self.metrics = metrics
         self.max_rows = max(settings.max_claim_limit, 1000)
         self.parked = 0
         self.closing = False
-        self.observe: ClaimObserver = observe or (lambda _q, _claimed, _empty: None)
         self._queues: dict[str, _QueueClaims] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._poller: asyncio.Task[None] | None = None
 
     # -- requests -----------------------------------------------------------------------------------------
 
     async def claim(
-        self, queue: str, slot: ClaimSlot, wait_seconds: float, disconnected: Awaitable[Any] | None = None
-    ) -> list[Row]:
+        self, queue: str, slot: ClaimSlot, wait_seconds: float, disconnected: Callable[[], Awaitable[Any]] | None = None
+    ) -> list[ClaimRow]:
         """Jobs claimed for one request: at once when any are ready, else within wait_seconds, else []."""
         if self.closing:
             return []
         loop = asyncio.get_running_loop()
         ticket = _Ticket(slot, loop.create_future(), wait=wait_seconds > 0)
-        dispatcher = self._queues.get(queue)
-        if dispatcher is None:
-            dispatcher = self._queues[queue] = _QueueClaims(self, queue)
-        dispatcher.tickets.append(ticket)
-        dispatcher.kick()
+        claims = self._queues.get(queue)
+        if claims is None:
+            claims = self._queues[queue] = _QueueClaims(self, queue)
+        claims.tickets.append(ticket)
+        claims.kick()
         watch: asyncio.Future[Any] | None = None
         try:
             if not ticket.wait:
@@ -152,7 +152,7 @@ class ClaimDispatcher:
                 return await ticket.future
             waiters: set[asyncio.Future[Any]] = {ticket.future}
             if disconnected is not None:
-                watch = asyncio.ensure_future(disconnected)
+                watch = asyncio.ensure_future(disconnected())
                 waiters.add(watch)
             await asyncio.wait(waiters, timeout=wait_seconds, return_when=asyncio.FIRST_COMPLETED)
             if ticket.future.done():
@@ -175,31 +175,37 @@ class ClaimDispatcher:
             return
         names = self._queues.keys() if queues is None else queues
         for name in list(names):
-            dispatcher = self._queues.get(name)
-            if dispatcher is not None and dispatcher.tickets:
-                dispatcher.kick()
+            claims = self._queues.get(name)
+            if claims is not None and claims.tickets:
+                claims.kick()
 
     def waiting_queues(self) -> list[str]:
         return [name for name, d in self._queues.items() if any(t.parked for t in d.tickets)]
 
-    async def _poll(self) -> None:
-        """The fallback: delayed jobs coming due, leases recovered elsewhere, notifications lost."""
-        while True:
-            await asyncio.sleep(self.settings.poll_interval_seconds)
-            for name, dispatcher in list(self._queues.items()):
-                if dispatcher.idle:
-                    del self._queues[name]
-                elif any(t.parked for t in dispatcher.tickets):
-                    dispatcher.kick()
+    def settled(self, queue: str) -> bool:
+        """A claim waits on `queue` here and no claim statement for it is under way."""
+        claims = self._queues.get(queue)
+        return (
+            claims is not None and any(t.parked for t in claims.tickets) and (claims.task is None or claims.task.done())
+        )
+
+    def poll_once(self) -> None:
+        """The fallback (app/maintenance/poll.py runs it): delayed jobs coming due, leases recovered
+        elsewhere, notifications lost. Queues nobody waits on any more are forgotten."""
+        for name, claims in list(self._queues.items()):
+            if claims.idle:
+                del self._queues[name]
+            elif any(t.parked for t in claims.tickets):
+                claims.kick()
 
     # -- undeliverable claims --------------------------------------------------------------------------------
 
-    def release(self, rows: list[Row]) -> None:
+    def release(self, rows: list[ClaimRow]) -> None:
         task = asyncio.get_running_loop().create_task(self._release(rows))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _release(self, rows: list[Row]) -> None:
+    async def _release(self, rows: list[ClaimRow]) -> None:
         try:
             async with self.db.connection() as conn:
                 await store.jobs_release(conn, rows)
@@ -210,17 +216,12 @@ class ClaimDispatcher:
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._poller = asyncio.get_running_loop().create_task(self._poll())
-
     async def drain(self) -> None:
         """Stop handing out jobs: waiting requests answer [] now, new ones at once; statements in flight
         finish and their rows for requests already answered are released."""
         self.closing = True
-        if self._poller:
-            self._poller.cancel()
-        for dispatcher in self._queues.values():
-            for t in dispatcher.tickets:
+        for claims in self._queues.values():
+            for t in claims.tickets:
                 if not t.future.done():
                     t.future.set_result([])
         tasks = [d.task for d in self._queues.values() if d.task is not None]

@@ -1,21 +1,27 @@
-"""What each endpoint does, between a validated request and the store: limits that depend on the
-settings, group commit for the hot writes, and the mapping of store outcomes to API errors."""
+"""What each producer and worker endpoint does, between a validated request and the SQL: limits that
+depend on the settings, group commit for the hot writes, and the mapping of store outcomes to API
+errors. Answers are rows (app/db/rows.py); the HTTP layer turns them into documents."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from app.core.coalesce import Coalescer
 from app.core.dispatcher import ClaimDispatcher
+from app.core.wakeups import Wakeups
 from app.db import jobs as store
-from app.db.jobs import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome, Row
+from app.db.jobs import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome
 from app.db.pool import Database
+from app.db.rows import ClaimRow, Inserted, JobRow
 from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, ValidationFailed
 from app.models.jobs import (
     ClaimRequest,
     CompleteBatchRequest,
+    CompleteItem,
     CompleteRequest,
     EnqueueRequest,
     FailRequest,
@@ -29,7 +35,6 @@ from app.models.jobs import (
 from app.runtime.metrics import Metrics
 from app.settings import Settings
 
-Doc = dict[str, Any]
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -59,36 +64,67 @@ def _raise_for(outcome: Outcome) -> None:
         raise JobCancelled()
 
 
+@dataclass(slots=True, frozen=True)
+class Renewal:
+    """A heartbeat's answer (app/models/jobs.py HeartbeatResponse)."""
+
+    id: int
+    lease_expires_at: datetime | None
+    cancel_requested: bool
+
+
+@dataclass(slots=True, frozen=True)
+class ItemOutcome:
+    """One item of a batch complete, or of the completes a claim carries (CompleteOutcome)."""
+
+    id: int
+    outcome: str
+    status: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class Claimed:
+    """A claim's answer: the jobs handed out, and the outcome of each complete it carried."""
+
+    jobs: list[ClaimRow]
+    completed: list[ItemOutcome]
+
+
 class JobService:
     def __init__(
-        self,
-        settings: Settings,
-        db: Database,
-        dispatcher: ClaimDispatcher,
-        wake: Callable[[Iterable[str]], None],
-        metrics: Metrics,
+        self, settings: Settings, db: Database, dispatcher: ClaimDispatcher, wakeups: Wakeups, metrics: Metrics
     ) -> None:
         self.settings = settings
         self.db = db
         self.dispatcher = dispatcher
-        self.wake = wake
+        self.wakeups = wakeups
         self.metrics = metrics
-        # Group commit for the hot single-row writes (see app/core/coalesce.py). An enqueue item is one
-        # request's jobs, so a batch stays all-or-nothing even when it shares a statement.
-        self._insert: Coalescer[list[NewJob], list[tuple[bool, Row]]] = Coalescer(
+        # Group commit for the hot writes (see app/core/coalesce.py). An item is one request's rows, so a
+        # batch stays all-or-nothing (enqueue) and in order even when it shares a statement.
+        self._insert: Coalescer[list[NewJob], list[Inserted]] = Coalescer(
             self._insert_many,
             max_items=max(1000, settings.max_batch_jobs),
             max_inflight=2,
             weight=len,
             isolate=lambda exc: isinstance(exc, ValidationFailed),
         )
-        self._complete: Coalescer[Completion, Done] = Coalescer(self._complete_many, max_items=1000, max_inflight=2)
+        # Completes answered with the whole job (POST /jobs/{id}/complete), and completes answered with an
+        # outcome only (the batch endpoint, and the completes a claim carries): no payload travels back.
+        self._complete_full: Coalescer[list[Completion], list[Done]] = Coalescer(
+            lambda items: self._complete_many(items, full=True), max_items=1000, max_inflight=2, weight=len
+        )
+        self._complete_brief: Coalescer[list[Completion], list[Done]] = Coalescer(
+            lambda items: self._complete_many(items, full=False),
+            max_items=max(1000, settings.max_batch_complete),
+            max_inflight=2,
+            weight=len,
+        )
         self._heartbeat: Coalescer[Heartbeat, tuple[Outcome, Any]] = Coalescer(
             self._heartbeat_many, max_items=1000, max_inflight=2
         )
 
     async def aclose(self) -> None:
-        for c in (self._insert, self._complete, self._heartbeat):
+        for c in (self._insert, self._complete_full, self._complete_brief, self._heartbeat):
             await c.aclose()
 
     # -- checks ------------------------------------------------------------------------------------------
@@ -116,101 +152,118 @@ class JobService:
             idempotency_key=req.idempotency_key,
         )
 
+    def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
+        return None if value is None else self._json(value, self.settings.max_result_bytes, loc)
+
+    def _completions(self, items: Sequence[CompleteItem], allowed: str | None, loc: str) -> list[Completion]:
+        # An id may occur twice (one item is a retry of the other): each gets its own outcome, and of the
+        # items with the claim's token the first one's result is kept (store.jobs_complete).
+        return [
+            Completion(item.id, item.claim_token, self._result(item.result, ["body", loc, i, "result"]), allowed)
+            for i, item in enumerate(items)
+        ]
+
     # -- producers ------------------------------------------------------------------------------------------
 
-    async def _insert_many(self, requests: list[list[NewJob]]) -> list[list[tuple[bool, Row]]]:
+    async def _insert_many(self, requests: list[list[NewJob]]) -> list[list[Inserted]]:
         flat = [job for jobs in requests for job in jobs]
         async with self.db.connection() as conn:
             rows = await store.jobs_insert(conn, flat)
-        self.wake({job.queue for job in flat})
-        self.metrics.count_many("enqueued", (row[1] for created, row in rows if created))
+        self.wakeups.jobs_available({job.queue for job in flat})
+        self.metrics.count_many("enqueued", (r.job.queue for r in rows if r.created))
         out, at = [], 0
         for jobs in requests:
             out.append(rows[at : at + len(jobs)])
             at += len(jobs)
         return out
 
-    async def enqueue(self, queue: str, req: EnqueueRequest) -> tuple[bool, Doc]:
-        """(created, job): created is False when the idempotency key already named a job."""
-        [(created, row)] = await self._insert([self._new_job(queue, req, ["body"])])
-        return created, store.job_doc(row)
+    async def enqueue(self, queue: str, req: EnqueueRequest) -> Inserted:
+        """The job; `created` is false when the idempotency key already named it."""
+        [inserted] = await self._insert([self._new_job(queue, req, ["body"])])
+        return inserted
 
-    async def enqueue_batch(self, queue: str, reqs: Sequence[EnqueueRequest]) -> list[tuple[bool, Doc]]:
-        jobs = [self._new_job(queue, r, ["body", "jobs", i]) for i, r in enumerate(reqs)]
+    async def enqueue_batch(self, queue: str, reqs: Sequence[EnqueueRequest]) -> list[Inserted]:
         # A key that occurs twice names one job, as it would in two requests: the later occurrence gets
         # the job of the first (store.jobs_insert).
-        rows = await self._insert(jobs)
-        return [(created, store.job_doc(row)) for created, row in rows]
+        return await self._insert([self._new_job(queue, r, ["body", "jobs", i]) for i, r in enumerate(reqs)])
 
     # -- workers ------------------------------------------------------------------------------------------------
 
-    async def claim(self, queue: str, req: ClaimRequest, disconnected: Awaitable[Any] | None = None) -> list[Doc]:
+    # Routes addressed by job id take `allowed`: the caller's queue regex (None: every queue). A job in
+    # another queue is "not_found", decided in the same guarded statement (app/auth/policy.py).
+
+    async def claim(
+        self,
+        queue: str,
+        req: ClaimRequest,
+        allowed: str | None = None,
+        disconnected: Callable[[], Awaitable[Any]] | None = None,
+    ) -> Claimed:
+        """Complete the jobs the request hands in, then claim: at once when jobs are ready, else within
+        wait_seconds, else none. The completes are committed before the claim runs, whatever it finds.
+        `disconnected` makes an awaitable that ends when the client goes away (a long-poll stops waiting)."""
+        completed: list[ItemOutcome] = []
+        if req.complete:
+            completed = await self._complete_outcomes(self._completions(req.complete, allowed, "complete"))
         slot = ClaimSlot(req.worker, req.lease_seconds or self.settings.lease_default_seconds, req.limit)
-        rows = await self.dispatcher.claim(queue, slot, req.wait_seconds, disconnected)
-        return [store.claim_doc(r) for r in rows]
+        return Claimed(await self.dispatcher.claim(queue, slot, req.wait_seconds, disconnected), completed)
 
     async def _heartbeat_many(self, beats: list[Heartbeat]) -> list[tuple[Outcome, Any]]:
         async with self.db.connection() as conn:
             return await store.jobs_heartbeat(conn, beats)
 
-    # Routes addressed by job id take `allowed`: the caller's queue regex (None: every queue). A job in
-    # another queue is "not_found", decided in the same guarded statement (see app/auth/policy.py).
-
-    async def heartbeat(self, job_id: int, req: HeartbeatRequest, allowed: str | None = None) -> Doc:
+    async def heartbeat(self, job_id: int, req: HeartbeatRequest, allowed: str | None = None) -> Renewal:
         outcome, expires = await self._heartbeat(Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed))
         if outcome == "cancelled":
             # Cooperative cancel: the worker learns it here, stops, and does not complete.
-            return {"id": job_id, "lease_expires_at": None, "cancel_requested": True}
+            return Renewal(job_id, None, True)
         _raise_for(outcome)
-        return {"id": job_id, "lease_expires_at": expires, "cancel_requested": False}
+        return Renewal(job_id, expires, False)
 
-    async def _complete_many(self, items: list[Completion]) -> list[Done]:
+    async def _complete_many(self, requests: list[list[Completion]], *, full: bool) -> list[list[Done]]:
+        flat = [item for items in requests for item in items]
         async with self.db.connection() as conn:
-            done = await store.jobs_complete(conn, items)
+            done = await store.jobs_complete(conn, flat, full=full)
         self._count_completed(done)
-        return done
+        out, at = [], 0
+        for items in requests:
+            out.append(done[at : at + len(items)])
+            at += len(items)
+        return out
 
     def _count_completed(self, done: Sequence[Done]) -> None:
         per_queue: dict[str, list[float]] = {}
-        for _, row, changed in done:
-            if changed and row is not None:
-                duration = (row[11] - row[9]).total_seconds() * 1000  # finished_at - claimed_at
-                per_queue.setdefault(row[1], []).append(duration)
+        for d in done:
+            if d.changed and d.job is not None and d.job.finished_at and d.job.claimed_at:
+                duration = (d.job.finished_at - d.job.claimed_at).total_seconds() * 1000
+                per_queue.setdefault(d.job.queue, []).append(duration)
         for queue, durations in per_queue.items():
             self.metrics.completed(queue, durations)
 
-    def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
-        return None if value is None else self._json(value, self.settings.max_result_bytes, loc)
-
-    async def complete(self, job_id: int, req: CompleteRequest, allowed: str | None = None) -> Doc:
+    async def complete(self, job_id: int, req: CompleteRequest, allowed: str | None = None) -> JobRow:
         result = self._result(req.result, ["body", "result"])
-        outcome, row, _ = await self._complete(Completion(job_id, req.claim_token, result, allowed))
-        _raise_for(outcome)
-        assert row is not None
-        return store.job_doc(row)
+        [done] = await self._complete_full([Completion(job_id, req.claim_token, result, allowed)])
+        _raise_for(done.outcome)
+        assert done.job is not None
+        return done.job
 
-    async def complete_batch(self, req: CompleteBatchRequest, allowed: str | None = None) -> list[Doc]:
-        # An id may occur twice (one item is a retry of the other): each gets its own outcome, and of the
-        # items with the claim's token the first one's result is kept (store.jobs_complete).
-        items = [
-            Completion(item.id, item.claim_token, self._result(item.result, ["body", "jobs", i, "result"]), allowed)
-            for i, item in enumerate(req.jobs)
-        ]
-        async with self.db.connection() as conn:
-            outcomes = await store.jobs_complete(conn, items, full=False)
-        self._count_completed(outcomes)
+    async def _complete_outcomes(self, items: list[Completion]) -> list[ItemOutcome]:
+        done = await self._complete_brief(items)
         return [
-            {
-                "id": item.id,
-                "outcome": "completed" if outcome == "ok" else outcome,
-                "status": row[2] if row is not None else None,
-            }
-            for item, (outcome, row, _) in zip(items, outcomes, strict=True)
+            ItemOutcome(
+                item.id,
+                "completed" if d.outcome == "ok" else d.outcome,
+                d.job.status if d.job is not None else None,
+            )
+            for item, d in zip(items, done, strict=True)
         ]
 
-    async def fail(self, job_id: int, req: FailRequest, allowed: str | None = None) -> Doc:
+    async def complete_batch(self, req: CompleteBatchRequest, allowed: str | None = None) -> list[ItemOutcome]:
+        return await self._complete_outcomes(self._completions(req.jobs, allowed, "jobs"))
+
+    async def fail(self, job_id: int, req: FailRequest, allowed: str | None = None) -> JobRow:
         async with self.db.connection() as conn:
-            outcome, row, changed = await store.job_fail(
+            done = await store.job_fail(
                 conn,
                 job_id,
                 req.claim_token,
@@ -221,35 +274,35 @@ class JobService:
                 backoff_base=self.settings.backoff_base_seconds,
                 backoff_cap=self.settings.backoff_cap_seconds,
             )
-        _raise_for(outcome)
-        assert row is not None
-        if changed:
-            self.metrics.count("failed" if row[2] == "failed" else "retried", row[1])
-            if row[2] == "pending" and req.retry_in_seconds == 0:
-                self.wake([row[1]])  # a retry asked for now: waiting long-polls take it
-        return store.job_doc(row)
+        _raise_for(done.outcome)
+        job = done.job
+        assert job is not None
+        if done.changed:
+            self.metrics.count("failed" if job.status == "failed" else "retried", job.queue)
+            if job.status == "pending" and req.retry_in_seconds == 0:
+                self.wakeups.jobs_available([job.queue])  # a retry asked for now: waiting long-polls take it
+        return job
 
-    async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> Doc:
+    async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> JobRow:
         """Hand a claimed job back untried: pending again, the claim's attempt not counted. A job whose
         cancel was requested answers job-cancelled, as complete does: the operator's cancel wins, and the
         worker learns the job will not come back."""
         async with self.db.connection() as conn:
-            outcome, row, changed = await store.job_release_claim(
-                conn, job_id, req.claim_token, req.delay_seconds, allowed
-            )
-        _raise_for(outcome)
-        assert row is not None
-        if changed:
-            self.metrics.count("released", row[1])
+            done = await store.job_release_claim(conn, job_id, req.claim_token, req.delay_seconds, allowed)
+        _raise_for(done.outcome)
+        job = done.job
+        assert job is not None
+        if done.changed:
+            self.metrics.count("released", job.queue)
             if req.delay_seconds == 0:
-                self.wake([row[1]])  # claimable now: waiting long-polls take it (later: the fallback poll)
-        return store.job_doc(row)
+                self.wakeups.jobs_available([job.queue])  # claimable now (later: the fallback poll)
+        return job
 
     # -- reads -------------------------------------------------------------------------------------------------------
 
-    async def get(self, job_id: int, allowed: str | None = None) -> Doc:
+    async def get(self, job_id: int, allowed: str | None = None) -> JobRow:
         async with self.db.connection() as conn:
-            row = await store.job_get(conn, job_id, allowed)
-        if row is None:
+            job = await store.job_get(conn, job_id, allowed)
+        if job is None:
             raise JobNotFound()
-        return store.job_doc(row)
+        return job

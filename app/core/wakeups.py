@@ -1,8 +1,13 @@
-"""Wake-ups across processes: one LISTEN connection per process, NOTIFY only when someone elsewhere waits.
+"""Wake-ups: the one seam through which "jobs may be claimable on these queues" travels, within this
+process and to the others.
+
+Built once per process and shared: the enqueue path, fails and releases, admin actions and the lease
+rescuer call `jobs_available()`; the claim dispatcher calls `waiter_parked()` when a claim starts
+waiting; the LISTEN connection (app/maintenance/listener.py) hands every message it receives to
+`received()`.
 
 An enqueue never carries a NOTIFY in its own transaction: NOTIFY takes a cluster-wide lock at commit,
-which measured here cost two thirds of enqueue capacity (DESIGN.md). Three rules keep wake-ups off the
-hot path:
+which measured here cost two thirds of enqueue capacity. Three rules keep wake-ups off the hot path:
   * local waiters are woken in memory, with no NOTIFY at all;
   * a process sends a wake-up only for queues on which another process has announced waiters
     ("presence": announced when a queue gets its first parked claim, renewed while it has any, and
@@ -15,8 +20,7 @@ one fallback poll interval (app/core/dispatcher.py).
 
 Messages on CHANNEL: "<sender> w q1 q2 ..." jobs arrived; "<sender> p q1 ..." I have waiters on these;
 "<sender> h" I (re)started listening, tell me your presence; "keys k" API keys changed (sent by the SQL
-that changes them, app/db/keys.py): drop cached keys. A listener that reconnects also drops them,
-since it may have missed such a message.
+that changes them, app/db/keys.py), handled by the listener.
 """
 
 from __future__ import annotations
@@ -25,9 +29,8 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable
-
-import psycopg
+from collections.abc import Iterable
+from typing import Protocol
 
 from app.db.pool import Database
 
@@ -35,45 +38,56 @@ log = logging.getLogger("jobq.wakeup")
 
 CHANNEL = "jobq_wakeup"
 PRESENCE_TTL = 6.0  # seconds a presence announcement counts for
-_RENEW = PRESENCE_TTL / 3
+RENEW_INTERVAL = PRESENCE_TTL / 3
 _MAX_PAYLOAD = 7900  # PostgreSQL's NOTIFY payload limit is 8000 bytes
 KEYS_CHANGED = "keys k"
 
 
+class LocalWaiters(Protocol):
+    """What the seam needs from the claim dispatcher of this process."""
+
+    def wake(self, queues: Iterable[str] | None = None) -> None: ...
+
+    def waiting_queues(self) -> list[str]: ...
+
+
+class _Nobody:
+    def wake(self, queues: Iterable[str] | None = None) -> None:
+        pass
+
+    def waiting_queues(self) -> list[str]:
+        return []
+
+
 class Wakeups:
-    def __init__(
-        self,
-        db: Database,
-        url: str,
-        min_interval_ms: float,
-        on_wake: Callable[[list[str] | None], None],
-        waiting_queues: Callable[[], list[str]],
-        on_keys_changed: Callable[[], None] = lambda: None,
-    ) -> None:
+    def __init__(self, db: Database, min_interval_ms: float) -> None:
         self.db = db
-        self.url = url
         self.sender = secrets.token_hex(6)
         self.min_interval = min_interval_ms / 1000
-        self.on_wake = on_wake  # wake local waiters (None: every queue)
-        self.waiting_queues = waiting_queues  # queues with parked claims in this process
-        self.on_keys_changed = on_keys_changed  # drop cached API keys
-        self.connected = asyncio.Event()
+        self.local: LocalWaiters = _Nobody()
+        self.connected = asyncio.Event()  # the LISTEN connection is up
         self.connections = 0  # LISTEN sessions opened so far (reconnects included)
         self.sent = 0
-        self.received = 0
+        self.received_count = 0
         self._remote: dict[str, dict[str, float]] = {}  # queue -> sender -> presence expiry (monotonic)
         self._announced: dict[str, float] = {}  # queue -> when this process last announced it
         self._wake: set[str] = set()
         self._present: set[str] = set()
         self._hello = False
         self._sender_task: asyncio.Task[None] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
         self._last_send = 0.0
+
+    def attach(self, local: LocalWaiters) -> None:
+        """The claim dispatcher whose waiters this process wakes (once, when the process is wired)."""
+        self.local = local
 
     # -- outgoing -----------------------------------------------------------------------------------------
 
-    def publish(self, queues: Iterable[str]) -> None:
-        """Jobs became claimable on these queues: tell the processes that wait on them."""
+    def jobs_available(self, queues: Iterable[str]) -> None:
+        """Jobs may have become claimable on these queues: wake waiting claims here, and in the processes
+        that announced waiters on them."""
+        queues = set(queues)
+        self.local.wake(queues)
         now = time.monotonic()
         for q in queues:
             waiting = self._remote.get(q)
@@ -81,11 +95,26 @@ class Wakeups:
                 self._wake.add(q)
         self._kick()
 
-    def parked(self, queue: str) -> None:
+    def waiter_parked(self, queue: str) -> None:
         """A claim on `queue` started waiting here; make sure the other processes know."""
-        if time.monotonic() - self._announced.get(queue, -1e9) > _RENEW:
+        if time.monotonic() - self._announced.get(queue, -1e9) > RENEW_INTERVAL:
             self._present.add(queue)
             self._kick()
+
+    def remote_waiters(self, queue: str) -> bool:
+        """Another process has announced waiters on `queue` (and the announcement has not expired)."""
+        now = time.monotonic()
+        return any(expiry > now for expiry in self._remote.get(queue, {}).values())
+
+    def announced(self, queue: str) -> bool:
+        """This process has told the others that it waits on `queue`."""
+        return queue in self._announced
+
+    def idle(self) -> bool:
+        """Nothing queued to send and nothing on its way."""
+        return not (self._hello or self._present or self._wake) and (
+            self._sender_task is None or self._sender_task.done()
+        )
 
     def _kick(self) -> None:
         if (self._wake or self._present or self._hello) and (self._sender_task is None or self._sender_task.done()):
@@ -119,95 +148,57 @@ class Wakeups:
                 self._announced[q] = now
             if present:
                 # Jobs enqueued elsewhere before our announcement arrived got no wake-up: look once more.
-                self.on_wake(present)
+                self.local.wake(present)
 
-    async def _renew(self) -> None:
-        while True:
-            await asyncio.sleep(_RENEW)
-            now = time.monotonic()
-            for q in self.waiting_queues():
-                if now - self._announced.get(q, -1e9) > _RENEW * 0.9:
-                    self._present.add(q)
-            for q in [q for q, t in self._announced.items() if now - t > PRESENCE_TTL]:
-                del self._announced[q]
-            for q in list(self._remote):
-                live = {s: e for s, e in self._remote[q].items() if e > now}
-                if live:
-                    self._remote[q] = live
-                else:
-                    del self._remote[q]
-            self._kick()
+    def renew(self) -> None:
+        """Every RENEW_INTERVAL: announce again the queues still waited on here, forget stale presence."""
+        now = time.monotonic()
+        for q in self.local.waiting_queues():
+            if now - self._announced.get(q, -1e9) > RENEW_INTERVAL * 0.9:
+                self._present.add(q)
+        for q in [q for q, t in self._announced.items() if now - t > PRESENCE_TTL]:
+            del self._announced[q]
+        for q in list(self._remote):
+            live = {s: e for s, e in self._remote[q].items() if e > now}
+            if live:
+                self._remote[q] = live
+            else:
+                del self._remote[q]
+        self._kick()
 
     # -- incoming ---------------------------------------------------------------------------------------------
 
-    def _received(self, payload: str) -> None:
-        self.received += 1
+    def listening(self) -> None:
+        """The LISTEN connection is (again) up: ask the others for their presence, announce ours, and look
+        at every queue once, for whatever was announced while we were not listening."""
+        self.connections += 1
+        self.connected.set()
+        self._hello = True
+        self._present.update(self.local.waiting_queues())
+        self._kick()
+        self.local.wake(None)
+
+    def deaf(self) -> None:
+        self.connected.clear()
+
+    def received(self, payload: str) -> None:
+        self.received_count += 1
         sender, _, rest = payload.partition(" ")
         if sender == self.sender:
             return
         kind, _, names = rest.partition(" ")
         queues = names.split(" ") if names else []
         if kind == "w":
-            self.on_wake(queues)
+            self.local.wake(queues)
         elif kind == "p":
             expiry = time.monotonic() + PRESENCE_TTL
             for q in queues:
                 self._remote.setdefault(q, {})[sender] = expiry
         elif kind == "h":
-            self._present.update(self.waiting_queues())
+            self._present.update(self.local.waiting_queues())
             self._kick()
-        elif kind == "k":
-            self.on_keys_changed()
-
-    async def _listen(self) -> None:
-        backoff = 0.1
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.url,
-                    autocommit=True,
-                    connect_timeout=5,
-                    application_name="jobq-listener",
-                    keepalives=1,
-                    keepalives_idle=10,
-                    keepalives_interval=5,
-                    keepalives_count=3,
-                )
-            except Exception as exc:
-                log.warning("listener cannot connect (%s); retrying in %.1fs", str(exc).strip(), backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            try:
-                async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
-                    self.on_keys_changed()  # a revocation may have gone by while we were not listening
-                    self.connections += 1
-                    self.connected.set()
-                    backoff = 0.1
-                    self._hello = True  # ask the others for their presence, and announce ours
-                    self._present.update(self.waiting_queues())
-                    self._kick()
-                    self.on_wake(None)  # whatever was announced while we were not listening
-                    async for note in conn.notifies():
-                        self._received(note.payload)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("listener connection lost (%s); reconnecting", str(exc).strip())
-            finally:
-                self.connected.clear()
-
-    # -- lifecycle ---------------------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._listen()), loop.create_task(self._renew())]
 
     async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._sender_task is not None:
             await asyncio.gather(self._sender_task, return_exceptions=True)
 

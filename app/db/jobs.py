@@ -1,8 +1,24 @@
-"""All SQL on the jobs table and the mapping of its rows. Every statement runs in autocommit: one
-statement, one short transaction, no lock held across a round trip to a client.
+"""All SQL of a job's life (enqueue, claim, heartbeat, complete, fail, release, lease rescue) and the
+typed rows it returns. Every statement runs in autocommit: one statement, one short transaction, no lock
+held across a round trip to a client.
 
 Statements take a batch (a JSON document unpacked by json_to_recordset) so that concurrent requests can
-share one statement and one commit (see app/core/coalesce.py); a single request is the batch-of-one case."""
+share one statement and one commit (see app/core/coalesce.py); a single request is the batch-of-one case.
+
+Plans that cannot fall off a cliff. Statistics lag the table (every bulk load until an ANALYZE; any
+table that grew fast), and with stale statistics a partial index (jobs_claim_idx, jobs_lease_idx) can
+look empty to the planner, which then prefers it for everything: a complete hash-joined every running
+job through jobs_lease_idx, a claim read every ready job through a bitmap scan and sorted them. So:
+  * a statement addressed by job id restricts jobs by id alone: the guards that name a status compare
+    it with RUNNING, a value the planner cannot see (an InitPlan), so no partial index can be proven to
+    apply, and batches add `id = ANY(<the batch's ids>)`: the primary key is the only way in;
+  * lookups of "the row as found" are per-row subqueries behind OFFSET 0, a fence the planner does not
+    flatten into a join;
+  * claims and the lease rescue keep their partial index and its order, and the pool's sessions run
+    with enable_bitmapscan off (app/db/pool.py), so the only other way to serve their ORDER BY ... LIMIT
+    is a sort of the whole table, which no statistics make look cheap.
+tests/test_plans.py checks every hot statement's plan on a 300,000-row table whose statistics were
+taken while it was nearly empty."""
 
 from __future__ import annotations
 
@@ -15,23 +31,25 @@ import orjson
 import psycopg
 from orjson import Fragment
 
-Row = tuple[Any, ...]
+from app.auth.policy import queue_allowed
+from app.db.rows import Beat, ClaimRow, Inserted, JobRow, Written, outcome_rows, rows_of
+
+# A status the planner cannot see when it plans (see above): `j.status = RUNNING` proves no partial index.
+RUNNING = "(SELECT 'running'::text)"
 
 
-def _job_columns(with_payload: str = "true") -> str:
+def job_columns(full: str = "true") -> str:
+    """The columns of JobRow, in order; `full` is an SQL boolean: false leaves payload and result out."""
     return (
-        "j.id, j.queue_name, j.status, "
-        f"CASE WHEN {with_payload} THEN j.payload::text END, "
+        "j.id, j.queue_name AS queue, j.status, "
+        f"CASE WHEN {full} THEN j.payload::text END AS payload, "
         "j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, "
-        "j.lease_expires_at, j.finished_at, j.locked_by, j.last_error, "
-        f"CASE WHEN {with_payload} THEN j.result::text END, j.idempotency_key, j.claim_token"
+        "j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, "
+        f"CASE WHEN {full} THEN j.result::text END AS result, j.idempotency_key, j.claim_token"
     )
 
 
-JOB_COLUMNS = _job_columns()
-_ID, _QUEUE, _STATUS, _PAYLOAD = 0, 1, 2, 3
-_KEY, _TOKEN = 15, 16
-JOB_WIDTH = 17
+JOB_COLUMNS = job_columns()
 
 
 def count_finished(source: str, status: str = "status", delta: str = "1") -> str:
@@ -40,7 +58,7 @@ def count_finished(source: str, status: str = "status", delta: str = "1") -> str
     writes its own shard (backend pid mod 64): concurrent statements do not queue on one row."""
     return f"""
   INSERT INTO queue_counts AS c (queue_name, status, shard, n)
-  SELECT queue_name, {status}, mod(pg_backend_pid(), 64), sum({delta})
+  SELECT queue, {status}, mod(pg_backend_pid(), 64), sum({delta})
   FROM {source}
   WHERE {status} IN ('completed', 'failed', 'cancelled')
   GROUP BY 1, 2
@@ -54,28 +72,8 @@ def as_json(doc: Any) -> str:
     return orjson.dumps(doc).decode()
 
 
-def job_doc(row: Row) -> dict[str, Any]:
-    """A jobs row (JOB_COLUMNS order) as the API's Job object. jsonb columns arrive as text and are
-    passed through as JSON fragments: no parse and re-serialise of payloads on the way out.
-    The claim token is never part of it."""
-    return {
-        "id": row[0],
-        "queue": row[1],
-        "status": row[2],
-        "payload": Fragment(row[3]) if row[3] is not None else None,
-        "priority": row[4],
-        "attempts": row[5],
-        "max_attempts": row[6],
-        "run_at": row[7],
-        "created_at": row[8],
-        "claimed_at": row[9],
-        "lease_expires_at": row[10],
-        "finished_at": row[11],
-        "worker": row[12],
-        "last_error": row[13],
-        "result": Fragment(row[14]) if row[14] is not None else None,
-        "idempotency_key": row[15],
-    }
+def _fragment(text: str | None) -> Fragment | None:
+    return Fragment(text) if text is not None else None
 
 
 # Object-level authorisation: statements addressed by job id take `allowed`, the caller's anchored regex
@@ -86,12 +84,13 @@ def job_doc(row: Row) -> dict[str, Any]:
 
 JOB_GET = f"""
 SELECT {JOB_COLUMNS} FROM jobs j
-WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 """
 
 
-async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> Row | None:
-    cur = await conn.execute(JOB_GET, {"id": job_id, "allowed": allowed})
+async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> JobRow | None:
+    cur = conn.cursor(row_factory=rows_of(JobRow))
+    await cur.execute(JOB_GET, {"id": job_id, "allowed": allowed})
     return await cur.fetchone()
 
 
@@ -137,17 +136,23 @@ RETURNING {JOB_COLUMNS}
 """
 
 JOB_GET_BY_KEYS = f"""
-SELECT {JOB_COLUMNS}
-FROM jobs j
-JOIN json_to_recordset(%(keys)s::json) AS k(queue_name text, idempotency_key text)
-  ON j.queue_name = k.queue_name AND j.idempotency_key = k.idempotency_key
+-- The jobs already holding these keys, one lookup each through jobs_idempotency_idx (the restriction
+-- `IS NOT NULL` proves its predicate; OFFSET 0 keeps each lookup a lookup).
+SELECT j.*
+FROM json_to_recordset(%(keys)s::json) AS k(queue_name text, idempotency_key text)
+CROSS JOIN LATERAL (
+  SELECT {JOB_COLUMNS} FROM jobs j
+  WHERE j.queue_name = k.queue_name AND j.idempotency_key = k.idempotency_key AND j.idempotency_key IS NOT NULL
+  OFFSET 0
+) j
 """
 
 
-async def jobs_insert(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[tuple[bool, Row]]:
-    """Insert jobs in one statement; per input, (created, row). A job whose idempotency key is already
-    used on its queue comes back as (False, existing row), also when the same key occurs twice here."""
-    out: list[tuple[bool, Row] | None] = [None] * len(jobs)
+async def jobs_insert(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[Inserted]:
+    """Insert jobs in one statement; one Inserted per input. A job whose idempotency key is already used
+    on its queue comes back as not created, with the existing row, also when the same key occurs twice
+    here."""
+    out: list[Inserted | None] = [None] * len(jobs)
     todo = list(range(len(jobs)))
     for _ in range(3):  # a conflicting row deleted between INSERT and SELECT (retention): rare, go again
         todo = await _insert_round(conn, jobs, todo, out)
@@ -157,10 +162,7 @@ async def jobs_insert(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]
 
 
 async def _insert_round(
-    conn: psycopg.AsyncConnection[Any],
-    jobs: Sequence[NewJob],
-    todo: list[int],
-    out: list[tuple[bool, Row] | None],
+    conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], todo: list[int], out: list[Inserted | None]
 ) -> list[int]:
     """Insert jobs[todo], fill `out`; returns the indexes still without a row."""
     batch = [
@@ -176,31 +178,32 @@ async def _insert_round(
         }
         for n, j in enumerate(jobs[i] for i in todo)
     ]
-    cur = await conn.execute(JOB_INSERT_MANY, {"batch": as_json(batch)})
+    cur = conn.cursor(row_factory=rows_of(JobRow))
+    await cur.execute(JOB_INSERT_MANY, {"batch": as_json(batch)})
     rows = await cur.fetchall()
-    keyed = {(r[_QUEUE], r[_KEY]): r for r in rows if r[_KEY] is not None}
-    unkeyed = iter(sorted((r for r in rows if r[_KEY] is None), key=lambda r: r[_ID]))
+    keyed = {(r.queue, r.idempotency_key): r for r in rows if r.idempotency_key is not None}
+    unkeyed = iter(sorted((r for r in rows if r.idempotency_key is None), key=lambda r: r.id))
     taken = []
     for i in todo:
         job = jobs[i]
         if job.idempotency_key is None:
-            out[i] = (True, next(unkeyed))
+            out[i] = Inserted(True, next(unkeyed))
         elif (row := keyed.pop((job.queue, job.idempotency_key), None)) is not None:
-            out[i] = (True, row)
+            out[i] = Inserted(True, row)
         else:
             taken.append(i)
     if not taken:
         return []
     keys = [{"queue_name": jobs[i].queue, "idempotency_key": jobs[i].idempotency_key} for i in taken]
-    cur = await conn.execute(JOB_GET_BY_KEYS, {"keys": as_json(keys)})
-    existing = {(r[_QUEUE], r[_KEY]): r for r in await cur.fetchall()}
+    await cur.execute(JOB_GET_BY_KEYS, {"keys": as_json(keys)})
+    existing = {(r.queue, r.idempotency_key): r for r in await cur.fetchall()}
     left = []
     for i in taken:
-        row = existing.get((jobs[i].queue, jobs[i].idempotency_key))
-        if row is None:
+        found = existing.get((jobs[i].queue, jobs[i].idempotency_key))
+        if found is None:
             left.append(i)
         else:
-            out[i] = (False, row)
+            out[i] = Inserted(False, found)
     return left
 
 
@@ -219,8 +222,9 @@ class ClaimSlot:
 JOB_CLAIM = """
 WITH candidates AS (
   -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY
-  -- its key order. Locked rows are skipped, not waited for. Pending jobs always have an attempt left
-  -- (CHECK jobs_pending_shape), so no attempts filter is needed. A paused queue yields nothing.
+  -- its key order, so this is an ordered index scan that stops after `total` rows it could lock.
+  -- Locked rows are skipped, not waited for. Pending jobs always have an attempt left (CHECK
+  -- jobs_pending_shape), so no attempts filter is needed. A paused queue yields nothing.
   SELECT id, priority, run_at
   FROM jobs
   WHERE queue_name = %(queue)s
@@ -252,66 +256,57 @@ WITH candidates AS (
   FROM ranked
   JOIN slots s USING (rn)
   CROSS JOIN (SELECT clock_timestamp() AS now) AS stamp
-  WHERE j.id = ranked.id
-  RETURNING s.ord, ranked.rn, j.id, j.queue_name, j.payload::text, j.priority, j.attempts, j.max_attempts,
-            j.claim_token, j.lease_expires_at, j.run_at, j.created_at
+  WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.id = ranked.id
+  RETURNING s.ord AS slot, ranked.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
+            j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at
 )
 SELECT * FROM claimed
 UNION ALL
--- Nothing claimed: one marker row telling whether ready jobs existed anyway (all locked by other
--- claims, or the queue paused): the "empty claims while ready jobs exist" signal of the article.
+-- Nothing claimed: one marker row (slot -1) telling whether ready jobs existed anyway (all locked by
+-- other claims, or the queue paused): the "empty claims while ready jobs exist" signal of the article.
+-- A scalar subquery in claim order, not EXISTS (which would drop the ORDER BY): the first ready row by
+-- jobs_claim_idx, never a scan of the table.
 SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT FROM claimed)
-  AND EXISTS (SELECT FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp())
+  AND (SELECT id FROM jobs
+       WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
+       ORDER BY priority DESC, run_at, id LIMIT 1) IS NOT NULL
 """
 
 
 @dataclass(slots=True)
 class ClaimResult:
-    rows: list[list[Row]]  # per request, best job first
+    rows: list[list[ClaimRow]]  # per request, best job first
     ready_left_behind: bool  # nothing was claimed although ready jobs existed
 
 
 async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]) -> ClaimResult:
     """Claim jobs for several requests in one statement; returns each request's rows, best job first."""
     doc = [{"ord": n, "worker": s.worker, "lease": s.lease_seconds, "lim": s.limit} for n, s in enumerate(slots)]
-    cur = await conn.execute(JOB_CLAIM, {"queue": queue, "total": sum(s.limit for s in slots), "slots": as_json(doc)})
-    per_slot: list[list[Row]] = [[] for _ in slots]
+    cur = conn.cursor(row_factory=rows_of(ClaimRow))
+    await cur.execute(JOB_CLAIM, {"queue": queue, "total": sum(s.limit for s in slots), "slots": as_json(doc)})
+    per_slot: list[list[ClaimRow]] = [[] for _ in slots]
     rows = await cur.fetchall()
-    if len(rows) == 1 and rows[0][0] == -1:
+    if len(rows) == 1 and rows[0].slot == -1:
         return ClaimResult(per_slot, ready_left_behind=True)
-    for row in sorted(rows, key=lambda r: r[1]):
-        per_slot[row[0]].append(row[2:])
+    for row in sorted(rows, key=lambda r: r.rank):
+        per_slot[row.slot].append(row)
     return ClaimResult(per_slot, ready_left_behind=False)
 
 
-def claim_doc(row: Row) -> dict[str, Any]:
-    return {
-        "id": row[0],
-        "queue": row[1],
-        "payload": Fragment(row[2]),
-        "priority": row[3],
-        "attempts": row[4],
-        "max_attempts": row[5],
-        "claim_token": row[6],
-        "lease_expires_at": row[7],
-        "run_at": row[8],
-        "created_at": row[9],
-    }
-
-
-JOB_RELEASE = """
+JOB_RELEASE = f"""
 -- Claimed for a request that went away before it could be answered (timeout, disconnect, shutdown):
 -- hand the job straight back. The attempt is returned too, since no worker ever saw the job.
+WITH r AS (SELECT * FROM json_to_recordset(%(claims)s::json) AS r(id bigint, token text))
 UPDATE jobs AS j
 SET status = 'pending', attempts = j.attempts - 1, lease_expires_at = NULL, claim_token = NULL
-FROM json_to_recordset(%(claims)s::json) AS r(id bigint, token text)
-WHERE j.id = r.id AND j.claim_token = r.token AND j.status = 'running'
+FROM r
+WHERE j.id = ANY(ARRAY(SELECT id FROM r)) AND j.id = r.id AND j.claim_token = r.token AND j.status = {RUNNING}
 """
 
 
-async def jobs_release(conn: psycopg.AsyncConnection[Any], rows: Sequence[Row]) -> None:
-    await conn.execute(JOB_RELEASE, {"claims": as_json([{"id": r[0], "token": r[6]} for r in rows])})
+async def jobs_release(conn: psycopg.AsyncConnection[Any], rows: Sequence[ClaimRow]) -> None:
+    await conn.execute(JOB_RELEASE, {"claims": as_json([{"id": r.id, "token": r.claim_token} for r in rows])})
 
 
 # --- heartbeat, complete, fail ------------------------------------------------------------------------------
@@ -319,10 +314,14 @@ async def jobs_release(conn: psycopg.AsyncConnection[Any], rows: Sequence[Row]) 
 Outcome = Literal["ok", "claim_lost", "not_found", "cancelled"]
 
 
-def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[str, ...]) -> Outcome:
+def outcome_of(token: str, job: JobRow | None, done: tuple[str, ...]) -> Outcome:
     """Why a guarded write matched nothing, from the row as it was: gone, already done with this very
     token (a retried call: success), cancelled by an operator while this claim held it, or held by
     another claim."""
+    return _outcome(token, job.status if job else None, job.claim_token if job else None, done)
+
+
+def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[str, ...]) -> Outcome:
     if status is None:
         return "not_found"
     if held_by == token and status in done:
@@ -332,11 +331,7 @@ def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[st
     return "claim_lost"
 
 
-def _job_outcome(token: str, job: Row | None, done: tuple[str, ...]) -> Outcome:
-    return _outcome(token, job[_STATUS] if job else None, job[_TOKEN] if job else None, done)
-
-
-JOB_HEARTBEAT_MANY = """
+JOB_HEARTBEAT_MANY = f"""
 WITH input AS (
   SELECT * FROM json_to_recordset(%(beats)s::json) AS t(ord int, id bigint, token text, lease int, allowed text)
 ), renewed AS (
@@ -345,8 +340,8 @@ WITH input AS (
   SET lease_expires_at = clock_timestamp() + make_interval(secs => coalesce(i.lease, j.lease_seconds)),
       lease_seconds = coalesce(i.lease, j.lease_seconds)
   FROM input i
-  WHERE j.id = i.id AND j.status = 'running' AND j.claim_token = i.token
-    AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
+  WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
+    AND j.status = {RUNNING} AND j.claim_token = i.token AND {queue_allowed("j.queue_name", "i.allowed")}
   RETURNING j.id, j.claim_token, j.lease_expires_at
 )
 -- Per input: the new expiry, else the job's state as this statement found it (to tell why not); a job
@@ -355,8 +350,9 @@ SELECT i.ord, r.lease_expires_at, c.status, c.claim_token
 FROM input i
 LEFT JOIN renewed r ON r.id = i.id AND r.claim_token = i.token
 LEFT JOIN LATERAL (
-  SELECT status, claim_token FROM jobs j
-  WHERE j.id = i.id AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
+  SELECT j.status, j.claim_token FROM jobs j
+  WHERE j.id = i.id AND {queue_allowed("j.queue_name", "i.allowed")}
+  OFFSET 0
 ) c ON r.id IS NULL
 ORDER BY i.ord
 """
@@ -377,19 +373,39 @@ async def jobs_heartbeat(
         {"ord": n, "id": b.id, "token": b.token, "lease": b.lease_seconds, "allowed": b.allowed}
         for n, b in enumerate(beats)
     ]
-    cur = await conn.execute(JOB_HEARTBEAT_MANY, {"beats": as_json(doc)})
+    cur = conn.cursor(row_factory=rows_of(Beat))
+    await cur.execute(JOB_HEARTBEAT_MANY, {"beats": as_json(doc)})
     out: list[tuple[Outcome, datetime | None]] = []
     for beat, row in zip(beats, await cur.fetchall(), strict=True):
-        if row[1] is not None:
-            out.append(("ok", row[1]))
-        elif row[2] == "running" and row[3] == beat.token:
+        if row.lease_expires_at is not None:
+            out.append(("ok", row.lease_expires_at))
+        elif row.status == "running" and row.claim_token == beat.token:
             # Changed by a concurrent statement after our snapshot (a cancel, the sweeper, a complete):
             # look again, so that a cancel is reported as such and not as a lost claim.
             job = await job_get(conn, beat.id, beat.allowed)
-            out.append((_job_outcome(beat.token, job, ()), None))
+            out.append((outcome_of(beat.token, job, ()), None))
         else:
-            out.append((_outcome(beat.token, row[2], row[3], ()), None))
+            out.append((_outcome(beat.token, row.status, row.claim_token, ()), None))
     return out
+
+
+def _written_many(done: str, full: str) -> str:
+    """The tail of a batch write's statement: per input item, in order, (ord, written, job) where job is
+    the row as `done` wrote it, else as this statement found it (to tell why not; NULLs: no such job, or
+    none in the caller's queues)."""
+    return f"""
+SELECT i.ord, true AS written, d.* FROM input i JOIN {done} d ON d.id = i.id AND d.claim_token = i.token
+UNION ALL
+SELECT i.ord, false, c.*
+FROM input i
+LEFT JOIN LATERAL (
+  SELECT {job_columns(full)} FROM jobs j
+  WHERE j.id = i.id AND {queue_allowed("j.queue_name", "i.allowed")}
+  OFFSET 0
+) c ON true
+WHERE NOT EXISTS (SELECT FROM {done} d WHERE d.id = i.id AND d.claim_token = i.token)
+ORDER BY 1
+"""
 
 
 JOB_COMPLETE_MANY = f"""
@@ -398,26 +414,16 @@ WITH input AS (
     AS t(ord int, id bigint, token text, result jsonb, allowed text)
 ), done AS (
   UPDATE jobs AS j
-  SET status = 'completed', finished_at = clock_timestamp(), lease_expires_at = NULL,
-      result = i.result
+  SET status = 'completed', finished_at = clock_timestamp(), lease_expires_at = NULL, result = i.result
   -- The same job and token twice in one statement (a retry coalesced with its original): the first
   -- item's result is kept, as for a retry that comes later.
   FROM (SELECT DISTINCT ON (id, token) * FROM input ORDER BY id, token, ord) i
-  WHERE j.id = i.id AND j.status = 'running' AND j.claim_token = i.token
-    AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
-  RETURNING {_job_columns("%(full)s")}
+  WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
+    AND j.status = {RUNNING} AND j.claim_token = i.token AND {queue_allowed("j.queue_name", "i.allowed")}
+  RETURNING {job_columns("%(full)s")}
 ), counted AS ({count_finished("done", "'completed'")}
 )
--- Per input: the completed row, else the row as this statement found it (to tell why not); a job
--- outside the caller's queues is not found.
-SELECT i.ord, d.*, c.*
-FROM input i
-LEFT JOIN done d ON d.id = i.id AND d.claim_token = i.token
-LEFT JOIN LATERAL (
-  SELECT {_job_columns("%(full)s")} FROM jobs j
-  WHERE j.id = i.id AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
-) c ON d.id IS NULL
-ORDER BY i.ord
+{_written_many("done", "%(full)s")}
 """
 
 
@@ -429,7 +435,11 @@ class Completion:
     allowed: str | None = None  # the caller's queue regex; None: every queue
 
 
-Done = tuple[Outcome, Row | None, bool]  # outcome, the job's row, whether this call changed it
+@dataclass(slots=True, frozen=True)
+class Done:
+    outcome: Outcome
+    job: JobRow | None  # the job's row (None: not found)
+    changed: bool  # whether this call changed it
 
 
 async def jobs_complete(
@@ -438,33 +448,40 @@ async def jobs_complete(
     """Complete jobs in one statement. A retried complete with the token that completed the job is "ok"
     (the first result is kept). With full=False rows carry no payload/result (batch answers)."""
     doc = [
-        {
-            "ord": n,
-            "id": c.id,
-            "token": c.token,
-            "result": Fragment(c.result) if c.result is not None else None,
-            "allowed": c.allowed,
-        }
+        {"ord": n, "id": c.id, "token": c.token, "result": _fragment(c.result), "allowed": c.allowed}
         for n, c in enumerate(items)
     ]
-    cur = await conn.execute(JOB_COMPLETE_MANY, {"items": as_json(doc), "full": full})
+    cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+    await cur.execute(JOB_COMPLETE_MANY, {"items": as_json(doc), "full": full})
     out: list[Done] = []
     recheck = []
     changed: set[int] = set()
     for n, (item, row) in enumerate(zip(items, await cur.fetchall(), strict=True)):
-        if row[1] is not None:
+        if row.written:
             # The same job twice in this statement was completed once: only its first item changed it.
-            out.append(("ok", row[1 : 1 + JOB_WIDTH], item.id not in changed))
+            out.append(Done("ok", row.job, item.id not in changed))
             changed.add(item.id)
             continue
-        job = row[1 + JOB_WIDTH :] if row[1 + JOB_WIDTH] is not None else None
-        if job is not None and job[_STATUS] == "running" and job[_TOKEN] == item.token:
+        job = row.job
+        if job is not None and job.status == "running" and job.claim_token == item.token:
             recheck.append(n)  # a concurrent statement finished it after our snapshot: look again
-        out.append((_job_outcome(item.token, job, ("completed",)), job, False))
+        out.append(Done(outcome_of(item.token, job, ("completed",)), job, False))
     for n in recheck:
         job = await job_get(conn, items[n].id, items[n].allowed)
-        out[n] = (_job_outcome(items[n].token, job, ("completed",)), job, False)
+        out[n] = Done(outcome_of(items[n].token, job, ("completed",)), job, False)
     return out
+
+
+def _written_one(written: str) -> str:
+    """The tail of a single-job write: (0, true, row as written), else (0, false, row as found)."""
+    return f"""
+SELECT 0 AS ord, true AS written, * FROM {written}
+UNION ALL
+-- Else the row as found (to tell why not); a job outside the caller's queues is not found.
+SELECT 0, false, {JOB_COLUMNS} FROM jobs j
+WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+  AND NOT EXISTS (SELECT FROM {written})
+"""
 
 
 JOB_FAIL = f"""
@@ -481,17 +498,12 @@ WITH failed AS (
       finished_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN NULL ELSE clock_timestamp() END,
       lease_expires_at = NULL,
       last_error = %(error)s
-  WHERE j.id = %(id)s AND j.status = 'running' AND j.claim_token = %(token)s
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  WHERE j.id = %(id)s AND j.status = {RUNNING} AND j.claim_token = %(token)s
+    AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   RETURNING {JOB_COLUMNS}
 ), counted AS ({count_finished("failed")}
 )
-SELECT true, * FROM failed
-UNION ALL
--- Else the row as found (to tell why not); a job outside the caller's queues is not found.
-SELECT false, {JOB_COLUMNS} FROM jobs j
-WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
-  AND NOT EXISTS (SELECT FROM failed)
+{_written_one("failed")}
 """
 
 
@@ -532,16 +544,11 @@ WITH released AS (
   SET status = 'pending', attempts = j.attempts - 1,
       run_at = clock_timestamp() + make_interval(secs => %(delay)s::float8),
       claimed_at = NULL, lease_expires_at = NULL, claim_token = NULL
-  WHERE j.id = %(id)s AND j.status = 'running' AND j.claim_token = %(token)s
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  WHERE j.id = %(id)s AND j.status = {RUNNING} AND j.claim_token = %(token)s
+    AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   RETURNING {JOB_COLUMNS}
 )
-SELECT true, * FROM released
-UNION ALL
--- Else the row as found (to tell why not); a job outside the caller's queues is not found.
-SELECT false, {JOB_COLUMNS} FROM jobs j
-WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
-  AND NOT EXISTS (SELECT FROM released)
+{_written_one("released")}
 """
 
 
@@ -559,26 +566,28 @@ async def _guarded_write(
     conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], done: tuple[str, ...]
 ) -> Done:
     """Run a guarded write on one job (id + token + running + the caller's queues) whose SQL answers
-    `(true, row)` when it wrote, else `(false, row as found)`, and tell why it did not write. `done`:
-    the statuses in which a repeat with the same token is a success (see _outcome)."""
-    cur = await conn.execute(query, params)
+    Written(written=True, row) when it wrote, else (False, row as found), and tell why it did not write.
+    `done`: the statuses in which a repeat with the same token is a success (see _outcome)."""
+    cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+    await cur.execute(query, params)
     row = await cur.fetchone()
-    if row is None:
-        return "not_found", None, False
-    job: Row | None = row[1:]
-    if row[0]:
-        return "ok", job, True
-    if job is not None and job[_STATUS] == "running" and job[_TOKEN] == params["token"]:
+    if row is None or row.job is None:
+        return Done("not_found", None, False)
+    if row.written:
+        return Done("ok", row.job, True)
+    job: JobRow | None = row.job
+    if row.job.status == "running" and row.job.claim_token == params["token"]:
         job = await job_get(conn, params["id"], params["allowed"])  # finished concurrently: look again
-    return _job_outcome(params["token"], job, done), job, False
+    return Done(outcome_of(params["token"], job, done), job, False)
 
 
-# --- sweeper ------------------------------------------------------------------------------------------------
+# --- lease rescue ---------------------------------------------------------------------------------------------
 
 JOB_RESCUE_EXPIRED = """
 WITH expired AS (
-  -- Leases that lapsed while attempts remain. SKIP LOCKED: replicas sweeping at once split the work,
-  -- and a job that a worker is completing right now is left to that worker.
+  -- Leases that lapsed while attempts remain, oldest first through jobs_lease_idx. SKIP LOCKED:
+  -- replicas rescuing at once split the work, and a job that a worker is completing right now is left
+  -- to that worker.
   SELECT id FROM jobs
   WHERE status = 'running'
     AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
@@ -591,7 +600,7 @@ UPDATE jobs AS j
 SET status = 'pending', run_at = now(), lease_expires_at = NULL, claim_token = NULL,
     last_error = 'lease expired'
 FROM expired
-WHERE j.id = expired.id
+WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.id = expired.id
 RETURNING j.queue_name
 """
 
@@ -610,11 +619,11 @@ WITH exhausted AS (
   SET status = 'failed', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = 'lease expired on the last attempt'
   FROM exhausted
-  WHERE j.id = exhausted.id
-  RETURNING j.queue_name, j.status
+  WHERE j.id = ANY(ARRAY(SELECT id FROM exhausted)) AND j.id = exhausted.id
+  RETURNING j.queue_name AS queue, j.status
 ), counted AS ({count_finished("failed")}
 )
-SELECT queue_name FROM failed
+SELECT queue FROM failed
 """
 
 

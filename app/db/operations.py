@@ -10,7 +10,9 @@ from typing import Any
 
 import psycopg
 
-from app.db.jobs import JOB_COLUMNS, Row, as_json, count_finished, job_get
+from app.auth.policy import queue_allowed
+from app.db.jobs import JOB_COLUMNS, as_json, count_finished, job_get
+from app.db.rows import JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
 
 # --- statistics -------------------------------------------------------------------------------------------
 
@@ -53,7 +55,7 @@ WITH pending AS (
 ), running AS (
   SELECT count(*) AS running FROM jobs WHERE queue_name = %(queue)s AND status = 'running'
 ), finished AS (
-  -- Kept exact by the statements that finish jobs (see store.count_finished): no scan of history.
+  -- Kept exact by the statements that finish jobs (see app/db/jobs.py count_finished): no scan of history.
   SELECT coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
          coalesce(sum(n) FILTER (WHERE status = 'failed'), 0) AS failed,
          coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0) AS cancelled
@@ -78,19 +80,31 @@ WITH pending AS (
   FROM queue_stats
   WHERE queue_name = %(queue)s AND minute > now() - make_interval(secs => %(window)s)
 )
-SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready), r.running,
-       f.completed, f.failed, f.cancelled, l.on_last, l.one_left,
-       w.enqueued, w.claimed, w.completed, w.failed, w.retried, w.lease_expired, w.cancelled, w.released,
-       w.empty_claims, w.duration_max_ms, w.durations_ms,
-       coalesce((SELECT paused FROM queue_state WHERE queue_name = %(queue)s), false),
-       now()
+SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       r.running, f.completed::bigint, f.failed::bigint, f.cancelled::bigint, l.on_last, l.one_left,
+       w.enqueued::bigint AS w_enqueued, w.claimed::bigint AS w_claimed, w.completed::bigint AS w_completed,
+       w.failed::bigint AS w_failed, w.retried::bigint AS w_retried, w.lease_expired::bigint AS w_lease_expired,
+       w.cancelled::bigint AS w_cancelled, w.released::bigint AS w_released,
+       w.empty_claims::bigint AS w_empty_claims, w.duration_max_ms AS w_duration_max_ms,
+       w.durations_ms AS w_durations_ms,
+       coalesce((SELECT paused FROM queue_state WHERE queue_name = %(queue)s), false) AS paused,
+       now() AS as_of
 FROM pending p, running r, finished f, last_attempts l, window_ w
 """
 
 
-async def queue_stats(conn: psycopg.AsyncConnection[Any], queue: str, window_seconds: int) -> Row:
-    cur = await conn.execute(QUEUE_STATS, {"queue": queue, "window": window_seconds})
-    row: Row | None = await cur.fetchone()
+# Counts of live jobs read the partial indexes, whose size is the backlog, never the table with all its
+# history: with statistics older than the rows, the planner can take a table of finished jobs for a
+# table of pending ones and prefer a sequential scan. These statements run with sequential scans off.
+NO_SEQSCAN = "SET LOCAL enable_seqscan = off"
+
+
+async def queue_stats(conn: psycopg.AsyncConnection[Any], queue: str, window_seconds: int) -> QueueStatsRow:
+    cur = conn.cursor(row_factory=rows_of(QueueStatsRow))
+    async with conn.transaction():
+        await conn.execute(NO_SEQSCAN)
+        await cur.execute(QUEUE_STATS, {"queue": queue, "window": window_seconds})
+        row = await cur.fetchone()
     assert row is not None
     return row
 
@@ -112,9 +126,11 @@ WITH pending AS (
   SELECT queue_name FROM pending UNION SELECT queue_name FROM running
   UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM queue_state
 )
-SELECT n.queue_name, coalesce(p.ready, 0), coalesce(p.scheduled, 0), coalesce(r.running, 0),
-       coalesce(f.completed, 0), coalesce(f.failed, 0), coalesce(f.cancelled, 0),
-       extract(epoch FROM now() - p.oldest_ready), coalesce(s.paused, false)
+SELECT n.queue_name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
+       coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
+       coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
+       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       coalesce(s.paused, false) AS paused
 FROM names n
 LEFT JOIN pending p USING (queue_name)
 LEFT JOIN running r USING (queue_name)
@@ -124,9 +140,12 @@ ORDER BY n.queue_name
 """
 
 
-async def queues_list(conn: psycopg.AsyncConnection[Any]) -> list[Row]:
-    cur = await conn.execute(QUEUES_LIST)
-    return await cur.fetchall()
+async def queues_list(conn: psycopg.AsyncConnection[Any]) -> list[QueueRow]:
+    cur = conn.cursor(row_factory=rows_of(QueueRow))
+    async with conn.transaction():
+        await conn.execute(NO_SEQSCAN)
+        await cur.execute(QUEUES_LIST)
+        return await cur.fetchall()
 
 
 # --- listing (keyset pagination: a cursor, never an offset) ------------------------------------------------
@@ -134,7 +153,7 @@ async def queues_list(conn: psycopg.AsyncConnection[Any]) -> list[Row]:
 # Each status is listed in the order its own index keeps, so every page is an index range scan and a
 # page never shifts when jobs are inserted or change state elsewhere in the list.
 JOBS_LIST_PENDING = f"""
-SELECT {JOB_COLUMNS}, j.priority, j.run_at, j.id FROM jobs j
+SELECT {JOB_COLUMNS} FROM jobs j
 WHERE j.queue_name = %(queue)s AND j.status = 'pending'
   AND (%(after)s::boolean IS NOT TRUE
        OR j.priority < %(k1)s::int
@@ -144,7 +163,7 @@ LIMIT %(limit)s
 """
 
 JOBS_LIST_RUNNING = f"""
-SELECT {JOB_COLUMNS}, j.lease_expires_at, j.id FROM jobs j
+SELECT {JOB_COLUMNS} FROM jobs j
 WHERE j.queue_name = %(queue)s AND j.status = 'running'
   AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint))
 ORDER BY j.lease_expires_at, j.id
@@ -152,7 +171,7 @@ LIMIT %(limit)s
 """
 
 JOBS_LIST_FINISHED = f"""
-SELECT {JOB_COLUMNS}, j.finished_at, j.id FROM jobs j
+SELECT {JOB_COLUMNS} FROM jobs j
 WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
   AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
 ORDER BY j.finished_at DESC, j.id DESC
@@ -160,47 +179,59 @@ LIMIT %(limit)s
 """
 
 JOBS_LIST_ANY = f"""
-SELECT {JOB_COLUMNS}, j.id FROM jobs j
+SELECT {JOB_COLUMNS} FROM jobs j
 WHERE j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)
 ORDER BY j.id DESC
 LIMIT %(limit)s
 """
 
 
-def list_statement(status: str | None) -> tuple[str, int]:
-    """The listing SQL for a status filter, and how many sort-key columns end each row."""
+# The sort key of each listing, in its order: a page's cursor holds the last row's.
+SORT_KEYS: dict[str | None, tuple[str, ...]] = {
+    "pending": ("priority", "run_at", "id"),
+    "running": ("lease_expires_at", "id"),
+    "completed": ("finished_at", "id"),
+    "failed": ("finished_at", "id"),
+    "cancelled": ("finished_at", "id"),
+    None: ("id",),
+}
+
+
+def list_statement(status: str | None) -> str:
+    """The listing SQL for a status filter (None: every status)."""
     if status == "pending":
-        return JOBS_LIST_PENDING, 3
+        return JOBS_LIST_PENDING
     if status == "running":
-        return JOBS_LIST_RUNNING, 2
+        return JOBS_LIST_RUNNING
     if status in ("completed", "failed", "cancelled"):
-        return JOBS_LIST_FINISHED, 2
-    return JOBS_LIST_ANY, 1
+        return JOBS_LIST_FINISHED
+    return JOBS_LIST_ANY
 
 
 async def jobs_list(
     conn: psycopg.AsyncConnection[Any], queue: str, status: str | None, limit: int, after: Sequence[Any] | None
-) -> tuple[list[Row], list[Any] | None]:
+) -> tuple[list[JobRow], list[Any] | None]:
     """One page; returns the rows and the sort key of the last one (None on the last page)."""
-    statement, width = list_statement(status)
-    keys = list(after or [None] * width)
+    names = SORT_KEYS[status]
+    keys = list(after or [None] * len(names))
     params = {"queue": queue, "status": status, "limit": limit + 1, "after": after is not None}
     params.update({f"k{i + 1}": v for i, v in enumerate(keys)})
-    cur = await conn.execute(statement, params)
+    cur = conn.cursor(row_factory=rows_of(JobRow))
+    await cur.execute(list_statement(status), params)
     rows = await cur.fetchall()
     more = len(rows) > limit
     rows = rows[:limit]
-    last = list(rows[-1][-width:]) if more and rows else None
-    return [r[:-width] for r in rows], last
+    last = [getattr(rows[-1], name) for name in names] if more and rows else None
+    return rows, last
 
 
 # --- admin actions ----------------------------------------------------------------------------------------
 
 JOB_CANCEL = f"""
 WITH target AS (
-  SELECT id, status AS before FROM jobs
+  SELECT id FROM jobs
   WHERE id = %(id)s AND status IN ('pending', 'running')
-    AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)  -- the caller's queues (app/auth/policy.py)
+    AND {queue_allowed("queue_name", "%(allowed)s::text")}  -- the caller's queues
   FOR UPDATE
 ), cancelled AS (
   -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
@@ -209,32 +240,30 @@ WITH target AS (
   SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = coalesce(%(reason)s, j.last_error)
   FROM target t WHERE j.id = t.id
-  RETURNING {JOB_COLUMNS}, t.before
+  RETURNING {JOB_COLUMNS}
 ), counted AS ({count_finished("cancelled")}
 )
-SELECT true, * FROM cancelled
+SELECT 0 AS ord, true AS written, * FROM cancelled
 UNION ALL
-SELECT false, {JOB_COLUMNS}, NULL FROM jobs j
-WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+SELECT 0, false, {JOB_COLUMNS} FROM jobs j
+WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   AND NOT EXISTS (SELECT FROM cancelled)
 """
 
 
 async def job_cancel(
     conn: psycopg.AsyncConnection[Any], job_id: int, reason: str | None, allowed: str | None = None
-) -> tuple[bool, Row] | None:
-    """(changed, row); None when there is no such job (or none in the caller's queues, `allowed`). Only
+) -> Written | None:
+    """The outcome; None when there is no such job (or none in the caller's queues, `allowed`). Only
     pending and running jobs change."""
-    cur = await conn.execute(JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed})
-    row = await cur.fetchone()
-    return None if row is None else await _settled(conn, job_id, allowed, bool(row[0]), row[1:-1], CANCELLABLE)
+    return await _admin_write(conn, JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed}, CANCELLABLE)
 
 
 JOB_RETRY = f"""
 WITH target AS (
-  SELECT id, queue_name, status FROM jobs
+  SELECT id, queue_name AS queue, status FROM jobs
   WHERE id = %(id)s AND status IN ('failed', 'cancelled')
-    AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)  -- the caller's queues (app/auth/policy.py)
+    AND {queue_allowed("queue_name", "%(allowed)s::text")}  -- the caller's queues
   FOR UPDATE
 ), retried AS (
   -- Back to pending with a fresh set of attempts; result and token of the old run are dropped.
@@ -245,40 +274,36 @@ WITH target AS (
   RETURNING {JOB_COLUMNS}
 ), counted AS ({count_finished("target", "status", "-1")}
 )
-SELECT true, * FROM retried
+SELECT 0 AS ord, true AS written, * FROM retried
 UNION ALL
-SELECT false, {JOB_COLUMNS} FROM jobs j
-WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+SELECT 0, false, {JOB_COLUMNS} FROM jobs j
+WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   AND NOT EXISTS (SELECT FROM retried)
 """
 
 
-async def job_retry(
-    conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None
-) -> tuple[bool, Row] | None:
-    cur = await conn.execute(JOB_RETRY, {"id": job_id, "allowed": allowed})
-    row = await cur.fetchone()
-    return None if row is None else await _settled(conn, job_id, allowed, bool(row[0]), row[1:], RETRYABLE)
+async def job_retry(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> Written | None:
+    return await _admin_write(conn, JOB_RETRY, {"id": job_id, "allowed": allowed}, RETRYABLE)
 
 
 CANCELLABLE, RETRYABLE = ("pending", "running"), ("failed", "cancelled")
 
 
-async def _settled(
-    conn: psycopg.AsyncConnection[Any],
-    job_id: int,
-    allowed: str | None,
-    changed: bool,
-    row: Row,
-    could: tuple[str, ...],
-) -> tuple[bool, Row] | None:
-    """(changed, row) of an admin action. A refused row that still shows a status the action takes was
-    read before a concurrent statement changed it (the action waited on the row lock, then found it
-    changed): read it again, so that the refusal names the job's real state (None: deleted meanwhile)."""
-    if changed or row[2] not in could:
-        return changed, row
-    now = await job_get(conn, job_id, allowed)
-    return None if now is None else (False, now)
+async def _admin_write(
+    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], could: tuple[str, ...]
+) -> Written | None:
+    """The outcome of an admin action on one job (None: no such job). A refused row that still shows a
+    status the action takes was read before a concurrent statement changed it (the action waited on the
+    row lock, then found it changed): read it again, so that the refusal names the job's real state."""
+    cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+    await cur.execute(query, params)
+    row = await cur.fetchone()
+    if row is None or row.job is None:
+        return None
+    if row.written or row.job.status not in could:
+        return row
+    now = await job_get(conn, params["id"], params["allowed"])
+    return None if now is None else Written(0, False, now)
 
 
 REDRIVE_COUNT = """
@@ -291,7 +316,7 @@ REDRIVE_BATCH = f"""
 WITH target AS (
   -- Failed jobs of one queue, oldest first, a batch at a time; SKIP LOCKED lets a concurrent redrive
   -- or retry proceed without waiting.
-  SELECT id, queue_name, status FROM jobs
+  SELECT id, queue_name AS queue, status FROM jobs
   WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
     AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
   ORDER BY finished_at, id
@@ -357,7 +382,7 @@ WITH doomed AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), deleted AS (
-  DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name, j.status
+  DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
 ), counted AS ({count_finished("deleted", "status", "-1")}
 )
 SELECT count(*) FROM deleted

@@ -1,6 +1,6 @@
 """The operator dashboard: GET /ui and its two static files, shipped in app/http/ui/ as package data.
 
-The page holds no data, so these routes are open (OPEN_OPERATIONS in app/http/jobs.py): everything it shows
+The page holds no data, so these routes are open (OPEN_OPERATIONS in app/auth/policy.py): everything it shows
 comes from the JSON API, which its script calls with the operator's key. Each file is served from a
 fixed table read once at start, never by joining a request path onto a directory, so no path can reach
 another file. The routes stay out of the OpenAPI document: they are not part of the JSON contract."""

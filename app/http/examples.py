@@ -93,7 +93,11 @@ SCHEMAS: dict[str, list[Any]] = {
         {"payload": [1, 2, 3], "delay_seconds": 60},
     ],
     "EnqueueBatchRequest": [{"jobs": [{"payload": {"n": 1}}, {"payload": {"n": 2}, "priority": 10}]}],
-    "ClaimRequest": [{"worker": "mailer-1", "limit": 10, "lease_seconds": 300, "wait_seconds": 20}],
+    "ClaimRequest": [
+        {"worker": "mailer-1", "limit": 10, "lease_seconds": 300, "wait_seconds": 20},
+        # One request per job: the results of the jobs just finished ride on the next claim.
+        {"worker": "mailer-1", "wait_seconds": 20, "complete": [{"id": 41, "claim_token": _TOKEN, "result": "sent"}]},
+    ],
     "HeartbeatRequest": [{"claim_token": _TOKEN}, {"claim_token": _TOKEN, "lease_seconds": 600}],
     "CompleteRequest": [{"claim_token": _TOKEN, "result": {"message_id": "abc"}}],
     "FailRequest": [
@@ -107,7 +111,11 @@ SCHEMAS: dict[str, list[Any]] = {
     "Job": [_JOB, _DONE],
     "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
     "Claim": [_CLAIM],
-    "ClaimResponse": [{"jobs": [_CLAIM]}, {"jobs": []}],
+    "ClaimResponse": [
+        {"jobs": [_CLAIM], "completed": []},
+        {"jobs": [], "completed": []},
+        {"jobs": [_CLAIM], "completed": [{"id": 41, "outcome": "completed", "status": "completed"}]},
+    ],
     "HeartbeatResponse": [
         {"id": 42, "lease_expires_at": _LATER, "cancel_requested": False},
         {"id": 42, "lease_expires_at": None, "cancel_requested": True},

@@ -1,13 +1,16 @@
 """ASGI layers in front of FastAPI: a request guard for every route, and a lean dispatcher for the hot
 worker and producer routes.
 
-Why a lean dispatcher: measured on the 2-core reference machine, a FastAPI route costs about 0.17 ms of
-CPU per request before it runs any of our code, a plain ASGI handler about 0.04 ms (5.8k vs 25k
-requests/s, `bench/http_overhead.py`). Workers make two requests per job, so that overhead, not
-PostgreSQL, would set the throughput ceiling. The dispatcher does not re-implement the endpoints: it
-matches the FastAPI route, validates path parameters and body against the same pydantic types FastAPI
-would, and awaits the same endpoint function. Everything else (docs, cold routes, errors) stays FastAPI.
-Set JOBQ_FAST_PATH=false to serve every route through FastAPI; tests check the two give equal answers.
+Why a lean dispatcher: on the 2-core reference machine a FastAPI route costs several times the CPU of a
+plain ASGI handler before it runs any of our code (`bench/http_overhead.py` measures both beside the fast
+path), and that overhead, not PostgreSQL, sets the throughput ceiling of single-job requests. The
+dispatcher does not re-implement the endpoints: it matches the FastAPI route, validates path parameters
+and body against the same pydantic types FastAPI would, and awaits the same endpoint function.
+Everything else (docs, cold routes, errors) stays FastAPI. A route is served here when its endpoint is
+marked `@hot` where it is declared; the dispatcher checks, when it is built, that it can serve each such
+endpoint exactly as FastAPI would (path parameters, one body, the request; nothing else) and refuses to
+start otherwise. Set JOBQ_FAST_PATH=false to serve every route through FastAPI; tests check the two give
+equal answers.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import re
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
@@ -103,35 +106,59 @@ class _Hot:
     request_param: str | None
 
 
+E = TypeVar("E", bound=Callable[..., Awaitable[Response]])
+_HOT = "__jobq_hot__"
+
+
+def hot(endpoint: E) -> E:
+    """Mark an endpoint to be served by the lean dispatcher (JOBQ_FAST_PATH)."""
+    setattr(endpoint, _HOT, True)
+    return endpoint
+
+
+def is_hot(route: APIRoute) -> bool:
+    return bool(getattr(route.endpoint, _HOT, False))
+
+
+class NotServable(RuntimeError):
+    """A @hot endpoint takes something the lean dispatcher does not provide."""
+
+
 def _hot_route(route: APIRoute) -> _Hot:
+    """How to call a hot endpoint, checked against what FastAPI itself would pass it (its dependant): path
+    parameters, at most one body model, and the request; no query, header or cookie parameters, no
+    dependencies."""
+    d = route.dependant
+    where = f"fast path: {route.operation_id} ({route.path})"
+    if d.query_params or d.header_params or d.cookie_params or d.dependencies:
+        raise NotServable(f"{where} takes query, header or cookie parameters or dependencies")
+    if len(d.body_params) > 1:
+        raise NotServable(f"{where} takes more than one body parameter")
     hints = typing.get_type_hints(route.endpoint, include_extras=True)
-    path_params: dict[str, TypeAdapter[Any]] = {}
-    body_param = request_param = None
-    body_model = None
-    for name in inspect.signature(route.endpoint).parameters:
-        hint = hints[name]
-        if hint is Request:
-            request_param = name
-        elif isinstance(hint, type) and issubclass(hint, BaseModel):
-            body_param, body_model = name, hint
-        else:
-            path_params[name] = TypeAdapter(hint)
-    return _Hot(route, route.endpoint, path_params, body_param, body_model, request_param)
+    path_params = {p.name: TypeAdapter(hints[p.name]) for p in d.path_params}
+    body_param = body_model = None
+    if d.body_params:
+        body_param = d.body_params[0].name
+        model = hints[body_param]
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise NotServable(f"{where}: its body is not a pydantic model")
+        body_model = model
+    served = {*path_params, body_param, d.request_param_name} - {None}
+    if missing := set(inspect.signature(route.endpoint).parameters) - served:
+        raise NotServable(f"{where} takes {sorted(missing)}, which the fast path does not provide")
+    return _Hot(route, route.endpoint, path_params, body_param, body_model, d.request_param_name)
 
 
 class FastPath:
-    """Serves the routes whose operation id is in `operations`; passes everything else to `app`."""
+    """Serves the routes whose endpoints are marked @hot; passes everything else to `app`."""
 
-    def __init__(self, app: FastAPI, operations: frozenset[str]) -> None:
+    def __init__(self, app: FastAPI) -> None:
         self.app = app
         self.by_method: dict[str, list[_Hot]] = {}
         for route in app.routes:
-            if isinstance(route, APIRoute) and route.operation_id in operations:
+            if isinstance(route, APIRoute) and is_hot(route):
                 for method in route.methods or ():
                     self.by_method.setdefault(method, []).append(_hot_route(route))
-        found = {h.route.operation_id for hots in self.by_method.values() for h in hots}
-        if missing := operations - found:
-            raise RuntimeError(f"fast path: no route among the app's own routes for {sorted(missing)}")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match, Route
 
-from app.auth.policy import require
+from app.auth.policy import principal, requires
 from app.core.jobs import JobService
 from app.errors import (
     AppError,
@@ -28,6 +28,8 @@ from app.errors import (
     NotFound,
     validation_problem,
 )
+from app.http.documents import claim_document, job_document, outcome_document, renewal_document
+from app.http.fastpath import hot
 from app.http.responses import json_response, problem_response
 from app.models.jobs import (
     INT64_MAX,
@@ -54,11 +56,6 @@ log = logging.getLogger("jobq.api")
 
 QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="`[A-Za-z0-9_.:-]{1,128}`")]
 JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX, description="Job id.", json_schema_extra={"format": "int64"})]
-
-# Operations anyone may call, with or without a key (app/auth/policy.py refuses everything else without one).
-# The dashboard's page and files hold no data (app/http/dashboard.py); its script calls the API with a key.
-OPEN_OPERATIONS = frozenset({"healthz", "readyz", "dashboard", "dashboardScript", "dashboardStyle"})
-
 
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}}
 
@@ -156,11 +153,12 @@ def add_routes(router: FastAPI, c: Contract) -> None:
             **_problems(*_WRITE),
         },
     )
+    @hot
+    @requires("produce")
     @configured(body=c.enqueue)
     async def enqueue_job(queue: QueueName, body: EnqueueRequest, request: Request) -> Response:
-        require(request, "produce", queue)
-        created, job = await service(request).enqueue(queue, body)
-        return json_response(job, 201 if created else 200)
+        inserted = await service(request).enqueue(queue, body)
+        return json_response(job_document(inserted.job), 201 if inserted.created else 200)
 
     @router.post(
         "/queues/{queue}/jobs/batch",
@@ -171,11 +169,12 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         response_model=JobList,
         responses=_problems(*_WRITE),
     )
+    @hot
+    @requires("produce")
     @configured(body=c.enqueue_batch)
     async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
-        require(request, "produce", queue)
-        jobs = await service(request).enqueue_batch(queue, body.jobs)
-        return json_response({"jobs": [job for _, job in jobs]}, 201)
+        inserted = await service(request).enqueue_batch(queue, body.jobs)
+        return json_response({"jobs": [job_document(i.job) for i in inserted]}, 201)
 
     @router.post(
         "/queues/{queue}/claim",
@@ -185,12 +184,18 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         response_model=ClaimResponse,
         responses=_problems(*_WRITE, 429),
     )
+    @hot
+    @requires("consume")
     @configured(body=c.claim)
     async def claim_jobs(queue: QueueName, body: ClaimRequest, request: Request) -> Response:
-        require(request, "consume", queue)
-        waiting = _disconnected(request) if body.wait_seconds > 0 else None
-        jobs = await service(request).claim(queue, body, waiting)
-        return json_response({"jobs": jobs})
+        waiting = (lambda: _disconnected(request)) if body.wait_seconds > 0 else None
+        claimed = await service(request).claim(queue, body, principal(request).queue_regex, waiting)
+        return json_response(
+            {
+                "jobs": [claim_document(row) for row in claimed.jobs],
+                "completed": [outcome_document(o) for o in claimed.completed],
+            }
+        )
 
     @router.post(
         "/jobs/{job_id:int}/heartbeat",
@@ -200,10 +205,12 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         response_model=HeartbeatResponse,
         responses=_problems(*_WRITE, 404, 409),
     )
+    @hot
+    @requires("consume")
     @configured(body=c.heartbeat)
     async def heartbeat_job(job_id: JobIdPath, body: HeartbeatRequest, request: Request) -> Response:
-        who = require(request, "consume")
-        return json_response(await service(request).heartbeat(job_id, body, who.queue_regex))
+        renewal = await service(request).heartbeat(job_id, body, principal(request).queue_regex)
+        return json_response(renewal_document(renewal))
 
     @router.post(
         "/jobs/{job_id:int}/complete",
@@ -213,9 +220,11 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         response_model=Job,
         responses=_problems(*_WRITE, 404, 409),
     )
+    @hot
+    @requires("consume")
     async def complete_job(job_id: JobIdPath, body: CompleteRequest, request: Request) -> Response:
-        who = require(request, "consume")
-        return json_response(await service(request).complete(job_id, body, who.queue_regex))
+        job = await service(request).complete(job_id, body, principal(request).queue_regex)
+        return json_response(job_document(job))
 
     @router.post(
         "/jobs/{job_id:int}/fail",
@@ -225,10 +234,12 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         response_model=Job,
         responses=_problems(*_WRITE, 404, 409),
     )
+    @hot
+    @requires("consume")
     @configured(body=c.fail)
     async def fail_job(job_id: JobIdPath, body: FailRequest, request: Request) -> Response:
-        who = require(request, "consume")
-        return json_response(await service(request).fail(job_id, body, who.queue_regex))
+        job = await service(request).fail(job_id, body, principal(request).queue_regex)
+        return json_response(job_document(job))
 
     @router.post(
         "/jobs/{job_id:int}/release",
@@ -243,10 +254,11 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         response_model=Job,
         responses=_problems(*_WRITE, 404, 409),
     )
+    @requires("consume")
     @configured(body=c.release)
     async def release_job(job_id: JobIdPath, body: ReleaseRequest, request: Request) -> Response:
-        who = require(request, "consume")
-        return json_response(await service(request).release(job_id, body, who.queue_regex))
+        job = await service(request).release(job_id, body, principal(request).queue_regex)
+        return json_response(job_document(job))
 
     @router.post(
         "/jobs/complete",
@@ -256,10 +268,12 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         response_model=CompleteBatchResponse,
         responses=_problems(*_WRITE),
     )
+    @hot
+    @requires("consume")
     @configured(body=c.complete_batch)
     async def complete_jobs(body: CompleteBatchRequest, request: Request) -> Response:
-        who = require(request, "consume")
-        return json_response({"results": await service(request).complete_batch(body, who.queue_regex)})
+        outcomes = await service(request).complete_batch(body, principal(request).queue_regex)
+        return json_response({"results": [outcome_document(o) for o in outcomes]})
 
     @router.get(
         "/jobs/{job_id:int}",
@@ -271,21 +285,16 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         "may use; other jobs are 404. A key with only the `metrics` scope gets 403.",
         responses=_problems(401, 403, 404, 422, 503),
     )
+    @requires(None)
     async def get_job(job_id: JobIdPath, request: Request) -> Response:
-        who = require(request)
-        return json_response(await service(request).get(job_id, who.queue_regex))
+        job = await service(request).get(job_id, principal(request).queue_regex)
+        return json_response(job_document(job))
 
     @router.get(
         "/healthz", operation_id="healthz", summary="The process is alive", tags=["health"], response_model=Health
     )
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
-
-
-# Routes app/http/fastpath.py may serve directly (by operation id).
-HOT_OPERATIONS = frozenset(
-    {"enqueueJob", "enqueueJobs", "claimJobs", "heartbeatJob", "completeJob", "failJob", "completeJobs"}
-)
 
 
 def _allowed_methods(routes: list[BaseRoute], scope: Any) -> list[str]:

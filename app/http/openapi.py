@@ -100,7 +100,7 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
                 description=api.description,
                 routes=api.routes,
             )
-            from app.http.jobs import OPEN_OPERATIONS
+            from app.auth.policy import OPEN_OPERATIONS
 
             components = doc.setdefault("components", {})
             schemas = components.setdefault("schemas", {})

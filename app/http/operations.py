@@ -9,9 +9,10 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
-from app.auth.policy import require
+from app.auth.policy import principal, requires
 from app.core.operations import OpsService
 from app.errors import Forbidden, ValidationFailed
+from app.http.documents import job_document
 from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
@@ -50,8 +51,9 @@ def add_operator_routes(api: FastAPI) -> None:
         description="With a key limited to some queues, only those.",
         responses=_problems(401, 403, 503),
     )
+    @requires("admin")
     async def list_queues(request: Request) -> Response:
-        who = require(request, "admin")
+        who = principal(request)
         return json_response({"queues": [q for q in await ops(request).queues() if who.allows(q["queue"])]})
 
     @api.get(
@@ -62,6 +64,7 @@ def add_operator_routes(api: FastAPI) -> None:
         response_model=QueueStats,
         responses=_problems(401, 403, 422, 503),
     )
+    @requires("admin")
     async def queue_stats(
         queue: QueueName,
         request: Request,
@@ -69,7 +72,6 @@ def add_operator_routes(api: FastAPI) -> None:
             int | None, Query(ge=60, le=3600, description="Window of the windowed figures (default 300).")
         ] = None,
     ) -> Response:
-        require(request, "admin", queue)
         return json_response(await ops(request).stats(queue, window_seconds))
 
     @api.get(
@@ -83,6 +85,7 @@ def add_operator_routes(api: FastAPI) -> None:
         response_model=JobPage,
         responses=_problems(401, 403, 422, 503),
     )
+    @requires("admin")
     async def list_jobs(
         queue: QueueName,
         request: Request,
@@ -90,9 +93,8 @@ def add_operator_routes(api: FastAPI) -> None:
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
         cursor: Annotated[str | None, Query(max_length=1000, description="next_cursor of the previous page.")] = None,
     ) -> Response:
-        require(request, "admin", queue)
         page = await ops(request).list_jobs(queue, status.value if status else None, limit, cursor)
-        return json_response(page)
+        return json_response({"jobs": [job_document(j) for j in page.jobs], "next_cursor": page.next_cursor})
 
     @api.post(
         "/jobs/{job_id:int}/cancel",
@@ -105,10 +107,11 @@ def add_operator_routes(api: FastAPI) -> None:
         response_model=Job,
         responses=_problems(400, 401, 403, 404, 409, 413, 415, 422, 503),
     )
+    @requires("admin")
     async def cancel_job(job_id: JobIdPath, request: Request, body: CancelRequest | None = None) -> Response:
-        who = require(request, "admin")
         await _not_null(request, body)
-        return json_response(await ops(request).cancel(job_id, body.reason if body else None, who.queue_regex))
+        reason = body.reason if body else None
+        return json_response(job_document(await ops(request).cancel(job_id, reason, principal(request).queue_regex)))
 
     @api.post(
         "/jobs/{job_id:int}/retry",
@@ -119,9 +122,9 @@ def add_operator_routes(api: FastAPI) -> None:
         response_model=Job,
         responses=_problems(401, 403, 404, 409, 422, 503),
     )
+    @requires("admin")
     async def retry_job(job_id: JobIdPath, request: Request) -> Response:
-        who = require(request, "admin")
-        return json_response(await ops(request).retry(job_id, who.queue_regex))
+        return json_response(job_document(await ops(request).retry(job_id, principal(request).queue_regex)))
 
     @api.post(
         "/queues/{queue}/redrive",
@@ -131,8 +134,8 @@ def add_operator_routes(api: FastAPI) -> None:
         response_model=RedriveResult,
         responses=_problems(400, 401, 403, 413, 415, 422, 503),
     )
+    @requires("admin")
     async def redrive_queue(queue: QueueName, request: Request, body: RedriveRequest | None = None) -> Response:
-        require(request, "admin", queue)
         await _not_null(request, body)
         body = body or RedriveRequest()
         result = await ops(request).redrive(queue, body.error_contains, body.dry_run, body.limit)
@@ -146,8 +149,8 @@ def add_operator_routes(api: FastAPI) -> None:
         response_model=QueueState,
         responses=_problems(401, 403, 422, 503),
     )
+    @requires("admin")
     async def pause_queue(queue: QueueName, request: Request) -> Response:
-        require(request, "admin", queue)
         return json_response(await ops(request).set_paused(queue, True))
 
     @api.post(
@@ -158,8 +161,8 @@ def add_operator_routes(api: FastAPI) -> None:
         response_model=QueueState,
         responses=_problems(401, 403, 422, 503),
     )
+    @requires("admin")
     async def resume_queue(queue: QueueName, request: Request) -> Response:
-        require(request, "admin", queue)
         return json_response(await ops(request).set_paused(queue, False))
 
     @api.get(
@@ -180,8 +183,9 @@ def add_operator_routes(api: FastAPI) -> None:
             **_problems(401, 403),
         },
     )
+    @requires("metrics")
     async def metrics(request: Request) -> Response:
-        if require(request, "metrics").queue_regex is not None:
+        if principal(request).queue_regex is not None:
             raise Forbidden("/metrics covers every queue: use a metrics key, or an admin key not limited to some.")
         registry = request.app.state.metrics.exposition_registry()
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

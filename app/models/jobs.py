@@ -122,11 +122,27 @@ class _EnqueueBatchRequest(Body):
 # --- workers ------------------------------------------------------------------------------------------------
 
 
+COMPLETE_ON_CLAIM = (
+    "Jobs this worker finished, completed before the claim runs (one request per job instead of two). "
+    "Each gets its outcome in the answer's `completed`, in order, exactly as from POST /jobs/complete: a "
+    "refused item (claim lost, cancelled, not found) does not stop the claim. The completes are committed "
+    "even when the claim then finds nothing or fails; a retry with the same tokens is safe (a repeated "
+    "complete with the token that completed the job is `completed`)."
+)
+
+
+class CompleteItem(Body):
+    id: JobId
+    claim_token: ClaimToken
+    result: Json = None
+
+
 class _ClaimRequest(Body):
     worker: Label = Field(..., description="Who claims; stored on the job for diagnostics.")
     limit: Annotated[int, Strict(), Field(ge=1), Integral] = Field(1, description="Most jobs to return.")
     lease_seconds: Annotated[int, Strict(), Field(ge=1), Integral] | None = Field(None, description="Lease length.")
     wait_seconds: Seconds = Field(0, description="Long-poll: wait this long for a job (max JOBQ_WAIT_MAX_SECONDS).")
+    complete: list[CompleteItem] = Field(default_factory=list, description=COMPLETE_ON_CLAIM)
 
 
 class _HeartbeatRequest(Body):
@@ -151,12 +167,6 @@ class _FailRequest(Body):
 class _ReleaseRequest(Body):
     claim_token: ClaimToken
     delay_seconds: Seconds = Field(0, description="Claimable again after this long; 0: at once.")
-
-
-class CompleteItem(Body):
-    id: JobId
-    claim_token: ClaimToken
-    result: Json = None
 
 
 class _CompleteBatchRequest(Body):
@@ -212,8 +222,17 @@ class Claim(BaseModel):
     created_at: datetime
 
 
+class CompleteOutcome(BaseModel):
+    id: int
+    outcome: Literal["completed", "claim_lost", "not_found", "cancelled"]
+    status: Status | None = Field(description="The job's status after the call; null when not found.")
+
+
 class ClaimResponse(BaseModel):
     jobs: list[Claim]
+    completed: list[CompleteOutcome] = Field(
+        description="The outcome of each item of the request's `complete`, in order (empty when it had none)."
+    )
 
 
 class HeartbeatResponse(BaseModel):
@@ -222,12 +241,6 @@ class HeartbeatResponse(BaseModel):
     cancel_requested: bool = Field(
         description="An operator cancelled the job: stop working on it and do not complete it."
     )
-
-
-class CompleteOutcome(BaseModel):
-    id: int
-    outcome: Literal["completed", "claim_lost", "not_found", "cancelled"]
-    status: Status | None = Field(description="The job's status after the call; null when not found.")
 
 
 class CompleteBatchResponse(BaseModel):
@@ -300,6 +313,9 @@ def build_contract(s: Settings) -> Contract:
             strict=True,
             allow_inf_nan=False,
             description="Long-poll: wait up to this long for a job; 0 answers at once.",
+        )
+        complete: list[CompleteItem] = Field(
+            default_factory=list, max_length=s.max_batch_complete, description=COMPLETE_ON_CLAIM
         )
 
     class HeartbeatRequest(_HeartbeatRequest):

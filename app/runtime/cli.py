@@ -205,6 +205,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
     import psycopg
 
+    from app.auth import keys as auth_keys
     from app.auth import policy as auth
     from app.db import keys as store_keys
 
@@ -221,7 +222,7 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int
               "or create a separate key for the queue-limited scopes", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     for _ in range(3):  # a selector already taken (48 random bits): draw again
-        key, selector, key_hash = auth.new_key()
+        key, selector, key_hash = auth_keys.new_key()
         try:
             key_id = store_keys.api_key_insert(conn, args.name, selector, key_hash, scopes, args.queue or None)
             break

@@ -8,7 +8,6 @@ statements themselves)."""
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 import os
@@ -38,6 +37,25 @@ EVENTS = (
     "enqueued", "claimed", "completed", "failed", "retried", "lease_expired", "cancelled", "released",
     "empty_claims",
 )  # fmt: skip
+
+
+def percentile_ms(histogram: list[int] | None, q: float, max_ms: float | None) -> float | None:
+    """The q-quantile of a DURATION_BOUNDS_MS histogram, interpolated linearly inside its bucket and
+    never above the exact maximum. Its error is bounded by the width of one bucket."""
+    if not histogram or not sum(histogram):
+        return None
+    rank = q * sum(histogram)
+    seen = 0
+    for i, n in enumerate(histogram):
+        if n and seen + n >= rank:
+            low = DURATION_BOUNDS_MS[i - 1] if i > 0 else 0.0
+            high = DURATION_BOUNDS_MS[i] if i < len(DURATION_BOUNDS_MS) else (max_ms or low)
+            value = low + (high - low) * (rank - seen) / n
+            return round(min(value, max_ms) if max_ms is not None else value, 3)
+        seen += n
+    return max_ms
+
+
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -99,6 +117,9 @@ class Metrics:
             "jobq_queue_oldest_ready_age_seconds", "Age of the oldest ready job.", labels, registry=reg, **latest
         )
         self.sweeps = Counter("jobq_sweeper_runs_total", "Sweeper passes.", registry=reg)
+        self.maintenance_errors = Counter(
+            "jobq_maintenance_errors_total", "Background passes that failed, by service.", ["service"], registry=reg
+        )
         self.swept = Counter("jobq_sweeper_rows_total", "Rows the sweeper changed.", ["action"], registry=reg)
         self._minutes: dict[tuple[str, datetime], _Minute] = {}
         self._children: dict[tuple[str, str], Any] = {}
@@ -181,12 +202,3 @@ class Metrics:
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return registry
-
-
-async def run_background(metrics: Metrics, db: Database, interval: float = 1.0) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            await metrics.flush(db)
-        except Exception as exc:
-            log.warning("could not flush queue statistics: %s", exc)

@@ -1,0 +1,181 @@
+"""Rows as the SQL returns them, read by name: one frozen dataclass per shape, and the row factories
+that build them.
+
+psycopg's `class_row` passes every value by keyword; on the hot path that costs more than the statement's
+own work per row. These factories build the dataclass positionally instead, after checking once per
+result shape that the statement's column names are the dataclass's fields, in order: a statement and
+its row class cannot drift apart silently. jsonb columns (payload, result, progress) arrive as text and
+are passed through as JSON fragments, never parsed and serialised again."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from psycopg import AsyncCursor
+from psycopg.rows import RowMaker
+
+T = TypeVar("T")
+
+
+def _names(cls: type[Any]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _check(cls: type[Any], cursor: AsyncCursor[Any], expected: tuple[str, ...]) -> None:
+    if cursor.description is None:
+        return  # a statement that returns no rows (SET): nothing will be built
+    got = tuple(c.name for c in cursor.description)
+    if got != expected:
+        raise TypeError(f"{cls.__name__}: the statement returns {got}, the class expects {expected}")
+
+
+def rows_of(cls: type[T]) -> Callable[[AsyncCursor[Any]], RowMaker[T]]:
+    """A row factory for `cls`: the statement's columns are its fields, in order."""
+    expected = _names(cls)
+
+    def factory(cursor: AsyncCursor[Any]) -> RowMaker[T]:
+        _check(cls, cursor, expected)
+        make: Callable[..., T] = cls
+        return lambda values: make(*values)
+
+    return factory
+
+
+def outcome_rows(cls: type[T], job: type[Any]) -> Callable[[AsyncCursor[Any]], RowMaker[T]]:
+    """A row factory for a write's outcome: `cls`'s own fields first, then its last field `job` built from
+    the remaining columns (None when the statement found no job: its id column is NULL)."""
+    own = _names(cls)[:-1]
+    expected = own + _names(job)
+    n = len(own)
+
+    def factory(cursor: AsyncCursor[Any]) -> RowMaker[T]:
+        _check(cls, cursor, expected)
+
+        build: Callable[..., T] = cls
+
+        def make(values: Sequence[Any]) -> T:
+            return build(*values[:n], job(*values[n:]) if values[n] is not None else None)
+
+        return make
+
+    return factory
+
+
+@dataclass(slots=True, frozen=True)
+class JobRow:
+    """A job as the API shows it (app/models/jobs.py Job), plus the claim token, which the API never
+    shows but the store needs to tell a retried write from a stale one. payload and result are JSON
+    text (None when not read)."""
+
+    id: int
+    queue: str
+    status: str
+    payload: str | None
+    priority: int
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    claimed_at: datetime | None
+    lease_expires_at: datetime | None
+    finished_at: datetime | None
+    worker: str | None
+    last_error: str | None
+    result: str | None
+    idempotency_key: str | None
+    claim_token: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class ClaimRow:
+    """A job handed to a worker (app/models/jobs.py Claim), and which request of a shared claim statement
+    it is for (`slot`, in request order) and its rank among that statement's jobs."""
+
+    slot: int
+    rank: int
+    id: int
+    queue: str
+    payload: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    claim_token: str
+    lease_expires_at: datetime
+    run_at: datetime
+    created_at: datetime
+
+
+@dataclass(slots=True, frozen=True)
+class Inserted:
+    """One enqueued job: `created` is false when its idempotency key already named the job."""
+
+    created: bool
+    job: JobRow
+
+
+@dataclass(slots=True, frozen=True)
+class Written:
+    """The outcome of a guarded write on one job (complete, fail, release, heartbeat, cancel, retry):
+    whether this statement changed the row, and the row (as changed, else as found; None: no such job,
+    or none the caller may see)."""
+
+    ord: int
+    written: bool
+    job: JobRow | None
+
+
+@dataclass(slots=True, frozen=True)
+class Beat:
+    """A heartbeat's outcome: the new lease expiry when it renewed, else the job's state as found."""
+
+    ord: int
+    lease_expires_at: datetime | None
+    status: str | None
+    claim_token: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class QueueRow:
+    """A queue in GET /queues."""
+
+    queue: str
+    ready: int
+    scheduled: int
+    running: int
+    completed: int
+    failed: int
+    cancelled: int
+    oldest_ready_age: float | None
+    paused: bool
+
+
+@dataclass(slots=True, frozen=True)
+class QueueStatsRow:
+    """GET /queues/{queue}/stats as read: counts now, then the window's figures (w_*)."""
+
+    ready: int
+    scheduled: int
+    oldest_ready_age: float | None
+    running: int
+    completed: int
+    failed: int
+    cancelled: int
+    on_last: int
+    one_left: int
+    w_enqueued: int
+    w_claimed: int
+    w_completed: int
+    w_failed: int
+    w_retried: int
+    w_lease_expired: int
+    w_cancelled: int
+    w_released: int
+    w_empty_claims: int
+    w_duration_max_ms: float | None
+    w_durations_ms: list[int] | None
+    paused: bool
+    as_of: datetime

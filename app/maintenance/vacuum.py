@@ -1,0 +1,54 @@
+"""Vacuum: the jobs table is a queue, so dead row versions pile up several times faster than live rows,
+and autovacuum starts at most once a minute per database (autovacuum_naptime, a server-wide setting),
+which is too late here (BENCHMARKS.md has the measurement). This service VACUUMs `jobs` when it holds
+more than JOBQ_VACUUM_DEAD_ROWS dead rows (or 20% of its live rows, whichever is more). One replica
+vacuums at a time; the others skip that round."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+
+from app.db import operations as store_ops
+from app.db.pool import Database
+from app.maintenance.base import Ticking
+from app.runtime.metrics import Metrics
+from app.settings import Settings
+
+log = logging.getLogger("jobq.vacuum")
+
+VACUUM_LOCK_KEY = 0x6A6F6276  # pg_try_advisory_lock key: one replica vacuums at a time
+
+
+class Vacuum(Ticking):
+    name = "vacuum"
+
+    def __init__(self, settings: Settings, db: Database, metrics: Metrics) -> None:
+        interval = settings.vacuum_interval_seconds  # 0: never
+        super().__init__(interval, metrics, first_delay=interval * 0.75)
+        self.db = db
+        self.dead_rows = settings.vacuum_dead_rows
+
+    async def run_once(self, force: bool = False) -> bool:
+        """VACUUM jobs if it needs it (or `force`); returns whether it vacuumed. Runs on a connection of
+        its own, without the API's statement timeout."""
+        if not force:
+            async with self.db.connection() as conn:
+                dead, live = await store_ops.jobs_dead_rows(conn)
+            if dead < max(self.dead_rows, live // 5):
+                return False
+        maintenance = await psycopg.AsyncConnection.connect(
+            self.db.url, autocommit=True, application_name="jobq-vacuum"
+        )
+        async with maintenance:
+            cur = await maintenance.execute("SELECT pg_try_advisory_lock(%s)", (VACUUM_LOCK_KEY,))
+            got = await cur.fetchone()
+            if not got or not got[0]:
+                return False
+            started = time.monotonic()
+            await maintenance.execute("VACUUM jobs")
+        self.metrics.swept.labels("vacuums").inc()
+        log.info("vacuumed jobs", extra={"seconds": round(time.monotonic() - started, 3)})
+        return True
