@@ -21,7 +21,7 @@ from jobq_client.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
-from jobq_client.models import Claim, CompleteOutcome, Heartbeat, Job, JobStatus, NewJob
+from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, JobStatus, NewJob
 from jobq_client.worker import JobContext, PermanentFailure, RetryLater, Worker
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "BadRequest",
     "Claim",
     "ClaimLost",
+    "Claimed",
     "Client",
     "CompleteOutcome",
     "Conflict",

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from jobq_client.errors import JobqError, RateLimited, ServerError
-from jobq_client.models import Claim, CompleteOutcome, Heartbeat, Job, NewJob
+from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob
 
 T = TypeVar("T")
 
@@ -119,6 +119,10 @@ def _claims(response: httpx.Response) -> list[Claim]:
     return [Claim.from_json(j) for j in response.json()["jobs"]]
 
 
+def _claimed(response: httpx.Response) -> Claimed:
+    return Claimed.from_json(response.json())
+
+
 def _heartbeat(response: httpx.Response) -> Heartbeat:
     return Heartbeat.from_json(response.json())
 
@@ -159,6 +163,24 @@ def claim(queue: str, worker: str, *, limit: int, lease_seconds: int | None, wai
     body = _drop_none({"worker": worker, "limit": limit, "lease_seconds": lease_seconds, "wait_seconds": wait_seconds})
     return Call(
         "claimJobs", "POST", f"/queues/{_q(queue)}/claim", body, Safety.REPEATABLE, _claims, long_poll=wait_seconds
+    )
+
+
+def complete_and_claim(
+    queue: str,
+    worker: str,
+    done: Sequence[tuple[int, str, Any]],
+    *,
+    limit: int,
+    lease_seconds: int | None,
+    wait_seconds: float,
+) -> Call[Claimed]:
+    """Complete (id, claim_token, result) items, then claim, in one request. Repeatable: a complete
+    repeated with the token that completed the job is "completed" again."""
+    body = _drop_none({"worker": worker, "limit": limit, "lease_seconds": lease_seconds, "wait_seconds": wait_seconds})
+    body["complete"] = [{"id": int(i), "claim_token": t, "result": r} for i, t, r in done]
+    return Call(
+        "claimJobs", "POST", f"/queues/{_q(queue)}/claim", body, Safety.REPEATABLE, _claimed, long_poll=wait_seconds
     )
 
 

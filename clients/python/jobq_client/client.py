@@ -15,7 +15,7 @@ import httpx
 from jobq_client import _calls
 from jobq_client._calls import Call, RetryPolicy
 from jobq_client.errors import JobqError, TransportError, error_from_response
-from jobq_client.models import Claim, CompleteOutcome, Heartbeat, Job, NewJob
+from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob
 
 __version__ = "0.1.0"
 
@@ -181,6 +181,24 @@ class Client(_Base):
             _calls.claim(queue, worker, limit=limit, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
         )
 
+    def complete_and_claim(
+        self,
+        queue: str,
+        worker: str,
+        done: Sequence[tuple[int, str, Any]],
+        *,
+        limit: int = 1,
+        lease_seconds: int | None = None,
+        wait_seconds: float = 0,
+    ) -> Claimed:
+        """Complete the (id, claim_token, result) items, then claim up to `limit` jobs: one request where
+        complete + claim take two. Each item gets its outcome in `completed`, in order."""
+        return self._send(
+            _calls.complete_and_claim(
+                queue, worker, done, limit=limit, lease_seconds=lease_seconds, wait_seconds=wait_seconds
+            )
+        )
+
     def heartbeat(self, job_id: int, claim_token: str, *, lease_seconds: int | None = None) -> Heartbeat:
         """Extend the lease (by the claim's lease unless `lease_seconds`). ClaimLost: stop working."""
         return self._send(_calls.heartbeat(job_id, claim_token, lease_seconds))
@@ -304,6 +322,24 @@ class AsyncClient(_Base):
     ) -> list[Claim]:
         return await self._send(
             _calls.claim(queue, worker, limit=limit, lease_seconds=lease_seconds, wait_seconds=wait_seconds)
+        )
+
+    async def complete_and_claim(
+        self,
+        queue: str,
+        worker: str,
+        done: Sequence[tuple[int, str, Any]],
+        *,
+        limit: int = 1,
+        lease_seconds: int | None = None,
+        wait_seconds: float = 0,
+    ) -> Claimed:
+        """Complete the (id, claim_token, result) items, then claim up to `limit` jobs: one request where
+        complete + claim take two. Each item gets its outcome in `completed`, in order."""
+        return await self._send(
+            _calls.complete_and_claim(
+                queue, worker, done, limit=limit, lease_seconds=lease_seconds, wait_seconds=wait_seconds
+            )
         )
 
     async def heartbeat(self, job_id: int, claim_token: str, *, lease_seconds: int | None = None) -> Heartbeat:

@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any, Literal, cast
 
 JobStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
-CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "invalid_state"]
+CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "cancelled"]
 
 
 def _time(value: Any) -> datetime:
@@ -132,6 +132,21 @@ class CompleteOutcome:
             id=int(doc["id"]),
             outcome=cast(CompleteOutcomeKind, doc["outcome"]),
             status=cast("JobStatus | None", doc.get("status")),
+        )
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claim's answer: the jobs claimed, and the outcome of each complete the claim carried, in order."""
+
+    jobs: list[Claim]
+    completed: list[CompleteOutcome]
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Claimed:
+        return cls(
+            jobs=[Claim.from_json(j) for j in doc["jobs"]],
+            completed=[CompleteOutcome.from_json(o) for o in doc.get("completed", [])],
         )
 
 

@@ -1,7 +1,8 @@
 """Worker: long-polls the queues it has handlers for, runs each job's handler (async on the event loop,
-sync in a thread of its own), heartbeats while it runs, then completes or fails the job. Stops cleanly
-on SIGTERM/SIGINT: no new claims, jobs in flight finish within a grace period or are released (handed
-back without spending an attempt)."""
+sync in a thread of its own), heartbeats while it runs, then completes or fails the job. A finished job's
+result rides on the next claim when one goes out at once (one request per job instead of two). Stops
+cleanly on SIGTERM/SIGINT: no new claims, jobs in flight finish within a grace period or are released
+(handed back without spending an attempt)."""
 
 from __future__ import annotations
 
@@ -37,12 +38,13 @@ from jobq_client.errors import (
     TransportError,
     ValidationError,
 )
-from jobq_client.models import Claim
+from jobq_client.models import Claim, CompleteOutcome
 
 log = logging.getLogger("jobq_client.worker")
 
 MAX_ERROR_CHARS = 4000  # the server keeps JOBQ_MAX_ERROR_BYTES (2 KiB by default) of it anyway
 MAX_CLAIM = 100  # jobs asked for in one claim: the server's default JOBQ_MAX_CLAIM_LIMIT
+MAX_HAND_INS = 1000  # completes carried by one claim: the server's default JOBQ_MAX_BATCH_COMPLETE
 
 # Why a handler was told to stop.
 CLAIM_LOST = "claim lost"
@@ -119,6 +121,17 @@ H = TypeVar("H", bound=Handler)
 
 
 @dataclass
+class _HandIn:
+    """A finished job's result, waiting to ride on the next claim; `answer` gets its outcome, or None when
+    the claim could not carry it (the job is then completed by itself)."""
+
+    id: int
+    token: str
+    result: Any
+    answer: asyncio.Future[CompleteOutcome | None]
+
+
+@dataclass
 class _Queue:
     name: str
     handler: Handler
@@ -126,6 +139,14 @@ class _Queue:
     is_async: bool
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     freed: asyncio.Event | None = None
+    outbox: list[_HandIn] = field(default_factory=list)  # their jobs' slots are free: the work is done
+    # A claim goes out within a round trip: the claim loop waits for a free slot (a finished job frees
+    # one), or a claim that does not long-poll is on its way (the next one follows as soon as it answers).
+    claim_soon: bool = False
+    busy: bool = False  # the last claim came back full: the next one does not long-poll
+
+    def free(self) -> int:
+        return self.concurrency - len(self.tasks) + len(self.outbox)
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
@@ -174,7 +195,11 @@ class Worker:
     more and waits up to `shutdown_grace` seconds for jobs in flight; jobs still running then (or at a
     second signal) are released: pending again at once for another worker, their attempt not counted and
     their `last_error` untouched (a server without the release call gets a fail with an immediate retry
-    instead, which does count the attempt)."""
+    instead, which does count the attempt).
+
+    A job's result is handed in on the next claim of its queue when that claim goes out at once (a slot is
+    free and no claim is on its way): one request per job at full load. Otherwise, and against a server
+    that does not take completes on a claim, the job is completed by a request of its own."""
 
     def __init__(
         self,
@@ -216,6 +241,7 @@ class Worker:
         self._lock = threading.Lock()  # stop() may come from another thread while run() starts
         self._early_stops = 0  # stop() calls before the loop started
         self._fatal: Exception | None = None
+        self._hand_ins = True  # until a server says it does not take completes on a claim
 
     # -- registration -----------------------------------------------------------------------------------
 
@@ -358,45 +384,78 @@ class Worker:
             self._request_stop()
 
     async def _poll(self, client: AsyncClient, q: _Queue) -> None:
+        try:
+            await self._claim_loop(client, q)
+        finally:
+            q.claim_soon = False
+            _answer(q.outbox, None)  # stopping: results still waiting for a claim go by themselves
+            q.outbox.clear()
+
+    async def _claim_loop(self, client: AsyncClient, q: _Queue) -> None:
+        """Claim for the queue while it has free slots, each claim carrying the results finished since the
+        last. While jobs keep coming the claims do not wait (`busy`); once one comes back short, the next
+        long-polls for wait_seconds."""
         assert self._stopping is not None and q.freed is not None
         failures = 0
         cap = MAX_CLAIM  # lowered when the server's JOBQ_MAX_CLAIM_LIMIT is lower
         while not self._stopping.is_set():
             q.freed.clear()
-            free = q.concurrency - len(q.tasks)
+            free = q.free()
             if free <= 0:
-                await _first(q.freed.wait(), self._stopping.wait())
+                q.claim_soon = True
+                try:
+                    await _first(q.freed.wait(), self._stopping.wait())
+                finally:
+                    q.claim_soon = False
                 continue
-            claiming = asyncio.ensure_future(
-                client.claim(
-                    q.name,
-                    self.name,
-                    limit=min(free, cap),
-                    lease_seconds=self.lease_seconds,
-                    wait_seconds=self.wait_seconds,
+            limit = min(free, cap)
+            wait = 0.0 if q.busy else self.wait_seconds
+            hand_ins, q.outbox = q.outbox[:MAX_HAND_INS], q.outbox[MAX_HAND_INS:]
+            if hand_ins:
+                done = [(h.id, h.token, h.result) for h in hand_ins]
+                call: Awaitable[Any] = client.complete_and_claim(
+                    q.name, self.name, done, limit=limit, lease_seconds=self.lease_seconds, wait_seconds=wait
                 )
-            )
-            stopping = asyncio.ensure_future(self._stopping.wait())
-            await asyncio.wait({claiming, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            if not claiming.done():
-                # The long-poll is abandoned; the server releases what it claims for a request that went
-                # away. Only an answer already on the wire when we hang up is lost, and its jobs come back
-                # when their lease lapses.
-                claiming.cancel()
-                await asyncio.wait({claiming})
-                if claiming.cancelled():
-                    return
+            else:
+                call = client.claim(q.name, self.name, limit=limit, lease_seconds=self.lease_seconds, wait_seconds=wait)
+            claiming = asyncio.ensure_future(call)
+            q.claim_soon = wait == 0
             try:
-                claims = claiming.result()
+                stopping = asyncio.ensure_future(self._stopping.wait())
+                await asyncio.wait({claiming, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+                if not claiming.done():
+                    # The long-poll is abandoned; the server releases what it claims for a request that went
+                    # away. Only an answer already on the wire when we hang up is lost, and its jobs come back
+                    # when their lease lapses.
+                    claiming.cancel()
+                    await asyncio.wait({claiming})
+            except BaseException:  # this loop itself cancelled: the results it carried go by themselves
+                claiming.cancel()
+                _answer(hand_ins, None)
+                raise
+            finally:
+                q.claim_soon = False
+            if claiming.cancelled():
+                _answer(hand_ins, None)  # carried or not, the results go again by themselves
+                return
+            try:
+                answer = claiming.result()
             except (TransportError, RateLimited, ServerError) as exc:
+                _answer(hand_ins, None)  # carried or not, the results go again by themselves
+                q.busy = False
                 failures += 1
                 delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.5, 1)
                 log.warning("claim on %s failed (%s); trying again in %.1fs", q.name, exc, delay)
                 await self._pause(delay)
                 continue
             except ValidationError as exc:
-                limit = min(free, cap)
+                _answer(hand_ins, None)
+                if hand_ins and exc.errors and all(_about_hand_ins(e) for e in exc.errors):
+                    if any(e.get("type") == "extra_forbidden" for e in exc.errors):
+                        log.info("the server does not take completes on a claim; completing jobs by themselves")
+                        self._hand_ins = False
+                    continue  # a result it refused: each job's own complete will tell which
                 if limit > 1 and exc.errors and all(_about_limit(e) for e in exc.errors):
                     cap = _lower_limit(exc.errors, limit)
                     log.warning("claim on %s: the server takes at most %d jobs a claim (%s)", q.name, cap, exc)
@@ -407,11 +466,21 @@ class Worker:
                 return
             except JobqError as exc:
                 # 400/401/403/404/422: retrying will not help (bad key, bad queue name, older server).
+                _answer(hand_ins, None)
                 log.error("claim on %s refused, stopping the worker: %s", q.name, exc)
                 self._fatal = self._fatal or exc
                 self._request_stop()
                 return
             failures = 0
+            if hand_ins:
+                for h, outcome in zip(hand_ins, answer.completed, strict=False):
+                    if not h.answer.done():
+                        h.answer.set_result(outcome)
+                _answer(hand_ins, None)  # an answer short of outcomes: those go again by themselves
+                claims = answer.jobs
+            else:
+                claims = answer
+            q.busy = len(claims) == limit
             for c in claims:
                 task = asyncio.create_task(self._process(client, q, c), name=f"jobq-job-{c.id}")
                 q.tasks.add(task)
@@ -449,7 +518,7 @@ class Worker:
         if ctx.stop_reason in (CLAIM_LOST, CANCEL_REQUESTED):
             log.info("job %s: %s while its handler finished; not completing it", claim.id, ctx.stop_reason)
             return
-        await self._report(client, ctx, work)
+        await self._report(client, q, ctx, work)
 
     async def _abandon(self, client: AsyncClient, q: _Queue, ctx: JobContext, work: asyncio.Future[Any]) -> None:
         """The handler was told to stop before it finished."""
@@ -480,7 +549,19 @@ class Worker:
         except JobqError as exc:
             _unrecorded(ctx, exc)
 
-    async def _report(self, client: AsyncClient, ctx: JobContext, work: asyncio.Future[Any]) -> None:
+    async def _hand_in(self, q: _Queue, ctx: JobContext, result: Any) -> CompleteOutcome | None:
+        """Put a finished job's result on the next claim of its queue when that claim goes out within a
+        round trip (see _Queue.claim_soon); its outcome, or None when it must be completed by itself (a
+        long-poll is on its way, the loop backs off after a failure, or the worker stops)."""
+        assert self._stopping is not None and q.freed is not None
+        if not self._hand_ins or not q.claim_soon or self._stopping.is_set():
+            return None
+        answer: asyncio.Future[CompleteOutcome | None] = asyncio.get_running_loop().create_future()
+        q.outbox.append(_HandIn(ctx.id, ctx.claim.claim_token, result, answer))
+        q.freed.set()  # its slot is free: the claim goes out now
+        return await answer
+
+    async def _report(self, client: AsyncClient, q: _Queue, ctx: JobContext, work: asyncio.Future[Any]) -> None:
         token = ctx.claim.claim_token
         exc = work.exception() if not work.cancelled() else asyncio.CancelledError("the handler was cancelled")
         if isinstance(exc, _Escaped):
@@ -493,6 +574,11 @@ class Worker:
             except (TypeError, ValueError, RecursionError) as bad:
                 exc = TypeError(f"the handler's result is not JSON: {bad}")
             else:
+                handed_in = await self._hand_in(q, ctx, result)
+                if handed_in is not None:
+                    if handed_in.outcome != "completed":
+                        log.warning("job %s: not completed (%s) when handed in", ctx.id, handed_in.outcome)
+                    return
                 try:
                     await client.complete(ctx.id, token, result)
                     return
@@ -564,6 +650,17 @@ def _unrecorded(ctx: JobContext, exc: JobqError) -> None:
         log.warning("job %s: gone before the outcome was recorded (%s)", ctx.id, exc)
     else:
         log.error("job %s: could not record the outcome (%s); it will run again after its lease", ctx.id, exc)
+
+
+def _answer(hand_ins: list[_HandIn], outcome: CompleteOutcome | None) -> None:
+    for h in hand_ins:
+        if not h.answer.done():
+            h.answer.set_result(outcome)
+
+
+def _about_hand_ins(error: Any) -> bool:
+    loc = error.get("loc") if isinstance(error, dict) else None
+    return isinstance(loc, list) and loc[:2] == ["body", "complete"]
 
 
 def _about_limit(error: Any) -> bool:
