@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jobq",
         formatter_class=_Formatter,
         description="jobq: an HTTP job queue on PostgreSQL. Producers POST jobs; workers long-poll, claim, "
-        "heartbeat and complete them.\n\nConfiguration comes from JOBQ_* environment variables (the README "
+        "heartbeat and complete them.\n\nConfiguration comes from JOBQ_* environment variables (docs/configuration.md "
         "lists every one with its default and range); flags override them. A bad value stops the command "
         "with exit code 2 and a message naming the variable.",
         epilog=EXIT_CODES + "\n\nRun `jobq COMMAND --help` for the options of a command.",
