@@ -1,8 +1,10 @@
 """The docs tell the truth: the settings table is the settings, CI runs the README's test command, and
-every test, file and anchor the docs cite exists."""
+every test, file and anchor the docs cite exists. Nor does any comment or doc anywhere in the repository
+cite a file that is not in it."""
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import subprocess
 from functools import cache
@@ -17,12 +19,25 @@ README = ROOT / "README.md"
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 
 # Files another part of issue 11 is writing (docs/architecture.md: the layout's picture and "where to find
-# X", on the refactoring branch). Until they land, a link to one is not a failure; once one
+# X", on the refactoring branch). Until they land, a link or citation to one is not a failure; once one
 # exists it is checked like any other file, so an entry here can be dropped after its merge.
 PENDING = frozenset({"docs/architecture.md"})
 
-# Markdown that is not ours.
+# Paths that look like the repository's but name something else, with why.
+NOT_REPOSITORY_PATHS = {
+    "app/migrations": "where the wheel puts migrations/ (pyproject.toml force-includes it there)",
+}
+
+# Text files whose comments and docs are ours (tests/compose-spec/ is vendored).
+TEXT_SUFFIXES = {".py", ".md", ".sql", ".toml", ".yaml", ".yml", ".sh", ".mjs", ".js", ".html", ".css"}
+TEXT_NAMES = {"Dockerfile", "Makefile"}
 VENDORED = ("tests/compose-spec/",)
+
+# A path into the repository: one of its top-level folders, not inside a longer path or a URL.
+REPO_PATH = re.compile(r"(?<![\w./-])((?:app|tests|docs|bench|migrations|clients|examples|openapi)/[\w./*-]*[\w*/])")
+# The design brief and its reference article live outside the repository (beside it, in ../shared/):
+# text may describe them, but never name them as if a reader could open them here.
+OUTSIDE = re.compile(r"(?<![\w-])(DESIGN\.md|postgres-skip-locked-queue\.txt)")
 
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 CODE_SPAN = re.compile(r"`[^`\n]*`")
@@ -58,7 +73,23 @@ def repository_dirs() -> frozenset[str]:
 
 def in_repository(path: str) -> bool:
     path = path.rstrip("/")
+    if "*" in path:
+        return any(fnmatch.fnmatch(known, path) for known in repository_files() | repository_dirs())
     return path in repository_files() or path in repository_dirs()
+
+
+def ignored(paths: set[str]) -> set[str]:
+    """The paths git ignores: outputs a command writes (bench/results/...), never part of the repository."""
+    if not paths:
+        return set()
+    answer = subprocess.run(
+        ["git", "check-ignore", "--no-index", "--stdin"],
+        cwd=ROOT,
+        input="\n".join(sorted(paths)),
+        capture_output=True,
+        text=True,
+    )
+    return set(answer.stdout.splitlines())
 
 
 def prose(text: str) -> str:
@@ -148,3 +179,28 @@ def test_relative_links_reach_a_file_and_heading() -> None:
                 elif fragment and dest.suffix == ".md" and fragment not in anchors(dest):
                     broken.append(f"{where} (no such heading)")
     assert not broken, "\n".join(broken)
+
+
+def test_no_comment_or_doc_cites_a_file_that_is_not_in_the_repository() -> None:
+    texts = []
+    for path in sorted(repository_files()):
+        if path.startswith(VENDORED):
+            continue
+        text = (ROOT / path).read_text(errors="replace")
+        if Path(path).suffix in TEXT_SUFFIXES or Path(path).name in TEXT_NAMES or text.startswith("#!"):
+            texts.append((path, text))
+    cited: list[tuple[str, int, str]] = []
+    dangling = []
+    for path, text in texts:
+        for number, line in enumerate(text.splitlines(), 1):
+            cited += [(path, number, match) for match in REPO_PATH.findall(line)]
+            dangling += [f"{path}:{number}: {name} (outside the repository)" for name in OUTSIDE.findall(line)]
+    unknown = {name for _, _, name in cited if not in_repository(name)}
+    generated = ignored(unknown)
+    dangling += [
+        f"{path}:{number}: {name}"
+        for path, number, name in cited
+        if name in unknown - generated and name.rstrip("/") not in PENDING | NOT_REPOSITORY_PATHS.keys()
+    ]
+    assert cited, "the scan found no citation at all: is REPO_PATH still right?"
+    assert not dangling, "cited but not in the repository:\n" + "\n".join(dangling)

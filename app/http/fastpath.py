@@ -3,7 +3,7 @@ worker and producer routes.
 
 Why a lean dispatcher: measured on the 2-core reference machine, a FastAPI route costs about 0.17 ms of
 CPU per request before it runs any of our code, a plain ASGI handler about 0.04 ms (5.8k vs 25k
-requests/s, `bench/http_overhead.py`). Workers make two requests per job, so that overhead, not
+requests/s; see BENCHMARKS.md). Workers make two requests per job, so that overhead, not
 PostgreSQL, would set the throughput ceiling. The dispatcher does not re-implement the endpoints: it
 matches the FastAPI route, validates path parameters and body against the same pydantic types FastAPI
 would, and awaits the same endpoint function. Everything else (docs, cold routes, errors) stays FastAPI.

@@ -216,7 +216,7 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int
         print(f"jobq keys create: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if "metrics" in scopes and args.queue:
-        # The schema refuses it too (migrations/0006); saying why here beats a constraint name.
+        # The schema refuses it too (migrations/0006_metrics_scope.sql); saying why here beats a constraint name.
         print("jobq keys create: --scope metrics reaches /metrics, which covers every queue: drop --queue, "
               "or create a separate key for the queue-limited scopes", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
