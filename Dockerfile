@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # jobq image: `docker build -t jobq .`, then `docker run -p 8000:8000 -e JOBQ_API_KEY=... jobq` (embedded
 # PostgreSQL, data in the /var/lib/jobq volume), or add -e JOBQ_DATABASE_URL=postgresql://... (see
-# compose.yaml). It listens on 0.0.0.0, so API keys are required (JOBQ_AUTH=auto; README, "Security").
+# compose.yaml). It listens on 0.0.0.0, so API keys are required (JOBQ_AUTH=auto; docs/security.md).
 #
 # Stage 1 builds a virtual environment with `pip install .`. The wheel holds the `app` package (with the
 # dashboard's files in app/http/ui/) and the SQL migrations (pyproject.toml force-includes migrations/ as

@@ -194,7 +194,7 @@ class _Defaults(Settings):
 
 
 def markdown_table() -> str:
-    """The README's configuration table, generated from the fields above."""
+    """The configuration table of docs/configuration.md, generated from the fields above."""
     lines = ["| variable | default | range | meaning |", "|---|---|---|---|"]
     for name, field in Settings.model_fields.items():
         bounds = []
@@ -213,26 +213,26 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-def write_readme(path: str) -> None:
-    """Replace the table between the README's settings-table markers."""
+def write_table(path: str) -> None:
+    """Replace the table between the settings-table markers of a markdown file."""
     import re
     from pathlib import Path
 
-    readme = Path(path)
-    text = readme.read_text()
+    doc = Path(path)
+    text = doc.read_text()
     new = re.sub(
         r"(<!-- settings-table -->\n).*?(\n<!-- /settings-table -->)",
         lambda m: m.group(1) + markdown_table() + m.group(2),
         text,
         flags=re.S,
     )
-    readme.write_text(new)
+    doc.write_text(new)
 
 
 if __name__ == "__main__":
     import sys
 
     if sys.argv[1:2] == ["--write"]:
-        write_readme(sys.argv[2] if len(sys.argv) > 2 else "README.md")
+        write_table(sys.argv[2] if len(sys.argv) > 2 else "docs/configuration.md")
     else:
         print(markdown_table())

@@ -1,7 +1,8 @@
 """jobq benchmark: the service's throughput and latency beside the physical limit of this machine.
 
 In one run:
-  1. the reference: ../shared/limit/run.sh (the article's SQL driven by pgbench, a C client);
+  1. the reference: the article's SQL driven by pgbench, a C client (--limit-script, a script kept outside
+     this repository: by default limit/run.sh in the shared folder beside the checkout);
   2. `jobq serve` started on a fresh database, then measured through HTTP:
      enqueue (single-job requests, and batches of 100), claim + complete at limit 1 and 10,
      enqueue-to-claim latency for an idle long-polling worker, RSS with 1,000 waiting long-polls;

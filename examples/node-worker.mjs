@@ -1,8 +1,7 @@
 #!/usr/bin/env node
 // A jobq worker in plain Node.js 20: built-in fetch, no dependencies. It long-polls one queue, runs
 // `handle()` for each job while heartbeating its lease, then completes or fails the job with its claim
-// token. Replace `handle()` with your work; the rest is the protocol (README: "Write a worker in any
-// language").
+// token. Replace `handle()` with your work; the rest is the protocol (docs/workers.md).
 //
 //   JOBQ_URL=http://127.0.0.1:8000 node examples/node-worker.mjs emails
 //

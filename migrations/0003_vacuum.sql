@@ -2,7 +2,7 @@
 -- row versions pile up several times faster than live rows. Measured (BENCHMARKS.md, "a million jobs
 -- through"): with PostgreSQL's default autovacuum the table reached 616 MiB of dead rows and claim +
 -- complete fell to 0.43 of its fresh-table rate, because claims scan the dead entries at the head of
--- jobs_claim_idx. jobq vacuums the table itself (app/maintenance/sweeper.py, vacuum_once); these settings make
+-- jobs_claim_idx. jobq vacuums the table itself (app/maintenance/vacuum.py); these settings make
 -- autovacuum a prompt second line: start after 2,000 dead rows or 2% of the table, unthrottled.
 ALTER TABLE jobs SET (
   autovacuum_vacuum_threshold = 2000,

@@ -3,8 +3,8 @@
 A call never waits on a timer. When fewer than `max_inflight` statements are running, it starts one at
 once; calls that arrive while they run queue up and go together in the next statement. Under light load
 every call is a batch of one; under heavy load batches grow by themselves and the number of statements
-and commits per job falls. That is the lever DESIGN.md names: round trips and commits, not PostgreSQL
-itself, are the first bottleneck.
+and commits per job falls. That is the lever that counts: on the reference machine, round trips and
+commits, not PostgreSQL itself, are the first bottleneck.
 """
 
 from __future__ import annotations

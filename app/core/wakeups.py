@@ -7,7 +7,8 @@ waiting; the LISTEN connection (app/maintenance/listener.py) hands every message
 `received()`.
 
 An enqueue never carries a NOTIFY in its own transaction: NOTIFY takes a cluster-wide lock at commit,
-which measured here cost two thirds of enqueue capacity. Three rules keep wake-ups off the hot path:
+which cost two thirds of enqueue capacity when measured on the reference machine (pgbench, 16 clients, one
+listener: INSERT + COMMIT 5.2k tps, with pg_notify 1.7k). Three rules keep wake-ups off the hot path:
   * local waiters are woken in memory, with no NOTIFY at all;
   * a process sends a wake-up only for queues on which another process has announced waiters
     ("presence": announced when a queue gets its first parked claim, renewed while it has any, and

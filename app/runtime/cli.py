@@ -217,7 +217,7 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int
         print(f"jobq keys create: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if "metrics" in scopes and args.queue:
-        # The schema refuses it too (migrations/0006); saying why here beats a constraint name.
+        # The schema refuses it too (migrations/0006_metrics_scope.sql); saying why here beats a constraint name.
         print("jobq keys create: --scope metrics reaches /metrics, which covers every queue: drop --queue, "
               "or create a separate key for the queue-limited scopes", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
@@ -353,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jobq",
         formatter_class=_Formatter,
         description="jobq: an HTTP job queue on PostgreSQL. Producers POST jobs; workers long-poll, claim, "
-        "heartbeat and complete them.\n\nConfiguration comes from JOBQ_* environment variables (the README "
+        "heartbeat and complete them.\n\nConfiguration comes from JOBQ_* environment variables (docs/configuration.md "
         "lists every one with its default and range); flags override them. A bad value stops the command "
         "with exit code 2 and a message naming the variable.",
         epilog=EXIT_CODES + "\n\nRun `jobq COMMAND --help` for the options of a command.",
