@@ -194,7 +194,7 @@ def test_no_comment_or_doc_cites_a_file_that_is_not_in_the_repository() -> None:
     dangling += [
         f"{path}:{number}: {name}"
         for path, number, name in cited
-        if name in unknown - generated and name.rstrip("/") not in NOT_REPOSITORY_PATHS.keys()
+        if name in unknown - generated and name.rstrip("/") not in NOT_REPOSITORY_PATHS
     ]
     assert cited, "the scan found no citation at all: is REPO_PATH still right?"
     assert not dangling, "cited but not in the repository:\n" + "\n".join(dangling)
