@@ -291,7 +291,8 @@ async def timed(clients: int, seconds: float, warmup: float, worker: Worker, cpu
         if cpu:
             cpu.stop()
         stop.set()
-        await asyncio.gather(*tasks)  # a loop failing in its last request fails the phase too
+        # A loop failing in its last request fails the phase too; one hanging for a minute is a failure.
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
     finally:
         for t in tasks:
             t.cancel()

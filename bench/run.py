@@ -261,10 +261,11 @@ class Bench:
 
         latency: list[Row] = []
         lean, hx, pl = jobq.get("latency_lean"), jobq.get("latency_httpx"), peer.get("latency")
-        for stat, goal in (("p50", 3.0), ("p99", 10.0), ("max", None)):
+        ceilings: tuple[tuple[str, float | None], ...] = (("p50", 3.0), ("p99", 10.0), ("max", None))
+        for stat, ceiling in ceilings:
             if lean:
                 row = Row(f"enqueue to waiting claim, lean client, {stat}", "1", lean[f"{stat}_ms"], unit="ms")
-                latency.append(row.judge(f"<= {goal:g} ms", at_most(goal)) if goal else row)
+                latency.append(row.judge(f"<= {ceiling:g} ms", at_most(ceiling)) if ceiling else row)
         for stat in ("p50", "p99", "max"):
             if hx or pl:
                 figure = f"enqueue to waiting claim, httpx (PgQueuer: to handler start), {stat}"

@@ -11,7 +11,9 @@ that dies fails the phase.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import multiprocessing
+import queue
 import subprocess
 import sys
 import time
@@ -59,10 +61,9 @@ def _pgq(dsn: str, *command: str) -> None:
 
 def fresh(admin_url: str) -> str:
     """A fresh database with PgQueuer's schema, installed by its own CLI."""
-    import pgqueuer
-
-    if pgqueuer.__version__ != VERSION:
-        raise RuntimeError(f"PgQueuer {pgqueuer.__version__} installed, the benchmark pins {VERSION}: make bench")
+    installed = importlib.metadata.version("pgqueuer")
+    if installed != VERSION:
+        raise RuntimeError(f"PgQueuer {installed} installed, the benchmark pins {VERSION}: make bench")
     url = fresh_database(admin_url, DATABASE)
     _pgq(url, "install")
     _pgq(url, "autovac")
@@ -159,22 +160,31 @@ class Fleet:
         for p in self.procs:
             p.start()
         deadline = time.monotonic() + 60
-        for r in self.ready:
-            while not r.wait(0.1):
-                self.check()
-                if time.monotonic() > deadline:
-                    raise PhaseError("PgQueuer processes did not start")
+        try:
+            for r in self.ready:
+                while not r.wait(0.1):
+                    self.check()
+                    if time.monotonic() > deadline:
+                        raise PhaseError("PgQueuer processes did not start")
+        except BaseException:
+            self._stop()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stop()
+        if exc[0] is None and any(p.exitcode != 0 for p in self.procs):
+            raise PhaseError(f"a PgQueuer process failed (exit codes {[p.exitcode for p in self.procs]})")
+
+    def _stop(self) -> None:
         self.stop_event.set()
         for p in self.procs:
+            if p.pid is None:
+                continue
             p.join(60)
             if p.is_alive():
                 p.terminate()
                 p.join(10)
-        if exc[0] is None and any(p.exitcode != 0 for p in self.procs):
-            raise PhaseError(f"a PgQueuer process failed (exit codes {[p.exitcode for p in self.procs]})")
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p.pid is not None]
@@ -246,7 +256,7 @@ def _bulk_load(url: str, n: int) -> None:
             q = Queries.from_asyncpg_connection(conn)
             for start in range(0, n, 10_000):
                 k = min(10_000, n - start)
-                await q.enqueue([ENTRYPOINT] * k, [PAYLOAD_BYTES] * k, [0] * k)  # type: ignore[arg-type]
+                await q.enqueue([ENTRYPOINT] * k, [PAYLOAD_BYTES] * k, [0] * k)
         finally:
             await conn.close()
 
@@ -306,7 +316,10 @@ def latency(admin_url: str, samples: int, idle: float) -> dict[str, float]:
                 await asyncio.sleep(idle)
                 t0 = time.monotonic()
                 await q.enqueue(ENTRYPOINT, repr(t0).encode(), 0)
-                payload, t1 = await loop.run_in_executor(None, started.get, True, 10)
+                try:
+                    payload, t1 = await loop.run_in_executor(None, started.get, True, 10)
+                except queue.Empty:
+                    raise PhaseError("PgQueuer did not run the job within 10 s") from None
                 fleet.check()
                 if payload != repr(t0).encode():
                     raise PhaseError(f"PgQueuer ran {payload!r}, not the job just enqueued")
