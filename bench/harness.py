@@ -299,4 +299,6 @@ async def timed(clients: int, seconds: float, warmup: float, worker: Worker, cpu
         await asyncio.gather(*tasks, return_exceptions=True)
         for c in conns:
             await c.close()
+    if not done:
+        raise PhaseError(f"no job done in {seconds} s")
     return done / elapsed

@@ -214,6 +214,8 @@ def measure(fleet: Fleet, warmup: float, seconds: float) -> dict[str, Any]:
     fleet.sleep(seconds)
     c1, t1 = fleet.count(), time.perf_counter()
     cpu.stop()
+    if c1 == c0:
+        raise PhaseError(f"PgQueuer did no job in {seconds} s")
     rate = (c1 - c0) / (t1 - t0)
     return {
         "rate": rate,
