@@ -63,7 +63,7 @@ DRAIN: dict[str, tuple[str, int, bool, int]] = {
     "claim10next": ("claim 10, completes on the next claim", 10, True, 1_000_000),
     "claim100": ("claim 100 + batch complete", 100, False, 1_000_000),
 }
-PEER_DRAIN_PRELOAD = 300_000
+PEER_DRAIN_PRELOAD = 400_000
 BATCH = 1000
 NOT_AVAILABLE = "not available on this server"
 
@@ -305,7 +305,7 @@ def main() -> None:
     p.add_argument("--clients", default="16,64", help="concurrent HTTP connections, a list (default 16,64)")
     p.add_argument("--seconds", type=float, default=10, help="measured seconds per phase (default 10)")
     p.add_argument("--warmup", type=float, default=2, help="seconds of load before each measurement (default 2)")
-    p.add_argument("--preload", type=int, help="jobs loaded before each drain phase (default 400k/1M; peer 300k)")
+    p.add_argument("--preload", type=int, help="jobs loaded before each drain phase (default 400k/1M; PgQueuer 400k)")
     p.add_argument("--latency-samples", type=int, default=1000)
     p.add_argument("--idle-ms", type=float, default=20, help="the consumer idles this long before each sample")
     p.add_argument("--waiters", type=int, default=1000)
