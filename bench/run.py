@@ -95,7 +95,8 @@ class Bench:
         rate = asyncio.run(timed(clients, self.args.seconds, self.args.warmup, worker, cpu))
         out = {"rate": rate, "cpu_cores": cpu.split, "api_us_per_job": cpu.us_per_job(rate)}
         out["rss_mib"] = [round(rss_mib(p), 1) for p in service.api_pids()]
-        print(f"{label}, {clients} connections: {rate:,.0f} jobs/s; API CPU {out['api_us_per_job']:.0f} µs/job; {cpu}")
+        conns = f"{clients} connection{'s' if clients > 1 else ''}"
+        print(f"{label}, {conns}: {rate:,.0f} jobs/s; API CPU {out['api_us_per_job']:.0f} µs/job; {cpu}", flush=True)
         return out
 
     # --- jobq ----------------------------------------------------------------------------------------------
@@ -178,13 +179,15 @@ class Bench:
         if "batch" in self.phases:
             for n in (1, 4):
                 m = out[f"bulk{BATCH}_{n}"] = pgq.enqueue(a, n, BATCH, w, s, procs)
-                print(f"PgQueuer bulk enqueue, {BATCH:,} a call, {n} clients: {self._peer_line(m)}", flush=True)
+                who = f"{n} client{'s' if n > 1 else ''}"
+                print(f"PgQueuer bulk enqueue, {BATCH:,} a call, {who}: {self._peer_line(m)}", flush=True)
         if self.phases & set(DRAIN):
             rows = self.args.preload or PEER_DRAIN_PRELOAD
             out["drain"] = pgq.drain(a, rows, w, s, procs)
             for table in ("unanalyzed", "analyzed"):
                 print(
-                    f"PgQueuer drain, batch {pgq.BATCH_SIZE}, {procs} processes, {rows:,} jobs, {table}: "
+                    f"PgQueuer drain, batch {pgq.BATCH_SIZE}, {procs} processes, {rows:,} jobs, "
+                    f"{table.replace('un', 'un-')}: "
                     f"{self._peer_line(out['drain'][table])}",
                     flush=True,
                 )
