@@ -30,8 +30,9 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.db import jobs as store
 from app.db.migrate import migrate
+from bench.harness import HOST, Service, fresh_database, preload, timed
 from bench.loadgen import Connection
-from bench.run import HOST, ClaimComplete, Service, fresh_database, timed
+from bench.phases import ClaimComplete
 
 PAYLOAD = '{"to": "user@example.com", "template": "welcome"}'
 
@@ -184,8 +185,6 @@ def part_counters_http(admin_url: str, port: int, rounds: int, seconds: float, c
     """The same A/B through the service. B disables the counter upsert with a harness-only trigger
     (BEFORE INSERT ... RETURN NULL skips the row, so ON CONFLICT never updates): everything else is
     identical. The trigger costs a little itself, so this slightly understates the counters' cost."""
-    from bench.run import preload
-
     url = fresh_database(admin_url, "jobq_ops_counters_http")
     migrate(url)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -254,8 +253,6 @@ async def push_through(port: int, total: int, clients: int) -> float:
 
 
 def part_retention(admin_url: str, port: int, clients: int, seconds: float, through: int) -> dict[str, Any]:
-    from bench.run import preload
-
     url = fresh_database(admin_url, "jobq_ops_retention")
     migrate(url)
     env = {"JOBQ_RETENTION_COMPLETED_SECONDS": "20", "JOBQ_RETENTION_INTERVAL_SECONDS": "5", "JOBQ_ACCESS_LOG": "false"}

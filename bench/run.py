@@ -1,16 +1,25 @@
-"""jobq benchmark: the service's throughput and latency beside the physical limit of this machine.
+"""jobq benchmark: the service beside the physical limit of this machine and beside PgQueuer, in one run.
 
-In one run:
-  1. the reference: the article's SQL driven by pgbench, a C client (--limit-script, a script kept outside
-     this repository: by default limit/run.sh in the shared folder beside the checkout);
-  2. `jobq serve` started on a fresh database, then measured through HTTP:
-     enqueue (single-job requests, and batches of 100), claim + complete at limit 1 and 10,
-     enqueue-to-claim latency for an idle long-polling worker, RSS with 1,000 waiting long-polls;
-  3. every figure printed beside its reference as a ratio.
+  1. the reference: ../shared/limit/run.sh (the article's SQL driven by pgbench, a C client, 8 clients);
+  2. jobq (`jobq serve --workers 2`) through HTTP with a lean client:
+     enqueue   single-job requests (each --clients count); batches of 1,000 from 1 and from 4 clients;
+     drain     claim 1 + complete; claim 1 handing the result in on the next claim; claim 10 + batch
+               complete; claim 10 with completes on the next claim; claim 100 + batch complete. Each on a
+               fresh database, twice: right after a bulk load with statistics taken while the table was
+               empty and autovacuum off for it (as a user has it), then loaded again after ANALYZE;
+     latency   enqueue to a waiting claim, with the lean client and with httpx;
+     memory    RSS with --waiters parked long-polls;
+  3. PgQueuer 1.6.0 at its best setting (bench/peers/pgqueuer_peer.py) on its own fresh database:
+     single-job enqueue, bulk enqueue (1 and 4 clients), drain, wake latency;
+  4. a table per topic: jobq, raw SQL, PgQueuer, both ratios, the issue-9 target and whether it was met.
 
-usage: python bench/run.py [--admin-url URL] [--workers 2] [--clients 16] [--seconds 10] [--json FILE]
-The admin URL names a server where the benchmark may create and drop the databases jobq_bench and
-jobq_limit (default: postgresql://postgres@127.0.0.1:5432/postgres).
+Every phase prints the CPU split (cores) and the API processes' CPU per job. A phase that misbehaves (a
+non-2xx answer, a refused complete, a queue running dry) stops the run with an error.
+
+usage: python bench/run.py [--clients 16,64] [--seconds 10] [--only PHASES] [--skip-peer] [--skip-limit]
+                           [--preload N] [--json FILE]
+The admin URL names a server where the benchmark may create and drop the databases jobq_bench,
+jobq_bench_drain, jobq_limit and jobq_peer (default: postgresql://postgres@127.0.0.1:5432/postgres).
 """
 
 from __future__ import annotations
@@ -19,316 +28,277 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import resource
-import signal
-import statistics
-import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
+import tempfile
 from pathlib import Path
 from typing import Any
 
-import orjson
-import psycopg
-from psycopg import sql
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.harness import (
+    CpuSplit,
+    Service,
+    Worker,
+    create_key,
+    fresh_database,
+    load_analyzed,
+    load_unanalyzed,
+    preload,
+    restore_autovacuum,
+    rss_mib,
+    run_limit,
+    timed,
+)
 from bench.loadgen import Connection
+from bench.phases import ClaimComplete, Enqueue, handin_supported, latency_httpx, latency_lean, waiting_rss
+from bench.report import Row, as_json, at_least, at_most, below_peer, render
 
 ROOT = Path(__file__).resolve().parent.parent
-PAYLOAD = {"to": "user@example.com", "template": "welcome"}  # the reference's payload
-ENQUEUE_BODY = orjson.dumps({"payload": PAYLOAD})
-HOST = "127.0.0.1"
+PHASES = ("enqueue", "batch", "claim1", "claim1next", "claim10", "claim10next", "claim100", "latency", "rss")
+# phase: (label, claim limit, completes handed in on the next claim, default preload = the reference's)
+DRAIN: dict[str, tuple[str, int, bool, int]] = {
+    "claim1": ("claim 1 + complete (2 requests a job)", 1, False, 400_000),
+    "claim1next": ("claim 1, complete on the next claim (1 request a job)", 1, True, 400_000),
+    "claim10": ("claim 10 + batch complete", 10, False, 1_000_000),
+    "claim10next": ("claim 10, completes on the next claim", 10, True, 1_000_000),
+    "claim100": ("claim 100 + batch complete", 100, False, 1_000_000),
+}
+PEER_DRAIN_PRELOAD = 400_000
+BATCH = 1000
+NOT_AVAILABLE = "not available on this server"
 
 
-def with_db(url: str, name: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    info["dbname"] = name
-    return psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.clients = [int(c) for c in args.clients.split(",")]
+        self.phases = set((args.only or ",".join(PHASES)).split(","))
+        unknown = self.phases - set(PHASES)
+        if unknown:
+            raise SystemExit(f"unknown phases {sorted(unknown)}; known: {','.join(PHASES)}")
+        self.results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "args": vars(args), "jobq": {}}
+        self.headers: dict[str, str] = {}
+        self.handin: bool | None = None
 
+    def service(self, url: str) -> Service:
+        env = {"JOBQ_AUTH": "on"} if self.args.auth else {}
+        service = Service(url, self.args.workers, self.args.port, env, Path(self.args.service_log))
+        service.start()
+        if self.args.auth:
+            key = create_key(url)
+            Connection.extra_headers = f"Authorization: Bearer {key}\r\n".encode()
+            self.headers = {"Authorization": f"Bearer {key}"}
+        return service
 
-def fresh_database(admin_url: str, name: str) -> str:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return with_db(admin_url, name)
+    def measure(self, service: Service, clients: int, worker: Worker, label: str) -> dict[str, Any]:
+        cpu = CpuSplit(service.api_pids())
+        rate = asyncio.run(timed(clients, self.args.seconds, self.args.warmup, worker, cpu))
+        out = {"rate": rate, "cpu_cores": cpu.split, "api_us_per_job": cpu.us_per_job(rate)}
+        out["rss_mib"] = [round(rss_mib(p), 1) for p in service.api_pids()]
+        conns = f"{clients} connection{'s' if clients > 1 else ''}"
+        print(f"{label}, {conns}: {rate:,.0f} jobs/s; API CPU {out['api_us_per_job']:.0f} µs/job; {cpu}", flush=True)
+        return out
 
+    # --- jobq ----------------------------------------------------------------------------------------------
 
-# --- the reference ----------------------------------------------------------------------------------------
+    def enqueue_and_latency(self) -> None:
+        if not self.phases & {"enqueue", "batch", "latency", "rss"}:
+            return
+        url = fresh_database(self.args.admin_url, "jobq_bench")
+        service = self.service(url)
+        jobq = self.results["jobq"]
+        try:
+            if "enqueue" in self.phases:
+                for n in self.clients:
+                    preload(url, 0)
+                    jobq.setdefault("enqueue", {})[n] = self.measure(
+                        service, n, Enqueue(self.args.port, 1), "enqueue, single-job requests"
+                    )
+            if "batch" in self.phases:
+                for n in (1, 4):
+                    preload(url, 0)
+                    jobq[f"batch{BATCH}_{n}"] = self.measure(
+                        service, n, Enqueue(self.args.port, BATCH), f"enqueue, batches of {BATCH:,}"
+                    )
+            if "latency" in self.phases:
+                idle = self.args.idle_ms / 1000
+                jobq["latency_lean"] = asyncio.run(latency_lean(self.args.port, self.args.latency_samples, idle))
+                print(f"enqueue-to-claim latency, lean client: {jobq['latency_lean']}", flush=True)
+                jobq["latency_httpx"] = asyncio.run(
+                    latency_httpx(self.args.port, self.args.latency_samples, idle, self.headers)
+                )
+                print(f"enqueue-to-claim latency, httpx: {jobq['latency_httpx']}", flush=True)
+            if "rss" in self.phases:
+                jobq["rss"] = asyncio.run(waiting_rss(service, self.args.waiters))
+                print(f"RSS with waiting long-polls: {jobq['rss']}", flush=True)
+        finally:
+            service.stop()
 
+    def drains(self) -> None:
+        for key in [k for k in DRAIN if k in self.phases]:
+            label, limit, handin, default_rows = DRAIN[key]
+            rows = self.args.preload or default_rows
+            for n in self.clients:
+                url = fresh_database(self.args.admin_url, "jobq_bench_drain")
+                service = self.service(url)
+                try:
+                    if handin and self.handin is None:
+                        self.handin = asyncio.run(handin_supported(self.args.port))
+                    if handin and not self.handin:
+                        print(f"{label}: {NOT_AVAILABLE} (it refuses `complete` on a claim)", flush=True)
+                        self.results["jobq"][key] = NOT_AVAILABLE
+                        break
+                    worker = ClaimComplete(self.args.port, limit, handin)
+                    reloptions = load_unanalyzed(url, rows)
+                    try:
+                        a = self.measure(service, n, worker, f"{label}, {rows:,} jobs, un-analyzed")
+                    finally:
+                        restore_autovacuum(url, reloptions)
+                    load_analyzed(url, rows)
+                    worker = ClaimComplete(self.args.port, limit, handin)
+                    b = self.measure(service, n, worker, f"{label}, {rows:,} jobs, after ANALYZE")
+                    print(f"{label}, {n} connections: un-analyzed / analyzed = {a['rate'] / b['rate']:.2f}")
+                    self.results["jobq"].setdefault(key, {})[n] = {"jobs": rows, "unanalyzed": a, "analyzed": b}
+                finally:
+                    service.stop()
 
-def run_limit(script: Path, admin_url: str, clients: int, seconds: int) -> dict[str, float]:
-    url = fresh_database(admin_url, "jobq_limit")
-    out = subprocess.run(
-        ["bash", str(script), str(clients), str(seconds)],
-        env={**os.environ, "PGURL": url},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    tps = [float(x) for x in re.findall(r"^tps = ([\d.]+)", out, re.M)]
-    if len(tps) != 3:
-        raise RuntimeError(f"unexpected output from {script}:\n{out}")
-    return {"enqueue": tps[0], "claim_complete_1": tps[1], "claim_complete_10": tps[2] * 10, "raw": out}  # type: ignore[dict-item]
+    # --- PgQueuer ------------------------------------------------------------------------------------------
 
+    def peer(self) -> None:
+        if self.args.skip_peer:
+            return
+        from bench.peers import pgqueuer_peer as pgq
 
-# --- the service --------------------------------------------------------------------------------------------
+        out: dict[str, Any] = {"version": pgq.VERSION, "processes": self.args.peer_processes}
+        self.results["pgqueuer"] = out
+        a, w, s, procs = self.args.admin_url, self.args.warmup, self.args.seconds, self.args.peer_processes
+        if "enqueue" in self.phases:
+            n = max(self.clients)
+            out["enqueue"] = pgq.enqueue(a, n, 1, w, s, procs)
+            print(f"PgQueuer enqueue, one job a call, {n} enqueuers: {self._peer_line(out['enqueue'])}", flush=True)
+        if "batch" in self.phases:
+            for n in (1, 4):
+                m = out[f"bulk{BATCH}_{n}"] = pgq.enqueue(a, n, BATCH, w, s, procs)
+                who = f"{n} client{'s' if n > 1 else ''}"
+                print(f"PgQueuer bulk enqueue, {BATCH:,} a call, {who}: {self._peer_line(m)}", flush=True)
+        if self.phases & set(DRAIN):
+            rows = self.args.preload or PEER_DRAIN_PRELOAD
+            out["drain"] = pgq.drain(a, rows, w, s, procs)
+            for table in ("unanalyzed", "analyzed"):
+                print(
+                    f"PgQueuer drain, batch {pgq.BATCH_SIZE}, {procs} processes, {rows:,} jobs, "
+                    f"{table.replace('un', 'un-')}: "
+                    f"{self._peer_line(out['drain'][table])}",
+                    flush=True,
+                )
+        if "latency" in self.phases:
+            out["latency"] = pgq.latency(a, self.args.latency_samples, self.args.idle_ms / 1000)
+            print(f"PgQueuer enqueue-to-handler latency: {out['latency']}", flush=True)
 
+    @staticmethod
+    def _peer_line(m: dict[str, Any]) -> str:
+        return f"{m['rate']:,.0f} jobs/s; PgQueuer CPU {m['cpu_us_per_job']:.0f} µs/job; {m['cpu']}"
 
-@dataclass
-class Service:
-    database_url: str
-    workers: int
-    port: int
-    extra_env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen[bytes] | None = None
+    # --- the report ----------------------------------------------------------------------------------------
 
-    def start(self) -> Service:
-        env = {**os.environ, "JOBQ_DATABASE_URL": self.database_url, **self.extra_env}
-        jobq = Path(sys.executable).parent / "jobq"
-        self.proc = subprocess.Popen(
-            [str(jobq), "serve", "--host", HOST, "--port", str(self.port), "--workers", str(self.workers),
-             "--log-level", "warning"],
-            env=env,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                status, _ = asyncio.run(_get(self.port, "/readyz"))
-                if status == 200:
-                    return self
-            except OSError:
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("jobq did not become ready")
-            time.sleep(0.2)
+    def tables(self) -> dict[str, list[Row]]:
+        ref = self.results.get("reference", {})
+        jobq, peer = self.results["jobq"], self.results.get("pgqueuer", {})
+        top = max(self.clients)
 
-    def pids(self) -> list[int]:
-        """The supervisor, then the API worker processes (not multiprocessing's resource tracker)."""
-        assert self.proc is not None
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
-        workers = [int(c) for c in children if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
-        return [self.proc.pid, *workers]
+        def rate(m: Any) -> float | None:
+            return m["rate"] if isinstance(m, dict) else None
 
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
+        enqueue: list[Row] = []
+        for n, m in jobq.get("enqueue", {}).items():
+            p = rate(peer.get("enqueue")) if n == top else None
+            row = Row("enqueue, single-job requests", str(n), m["rate"], ref.get("enqueue"), p)
+            row.api_us = m["api_us_per_job"]
+            enqueue.append(row.judge(">= 0.8x raw", at_least(0.8, "raw")) if n == top else row)
+            if n == top:
+                cpu = Row("API CPU per single-job enqueue", str(n), m["api_us_per_job"], unit="µs")
+                enqueue.append(cpu.judge("<= 60 µs", at_most(60)))
+        for n, goal in ((1, 1.0), (4, 1.5)):
+            if m := jobq.get(f"batch{BATCH}_{n}"):
+                row = Row(
+                    f"enqueue, batches of {BATCH:,}",
+                    str(n),
+                    m["rate"],
+                    ref.get("enqueue"),
+                    rate(peer.get(f"bulk{BATCH}_{n}")),
+                    api_us=m["api_us_per_job"],
+                )
+                enqueue.append(row.judge(f">= {goal}x PgQueuer bulk", at_least(goal, "peer")))
 
+        drain: list[Row] = []
+        for key, (label, limit, handin, _) in DRAIN.items():
+            got = jobq.get(key)
+            if got == NOT_AVAILABLE:
+                drain.append(Row(label, "-", None, note=NOT_AVAILABLE))
+                continue
+            raw = ref.get("claim_complete_1" if limit == 1 else "claim_complete_10" if limit == 10 else "")
+            for n, m in (got or {}).items():
+                for table in ("unanalyzed", "analyzed"):
+                    t, state = m[table], table.replace("un", "un-")
+                    p = rate(peer.get("drain", {}).get(table))
+                    row = Row(f"{label}, {state}", str(n), t["rate"], raw, p, api_us=t["api_us_per_job"])
+                    if n == top and (handin or limit == 10):
+                        row.judge(">= 0.8x raw", at_least(0.8, "raw"))
+                    elif n == top and limit == 100:
+                        row.judge(">= 1.5x PgQueuer drain", at_least(1.5, "peer"))
+                    drain.append(row)
+                    if n == top and limit == 100:
+                        cpu = Row(f"API CPU per job, limit 100, {state}", str(n), t["api_us_per_job"], unit="µs")
+                        drain.append(cpu.judge("<= 40 µs", at_most(40)))
+                ratio = Row(
+                    f"{label}: un-analyzed / analyzed",
+                    str(n),
+                    m["unanalyzed"]["rate"] / m["analyzed"]["rate"],
+                    unit="x",
+                )
+                drain.append(ratio.judge(">= 0.9", at_least(0.9, "jobq")))
+        if d := peer.get("drain"):
+            ratio = Row("PgQueuer drain: un-analyzed / analyzed", "-", None, unit="x")
+            ratio.peer = d["unanalyzed"]["rate"] / d["analyzed"]["rate"]
+            drain.append(ratio)
 
-async def _get(port: int, path: str) -> tuple[int, bytes]:
-    conn = await Connection(HOST, port).open()
-    try:
-        return await conn.get(path)
-    finally:
-        await conn.close()
+        latency: list[Row] = []
+        lean, hx, pl = jobq.get("latency_lean"), jobq.get("latency_httpx"), peer.get("latency")
+        ceilings: tuple[tuple[str, float | None], ...] = (("p50", 3.0), ("p99", 10.0), ("max", None))
+        for stat, ceiling in ceilings:
+            if lean:
+                row = Row(f"enqueue to waiting claim, lean client, {stat}", "1", lean[f"{stat}_ms"], unit="ms")
+                latency.append(row.judge(f"<= {ceiling:g} ms", at_most(ceiling)) if ceiling else row)
+        for stat in ("p50", "p99", "max"):
+            if hx or pl:
+                figure = f"enqueue to waiting claim, httpx (PgQueuer: to handler start), {stat}"
+                row = Row(figure, "1", hx[f"{stat}_ms"] if hx else None, unit="ms")
+                row.peer = pl[f"{stat}_ms"] if pl else None
+                latency.append(row.judge("below PgQueuer", below_peer) if stat != "max" else row)
 
-
-def create_key(url: str) -> str:
-    """A key with every scope, as `jobq keys create --scope admin` makes it."""
-    from app.auth.keys import new_key
-    from app.db.keys import api_key_insert
-
-    key, selector, key_hash = new_key()
-    with psycopg.connect(url, autocommit=True) as conn:
-        api_key_insert(conn, "bench", selector, key_hash, ["admin"], None)
-    return key
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def preload(url: str, n: int) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE jobs")
-        conn.execute(
-            "INSERT INTO jobs (queue_name, payload) SELECT 'bench', %s::jsonb FROM generate_series(1, %s)",
-            (orjson.dumps(PAYLOAD).decode(), n),
-        )
-        conn.execute("VACUUM ANALYZE jobs")
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of one process (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-def _postgres_pids() -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if (d / "comm").read_text().strip() in ("postgres", "postmaster"):
-                    pids.append(int(d.name))
-            except OSError:
-                pass
-    return pids
-
-
-class CpuSplit:
-    """Where the machine's CPU went during a measured window, in cores: the jobq API processes, this
-    process (the load generator), PostgreSQL's processes (every backend on the machine), and the rest
-    (other processes, the kernel's softirq work, steal) from /proc/stat. Read once at the start of the
-    window and once at the end."""
-
-    def __init__(self, api_pids: list[int]) -> None:
-        self.api_pids = api_pids
-        self.split: dict[str, float] = {}
-
-    def _read(self) -> tuple[float, dict[str, float]]:
-        cpu = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-        busy = (sum(int(v) for v in cpu) - int(cpu[3]) - int(cpu[4])) / _TICK  # all but idle and iowait
-        self_cpu = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
-        return time.perf_counter(), {
-            "api": sum(_cpu_seconds(p) for p in self.api_pids),
-            "load generator": self_cpu,
-            "postgres": sum(_cpu_seconds(p) for p in _postgres_pids()),
-            "machine": busy,
-        }
-
-    def start(self) -> None:
-        self._start = self._read()
-
-    def stop(self) -> None:
-        (t0, a), (t1, b) = self._start, self._read()
-        cores = {k: (b[k] - a[k]) / (t1 - t0) for k in a}
-        cores["other"] = max(0.0, cores["machine"] - cores["api"] - cores["load generator"] - cores["postgres"])
-        self.split = {k: round(v, 2) for k, v in cores.items()}
-
-    def __str__(self) -> str:
-        return ", ".join(f"{k} {v:.2f}" for k, v in self.split.items()) + " cores"
-
-
-async def timed(clients: int, seconds: float, warmup: float, worker: Any, cpu: CpuSplit | None = None) -> float:
-    """Run `clients` loops of `worker(conn, counter)`; return units per second over `seconds` after warmup."""
-    counter = [0]
-    stop = asyncio.Event()
-    conns = [await Connection(HOST, worker.port).open() for _ in range(clients)]
-
-    async def loop(conn: Connection) -> None:
-        while not stop.is_set():
-            await worker(conn, counter)
-
-    tasks = [asyncio.create_task(loop(c)) for c in conns]
-    await asyncio.sleep(warmup)
-    if cpu:
-        cpu.start()
-    start_count, start = counter[0], time.perf_counter()
-    await asyncio.sleep(seconds)
-    done, elapsed = counter[0] - start_count, time.perf_counter() - start
-    if cpu:
-        cpu.stop()
-    stop.set()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for c in conns:
-        await c.close()
-    return done / elapsed
-
-
-class Enqueue:
-    def __init__(self, port: int, batch: int) -> None:
-        self.port = port
-        self.batch = batch
-        self.path = "/queues/bench/jobs/batch" if batch > 1 else "/queues/bench/jobs"
-        self.body = orjson.dumps({"jobs": [{"payload": PAYLOAD}] * batch}) if batch > 1 else ENQUEUE_BODY
-
-    async def __call__(self, conn: Connection, counter: list[int]) -> None:
-        status, _ = await conn.post(self.path, self.body)
-        assert status == 201, status
-        counter[0] += self.batch
-
-
-class ClaimComplete:
-    def __init__(self, port: int, limit: int) -> None:
-        self.port = port
-        self.limit = limit
-        self.claim = orjson.dumps({"worker": "bench", "limit": limit, "lease_seconds": 60})
-
-    async def __call__(self, conn: Connection, counter: list[int]) -> None:
-        status, body = await conn.post("/queues/bench/claim", self.claim)
-        assert status == 200, (status, body)
-        jobs = orjson.loads(body)["jobs"]
-        if not jobs:
-            raise RuntimeError("the queue ran dry: preload more jobs")
-        if self.limit == 1:
-            job = jobs[0]
-            status, _ = await conn.post(
-                f"/jobs/{job['id']}/complete", b'{"claim_token":"%s"}' % job["claim_token"].encode()
+        memory: list[Row] = []
+        if rss := jobq.get("rss"):
+            row = Row(
+                f"RSS per API process, {rss['waiters']:,} waiting long-polls",
+                str(rss["waiters"]),
+                rss["rss_mib_max_process"],
+                unit="MiB",
             )
-            assert status == 200, status
-        else:
-            items = [{"id": j["id"], "claim_token": j["claim_token"]} for j in jobs]
-            status, _ = await conn.post("/jobs/complete", orjson.dumps({"jobs": items}))
-            assert status == 200, status
-        counter[0] += len(jobs)
-
-
-async def latency(port: int, samples: int) -> dict[str, float]:
-    """An idle worker long-polls; a producer enqueues one job; time from sending the enqueue to the
-    worker holding the claim. Sequential samples, the worker re-parked before each."""
-    worker = await Connection(HOST, port).open()
-    producers = [await Connection(HOST, port).open() for _ in range(4)]  # spread over server processes
-    poll = orjson.dumps({"worker": "lat", "wait_seconds": 30})
-    times = []
-    for i in range(samples + 50):
-        pending = asyncio.create_task(worker.post("/queues/lat/claim", poll))
-        await asyncio.sleep(0.003)  # the worker is parked, idle
-        producer = producers[i % len(producers)]
-        t0 = time.perf_counter()
-        status, _ = await producer.post("/queues/lat/jobs", ENQUEUE_BODY)
-        assert status == 201
-        status, body = await pending
-        t1 = time.perf_counter()
-        job = orjson.loads(body)["jobs"][0]
-        await producer.post(f"/jobs/{job['id']}/complete", b'{"claim_token":"%s"}' % job["claim_token"].encode())
-        if i >= 50:  # warm-up samples dropped
-            times.append((t1 - t0) * 1000)
-    for c in [worker, *producers]:
-        await c.close()
-    times.sort()
-    return {
-        "samples": len(times),
-        "p50_ms": statistics.median(times),
-        "p99_ms": times[int(len(times) * 0.99) - 1],
-        "max_ms": times[-1],
-    }
-
-
-async def waiting_rss(service: Service, waiters: int) -> dict[str, Any]:
-    conns = [await Connection(HOST, service.port).open() for _ in range(waiters)]
-    poll = orjson.dumps({"worker": "idle", "wait_seconds": 30})
-    pending = [asyncio.create_task(c.post("/queues/rss/claim", poll)) for c in conns]
-    await asyncio.sleep(3)
-    per_process = {pid: rss_mib(pid) for pid in service.pids()}
-    feeder = await Connection(HOST, service.port).open()
-    body = orjson.dumps({"jobs": [{"payload": i} for i in range(waiters)]})
-    status, _ = await feeder.post("/queues/rss/jobs/batch", body)
-    assert status == 201
-    answers = await asyncio.gather(*pending)
-    served = sum(len(orjson.loads(b)["jobs"]) for _, b in answers)
-    for c in [*conns, feeder]:
-        await c.close()
-    workers = [v for pid, v in per_process.items() if pid != service.pids()[0]] or list(per_process.values())
-    return {
-        "waiters": waiters,
-        "served_after_enqueue": served,
-        "rss_mib_per_worker_process": [round(v, 1) for v in workers],
-        "rss_mib_max_process": round(max(workers), 1),
-        "rss_mib_supervisor": round(per_process[service.pids()[0]], 1),
-    }
+            memory.append(row.judge("<= 200 MiB", at_most(200)))
+        drained = jobq.get("claim100")
+        if isinstance(drained, dict) or peer.get("drain"):
+            j = max(drained[top]["analyzed"]["rss_mib"]) if isinstance(drained, dict) and top in drained else None
+            p = max(peer["drain"]["analyzed"]["rss_mib"]) if peer.get("drain") else None
+            memory.append(
+                Row(
+                    "RSS per process at the end of a drain (jobq limit 100, PgQueuer batch 200)",
+                    str(top),
+                    j,
+                    peer=p,
+                    unit="MiB",
+                )
+            )
+        return {"Enqueue": enqueue, "Drain": drain, "Latency": latency, "Memory": memory}
 
 
 def main() -> None:
@@ -337,17 +307,26 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2, help="jobq serve --workers (default 2)")
     p.add_argument("--clients", default="16,64", help="concurrent HTTP connections, a list (default 16,64)")
     p.add_argument("--seconds", type=float, default=10, help="measured seconds per phase (default 10)")
+    p.add_argument("--warmup", type=float, default=2, help="seconds of load before each measurement (default 2)")
+    p.add_argument("--preload", type=int, help="jobs loaded before each drain phase (default 400k/1M; PgQueuer 400k)")
     p.add_argument("--latency-samples", type=int, default=1000)
+    p.add_argument("--idle-ms", type=float, default=20, help="the consumer idles this long before each sample")
     p.add_argument("--waiters", type=int, default=1000)
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument(
+        "--service-log",
+        default=str(Path(tempfile.gettempdir()) / "jobq-bench-service.log"),
+        help="where jobq's stdout (its access log: every request, as a user runs it) is appended",
+    )
     p.add_argument("--limit-script", default=str(ROOT.parent / "shared" / "limit" / "run.sh"))
     p.add_argument("--skip-limit", action="store_true", help="do not run the pgbench reference")
-    p.add_argument("--only", help="comma-separated phases: enqueue,batch,claim1,claim10,latency,rss")
+    p.add_argument("--skip-peer", action="store_true", help="do not run PgQueuer")
+    p.add_argument("--peer-processes", type=int, default=2, help="PgQueuer processes (default 2)")
+    p.add_argument("--only", help=f"comma-separated phases: {','.join(PHASES)}")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--auth", action="store_true", help="JOBQ_AUTH=on, every request with an API key")
     args = p.parse_args()
 
-    clients = [int(c) for c in args.clients.split(",")]
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
@@ -356,84 +335,29 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
-    phases = set((args.only or "enqueue,batch,claim1,claim10,latency,rss").split(","))
-
-    results: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "args": vars(args)}
+    bench = Bench(args)
     if not args.skip_limit:
-        print("== reference: the article's SQL through pgbench (8 clients, 10 s per phase)", flush=True)
-        ref = run_limit(Path(args.limit_script), args.admin_url, 8, 10)
-        print(ref.pop("raw"), flush=True)  # type: ignore[arg-type]
-        results["reference"] = ref
+        seconds = max(1, round(args.seconds))
+        print(f"== reference: the article's SQL through pgbench (8 clients, {seconds} s per phase)", flush=True)
+        ref = run_limit(Path(args.limit_script), args.admin_url, 8, seconds)
+        print(ref.pop("raw"), flush=True)
+        bench.results["reference"] = ref
+    print(f"== jobq (its access log goes to {args.service_log})", flush=True)
+    bench.enqueue_and_latency()
+    bench.drains()
+    if not args.skip_peer:
+        print("== PgQueuer", flush=True)
+    bench.peer()
 
-    url = fresh_database(args.admin_url, "jobq_bench")
-    service = Service(url, args.workers, args.port, {"JOBQ_AUTH": "on"} if args.auth else {}).start()
-    if args.auth:
-        Connection.extra_headers = f"Authorization: Bearer {create_key(url)}\r\n".encode()
-    measured: dict[str, dict[int, float]] = {}
-    cpu_split: dict[str, dict[int, dict[str, float]]] = {}
-
-    def phase(key: str, label: str, worker: Any, preload_rows: int = 0, scale: int = 1) -> None:
-        for n in clients:
-            if preload_rows:
-                preload(url, preload_rows)
-            cpu = CpuSplit(service.pids()[1:] or service.pids())  # --workers 1 serves in the supervisor
-            rate = asyncio.run(timed(max(1, n // scale), args.seconds, 2, worker, cpu))
-            measured.setdefault(key, {})[n] = rate
-            cpu_split.setdefault(key, {})[n] = cpu.split
-            print(f"{label}, {n} connections: {rate:.0f} jobs/s; CPU: {cpu}", flush=True)
-
-    try:
-        if "enqueue" in phases:
-            phase("enqueue", "enqueue, single-job requests", Enqueue(args.port, 1))
-        if "batch" in phases:
-            phase("enqueue_batch100", "enqueue, batches of 100", Enqueue(args.port, 100), scale=4)
-        if "claim1" in phases:
-            phase("claim_complete_1", "claim + complete, limit 1", ClaimComplete(args.port, 1), 400_000)
-        if "claim10" in phases:
-            phase("claim_complete_10", "claim 10 + batch complete", ClaimComplete(args.port, 10), 1_000_000)
-        if "latency" in phases:
-            results["latency"] = asyncio.run(latency(args.port, args.latency_samples))
-            print(f"enqueue-to-claim latency: {results['latency']}", flush=True)
-        if "rss" in phases:
-            results["rss"] = asyncio.run(waiting_rss(service, args.waiters))
-            print(f"RSS with waiting long-polls: {results['rss']}", flush=True)
-    finally:
-        service.stop()
-    results["measured"] = measured
-    results["cpu_cores"] = cpu_split
-    report(results)
+    tables = bench.tables()
+    for topic, rows in tables.items():
+        if rows:
+            print(render(topic, rows))
+    if max(bench.clients) != 64:
+        print(f"\n(The targets are set for 64 connections; this run judged them at {max(bench.clients)}.)")
+    bench.results["report"] = as_json(tables)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-
-
-def report(results: dict[str, Any]) -> None:
-    ref = results.get("reference", {})
-    m = results["measured"]
-    rows = [
-        ("enqueue, single-job requests", "enqueue", "enqueue", 0.5),
-        ("enqueue, batches of 100 (connections / 4)", "enqueue_batch100", "enqueue", None),
-        ("claim + complete, limit 1", "claim_complete_1", "claim_complete_1", 0.5),
-        ("claim 10 + batch complete", "claim_complete_10", "claim_complete_10", None),
-    ]
-    print("\n| figure | connections | jobq (jobs/s) | raw SQL, 8 clients (jobs/s) | ratio | target |")
-    print("|---|---:|---:|---:|---:|---|")
-    for label, key, ref_key, target in rows:
-        for n, rate in m.get(key, {}).items():
-            r = ref.get(ref_key)
-            ratio = f"{rate / r:.2f}" if r else "-"
-            goal = f">= {target}" if target else "-"
-            print(f"| {label} | {n} | {rate:.0f} | {f'{r:.0f}' if r else '-'} | {ratio} | {goal} |")
-    if lat := results.get("latency"):
-        print(
-            f"\nenqueue-to-claim latency, {lat['samples']} samples: p50 {lat['p50_ms']:.2f} ms, "
-            f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.2f} ms (targets: p50 <= 5, p99 <= 25)"
-        )
-    if rss := results.get("rss"):
-        print(
-            f"RSS with {rss['waiters']} waiting long-polls: API worker processes "
-            f"{rss['rss_mib_per_worker_process']} MiB, supervisor {rss['rss_mib_supervisor']} MiB "
-            f"(target <= 200 MiB per API process); {rss['served_after_enqueue']} served by one batch enqueue"
-        )
+        Path(args.json).write_text(json.dumps(bench.results, indent=2, default=str))
 
 
 if __name__ == "__main__":
