@@ -4,6 +4,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
 
+# npm packages the tests pin (tests/node.py), installed from their lock files when npm is on PATH.
+NPM         := $(shell command -v npm 2>/dev/null)
+NODE_STAMPS := $(if $(NPM),tests/generated_clients/node_modules/.package-lock.json)
+
 .PHONY: run test lint typecheck format openapi bench clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
@@ -12,10 +16,14 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,dev]' -e clients/python
 	touch $(STAMP)
 
+%/node_modules/.package-lock.json: %/package.json %/package-lock.json
+	cd $* && npm ci --no-audit --no-fund
+	touch $@
+
 run: $(STAMP)           ## run the service (embedded PostgreSQL unless JOBQ_DATABASE_URL is set)
 	$(BIN)/jobq serve $(ARGS)
 
-test: $(STAMP)          ## run the test suite against a real PostgreSQL (see tests/conftest.py)
+test: $(STAMP) $(NODE_STAMPS)  ## run the test suite against a real PostgreSQL (see tests/conftest.py)
 	$(BIN)/python -m pytest $(ARGS)
 
 lint: $(STAMP)          ## ruff (lint + format check) and mypy strict (the service and the Python SDK)
