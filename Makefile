@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed-$(shell $(PYTHON) -c 'import sys; print("%d.%d" % s
 
 # npm packages the tests pin (tests/node.py), installed from their lock files when npm is on PATH.
 NPM         := $(shell command -v npm 2>/dev/null)
-NODE_STAMPS := $(if $(NPM),tests/generated_clients/node_modules/.package-lock.json)
+SDK_TS      := clients/typescript
+NODE_STAMPS := $(if $(NPM),tests/generated_clients/node_modules/.package-lock.json $(SDK_TS)/node_modules/.package-lock.json)
 
 .PHONY: run test lint typecheck format openapi bench clean
 
@@ -26,18 +27,20 @@ run: $(STAMP)           ## run the service (embedded PostgreSQL unless JOBQ_DATA
 test: $(STAMP) $(NODE_STAMPS)  ## run the test suite against a real PostgreSQL (see tests/conftest.py)
 	$(BIN)/python -m pytest $(ARGS)
 
-lint: $(STAMP)          ## ruff (lint + format check) and mypy strict (the service and the Python SDK)
+lint: $(STAMP) $(NODE_STAMPS)  ## ruff (lint + format check), mypy strict (the service and the Python SDK), tsc strict (the TypeScript SDK)
 	$(BIN)/ruff check app tests bench clients
 	$(BIN)/ruff format --check app tests bench clients
 	$(BIN)/mypy
 	cd clients/python && $(abspath $(BIN))/mypy
+	$(if $(NPM),cd $(SDK_TS) && npm run --silent typecheck)
 
 format: $(STAMP)
 	$(BIN)/ruff format app tests bench clients
 	$(BIN)/ruff check --fix app tests bench clients
 
-openapi: $(STAMP)       ## regenerate the committed contract
+openapi: $(STAMP) $(NODE_STAMPS)  ## regenerate the committed contract, and the TypeScript SDK's types from it
 	$(BIN)/jobq openapi --output openapi/openapi.json
+	$(if $(NPM),cd $(SDK_TS) && npm run --silent generate)
 
 bench: $(STAMP)         ## throughput and latency against the raw-SQL limit (see BENCHMARKS.md)
 	$(BIN)/python bench/run.py $(ARGS)

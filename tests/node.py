@@ -48,3 +48,16 @@ def run(command: list[str], cwd: Path, timeout: float = 300, env: dict[str, str]
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{' '.join(command)} exited {done.returncode}:\n{output[-20_000:]}"
     return output
+
+
+TYPESCRIPT_SDK = ROOT / "clients" / "typescript"
+_built: list[Path] = []
+
+
+def typescript_sdk() -> Path:
+    """clients/typescript built with tsc into its dist/ (once per test session); its directory."""
+    modules = require_npm_packages(TYPESCRIPT_SDK)
+    if not _built:
+        run([str(modules / ".bin" / "tsc"), "-p", "tsconfig.build.json"], TYPESCRIPT_SDK)
+        _built.append(TYPESCRIPT_SDK)
+    return TYPESCRIPT_SDK
