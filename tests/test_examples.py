@@ -1,5 +1,5 @@
-"""The example workers in other languages (examples/: Node.js, and bash + curl) claim, heartbeat, complete
-and fail jobs of a live service; the final states are read from the database."""
+"""The example workers in other languages (examples/: Node.js on the TypeScript SDK, and bash + curl) claim,
+heartbeat, complete and fail jobs of a live service; the final states are read from the database."""
 
 from __future__ import annotations
 
@@ -15,17 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.node import typescript_sdk
 from tests.support import LiveServer, wait_until
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
-
-
-def node_version() -> int:
-    node = shutil.which("node")
-    if node is None:
-        return 0
-    out = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout
-    return int(out.strip().lstrip("v").split(".")[0])
 
 
 def final_states(db: psycopg.Connection) -> dict[str, tuple[str, int, Any, str | None]]:
@@ -59,8 +52,8 @@ def sweeping_server(server_factory) -> LiveServer:  # type: ignore[no-untyped-de
     )
 
 
-@pytest.mark.skipif(node_version() < 20, reason="needs Node.js 20 or later on PATH")
 def test_node_worker(sweeping_server: LiveServer, db: psycopg.Connection) -> None:
+    typescript_sdk()  # the example runs on it (skips without Node.js 20 and the SDK's npm packages)
     server = sweeping_server
     server.enqueue(payload={"name": "ok", "n": 1})
     server.enqueue(payload={"name": "slow", "sleep_seconds": 5})  # 2.5 leases, kept by heartbeats
@@ -72,7 +65,7 @@ def test_node_worker(sweeping_server: LiveServer, db: psycopg.Connection) -> Non
     assert states["ok"][:3] == ("completed", 1, {"handled_by": "example", "attempt": 1, "echo": {"name": "ok", "n": 1}})
     assert states["slow"][:2] == ("completed", 1), output
     assert states["flaky"][:2] == ("completed", 2)
-    assert states["broken"] == ("failed", 1, None, "Error: bad input")
+    assert states["broken"] == ("failed", 1, None, "PermanentFailure: bad input")
     assert states["doomed"] == ("failed", 2, None, "Error: always")
 
 
@@ -118,8 +111,8 @@ def test_shell_worker(sweeping_server: LiveServer, db: psycopg.Connection, json_
 
 @pytest.mark.parametrize("language", ["node", "shell"])
 def test_sigterm_finishes_the_job_in_hand(server: LiveServer, language: str) -> None:
-    if language == "node" and node_version() < 20:
-        pytest.skip("needs Node.js 20 or later on PATH")
+    if language == "node":
+        typescript_sdk()
     job = server.enqueue(payload={"name": "in hand", "sleep": 2, "sleep_seconds": 2})
     later = server.enqueue(payload={"name": "later"})
     command = (

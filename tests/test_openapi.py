@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -144,11 +145,14 @@ def test_every_operation_states_its_security() -> None:
 
 
 def test_payloads_and_results_state_what_jsonb_can_hold() -> None:
+    """Payloads and results are any JSON value: an unconstrained schema (a recursive one defeats client
+    generators) whose description states what the server enforces (tests/test_limits.py checks each)."""
     doc = published_document()
     schemas = doc["components"]["schemas"]
     value = schemas["JsonValue"]
-    strings = next(s for s in value["anyOf"] if s.get("type") == "string")
-    assert strings["pattern"] == "^[^\\u0000]*$"
+    assert set(value) == {"description"}
+    for words in ("NUL", "JOBQ_MAX_JSON_DEPTH", "JOBQ_MAX_PAYLOAD_BYTES", "JOBQ_MAX_RESULT_BYTES", "finite"):
+        assert words in value["description"]
     for name, prop in (("EnqueueRequest", "payload"), ("CompleteRequest", "result"), ("Job", "payload")):
         assert schemas[name]["properties"][prop]["$ref"] == "#/components/schemas/JsonValue", name
     assert "x-jobq-json-value" not in json.dumps(doc)
@@ -174,3 +178,69 @@ def test_every_route_that_is_not_open_declares_its_scope(server: LiveServer) -> 
         None,
         "metrics",
     )
+
+
+def _request_schemas(doc: dict[str, Any]) -> set[str]:
+    text = json.dumps([op.get("requestBody", {}) for _, _, op in _operations(doc)])
+    names = set(re.findall(r"#/components/schemas/(\w+)", text))
+    for name in list(names):  # one level down: batch items
+        names |= set(re.findall(r"#/components/schemas/(\w+)", json.dumps(doc["components"]["schemas"][name])))
+    return names - {"JsonValue"}
+
+
+def test_what_client_generators_need() -> None:
+    """openapi-python-client and openapi-typescript read the document (tests/test_generated_clients.py runs
+    them); these are the rules that keep their clients exact."""
+    doc = published_document()
+    schemas = doc["components"]["schemas"]
+    assert doc["servers"] and doc["servers"][0]["url"]
+    # No null where null means nothing: optional request fields and query parameters are left out instead.
+    requests = _request_schemas(doc)
+    assert {"EnqueueRequest", "CompleteItem", "ClaimRequest", "CancelRequest"} <= requests
+    for name in requests:
+        for field, prop in schemas[name]["properties"].items():
+            assert "null" not in json.dumps(prop.get("anyOf", [])), (name, field)
+            # openapi-typescript makes a property with a default required: defaults are said in words.
+            assert "default" not in prop, (name, field)
+    for method, path, op in _operations(doc):
+        for parameter in op.get("parameters", []):
+            assert "anyOf" not in parameter["schema"], (method, path, parameter["name"])
+    # Always sent means required; Problem.errors comes with validation errors only.
+    for name, schema in schemas.items():
+        if name in requests or "properties" not in schema:
+            continue
+        optional = set(schema["properties"]) - set(schema.get("required", []))
+        assert optional == ({"errors"} if name == "Problem" else set()), name
+    issue = schemas["ValidationIssue"]
+    assert set(issue["required"]) == {"loc", "msg", "type"}
+    assert issue["properties"]["loc"]["items"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+    assert schemas["Problem"]["properties"]["errors"]["items"] == {"$ref": "#/components/schemas/ValidationIssue"}
+    # int64 bounds exactly (FastAPI's models would write 2**63 as a float)
+    assert schemas["CompleteItem"]["properties"]["id"]["maximum"] == 2**63 - 1
+    assert "e+18" not in json.dumps(doc)
+
+
+def test_worker_writes_describe_retries_and_conflicts() -> None:
+    ops = {op["operationId"]: op for _, _, op in _operations(published_document())}
+    for op_id in ("heartbeatJob", "completeJob", "failJob"):
+        text = ops[op_id]["description"]
+        assert "claim-lost" in text and ("200" in text or "harmless" in text), op_id
+        assert ops[op_id]["responses"]["409"]["description"] in text, op_id
+    for op_id in ("completeJob", "failJob"):
+        assert "answers 200" in ops[op_id]["description"] and "job-cancelled" in ops[op_id]["description"]
+        assert "job-cancelled" in ops[op_id]["responses"]["409"]["description"]
+    assert "cancel_requested" in ops["heartbeatJob"]["description"]
+
+
+def test_an_optional_field_sent_as_null_is_refused(server: LiveServer) -> None:
+    """The schema has no null for these fields, so the server refuses one (it used to mean 'left out')."""
+    for path, body in (
+        ("/queues/q/jobs", {"payload": 1, "run_at": None}),
+        ("/queues/q/claim", {"worker": "w", "lease_seconds": None}),
+        ("/queues/q/redrive", {"limit": None}),
+    ):
+        answer = server.client.post(path, json=body)
+        assert answer.status_code == 422, (path, answer.text)
+        assert answer.json()["errors"][0]["type"] == "not_null"
+    assert server.client.post("/queues/q/jobs", json={"payload": None}).status_code == 201  # a JSON value
+    assert server.client.get("/queues/q/jobs", params={"status": "pending"}).status_code == 200

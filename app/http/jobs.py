@@ -60,8 +60,9 @@ JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX, description="Job id.", json_
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}}
 
 
-def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the problem responses an operation can give (examples: app/http/examples.py)."""
+def _problems(*codes: int, conflict: str | None = None) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the problem responses an operation can give (examples: app/http/examples.py);
+    `conflict` says what a 409 means for this operation."""
     text = {
         400: "Body is not valid JSON.",
         401: "No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate).",
@@ -78,13 +79,30 @@ def _problems(*codes: int) -> dict[int | str, dict[str, Any]]:
     }
     entries: dict[int | str, dict[str, Any]] = {}
     for code in codes:
-        entries[code] = {"model": Problem, "description": text[code]}
+        entries[code] = {"model": Problem, "description": conflict if code == 409 and conflict else text[code]}
         if code in (429, 503):
             entries[code]["headers"] = {k: dict(v) for k, v in _RETRY_AFTER.items()}
     return entries
 
 
 _WRITE = (400, 401, 403, 413, 415, 422, 503)
+
+# What a 409 means to a worker, per call. Either way the job is no longer this claim's: stop working on it
+# and send nothing more for it.
+_CLAIM_LOST = (
+    "`claim-lost`: this token no longer holds the job. Its lease lapsed (the sweeper put the job back to "
+    "pending, or failed it on its last attempt), another worker has claimed it since, an operator retried "
+    "it, or this claim already ended{ended}."
+)
+_CANCELLED = " `job-cancelled`: an operator cancelled the job while this claim held it; it stays cancelled."
+_HEARTBEAT_409 = _CLAIM_LOST.format(ended=" (the job was completed, failed or released with this token)")
+_COMPLETE_409 = (
+    _CLAIM_LOST.format(ended=" otherwise than by completing it (failed or released with this token)") + _CANCELLED
+)
+_FAIL_409 = (
+    _CLAIM_LOST.format(ended=" otherwise than by failing it (completed or released with this token)") + _CANCELLED
+)
+_RELEASE_409 = _CLAIM_LOST.format(ended=" (a repeated release ends here: treat it as done)") + _CANCELLED
 
 
 class _JsonRequest(Request):
@@ -201,9 +219,15 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         "/jobs/{job_id:int}/heartbeat",
         operation_id="heartbeatJob",
         summary="Extend the lease of a claimed job",
+        description="Renews the claim's lease from now, by `lease_seconds` or else by the claim's lease. "
+        "Send one every third of the lease while the job runs. Repeating a heartbeat (after a timeout, "
+        "say) is harmless: each renews the lease from the moment it arrives. An operator's cancel shows "
+        "here, not as an error: 200 with `cancel_requested: true` and `lease_expires_at: null`; stop the "
+        "work and send nothing more for the job. 404 `job-not-found`: no such job (or not in a queue this "
+        "key may use). " + _HEARTBEAT_409,
         tags=["workers"],
         response_model=HeartbeatResponse,
-        responses=_problems(*_WRITE, 404, 409),
+        responses=_problems(*_WRITE, 404, 409, conflict=_HEARTBEAT_409),
     )
     @hot
     @requires("consume")
@@ -216,9 +240,13 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         "/jobs/{job_id:int}/complete",
         operation_id="completeJob",
         summary="Complete a claimed job",
+        description="The job becomes `completed` with `result` (default null), and the answer is the job. "
+        "Retrying is safe: a complete repeated with the token that completed the job answers 200 with the "
+        "job as the first call left it (the first result is kept), so a worker whose answer was lost simply "
+        "sends it again. 404 `job-not-found`: no such job (or not in a queue this key may use). " + _COMPLETE_409,
         tags=["workers"],
         response_model=Job,
-        responses=_problems(*_WRITE, 404, 409),
+        responses=_problems(*_WRITE, 404, 409, conflict=_COMPLETE_409),
     )
     @hot
     @requires("consume")
@@ -230,9 +258,16 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         "/jobs/{job_id:int}/fail",
         operation_id="failJob",
         summary="Fail a claimed job (retry later, or fail for good)",
+        description="Records a failed attempt with `error` as the job's `last_error`. The job goes back to "
+        "`pending`, claimable after `retry_in_seconds` or else after exponential backoff with jitter, while "
+        "attempts remain and `retry` is true; otherwise it is `failed` for good. Retrying is safe: a fail "
+        "repeated with the same token answers 200 with the job as the first call left it, until the job "
+        "moves on (another worker claims the retried job, or an operator retries or cancels it), after "
+        "which the token gets 409 `claim-lost` and changes nothing. 404 `job-not-found`: no such job (or "
+        "not in a queue this key may use). " + _FAIL_409,
         tags=["workers"],
         response_model=Job,
-        responses=_problems(*_WRITE, 404, 409),
+        responses=_problems(*_WRITE, 404, 409, conflict=_FAIL_409),
     )
     @hot
     @requires("consume")
@@ -252,7 +287,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         "`claim-lost`. A job cancelled under this claim answers 409 `job-cancelled` and stays cancelled.",
         tags=["workers"],
         response_model=Job,
-        responses=_problems(*_WRITE, 404, 409),
+        responses=_problems(*_WRITE, 404, 409, conflict=_RELEASE_409),
     )
     @requires("consume")
     @configured(body=c.release)

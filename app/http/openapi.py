@@ -1,9 +1,15 @@
 """The published OpenAPI document: FastAPI's, with every error response as application/problem+json,
 examples on every request body, success response and problem (app/http/examples.py), the bearer-key
-security scheme on every operation that is not open, and the JsonValue schema of payloads."""
+security scheme on every operation that is not open, and the JsonValue schema of payloads.
+
+Client generators read it too (openapi-python-client, openapi-typescript: tests/test_generated_clients.py),
+so it says things the way they understand: payloads as an unconstrained schema with the rules in words,
+no null where null means nothing, no `default` in request bodies (openapi-typescript would make such a
+field required), integer bounds as exact integers."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -11,14 +17,19 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.http.examples import ONLY_ON, PROBLEMS, SCHEMAS
-from app.models.jobs import JSON_VALUE_MARKER
+from app.models.jobs import INT64_MAX, JSON_VALUE_MARKER
 from app.settings import Settings
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 JSON_VALUE_REF = "#/components/schemas/JsonValue"
 SECURITY_SCHEME = "bearerKey"
-# PostgreSQL text, and so jsonb, cannot hold U+0000; every other Unicode scalar value is fine.
-_NO_NUL = "^[^\\u0000]*$"
+# Relative: the API is at the root of wherever this document is served.
+SERVERS = [
+    {
+        "url": "/",
+        "description": "The jobq serving this document (e.g. http://127.0.0.1:8000 for `make run`).",
+    }
+]
 _SCHEMA_REF = "#/components/schemas/"
 # Values for path parameters in the `instance` of problem examples.
 _PATH_EXAMPLES = {"job_id": "42", "queue": "emails"}
@@ -58,24 +69,77 @@ def _problem_content(method: str, operation_id: str, path: str, status: int) -> 
 
 
 def json_value_schema(s: Settings) -> dict[str, Any]:
-    """Any JSON value that jsonb stores faithfully, as far as JSON Schema can say it; the rest in words."""
-    ref = {"$ref": JSON_VALUE_REF}
+    """Any JSON value that jsonb stores faithfully. Said in words: the recursive schema that would say
+    part of it (no NUL in strings and keys) defeats client generators, and the rest (depth, size) JSON
+    Schema cannot say. The server checks every rule (app/models/jobs.py check_json_value)."""
     return {
         "description": (
-            "Any JSON value, except that strings and object keys cannot contain NUL (\\u0000), which "
-            f"PostgreSQL cannot store. Nested at most {s.max_json_depth} levels (JOBQ_MAX_JSON_DEPTH); at most "
-            f"{s.max_payload_bytes} bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES) and {s.max_result_bytes} "
-            "as a result (JOBQ_MAX_RESULT_BYTES). Numbers must be finite."
+            "Any JSON value (null, boolean, number, string, array or object), except that strings and object "
+            "keys cannot contain NUL (\\u0000), which PostgreSQL cannot store, and numbers must be finite. "
+            f"Nested at most {s.max_json_depth} levels (JOBQ_MAX_JSON_DEPTH); at most {s.max_payload_bytes} "
+            f"bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES) and {s.max_result_bytes} as a result "
+            "(JOBQ_MAX_RESULT_BYTES). Anything else is refused with 422."
         ),
-        "anyOf": [
-            {"type": "null"},
-            {"type": "boolean"},
-            {"type": "number"},
-            {"type": "string", "pattern": _NO_NUL},
-            {"type": "array", "items": ref},
-            {"type": "object", "propertyNames": {"pattern": _NO_NUL}, "additionalProperties": ref},
-        ],
     }
+
+
+def _exact_integer_bounds(node: Any) -> None:
+    """FastAPI's OpenAPI models hold bounds as floats: 1.0, and 2**63-1 rounded up to 2**63 (one past
+    int64). An integer's bounds are written as integers, an int64's maximum exactly."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+                bound = node.get(key)
+                if isinstance(bound, float) and bound.is_integer():
+                    node[key] = INT64_MAX if bound >= INT64_MAX else int(bound)
+        for value in node.values():
+            _exact_integer_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            _exact_integer_bounds(value)
+
+
+def _no_null_in_query(parameter: dict[str, Any]) -> None:
+    """A query string cannot carry null: an optional parameter is simply left out."""
+    schema = parameter.get("schema", {})
+    variants = [v for v in schema.get("anyOf", []) if v != {"type": "null"}]
+    if "anyOf" in schema and len(variants) == 1:
+        del schema["anyOf"]
+        schema.update(variants[0])
+
+
+def _request_schemas(doc: dict[str, Any], schemas: dict[str, Any]) -> set[str]:
+    """Names of the component schemas that request bodies use, directly or inside another."""
+    found: set[str] = set()
+    todo = [
+        media.get("schema", {})
+        for ops in doc.get("paths", {}).values()
+        for op in ops.values()
+        for media in op.get("requestBody", {}).get("content", {}).values()
+    ]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            name = ref.removeprefix(_SCHEMA_REF) if isinstance(ref, str) and ref.startswith(_SCHEMA_REF) else ""
+            if name and name not in found and name in schemas:
+                found.add(name)
+                todo.append(schemas[name])
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return found
+
+
+def _defaults_in_words(schema: dict[str, Any]) -> None:
+    """A request field's default goes into its description: openapi-typescript makes a property with a
+    `default` required in the component's type, though the server fills it in when it is left out."""
+    for prop in schema.get("properties", {}).values():
+        if "default" in prop:
+            default = prop.pop("default")
+            if default is not None:
+                text = prop.get("description", "").rstrip()
+                prop["description"] = f"{text} Default: {json.dumps(default)}.".strip()
 
 
 def _mark_json_values(node: Any) -> None:
@@ -99,6 +163,7 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
                 summary=api.summary,
                 description=api.description,
                 routes=api.routes,
+                servers=SERVERS,
             )
             from app.auth.policy import OPEN_OPERATIONS
 
@@ -111,6 +176,9 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
                     schemas[name]["examples"] = examples
             for path, ops in doc.get("paths", {}).items():
                 for method, op in ops.items():
+                    for parameter in op.get("parameters", []):
+                        if parameter.get("in") == "query":
+                            _no_null_in_query(parameter)
                     for media in op.get("requestBody", {}).get("content", {}).values():
                         _optional_body(op["requestBody"], media)
                         _media_example(media, schemas)
@@ -122,7 +190,10 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
                                 _media_example(media, schemas)
                     # Open operations say so explicitly: no security requirement at all.
                     op["security"] = [] if op.get("operationId") in OPEN_OPERATIONS else [{SECURITY_SCHEME: []}]
+            for name in _request_schemas(doc, schemas):
+                _defaults_in_words(schemas[name])
             _mark_json_values(doc)
+            _exact_integer_bounds(doc)
             schemas["JsonValue"] = json_value_schema(settings)
             components["securitySchemes"] = {
                 SECURITY_SCHEME: {

@@ -27,6 +27,10 @@ from app.models.operations import (
     RedriveResult,
 )
 
+_ADMIN_WRITE = (400, 401, 403, 413, 415, 422, 503)
+_CANCEL_409 = "`invalid-state`: the job is finished (completed, failed or cancelled) and cannot be cancelled."
+_RETRY_409 = "`invalid-state`: only failed or cancelled jobs can be retried."
+
 
 def ops(request: Request) -> OpsService:
     svc: OpsService = request.app.state.ops
@@ -105,7 +109,7 @@ def add_operator_routes(api: FastAPI) -> None:
         "`job-cancelled`. A finished job cannot be cancelled (409 invalid-state).",
         tags=["operators"],
         response_model=Job,
-        responses=_problems(400, 401, 403, 404, 409, 413, 415, 422, 503),
+        responses=_problems(*_ADMIN_WRITE, 404, 409, conflict=_CANCEL_409),
     )
     @requires("admin")
     async def cancel_job(job_id: JobIdPath, request: Request, body: CancelRequest | None = None) -> Response:
@@ -120,7 +124,7 @@ def add_operator_routes(api: FastAPI) -> None:
         description="Back to pending with its attempts reset; 409 invalid-state for other statuses.",
         tags=["operators"],
         response_model=Job,
-        responses=_problems(401, 403, 404, 409, 422, 503),
+        responses=_problems(401, 403, 404, 409, 422, 503, conflict=_RETRY_409),
     )
     @requires("admin")
     async def retry_job(job_id: JobIdPath, request: Request) -> Response:

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, TypeVar
 
 import orjson
 from pydantic import (
@@ -22,6 +22,7 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from app.settings import Settings
 
@@ -67,10 +68,39 @@ ClaimToken = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za
 ERROR_MAX_CHARS = 65_536  # accepted in a fail request; what is stored is cut to JOBQ_MAX_ERROR_BYTES
 
 # Payloads and results: any JSON value that jsonb can hold. app/http/openapi.py replaces this marker with a
-# reference to the JsonValue schema, which states that as far as JSON Schema can (no NUL in strings or
-# keys); depth and size are settings, stated in words.
+# reference to the JsonValue schema, which says so in words (no NUL, depth and size limits): a recursive
+# schema defeats client generators, and depth and size are settings. check_json_value() enforces it.
 JSON_VALUE_MARKER = "x-jobq-json-value"
 Json = Annotated[Any, WithJsonSchema({JSON_VALUE_MARKER: True})]
+
+T = TypeVar("T")
+
+
+def _not_null(value: Any) -> Any:
+    if value is None:
+        raise PydanticCustomError("not_null", "Input should not be null: leave the field out instead")
+    return value
+
+
+def _omittable_schema(schema: dict[str, Any]) -> None:
+    """The value's schema alone: no null branch and no `default: null`, so that generated clients type the
+    field as absent-or-value, not a three-way absent/null/value."""
+    variants = [v for v in schema.pop("anyOf", []) if v != {"type": "null"}]
+    if len(variants) == 1:
+        schema.update(variants[0])
+    elif variants:
+        schema["anyOf"] = variants
+    schema.pop("default", None)
+
+
+# An optional request field: left out or a value, never null (null would mean nothing more than leaving it
+# out). Declare it `x: Maybe[T] = omitted("...")`: the type stays `T | None` for the code, the validator
+# refuses an explicit null, and the schema shows T alone.
+Maybe = Annotated[T | None, BeforeValidator(_not_null)]
+
+
+def omitted(description: str) -> Any:
+    return Field(None, description=description, json_schema_extra=_omittable_schema)
 
 
 class Status(StrEnum):
@@ -101,11 +131,11 @@ class _EnqueueRequest(Body):
 
     payload: Json = Field(..., description="Any JSON value; stored as jsonb.")
     priority: Priority = Field(0, description="Higher runs first.")
-    run_at: Timestamp | None = Field(None, description="Earliest start (RFC 3339 with offset).")
-    delay_seconds: Seconds | None = Field(None, description="Earliest start, relative to now.")
-    max_attempts: MaxAttempts | None = Field(None, description="Default JOBQ_DEFAULT_MAX_ATTEMPTS.")
-    idempotency_key: Label | None = Field(
-        None, description="A repeat on the same queue returns the existing job (200) instead of a new one."
+    run_at: Maybe[Timestamp] = omitted("Earliest start (RFC 3339 with offset); default: now.")
+    delay_seconds: Maybe[Seconds] = omitted("Earliest start, relative to now.")
+    max_attempts: Maybe[MaxAttempts] = omitted("Default JOBQ_DEFAULT_MAX_ATTEMPTS.")
+    idempotency_key: Maybe[Label] = omitted(
+        "A repeat on the same queue returns the existing job (200) instead of a new one."
     )
 
     @model_validator(mode="after")
@@ -140,14 +170,14 @@ class CompleteItem(Body):
 class _ClaimRequest(Body):
     worker: Label = Field(..., description="Who claims; stored on the job for diagnostics.")
     limit: Annotated[int, Strict(), Field(ge=1), Integral] = Field(1, description="Most jobs to return.")
-    lease_seconds: Annotated[int, Strict(), Field(ge=1), Integral] | None = Field(None, description="Lease length.")
+    lease_seconds: Maybe[Annotated[int, Strict(), Field(ge=1), Integral]] = omitted("Lease length.")
     wait_seconds: Seconds = Field(0, description="Long-poll: wait this long for a job (max JOBQ_WAIT_MAX_SECONDS).")
     complete: list[CompleteItem] = Field(default_factory=list, description=COMPLETE_ON_CLAIM)
 
 
 class _HeartbeatRequest(Body):
     claim_token: ClaimToken
-    lease_seconds: Annotated[int, Strict(), Field(ge=1), Integral] | None = Field(None, description="New lease.")
+    lease_seconds: Maybe[Annotated[int, Strict(), Field(ge=1), Integral]] = omitted("New lease.")
 
 
 class CompleteRequest(Body):
@@ -160,7 +190,7 @@ class _FailRequest(Body):
     error: str = Field(
         ..., max_length=ERROR_MAX_CHARS, description="Why it failed; stored cut to JOBQ_MAX_ERROR_BYTES, sanitised."
     )
-    retry_in_seconds: Seconds | None = Field(None, description="Retry after this long instead of the backoff.")
+    retry_in_seconds: Maybe[Seconds] = omitted("Retry after this long instead of the backoff.")
     retry: StrictBool = Field(True, description="false: fail the job for good now.")
 
 
@@ -201,7 +231,7 @@ class Job(BaseModel):
     finished_at: datetime | None
     worker: str | None = Field(description="Worker of the latest claim.")
     last_error: str | None
-    result: Json = None
+    result: Json = Field(description="What the worker completed it with; null until then.")
     idempotency_key: str | None
 
 
@@ -255,13 +285,26 @@ class Readiness(BaseModel):
     status: Literal["ready"]
 
 
+class ValidationIssue(BaseModel):
+    loc: list[str | int] = Field(
+        description="Where: `body`, `path`, `query` or `header`, then field names and list indexes."
+    )
+    msg: str = Field(description="What is wrong, in words.")
+    type: str = Field(description="The kind of error (pydantic's error type, e.g. `missing`, `greater_than`).")
+
+
 class Problem(BaseModel):
-    type: str
+    type: str = Field(description="A stable URN, `urn:jobq:problem:<slug>`: branch on this, not on the text.")
     title: str
     status: int
     detail: str
-    instance: str | None = None
-    errors: list[dict[str, Any]] | None = None
+    instance: str = Field(description="The request's path.")
+    # Sent with validation-error (422) only, and never null.
+    errors: list[ValidationIssue] | None = Field(
+        None,
+        description="With `validation-error` only: each problem of the request.",
+        json_schema_extra=_omittable_schema,
+    )
 
 
 # --- the contract for one configuration ---------------------------------------------------------------------
@@ -288,9 +331,9 @@ def build_contract(s: Settings) -> Contract:
     worker_text = Annotated[str, Field(min_length=1, max_length=s.max_worker_length, pattern=LABEL_PATTERN)]
 
     class EnqueueRequest(_EnqueueRequest):
-        delay_seconds: delay | None = Field(None, description="Earliest start, relative to now (seconds).")
-        idempotency_key: key_text | None = Field(
-            None, description="A repeat on the same queue returns the existing job (200) instead of a new one."
+        delay_seconds: Maybe[delay] = omitted("Earliest start, relative to now (seconds).")
+        idempotency_key: Maybe[key_text] = omitted(
+            "A repeat on the same queue returns the existing job (200) instead of a new one."
         )
 
     class EnqueueBatchRequest(_EnqueueBatchRequest):
@@ -303,8 +346,8 @@ def build_contract(s: Settings) -> Contract:
         limit: Annotated[int, Strict(), Field(ge=1, le=s.max_claim_limit), Integral] = Field(
             1, description="Most jobs to return."
         )
-        lease_seconds: Annotated[int, Strict(), Field(ge=1, le=s.lease_max_seconds), Integral] | None = Field(
-            None, description=f"Lease length (seconds); default {s.lease_default_seconds}."
+        lease_seconds: Maybe[Annotated[int, Strict(), Field(ge=1, le=s.lease_max_seconds), Integral]] = omitted(
+            f"Lease length (seconds); default {s.lease_default_seconds}."
         )
         wait_seconds: float = Field(
             0,
@@ -319,12 +362,12 @@ def build_contract(s: Settings) -> Contract:
         )
 
     class HeartbeatRequest(_HeartbeatRequest):
-        lease_seconds: Annotated[int, Strict(), Field(ge=1, le=s.lease_max_seconds), Integral] | None = Field(
-            None, description="New lease from now; default: the claim's lease."
+        lease_seconds: Maybe[Annotated[int, Strict(), Field(ge=1, le=s.lease_max_seconds), Integral]] = omitted(
+            "New lease from now; default: the claim's lease."
         )
 
     class FailRequest(_FailRequest):
-        retry_in_seconds: delay | None = Field(None, description="Retry after this long instead of the backoff.")
+        retry_in_seconds: Maybe[delay] = omitted("Retry after this long instead of the backoff.")
 
     class ReleaseRequest(_ReleaseRequest):
         delay_seconds: delay = Field(0, description="Claimable again after this long (seconds); 0: at once.")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, Strict, StrictBool
 
-from app.models.jobs import Body, Integral, Job
+from app.models.jobs import Body, Integral, Job, Maybe, omitted
 
 
 class QueueCounts(BaseModel):
@@ -78,16 +78,16 @@ class JobPage(BaseModel):
 
 
 class CancelRequest(Body):
-    reason: str | None = Field(None, max_length=1000, description="Kept as the job's last_error.")
+    reason: Maybe[Annotated[str, Field(max_length=1000)]] = omitted("Kept as the job's last_error.")
 
 
 class RedriveRequest(Body):
-    error_contains: str | None = Field(
-        None, min_length=1, max_length=1000, description="Only failed jobs whose last_error contains this text."
+    error_contains: Maybe[Annotated[str, Field(min_length=1, max_length=1000)]] = omitted(
+        "Only failed jobs whose last_error contains this text."
     )
     dry_run: StrictBool = Field(False, description="Only count what would be redriven.")
-    limit: Annotated[int, Strict(), Field(ge=1, le=1_000_000), Integral] | None = Field(
-        None, description="Redrive at most this many (oldest first)."
+    limit: Maybe[Annotated[int, Strict(), Field(ge=1, le=1_000_000), Integral]] = omitted(
+        "Redrive at most this many (oldest first)."
     )
 
 
