@@ -1,24 +1,31 @@
 """Every error the API can answer with, rendered as RFC 9457 application/problem+json.
 
 AppError
- +-- BadRequest              400 malformed-request   body is not JSON / not decodable
- +-- ValidationFailed        422 validation-error    JSON that breaks the contract (with `errors`)
- +-- UnsupportedMediaType    415 unsupported-media-type
- +-- PayloadTooLarge         413 payload-too-large
- +-- Unauthorized            401 unauthorized        no API key, or one that is unknown, revoked or malformed
- +-- Forbidden               403 forbidden           the key lacks the scope, or the queue is outside its patterns
- +-- NotFound                404 not-found           no such route
- +-- JobNotFound             404 job-not-found
- +-- MethodNotAllowed        405 method-not-allowed
- +-- Conflict                409 (base of the lease and state conflicts)
- |    +-- ClaimLost          409 claim-lost          token stale: the lease lapsed or another worker holds it
- |    +-- JobCancelled       409 job-cancelled       an operator cancelled the job while this claim held it
- |    +-- InvalidState       409 invalid-state       the job is not in a state that allows the action
- +-- TooManyWaiters          429 too-many-waiters    long-poll cap reached (Retry-After)
- +-- DatabaseUnavailable     503 database-unavailable (Retry-After)
- +-- ShuttingDown            503 shutting-down       (Retry-After)
- +-- NotReady                503 not-ready           migrations pending (readyz)
- +-- InternalError           500 internal-error
+ +-- BadRequest             400 malformed-request    body is not JSON / not decodable
+ +-- ValidationFailed       422 validation-error     JSON that breaks the contract (with `errors`)
+ +-- UnsupportedMediaType   415 unsupported-media-type
+ +-- PayloadTooLarge        413 payload-too-large
+ +-- Unauthorized           401 unauthorized         no API key, or one that is unknown, revoked or malformed
+ +-- Forbidden              403 forbidden            the key lacks the scope, or the queue is outside its patterns
+ |    +-- ProxyWithoutKeys  403 proxy-without-keys   auth off, and the request came through a proxy
+ |    +-- ForeignOrigin     403 foreign-origin       auth off, and a web page of another origin sent it
+ +-- NotFound               404 not-found            no such route
+ +-- JobNotFound            404 job-not-found
+ +-- MethodNotAllowed       405 method-not-allowed
+ +-- Conflict               409 (base of the lease and state conflicts)
+ |    +-- ClaimLost         409 claim-lost           token stale: the lease lapsed or another worker holds it
+ |    +-- JobCancelled      409 job-cancelled        an operator cancelled the job while this claim held it
+ |    +-- InvalidState      409 invalid-state        the job is not in a state that allows the action
+ +-- RequestTimeout         408 request-timeout      the request's headers did not arrive in time
+ +-- HostNotAllowed         421 host-not-allowed     auth off, and Host is not a loopback name (DNS rebinding)
+ +-- HeadersTooLarge        431 headers-too-large    request line and headers over their caps
+ +-- TooManyWaiters         429 too-many-waiters     long-poll cap of the process, or of the client, reached
+ +-- KeyLookupsThrottled    429 key-lookups-throttled  too many unknown API keys tried at once
+ +-- DatabaseUnavailable    503 database-unavailable (Retry-After)
+ +-- ShuttingDown           503 shutting-down        (Retry-After)
+ +-- TooManyConnections     503 too-many-connections connection cap of the process reached (Retry-After)
+ +-- NotReady               503 not-ready            migrations pending (readyz)
+ +-- InternalError          500 internal-error
 
 The `type` of each is a stable URN: clients branch on it, never on `title` or `detail`.
 """
@@ -113,6 +120,36 @@ class Forbidden(AppError):
     status, slug, title = 403, "forbidden", "Forbidden"
 
 
+class ProxyWithoutKeys(Forbidden):
+    """This jobq runs without API keys, and this request came through a proxy; turn keys on (JOBQ_AUTH=on)."""
+
+    slug, title = "proxy-without-keys", "API keys required behind a proxy"
+
+
+class ForeignOrigin(Forbidden):
+    """This jobq runs without API keys and refuses requests sent by web pages of another origin."""
+
+    slug, title = "foreign-origin", "Cross-origin request refused"
+
+
+class RequestTimeout(AppError):
+    """The request line and headers did not arrive in time; the connection is closed."""
+
+    status, slug, title = 408, "request-timeout", "Request timeout"
+
+
+class HostNotAllowed(AppError):
+    """This jobq runs without API keys and answers only requests addressed to a loopback name or address."""
+
+    status, slug, title = 421, "host-not-allowed", "Host not allowed"
+
+
+class HeadersTooLarge(AppError):
+    """The request line and headers are larger, or more numerous, than the server accepts."""
+
+    status, slug, title = 431, "headers-too-large", "Request headers too large"
+
+
 class NotFound(AppError):
     """No such resource."""
 
@@ -169,6 +206,12 @@ class TooManyWaiters(AppError):
     status, slug, title, retry_after = 429, "too-many-waiters", "Too many waiting claims", 1
 
 
+class KeyLookupsThrottled(AppError):
+    """Too many unknown API keys are being tried on this server; retry after a pause."""
+
+    status, slug, title, retry_after = 429, "key-lookups-throttled", "Too many unknown keys", 1
+
+
 class DatabaseUnavailable(AppError):
     """The database cannot be reached right now; retry after a pause."""
 
@@ -179,6 +222,12 @@ class ShuttingDown(AppError):
     """This server is shutting down; retry on another replica or after a pause."""
 
     status, slug, title, retry_after = 503, "shutting-down", "Shutting down", 1
+
+
+class TooManyConnections(AppError):
+    """This server holds as many connections as it may; retry after a pause, or on another replica."""
+
+    status, slug, title, retry_after = 503, "too-many-connections", "Too many connections", 1
 
 
 class NotReady(AppError):

@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.auth.exposure import Exposure, is_loopback
 from app.auth.keyring import KeyRing
 from app.auth.middleware import Authenticate, Authenticator
 from app.auth.policy import OPEN_OPERATIONS
@@ -46,7 +47,7 @@ from app.maintenance.vacuum import Vacuum
 from app.models.jobs import Readiness, build_contract
 from app.runtime.logs import AccessLog, Observability
 from app.runtime.metrics import Metrics
-from app.settings import Settings, is_loopback
+from app.settings import Settings
 
 log = logging.getLogger("jobq")
 
@@ -69,7 +70,8 @@ class JobqApp:
             ring: KeyRing = api.state.keys
             return ring.authenticate
 
-        authenticate = Authenticate(self.guard, enabled=settings.auth_enabled, keys=keys, open_paths=open_paths(api))
+        exposure = Exposure(settings.auth, settings.allowed_hosts)
+        authenticate = Authenticate(self.guard, exposure=exposure, keys=keys, open_paths=open_paths(api))
         self._stack = Observability(authenticate, api.state.metrics, api.state.access_log)
 
     @property
@@ -134,20 +136,26 @@ def open_paths(api: FastAPI) -> set[str]:
 
 
 def _log_auth(settings: Settings, live_keys: int) -> None:
-    """Say at start who may use this service. Never logs a key."""
-    where = settings.host
-    if settings.auth_enabled:
-        log.info("authentication on: API keys required (JOBQ_AUTH=%s, listening on %s)", settings.auth, where)
-        if live_keys == 0 and settings.api_key is None:
-            log.warning("authentication is on but no API key exists: `jobq keys create` one, or set JOBQ_API_KEY")
-    elif is_loopback(where):
-        log.info("authentication off: jobq runs open on %s (loopback); anyone on this machine may use it", where)
+    """Say at start who may use this service, with a warning whenever it may run without keys. The address
+    it will listen on is not known here (the server binds after the lifespan has started, and may not be
+    `jobq serve`): JOBQ_AUTH=auto decides per connection (app/auth/exposure.py). Never logs a key."""
+    if settings.auth == "on":
+        log.info("authentication on: API keys required on every address (JOBQ_AUTH=on)")
+    elif settings.auth == "off":
+        log.warning(
+            "authentication OFF (JOBQ_AUTH=off): anyone who can reach this service can enqueue, claim and read "
+            "every job; proxied, cross-site and foreign-Host requests are refused. Set JOBQ_AUTH=on (or unset it) "
+            "to require API keys."
+        )
     else:
         log.warning(
-            "authentication OFF on %s (JOBQ_AUTH=off): anyone who can reach this address can enqueue, claim and "
-            "read every job. Unset JOBQ_AUTH or set it to `on` to require API keys.",
-            where,
+            "authentication auto: API keys are required except on connections to a loopback address, which run "
+            "open%s. Set JOBQ_AUTH=on to require keys everywhere.",
+            f" (JOBQ_HOST={settings.host} is one)" if is_loopback(settings.host) else "",
         )
+    keys_needed = settings.auth == "on" or (settings.auth == "auto" and not is_loopback(settings.host))
+    if keys_needed and live_keys == 0 and settings.api_key is None:
+        log.warning("no API key exists yet: `jobq keys create` one, or set JOBQ_API_KEY")
 
 
 async def _wait_for_database(url: str, timeout: float) -> None:

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import ipaddress
+import resource
 import typing
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 Seconds = Annotated[float, Field(gt=0)]
+# A comma-separated list in the environment (`JOBQ_ALLOWED_HOSTS=jobq.local,devbox`), a tuple in code.
+Names = Annotated[tuple[str, ...], NoDecode]
+
+# File descriptors a process keeps for other things than HTTP connections: its pool and listener (added
+# per setting), log files, the embedded PostgreSQL's pipes, libraries. The connection cap keeps them free.
+RESERVED_FILES = 64
+WAITERS_CEILING = 10_000  # the default never goes past this, however many files the process may open
 
 
 class Settings(BaseSettings):
@@ -50,8 +58,20 @@ class Settings(BaseSettings):
     lease_default_seconds: int = Field(30, ge=1, le=43_200, description="Lease when a claim names none.")
     lease_max_seconds: int = Field(43_200, ge=1, le=604_800, description="Longest lease a claim may ask.")
     wait_max_seconds: int = Field(30, ge=0, le=300, description="Longest long-poll `wait_seconds`.")
-    max_waiters: int = Field(
-        10_000, ge=1, le=1_000_000, description="Long-polls waiting at once per process; past it -> 429."
+    max_waiters: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Long-polls waiting at once per process; past it -> 429. Unset: three quarters of the "
+        f"connection cap (JOBQ_MAX_CONNECTIONS), at most {WAITERS_CEILING}.",
+    )
+    max_waiters_per_client: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Long-polls one client may have waiting at once per process (a client: an API key; with "
+        "auth off, a client address); past it -> 429, while other clients still wait. Unset: half of the "
+        "waiter cap.",
     )
     poll_interval_seconds: float = Field(
         1.0,
@@ -121,9 +141,7 @@ class Settings(BaseSettings):
     access_log: bool = Field(True, description="Write one JSON line per request.")
 
     # -- HTTP and security ------------------------------------------------------------------------------
-    host: str = Field(
-        "127.0.0.1", description="Address the service listens on (`jobq serve --host` sets it); decides `auto` auth."
-    )
+    host: str = Field("127.0.0.1", description="`jobq serve`: the address it listens on (`--host`).")
     port: int = Field(8000, ge=1, le=65535, description="`jobq serve`: TCP port.")
     workers: int = Field(1, ge=1, le=64, description="`jobq serve`: worker processes sharing the port.")
     graceful_timeout_seconds: int = Field(
@@ -131,7 +149,19 @@ class Settings(BaseSettings):
     )
     fast_path: bool = Field(True, description="Serve the hot worker/producer routes through the lean ASGI dispatcher.")
     auth: Literal["auto", "on", "off"] = Field(
-        "auto", description="Require API keys. `auto`: on unless JOBQ_HOST is a loopback address."
+        "auto",
+        description="Require API keys. `auto`: on, except for connections made to a loopback address "
+        "(127.0.0.0/8, ::1), decided per connection by the address it arrived on.",
+    )
+    allowed_hosts: Names = Field(
+        (),
+        description="With auth off: `Host` names answered besides loopback names and addresses (`localhost`, "
+        "`*.localhost`, 127.0.0.0/8, ::1); comma-separated, `*` for any. Others get 421.",
+    )
+    trusted_proxies: Names = Field(
+        (),
+        description="Addresses or networks (CIDR) of proxies trusted to name the client in `X-Forwarded-For` "
+        "or `Forwarded` (the access log's `client`, the per-client waiter share); comma-separated.",
     )
     api_key: SecretStr | None = Field(
         None,
@@ -144,6 +174,59 @@ class Settings(BaseSettings):
         description="Longest a process trusts a verified key without re-reading it (revocations arrive by NOTIFY "
         "at once; this bounds a missed one).",
     )
+
+    # -- connections ------------------------------------------------------------------------------------------
+    header_timeout_seconds: float = Field(
+        10.0,
+        ge=0.1,
+        le=300,
+        description="Longest wait for a request's line and headers, from the connection's start or the previous "
+        "answer; then the connection is closed.",
+    )
+    max_header_bytes: int = Field(
+        16_384, ge=1024, le=1_048_576, description="Largest request line plus headers (bytes); past it -> 431."
+    )
+    max_header_lines: int = Field(100, ge=8, le=10_000, description="Most header lines in a request; past it -> 431.")
+    max_connections: int | None = Field(
+        None,
+        ge=16,
+        le=1_000_000,
+        description="Open HTTP connections per process; past it a request is answered 503 at once. Unset: the "
+        f"open-file limit (RLIMIT_NOFILE) less the pool, the listener and {RESERVED_FILES} files.",
+    )
+
+    # -- metrics ------------------------------------------------------------------------------------------------
+    metrics_max_queues: int = Field(
+        1000,
+        ge=1,
+        le=100_000,
+        description="Distinct `queue` label values in /metrics per process; events of further queues are "
+        'counted under `queue="(other)"`.',
+    )
+    metrics_queue_idle_seconds: float = Field(
+        3600.0,
+        ge=1,
+        le=604_800,
+        description="A queue's labelled series leave /metrics after this long without an event, freeing its "
+        "place (one process; with --workers N they stay until the process restarts).",
+    )
+
+    @field_validator("allowed_hosts", "trusted_proxies", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip().lower() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"{item!r} is not an address or a network (CIDR)") from None
+        return value
 
     @classmethod
     def defaults(cls, **values: object) -> Settings:
@@ -160,24 +243,43 @@ class Settings(BaseSettings):
             raise ValueError("JOBQ_BACKOFF_BASE_SECONDS must not exceed JOBQ_BACKOFF_CAP_SECONDS")
         if self.max_payload_bytes > self.max_request_bytes:
             raise ValueError("JOBQ_MAX_PAYLOAD_BYTES must not exceed JOBQ_MAX_REQUEST_BYTES")
+        waiters, connections = self.max_waiters, self.max_connections
+        if waiters is not None and connections is not None and waiters >= connections:
+            raise ValueError("JOBQ_MAX_WAITERS must be below JOBQ_MAX_CONNECTIONS (a 429 needs a connection too)")
+        if self.max_waiters_per_client is not None and self.max_waiters_per_client > self.waiter_cap:
+            raise ValueError("JOBQ_MAX_WAITERS_PER_CLIENT must not exceed JOBQ_MAX_WAITERS")
         if self.api_key is not None and len(self.api_key.get_secret_value()) < 32:
             raise ValueError("JOBQ_API_KEY must be at least 32 characters (e.g. the output of `jobq keys create`)")
         return self
 
+    # -- caps derived from the open-file limit when not set ---------------------------------------------------
+
     @property
-    def auth_enabled(self) -> bool:
-        """Keys are required: `on`, or `auto` on anything but a loopback address (secure by default)."""
-        return self.auth == "on" or (self.auth == "auto" and not is_loopback(self.host))
+    def connection_cap(self) -> int:
+        return self.max_connections or derived_caps(open_files_limit(), self.pool_max_size)[0]
+
+    @property
+    def waiter_cap(self) -> int:
+        return self.max_waiters or derived_caps(open_files_limit(), self.pool_max_size, self.max_connections)[1]
+
+    @property
+    def waiter_cap_per_client(self) -> int:
+        return self.max_waiters_per_client or max(1, self.waiter_cap // 2)
 
 
-def is_loopback(host: str) -> bool:
-    """127.0.0.0/8, ::1 and `localhost`. Any other name or address, 0.0.0.0 included, counts as exposed."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+def open_files_limit() -> int:
+    """This process's soft RLIMIT_NOFILE (unlimited counts as a million)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 1_000_000 if soft == resource.RLIM_INFINITY else soft
+
+
+def derived_caps(open_files: int, pool_max_size: int, max_connections: int | None = None) -> tuple[int, int]:
+    """(connections, waiters) for a process that may open `open_files` files: every connection is a file,
+    and so are the pool's connections, the listener and a reserve. A waiting long-poll holds a connection,
+    so waiters are three quarters of the connections, leaving room for the requests that do the work (and
+    for the 429 that refuses one waiter too many), and never more than WAITERS_CEILING."""
+    connections = max_connections or max(16, open_files - pool_max_size - 1 - RESERVED_FILES)
+    return connections, max(1, min(WAITERS_CEILING, connections * 3 // 4))
 
 
 class _Defaults(Settings):
@@ -204,7 +306,7 @@ def markdown_table() -> str:
                     bounds.append(f"{sym} {getattr(meta, attr)}")
         if field.annotation is bool:
             bounds.append("`true` or `false`")
-        default = "unset" if field.default is None else f"`{str(field.default).lower()}`"
+        default = "unset" if field.default in (None, ()) else f"`{str(field.default).lower()}`"
         if isinstance(field.default, int | float) and not isinstance(field.default, bool):
             default = f"`{field.default}`"
         if choices := typing.get_args(field.annotation) if typing.get_origin(field.annotation) is Literal else ():

@@ -12,6 +12,7 @@ import httpx
 import uvicorn
 
 from app.main import JobqApp, create_app
+from app.runtime.server import server_config
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -56,18 +57,15 @@ def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
 
 
 class LiveServer:
-    """uvicorn serving create_app(settings) on 127.0.0.1:<free port>, lifespan included."""
+    """uvicorn serving create_app(settings) on <bind>:<free port> (127.0.0.1 unless told), lifespan included,
+    configured as `jobq serve` configures it."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, bind: str = "127.0.0.1") -> None:
         self.settings = settings
+        self.bind = bind
         self.app: JobqApp = create_app(settings)
-        config = uvicorn.Config(
-            self.app,
-            host="127.0.0.1",
-            port=0,
-            log_level="warning",
-            lifespan="on",
-            timeout_graceful_shutdown=5,
+        config = server_config(
+            self.app, settings, host=bind, port=0, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
         )
         self.server = uvicorn.Server(config)
         self.loop = asyncio.new_event_loop()
@@ -92,8 +90,9 @@ class LiveServer:
             if time.monotonic() > deadline:
                 raise TimeoutError("test server did not start in 30s")
             time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(self.bind, self.bind)
+        self.url = f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
         self.client = httpx.Client(base_url=self.url, timeout=60)
         return self
 

@@ -18,7 +18,7 @@ CASES: list[tuple[str, str, bytes | None, dict[str, str]]] = [
     ("POST", "/queues/q/jobs", b'{"payload": {"a": [1, 2.5, "x"]}, "priority": 3}', JSON),
     ("POST", "/queues/q/jobs", b'{"payload": 1, "idempotency_key": "eq-1"}', JSON),
     ("POST", "/queues/q/jobs", b'{"payload": 1, "idempotency_key": "eq-1"}', JSON),
-    ("POST", "/queues/q/jobs", b'{"payload": 1}', {}),  # no content-type: taken as JSON
+    ("POST", "/queues/q/jobs", b'{"payload": 1}', {}),  # a body without a content-type: 415
     ("POST", "/queues/q/jobs", b"", JSON),
     ("POST", "/queues/q/jobs", b"null", JSON),
     ("POST", "/queues/q/jobs", b"[]", JSON),

@@ -135,7 +135,11 @@ def test_payloads_results_and_tokens_never_reach_the_logs(server: LiveServer, ca
     server.client.post(f"/jobs/{c['id']}/heartbeat", json={"claim_token": c["claim_token"]})
     server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"], "result": secret_result})
     server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"] + "x"})  # a 409
-    server.client.post("/queues/q/jobs", content=b'{"payload": "' + secret_payload.encode() + b'", "x": 1}')  # a 422
+    server.client.post(
+        "/queues/q/jobs",
+        content=b'{"payload": "' + secret_payload.encode() + b'", "x": 1}',
+        headers={"content-type": "application/json"},
+    )  # a 422
     logged = stream.getvalue().decode() + "\n".join(r.getMessage() + str(r.__dict__) for r in caplog.records)
     for secret in (secret_payload, secret_result, c["claim_token"]):
         assert secret not in logged

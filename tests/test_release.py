@@ -80,7 +80,11 @@ def test_delay_seconds_bounds(server_factory) -> None:  # type: ignore[no-untype
     problem(release(server, c, delay_seconds=1, priority=2), 422, "validation-error")  # unknown field
     problem(server.client.post(f"/jobs/{c['id']}/release", json={}), 422, "validation-error")
     problem(server.client.post(f"/jobs/{c['id']}/release", json={"claim_token": ""}), 422, "validation-error")
-    problem(server.client.post(f"/jobs/{c['id']}/release", content=b"{"), 400, "malformed-request")
+    problem(
+        server.client.post(f"/jobs/{c['id']}/release", content=b"{", headers={"content-type": "application/json"}),
+        400,
+        "malformed-request",
+    )
     problem(server.client.post("/jobs/0/release", json={"claim_token": "x"}), 422, "validation-error")
     assert server.job(c["id"])["status"] == "running"  # nothing refused changed anything
     assert release(server, c, delay_seconds=600).json()["status"] == "pending"  # the bound itself is allowed

@@ -474,35 +474,6 @@ def test_unknown_keys_cost_one_lookup_each(secured: LiveServer) -> None:
 # --- secure by default --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("host", "auth", "required"),
-    [
-        ("127.0.0.1", "auto", False),
-        ("::1", "auto", False),
-        ("localhost", "auto", False),
-        ("0.0.0.0", "auto", True),
-        ("10.1.2.3", "auto", True),
-        ("jobq.internal", "auto", True),
-        ("127.0.0.1", "on", True),
-        ("0.0.0.0", "off", False),
-    ],
-)
-def test_auth_is_on_unless_listening_on_loopback(server_factory, caplog, host: str, auth: str, required: bool) -> None:  # type: ignore[no-untyped-def]
-    caplog.set_level(logging.INFO, logger="jobq")
-    server: LiveServer = server_factory(host=host, auth=auth)
-    r = server.client.post("/queues/q/jobs", json={"payload": 1})
-    assert r.status_code == (401 if required else 201)
-    said = " ".join(rec.getMessage() for rec in caplog.records if rec.name == "jobq")
-    if not required and auth == "off":
-        assert any(
-            rec.levelno == logging.WARNING and "authentication OFF" in rec.getMessage() for rec in caplog.records
-        )
-    elif not required:
-        assert "runs open on" in said
-    else:
-        assert "authentication on" in said
-
-
 def test_a_key_from_the_environment_works_and_is_never_logged(server_factory, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.DEBUG)
     server: LiveServer = server_factory(auth="on", api_key=ENV_KEY)

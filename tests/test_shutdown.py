@@ -33,7 +33,7 @@ class _SlowRequest:
         self.body = json.dumps({"payload": payload}).encode()
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
         self.sock.sendall(
-            f"POST /queues/{queue}/jobs HTTP/1.1\r\nHost: jobq\r\nContent-Type: application/json\r\n"
+            f"POST /queues/{queue}/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(self.body)}\r\nExpect: 100-continue\r\n\r\n".encode()
         )
         head = b""

@@ -6,21 +6,30 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.auth.exposure import Exposure
 from app.auth.keys import bearer_token
 from app.auth.policy import OPEN, Principal
 from app.errors import AppError, Unauthorized
 from app.http.responses import problem_response
 
 Authenticator = Callable[[str], Awaitable[Principal | None]]
+# Asks again whether the request's key is still valid (a long-poll before it hands out jobs).
+Recheck = Callable[[], Awaitable[bool]]
 
 
 class Authenticate:
-    """Puts the caller's Principal in scope["state"]["principal"]. With auth on, a request to anything but
-    an open path without a valid key gets 401 here, before its body is read or any route runs."""
+    """Puts the caller's Principal in scope["state"]["principal"]. Whether this request needs a key is the
+    Exposure's call (app/auth/exposure.py), made from the socket it arrived on. With keys required, a
+    request to anything but an open path without a valid key gets 401 here, before its body is read or any
+    route runs. Without, the request is refused if it looks like it came from further than this machine.
 
-    def __init__(self, app: ASGIApp, *, enabled: bool, keys: Callable[[], Authenticator], open_paths: Iterable[str]):
+    scope["state"]["recheck"] is a Recheck for the request's key (None when no key was used)."""
+
+    def __init__(
+        self, app: ASGIApp, *, exposure: Exposure, keys: Callable[[], Authenticator], open_paths: Iterable[str]
+    ):
         self.app = app
-        self.enabled = enabled
+        self.exposure = exposure
         self.keys = keys  # the process's KeyRing exists only once the lifespan has started
         self.open_paths = frozenset(open_paths)
 
@@ -29,11 +38,12 @@ class Authenticate:
             await self.app(scope, receive, send)
             return
         principal: Principal | None = OPEN
-        if self.enabled:
+        recheck: Recheck | None = None
+        if self.exposure.keys_required(scope):
             token = bearer_token(scope["headers"])
             try:
                 principal = await self.keys()(token) if token is not None else None
-            except AppError as exc:  # database unavailable while looking a key up
+            except AppError as exc:  # database unavailable while looking a key up, or lookups throttled
                 await problem_response(exc, scope["path"])(scope, receive, send)
                 return
             if principal is None and scope["path"] not in self.open_paths:
@@ -43,6 +53,19 @@ class Authenticate:
                     err = Unauthorized("The API key is not valid: unknown, revoked or malformed.", invalid=True)
                 await problem_response(err, scope["path"])(scope, receive, send)
                 return
+            if principal is not None and token is not None:
+                recheck = _recheck(self.keys(), token, principal)
+        elif refused := self.exposure.refusal(scope):
+            await problem_response(refused, scope["path"])(scope, receive, send)
+            return
         # A new dict: the server's per-request state copy is never shared, but do not rely on it.
-        scope["state"] = {**scope.get("state", {}), "principal": principal}
+        scope["state"] = {**scope.get("state", {}), "principal": principal, "recheck": recheck}
         await self.app(scope, receive, send)
+
+
+def _recheck(keys: Authenticator, token: str, principal: Principal) -> Recheck:
+    async def still_valid() -> bool:
+        # From the cache while nothing changed; after a revocation's NOTIFY emptied it, from the database.
+        return await keys(token) == principal
+
+    return still_valid

@@ -107,7 +107,7 @@ class _QueueClaims:
                 if not t.wait or self.owner.closing:
                     t.future.set_result([])
                 elif not t.parked:
-                    if self.owner.parked >= self.owner.settings.max_waiters:
+                    if self.owner.parked >= self.owner.settings.waiter_cap:
                         t.future.set_exception(TooManyWaiters())
                     else:
                         t.parked = True

@@ -50,8 +50,10 @@ async def send_problem(exc: AppError, scope: Scope, receive: Receive, send: Send
 
 class RequestGuard:
     """For every request: refuse a body over JOBQ_MAX_REQUEST_BYTES while it is read (a chunked body
-    without Content-Length is cut off, never buffered whole), and refuse non-JSON bodies with 415
-    (a body without Content-Type is read as JSON)."""
+    without Content-Length is cut off, never buffered whole), and hold every write (POST, PUT, PATCH) to
+    the Content-Type rules, with 415 otherwise: a request with a body must say `application/json`; one
+    without may say nothing, or JSON. A web page can send a cross-site request without asking first only
+    with a form or text type (a CORS "simple request"): none of those is ever accepted."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -63,19 +65,25 @@ class RequestGuard:
             return
         length: int | None = None
         content_type: bytes | None = None
+        chunked = False
         for name, value in scope["headers"]:
             if name == b"content-length":
                 length = int(value) if value.isdigit() else -1
             elif name == b"content-type":
                 content_type = value
+            elif name == b"transfer-encoding":
+                chunked = chunked or b"chunked" in value.lower()
         if length is not None and (length < 0 or length > self.max_bytes):
             await send_problem(_too_large(self.max_bytes), scope, receive, send)
             return
+        has_body = chunked or (length is not None and length > 0)
         if content_type is None:
-            # A body without a Content-Type is taken as JSON (curl -d, hand-written clients), on both paths.
-            scope["headers"] = [*scope["headers"], (b"content-type", b"application/json")]
-        elif length != 0 and not _JSON_TYPE.match(content_type):
-            await send_problem(UnsupportedMediaType(), scope, receive, send)
+            if has_body:
+                await send_problem(UnsupportedMediaType(_NO_TYPE), scope, receive, send)
+                return
+        elif not _JSON_TYPE.match(content_type):
+            detail = _NOT_JSON if has_body else _BODILESS
+            await send_problem(UnsupportedMediaType(detail), scope, receive, send)
             return
         seen = 0
         limit = self.max_bytes
@@ -90,6 +98,11 @@ class RequestGuard:
             return message
 
         await self.app(scope, limited, send)
+
+
+_NO_TYPE = "This request has a body but no Content-Type: send it as JSON with `Content-Type: application/json`."
+_NOT_JSON = "Send the body as JSON with `Content-Type: application/json`."
+_BODILESS = "This request has no body: send no Content-Type, or `application/json`."
 
 
 def _too_large(limit: int) -> PayloadTooLarge:

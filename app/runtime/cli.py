@@ -111,9 +111,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # Workers must not each migrate again; the parent did it (or was told not to).
         os.environ["JOBQ_MIGRATE_ON_START"] = "false"
         host = args.host or settings.host
-        os.environ["JOBQ_HOST"] = host  # the app decides JOBQ_AUTH=auto by the address it really listens on
+        os.environ["JOBQ_HOST"] = host  # for the start-up log of each worker; auth is decided per connection
         try:
             stopped = server.serve(
+                settings=settings,
                 host=host,
                 port=args.port or settings.port,
                 workers=workers,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import signal
 from types import FrameType
+from typing import Any
 
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
 from app.runtime import logs
+from app.runtime.connections import BoundedHttpToolsProtocol, ConnectionLimits
+from app.settings import Settings
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -27,20 +30,32 @@ class _Supervisor(Multiprocess):
         super().handle_int()
 
 
-def serve(*, host: str, port: int, workers: int, log_level: str, graceful_timeout: int) -> bool:
+def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
+    """uvicorn's configuration for jobq: bounded connections (app/runtime/connections.py), no proxy-header
+    rewriting of the client address (app/runtime/clients.py decides whom to believe), no access log of
+    uvicorn's own (jobq writes its own lines)."""
+    config = uvicorn.Config(
+        app, http=BoundedHttpToolsProtocol, proxy_headers=False, access_log=False, server_header=False, **options
+    )
+    # Read by the protocol of every connection; a plain attribute, so that the configuration still pickles
+    # for the worker processes of --workers N.
+    config.jobq_limits = ConnectionLimits.of(settings)  # type: ignore[attr-defined]
+    return config
+
+
+def serve(*, settings: Settings, host: str, port: int, workers: int, log_level: str, graceful_timeout: int) -> bool:
     """Serve until a stop signal. True when a signal stopped it after a graceful shutdown; False when it
     stopped on its own (the application or a worker failed to start)."""
-    config = uvicorn.Config(
+    config = server_config(
         "app.main:create_app",
+        settings,
         factory=True,
         host=host,
         port=port,
         workers=workers,
         log_level=log_level,
         log_config=logs.dict_config(log_level),
-        access_log=False,
         timeout_graceful_shutdown=graceful_timeout,
-        proxy_headers=False,
     )
     # A single uvicorn server restores the handlers it found once it has shut down and raises the signal
     # again. These are what it finds: they note the signal instead of letting the default action kill

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings, is_loopback
+from app.auth.exposure import is_loopback
+from app.settings import Settings, derived_caps
 
 
 def test_defaults_ignore_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,3 +59,34 @@ def test_booleans_take_the_usual_spellings(monkeypatch: pytest.MonkeyPatch) -> N
 )  # fmt: skip
 def test_loopback_addresses(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(
+    ("open_files", "connections", "waiters"),
+    [(1024, 949, 711), (20_000, 19_925, 10_000), (100, 25, 18), (40, 16, 12)],
+)
+def test_caps_derive_from_the_open_file_limit(open_files: int, connections: int, waiters: int) -> None:
+    """Every connection is a file: the cap leaves the pool (10), the listener and 64 files free, and waiters
+    are three quarters of the connections (at most 10,000), so a 429 comes before EMFILE."""
+    assert derived_caps(open_files, pool_max_size=10) == (connections, waiters)
+
+
+def test_waiter_caps_follow_what_is_set() -> None:
+    s = Settings.defaults(max_connections=400)
+    assert (s.connection_cap, s.waiter_cap, s.waiter_cap_per_client) == (400, 300, 150)
+    s = Settings.defaults(max_waiters=10, max_waiters_per_client=3)
+    assert (s.waiter_cap, s.waiter_cap_per_client) == (10, 3)
+    with pytest.raises(ValidationError):
+        Settings.defaults(max_waiters=100, max_connections=100)
+    with pytest.raises(ValidationError):
+        Settings.defaults(max_waiters=10, max_waiters_per_client=11)
+
+
+def test_lists_are_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBQ_ALLOWED_HOSTS", "devbox, Jobq.LAN,")
+    monkeypatch.setenv("JOBQ_TRUSTED_PROXIES", "10.0.0.0/8,::1")
+    s = Settings()
+    assert (s.allowed_hosts, s.trusted_proxies) == (("devbox", "jobq.lan"), ("10.0.0.0/8", "::1"))
+    monkeypatch.setenv("JOBQ_TRUSTED_PROXIES", "proxy.internal")
+    with pytest.raises(ValidationError):
+        Settings()

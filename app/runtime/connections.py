@@ -1,0 +1,188 @@
+"""Bounded HTTP connections: uvicorn's httptools protocol with a deadline for a request's headers, caps on
+their size and number, and a cap on the connections one process holds.
+
+uvicorn alone keeps a connection that sends nothing open forever (its keep-alive timer starts only after a
+first answer), restarts that timer on every byte (one header line every few seconds holds a connection
+for good), reads headers of any size, and answers past `limit_concurrency` only once the request's headers
+are in. Here:
+  * the request line and headers must be complete within JOBQ_HEADER_TIMEOUT_SECONDS of the connection's
+    start or of the previous answer, however the bytes trickle in; then 408 (or, with nothing received,
+    the connection is just closed);
+  * past JOBQ_MAX_HEADER_BYTES of request line and headers, or JOBQ_MAX_HEADER_LINES header lines: 431;
+  * a connection that arrives while the process already holds JOBQ_MAX_CONNECTIONS is answered 503
+    `too-many-connections` as soon as its request's headers are in, and closed: it never waits for a
+    place. Connections already held are served as usual.
+Each refusal is problem+json, like every other answer. `jobq serve` and the tests' server use it
+(app/runtime/server.py `server_config`); a uvicorn started by hand does not, and then none of these bounds
+hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from app.errors import AppError, HeadersTooLarge, RequestTimeout, TooManyConnections
+from app.http.responses import problem_response
+from app.settings import Settings
+
+log = logging.getLogger("jobq.http")
+
+# After a refusal sent while the client may still be sending (a megabyte of headers), the connection is
+# half-closed and what still arrives is read and dropped for up to this long: closing at once would make
+# the kernel answer the unread bytes with a reset, and the client would never see the refusal.
+LINGER_SECONDS = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    header_timeout: float
+    max_header_bytes: int
+    max_header_lines: int
+    max_connections: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> ConnectionLimits:
+        return cls(
+            settings.header_timeout_seconds,
+            settings.max_header_bytes,
+            settings.max_header_lines,
+            settings.connection_cap,
+        )
+
+
+class _HeadersOverCap(Exception):
+    """Raised in a parser callback to stop reading a request whose headers passed a cap."""
+
+
+async def _too_many_connections(scope: Scope, receive: Receive, send: Send) -> None:
+    response = problem_response(TooManyConnections(), scope.get("path"))
+    response.headers["connection"] = "close"
+    await response(scope, receive, send)
+
+
+def raw_problem(err: AppError) -> bytes:
+    """A whole problem+json answer that closes the connection, for the refusals made before any ASGI app
+    runs."""
+    body = err.render()
+    head = [STATUS_LINE[err.status], b"content-type: application/problem+json\r\n"]
+    head += [f"{name}: {value}\r\n".encode("latin-1") for name, value in err.headers().items()]
+    head += [b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n"]
+    return b"".join(head) + body
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, held to the ConnectionLimits that server_config() puts on the config
+    (`config.jobq_limits`)."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.limits: ConnectionLimits = config.jobq_limits  # type: ignore[attr-defined]
+        self._deadline: asyncio.TimerHandle | None = None
+        self._head_started = False  # bytes of the next request's head have arrived
+        self._head_bytes = 0
+        self._head_lines = 0
+        self._over: AppError | None = None
+
+    # -- the header deadline -------------------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.limits.header_timeout, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _headers_late(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self._head_started:
+            self._refuse(RequestTimeout())
+        else:
+            self.transport.close()
+
+    def _refuse(self, err: AppError) -> None:
+        """Answer `err` and close, letting the client read the answer (see LINGER_SECONDS)."""
+        self._over = err
+        self._disarm()
+        self.transport.write(raw_problem(err))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        else:
+            self.transport.close()
+
+    # -- protocol callbacks -------------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self.app = _too_many_connections  # this connection only
+            log.warning("connection cap reached (%d): refusing a connection", self.limits.max_connections)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._over is not None:
+            return  # refused and closing: what still arrives is dropped
+        self._head_started = True
+        super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        if self._over is not None:  # a cap stopped the parser, which uvicorn takes for a malformed request
+            self._refuse(self._over)
+            return
+        super().send_400_response(msg)
+
+    def on_message_begin(self) -> None:
+        self._head_bytes = 0
+        self._head_lines = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url), 0)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4, 1)
+        super().on_header(name, value)
+
+    def _count(self, size: int, lines: int) -> None:
+        self._head_bytes += size
+        self._head_lines += lines
+        if self._head_bytes > self.limits.max_header_bytes or self._head_lines > self.limits.max_header_lines:
+            self._over = HeadersTooLarge(
+                f"Send at most {self.limits.max_header_bytes} bytes of request line and headers, in at most "
+                f"{self.limits.max_header_lines} header lines."
+            )
+            raise _HeadersOverCap
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        self._head_started = False
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # a request whose headers are already in starts now: no deadline
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
+            self._arm()

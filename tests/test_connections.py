@@ -1,0 +1,155 @@
+"""Bounded connections, with raw sockets: a deadline for a request's headers however they trickle in, caps
+on their size and number, and a cap on the connections one process holds (app/runtime/connections.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support import LiveServer, wait_until
+
+READ_TIMEOUT = 30  # a socket read never waits longer: a server that holds on fails the test, never hangs it
+
+
+@pytest.fixture
+def sockets() -> Iterator[list[socket.socket]]:
+    opened: list[socket.socket] = []
+    yield opened
+    for s in opened:
+        s.close()
+
+
+def connect(server: LiveServer, opened: list[socket.socket]) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=READ_TIMEOUT)
+    opened.append(s)
+    return s
+
+
+def read_answer(s: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    return data
+
+
+def read_response(s: socket.socket) -> bytes:
+    """One answer on a kept-alive connection: its head, then Content-Length bytes of body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += s.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def status_and_problem(answer: bytes) -> tuple[int, dict[str, Any]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"content-type: application/problem+json" in head.lower(), head
+    return status, json.loads(body)
+
+
+def test_a_connection_that_sends_nothing_is_closed(server_factory: Any, sockets: list[socket.socket]) -> None:
+    server: LiveServer = server_factory(header_timeout_seconds=0.5)
+    s = connect(server, sockets)
+    assert read_answer(s) == b""  # closed without a word: there was no request to answer
+
+
+def test_headers_that_trickle_in_are_cut_off(server_factory: Any, sockets: list[socket.socket]) -> None:
+    """One header line every 50 ms holds a connection for good unless the deadline counts from the start of the
+    request, not from the last byte."""
+    server: LiveServer = server_factory(header_timeout_seconds=1)
+    s = connect(server, sockets)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    sent = 0
+    try:
+        while sent < 600:  # 30 s of trickling: far past the deadline
+            s.sendall(b"X-Slow-%d: 1\r\n" % sent)
+            sent += 1
+            time.sleep(0.05)
+    except OSError:  # the server closed the connection: the answer is waiting
+        pass
+    answer = read_answer(s)
+    assert answer, f"the connection was still open after {sent} header lines"
+    status, problem = status_and_problem(answer)
+    assert (status, problem["type"]) == (408, "urn:jobq:problem:request-timeout")
+
+
+def test_the_deadline_starts_again_after_each_answer(server_factory: Any, sockets: list[socket.socket]) -> None:
+    """A kept-alive connection gets a fresh deadline for its next request, and a long request is never cut."""
+    server: LiveServer = server_factory(header_timeout_seconds=1)
+    s = connect(server, sockets)
+    for _ in range(3):
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert read_response(s).startswith(b"HTTP/1.1 200")
+    # A long-poll outlasts the header deadline by far, and still answers.
+    body = json.dumps({"worker": "w", "wait_seconds": 3}).encode()
+    s.sendall(b"POST /queues/q/claim HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+    answer = read_response(s)
+    assert answer.startswith(b"HTTP/1.1 200") and b'"jobs":[]' in answer, answer
+
+
+def head_of(size: int, lines: int = 2) -> bytes:
+    """A request whose line and headers count exactly `size` bytes as the cap counts them (the target, and each
+    header's name and value plus 4), in `lines` header lines (at least 2: Connection: close, and the padding)."""
+    target = b"/healthz"
+    fixed = [(b"Connection", b"close")] + [(b"X-%d" % i, b"y") for i in range(lines - 2)]
+    used = len(target) + sum(len(n) + len(v) + 4 for n, v in fixed) + len(b"X-Pad") + 4
+    assert size >= used
+    headers = [*fixed, (b"X-Pad", b"p" * (size - used))]
+    return b"GET " + target + b" HTTP/1.1\r\n" + b"".join(n + b": " + v + b"\r\n" for n, v in headers) + b"\r\n"
+
+
+def test_header_bytes_and_lines_are_capped(server_factory: Any, sockets: list[socket.socket]) -> None:
+    """At each cap a request passes, one past it gets 431; a megabyte of headers or 20,000 lines too."""
+    server: LiveServer = server_factory(max_header_bytes=4096, max_header_lines=20)
+    for request, status in (
+        (head_of(4096), 200),
+        (head_of(4097), 431),
+        (head_of(1000, lines=20), 200),
+        (head_of(1000, lines=21), 431),
+        (head_of(1_048_576), 431),
+        (head_of(400_000, lines=20_000), 431),
+    ):
+        s = connect(server, sockets)
+        with contextlib.suppress(OSError):  # refused before the whole megabyte went out
+            s.sendall(request)
+        answer = read_answer(s)
+        assert answer.startswith(b"HTTP/1.1 %d" % status), (len(request), answer[:200])
+        if status == 431:
+            assert status_and_problem(answer)[1]["type"] == "urn:jobq:problem:headers-too-large"
+
+
+def test_past_the_connection_cap_a_request_gets_503_at_once(server_factory: Any, sockets: list[socket.socket]) -> None:
+    """Connections held (idle here, as a slow client's would be) fill the cap; the next connection's request is
+    answered 503 at once instead of waiting for a place, and served again once a place is free."""
+    server: LiveServer = server_factory(max_connections=16, header_timeout_seconds=60)
+    state = server.server.server_state
+    held = [connect(server, sockets) for _ in range(16)]
+    wait_until(lambda: len(state.connections) == 16, what="16 connections held")
+    s = connect(server, sockets)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    answer = read_answer(s)  # and the server closes it
+    status, problem = status_and_problem(answer)
+    assert (status, problem["type"]) == (503, "urn:jobq:problem:too-many-connections")
+    assert b"retry-after: 1" in answer.lower()
+    held.pop().close()
+    wait_until(lambda: len(state.connections) == 15, what="a place to free up")
+    s = connect(server, sockets)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    assert read_answer(s).startswith(b"HTTP/1.1 200")
+    # The connections that were already held are served as usual.
+    held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    assert read_answer(held[0]).startswith(b"HTTP/1.1 200")
