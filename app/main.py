@@ -29,6 +29,7 @@ from app.db import keys as store_keys
 from app.db import migrate
 from app.db.pool import Database
 from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
+from app.http.apidocs import add_docs_routes
 from app.http.dashboard import add_dashboard_routes
 from app.http.fastpath import FastPath, RequestGuard
 from app.http.jobs import JobqRoute, _problems, add_routes, install_error_handlers
@@ -45,6 +46,7 @@ from app.maintenance.retention import Retention
 from app.maintenance.stats import StatsFlush
 from app.maintenance.vacuum import Vacuum
 from app.models.jobs import Readiness, build_contract
+from app.runtime.clients import ClientAddress
 from app.runtime.logs import AccessLog, Observability
 from app.runtime.metrics import Metrics
 from app.settings import Settings
@@ -72,7 +74,8 @@ class JobqApp:
 
         exposure = Exposure(settings.auth, settings.allowed_hosts)
         authenticate = Authenticate(self.guard, exposure=exposure, keys=keys, open_paths=open_paths(api))
-        self._stack = Observability(authenticate, api.state.metrics, api.state.access_log)
+        clients = ClientAddress(settings.trusted_proxies)
+        self._stack = Observability(authenticate, api.state.metrics, api.state.access_log, clients)
 
     @property
     def state(self) -> Any:
@@ -93,14 +96,17 @@ def create_app(settings: Settings | None = None) -> JobqApp:
             "complete or fail them with the claim token. Errors are RFC 9457 problem+json."
         ),
         lifespan=_lifespan,
+        docs_url=None,  # app/http/apidocs.py serves /docs without a CDN
+        redoc_url=None,
     )
     api.router.route_class = JobqRoute
     api.state.settings = settings
-    api.state.metrics = Metrics()
+    api.state.metrics = Metrics(settings.metrics_max_queues, settings.metrics_queue_idle_seconds)
     api.state.access_log = AccessLog(settings.access_log)
     add_routes(api, build_contract(settings))
     add_operator_routes(api)
     add_dashboard_routes(api)
+    api.state.docs_paths = add_docs_routes(api)
 
     @api.get(
         "/readyz",
@@ -132,6 +138,7 @@ def open_paths(api: FastAPI) -> set[str]:
     description."""
     paths = {r.path for r in api.routes if isinstance(r, APIRoute) and r.operation_id in OPEN_OPERATIONS}
     paths.update(p for p in (api.openapi_url, api.docs_url, api.redoc_url, api.swagger_ui_oauth2_redirect_url) if p)
+    paths.update(getattr(api.state, "docs_paths", ()))
     return paths
 
 

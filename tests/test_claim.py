@@ -236,7 +236,7 @@ def test_waiting_long_polls_hold_no_connections(server_factory, db: psycopg.Conn
 
 
 def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-untyped-def]
-    server: LiveServer = server_factory(max_waiters=3, poll_interval_seconds=60)
+    server: LiveServer = server_factory(max_waiters=3, max_waiters_per_client=3, poll_interval_seconds=60)
 
     async def main() -> None:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:

@@ -234,3 +234,27 @@ def test_readyz_reports_pending_migrations(server: LiveServer, db: psycopg.Conne
     assert server.client.get("/readyz").json() == {"status": "ready"}
     db.execute("DELETE FROM jobq_migrations")
     problem(server.client.get("/readyz"), 503, "not-ready")
+
+
+def test_jobq_commits_synchronously_whatever_the_database_default(  # type: ignore[no-untyped-def]
+    server_factory, database_url: str, db: psycopg.Connection
+) -> None:
+    """An acknowledged enqueue is durable only if its commit waited for the WAL flush: jobq's sessions set
+    synchronous_commit on, so a database (or server) default of off does not weaken the guarantee."""
+    name = db.info.dbname
+    db.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+    with psycopg.connect(database_url, autocommit=True) as plain:
+        assert plain.execute("SHOW synchronous_commit").fetchone() == ("off",)  # the default really is off
+    server: LiveServer = server_factory(pool_min_size=2)
+
+    async def settings_of_every_pooled_session() -> set[str]:
+        pool = server.state.db.pool
+        seen = set()
+        async with pool.connection() as a, pool.connection() as b:
+            for conn in (a, b):
+                row = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+                seen.add(row[0])
+        return seen
+
+    assert server.run(settings_of_every_pooled_session) == {"on"}
+    server.enqueue(payload="durable")

@@ -177,6 +177,15 @@ def test_compose_file_follows_the_compose_specification() -> None:
     assert not validator.is_valid(broken), "the schema should refuse an unknown depends_on condition"
 
 
+def test_compose_has_no_default_secret() -> None:
+    """Every use of a secret is ${VAR:?message}: compose refuses to start without it, rather than run on a
+    password everyone knows."""
+    text = (ROOT / "compose.yaml").read_text()
+    for secret in ("POSTGRES_PASSWORD", "JOBQ_API_KEY"):
+        uses = re.findall(rf"\$\{{{secret}([^}}]*)\}}", text)
+        assert uses and all(use.startswith(":?") for use in uses), (secret, uses)
+
+
 def test_compose_runs_jobq_after_a_healthy_postgres_18() -> None:
     services = _compose()["services"]
     pg, app = services["postgres"], services["jobq"]

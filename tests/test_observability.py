@@ -181,3 +181,45 @@ def _ready(base: str) -> bool:
     except httpx.HTTPError:
         time.sleep(0.1)
         return False
+
+
+def queue_labels(text: str, metric: str) -> set[str]:
+    return set(re.findall(rf'^{metric}\{{queue="([^"]*)"\}}', text, re.M))
+
+
+def test_queue_labels_in_metrics_are_capped_and_forget_idle_queues(server_factory) -> None:  # type: ignore[no-untyped-def]
+    """Queue names come from clients: past the cap, their events count under queue="(other)", and a queue
+    idle past its time leaves /metrics, which gives its place to the next."""
+    server: LiveServer = server_factory(metrics_max_queues=3, metrics_queue_idle_seconds=1, gauges_interval_seconds=1)
+    for i in range(6):
+        server.enqueue(queue=f"q{i}")
+    text = server.client.get("/metrics").text
+    assert queue_labels(text, "jobq_jobs_enqueued_total") == {"q0", "q1", "q2", "(other)"}
+    assert 'jobq_jobs_enqueued_total{queue="(other)"} 3.0' in text
+    for i in range(6):
+        c = server.claim_one(queue=f"q{i}")
+        server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"]})
+
+    def forgotten() -> bool:
+        return not {"q0", "q1", "q2"} & queue_labels(server.client.get("/metrics").text, "jobq_jobs_enqueued_total")
+
+    wait_until(forgotten, what="idle queues to leave /metrics")
+    server.enqueue(queue="fresh")
+    assert "fresh" in queue_labels(server.client.get("/metrics").text, "jobq_jobs_enqueued_total")
+
+
+def test_the_access_log_names_the_client_trusting_only_listed_proxies(server_factory) -> None:  # type: ignore[no-untyped-def]
+    key = "container-key-" + "k" * 40
+    auth = {"authorization": f"Bearer {key}"}
+    for trusted, expected in (("127.0.0.1", "203.0.113.9"), ("", "127.0.0.1"), ("10.0.0.0/8", "127.0.0.1")):
+        server: LiveServer = server_factory(auth="on", api_key=key, trusted_proxies=trusted)
+        stream = server.state.access_log.stream = io.BytesIO()
+        server.client.get("/healthz", headers={**auth, "x-forwarded-for": "6.6.6.6, 203.0.113.9"})
+        server.client.get("/healthz", headers=auth)
+
+        def both(s: LiveServer = server, b: io.BytesIO = stream) -> bool:
+            return len(access_lines(s, b)) == 2  # each is written just after its answer
+
+        wait_until(both, what="two access lines")
+        forwarded, direct = access_lines(server, stream)
+        assert (forwarded["client"], direct["client"]) == (expected, "127.0.0.1"), trusted

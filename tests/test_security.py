@@ -3,11 +3,13 @@ by id, revocation across processes, secure defaults, and secrets kept out of log
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -171,8 +173,25 @@ def test_health_and_docs_are_open(secured: LiveServer) -> None:
         assert c.get("/readyz").status_code == 200
         assert c.get("/openapi.json").status_code == 200
         assert c.get("/docs").status_code == 200
+        assert c.get("/docs/swagger-ui-bundle.js").status_code == 200
     with as_key(secured, "not-a-key") as c:
         assert c.get("/healthz").status_code == 200
+
+
+def test_the_docs_page_loads_nothing_from_another_site(server: LiveServer) -> None:
+    """Swagger UI comes from the package installed with jobq: every script, style and image the page names is
+    served by the service itself (a CDN's script would run with the operator's key in reach)."""
+    page = server.client.get("/docs")
+    assert page.status_code == 200 and page.headers["x-frame-options"] == "DENY"
+    urls = re.findall(r"""(?:src|href|url)\s*[=:]\s*['"]([^'"]+)['"]""", page.text)
+    assert urls and not [u for u in urls if "//" in u], urls
+    for url in urls:
+        r = server.client.get(url)
+        assert r.status_code == 200, url
+        assert url == "/openapi.json" or r.headers["x-content-type-options"] == "nosniff"
+    assert server.client.get("/docs/swagger-ui-bundle.js").headers["content-type"].startswith("text/javascript")
+    assert server.client.get("/redoc").status_code == 404
+    assert server.client.get("/docs/swagger-ui.css?name=../../../../etc/passwd").text.startswith(".swagger-ui")
 
 
 # --- scopes and queues (403) -----------------------------------------------------------------------------
@@ -469,6 +488,62 @@ def test_unknown_keys_cost_one_lookup_each(secured: LiveServer) -> None:
         for _ in range(5):
             problem(c.post("/queues/q/jobs", json={"payload": 1}), 401, "unauthorized")
     assert secured.state.keys.lookups == 1
+
+
+def made_up_key(i: int) -> str:
+    return f"jobq_{i:012x}_{'B' * 43}"
+
+
+def test_lookups_of_unknown_keys_are_rate_limited(secured: LiveServer, db: psycopg.Connection) -> None:
+    """200 made-up keys in a row: past a burst of 50 lookups (20 more a second), a key never seen live here is
+    answered 429 without a query. A live key is still looked up when its entry must be read again."""
+    from app.errors import KeyLookupsThrottled
+
+    live = create_key(db, "live", ["produce"])
+    ring = secured.state.keys
+    with as_key(secured, live) as c:
+        enqueue(c, "q")
+
+    async def flood() -> list[object]:
+        return await asyncio.gather(*(ring.authenticate(made_up_key(i)) for i in range(200)), return_exceptions=True)
+
+    outcomes = secured.run(flood)
+    throttled = [o for o in outcomes if isinstance(o, KeyLookupsThrottled)]
+    assert len(throttled) >= 100 and all(o is None or isinstance(o, KeyLookupsThrottled) for o in outcomes)
+    assert ring.lookups <= 1 + 200 - len(throttled)
+    # Over HTTP: 429 with Retry-After (the bucket refills at 20 a second: a few more lookups may pass first).
+    with httpx.Client(base_url=secured.url, timeout=30) as c:
+        for i in range(1000, 1200):
+            r = c.post("/queues/q/jobs", json={"payload": 1}, headers={"authorization": f"Bearer {made_up_key(i)}"})
+            if r.status_code == 429:
+                break
+    problem(r, 429, "key-lookups-throttled")
+    assert r.headers["retry-after"] == "1"
+    generation = ring.generation
+    secured.loop.call_soon_threadsafe(ring.invalidate)  # as a NOTIFY about some key change would
+    wait_until(lambda: ring.generation > generation, what="the cache emptied")
+    with as_key(secured, live) as c:
+        enqueue(c, "q")  # looked up again, however throttled the made-up keys are
+
+
+def test_made_up_keys_never_push_a_live_key_out_of_the_cache(secured: LiveServer, db: psycopg.Connection) -> None:
+    """Unknown selectors and live keys are cached apart: 500 made-up keys through a cache of 100 unknown ones
+    leave the live key's entry where it was."""
+    from app.auth.keyring import KeyRing
+
+    live = create_key(db, "live", ["produce"])
+
+    async def flood() -> tuple[int, int]:
+        ring = KeyRing(secured.state.db, 3600, unknown_entries=100, miss_rate=1e6, miss_burst=1000)
+        assert await ring.authenticate(live) is not None
+        for i in range(500):
+            assert await ring.authenticate(made_up_key(i)) is None
+        before = ring.lookups
+        assert await ring.authenticate(live) is not None
+        return before, ring.lookups
+
+    before, after = secured.run(flood)
+    assert before == 501 and after == before  # the live key answered from the cache
 
 
 # --- secure by default --------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """Verified API keys, cached per process: no database round trip per request, revocation at once.
 
 A key's row is read once per process (on its first use, then again after JOBQ_AUTH_CACHE_SECONDS) and
-kept with its verdict; unknown selectors are cached too, so a flood of bad keys costs no queries after
-the first of each, and at most LOOKUP_CONCURRENCY connections while it lasts. Every change to a key
+kept with its verdict. Live keys and unknown selectors are cached apart, each in a bounded LRU, so that a
+flood of made-up keys can push out only other made-up keys, never a live one. Unknown selectors cost one
+query each at most, and only MISS_RATE of those a second (bursts of MISS_BURST): past that a key never
+seen live here is answered 429 without a query, while keys known live are still looked up again when
+their entry expires. A flood uses at most LOOKUP_CONCURRENCY connections while it lasts. Every change to a key
 sends a NOTIFY (app/db/keys.py) that app/maintenance/listener.py turns into invalidate() in every process; the TTL
 only bounds what a listener that was disconnected might have missed (it also invalidates on reconnect).
 A lookup that raced an invalidation returns its answer to its own request but does not cache it.
@@ -14,16 +17,21 @@ import asyncio
 import hmac
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from app.auth.keys import digest, parse_key
 from app.auth.policy import ENV_KEY, Principal
 from app.db import keys as store_keys
 from app.db.pool import Database
+from app.errors import KeyLookupsThrottled
 
 log = logging.getLogger("jobq.auth")
 
-MAX_ENTRIES = 10_000  # past this, forget everything (mostly cached unknown selectors)
+LIVE_ENTRIES = 10_000  # live keys cached per process; past it the least recently used goes
+UNKNOWN_ENTRIES = 10_000  # unknown selectors cached per process, apart from the live ones
+MISS_RATE = 20.0  # lookups of selectors never seen live here, per second...
+MISS_BURST = 50  # ...after a burst of this many
 LOOKUP_CONCURRENCY = 4
 
 
@@ -34,14 +42,82 @@ class _Entry:
     key_hash: bytes
 
 
+class Lru:
+    """A bounded map that forgets its least recently used entry first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[str, _Entry] = OrderedDict()
+
+    def get(self, key: str) -> _Entry | None:
+        entry = self._items.get(key)
+        if entry is not None:
+            self._items.move_to_end(key)
+        return entry
+
+    def put(self, key: str, entry: _Entry) -> None:
+        self._items[key] = entry
+        self._items.move_to_end(key)
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+
+    def pop(self, key: str) -> None:
+        self._items.pop(key, None)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+    def expire_all(self) -> None:
+        """Keep every entry, due for a new lookup."""
+        for key, entry in list(self._items.items()):
+            self._items[key] = _Entry(0.0, entry.principal, entry.key_hash)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._items
+
+
+class TokenBucket:
+    """`rate` events a second on average, `burst` at once."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = float(burst)
+        self._tokens = float(burst)
+        self._at = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
 class KeyRing:
-    def __init__(self, db: Database, ttl: float, env_key: str | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        ttl: float,
+        env_key: str | None = None,
+        *,
+        live_entries: int = LIVE_ENTRIES,
+        unknown_entries: int = UNKNOWN_ENTRIES,
+        miss_rate: float = MISS_RATE,
+        miss_burst: int = MISS_BURST,
+    ) -> None:
         self.db = db
         self.ttl = ttl
         self._env = digest(env_key) if env_key else None
-        self._entries: dict[str, _Entry] = {}
+        self._live = Lru(live_entries)
+        self._unknown = Lru(unknown_entries)
+        self._misses = TokenBucket(miss_rate, miss_burst)
         self._loading: dict[str, asyncio.Future[_Entry]] = {}
-        self._generation = 0
+        self.generation = 0  # bumped by every invalidation
         self._used: set[int] = set()
         self._lookup_slots = asyncio.Semaphore(LOOKUP_CONCURRENCY)
         self.lookups = 0  # database lookups so far (tests, diagnostics)
@@ -54,8 +130,12 @@ class KeyRing:
         if parsed is None:
             return None
         selector, secret = parsed
-        entry = self._entries.get(selector)
+        entry = self._live.get(selector) or self._unknown.get(selector)
         if entry is None or entry.expires < time.monotonic():
+            # A key seen live before is looked up again whatever the rate of misses: a flood of made-up keys
+            # must not lock out the real ones when their entries expire.
+            if selector not in self._live and selector not in self._loading and not self._misses.take():
+                raise KeyLookupsThrottled()
             entry = await self._load(selector)
         if entry.principal is None or not hmac.compare_digest(entry.key_hash, digest(secret)):
             return None
@@ -66,9 +146,11 @@ class KeyRing:
     __call__ = authenticate
 
     def invalidate(self) -> None:
-        """Forget every cached key (a key changed somewhere, or we may have missed that it did)."""
-        self._generation += 1
-        self._entries.clear()
+        """Forget every verdict (a key changed somewhere, or we may have missed that it did). Which selectors
+        were live is kept, with entries that have expired, so that they are looked up again unthrottled."""
+        self.generation += 1
+        self._unknown.clear()
+        self._live.expire_all()
 
     async def _load(self, selector: str) -> _Entry:
         # Concurrent first uses of one key share one lookup.
@@ -80,16 +162,19 @@ class KeyRing:
         return await asyncio.shield(pending)
 
     async def _fetch(self, selector: str) -> _Entry:
-        generation = self._generation
+        generation = self.generation
         async with self._lookup_slots, self.db.connection() as conn:
             row = await store_keys.api_key_by_selector(conn, selector)
         self.lookups += 1
         principal = None if row is None else Principal.of(row.name, row.scopes, row.queue_patterns, row.id)
         entry = _Entry(time.monotonic() + self.ttl, principal, row.key_hash if row else b"")
-        if generation == self._generation:
-            if len(self._entries) >= MAX_ENTRIES:
-                self._entries.clear()
-            self._entries[selector] = entry
+        if generation == self.generation:
+            if principal is None:
+                self._live.pop(selector)
+                self._unknown.put(selector, entry)
+            else:
+                self._unknown.pop(selector)
+                self._live.put(selector, entry)
         return entry
 
     # -- last use ------------------------------------------------------------------------------------------

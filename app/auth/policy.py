@@ -114,6 +114,16 @@ def principal(request: Request) -> Principal:
     return found
 
 
+def client_identity(request: Request) -> str:
+    """Who a request's share of shared resources (waiting places) is counted against: its API key, or with
+    auth off, the address it came from (an open service refuses proxied requests, so that is the client)."""
+    who = principal(request)
+    if who is OPEN:
+        client = request.scope.get("client")
+        return f"address {client[0] if client else 'unknown'}"
+    return f"key {who.key_id if who.key_id is not None else who.name}"
+
+
 def authorize(who: Principal, scope: KeyScope | None, queue: str | None = None) -> None:
     """Raise 403 unless `who` holds `scope` (admin holds every scope; None: any scope that reaches jobs)
     and may use `queue`."""

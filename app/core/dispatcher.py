@@ -10,12 +10,21 @@ many requests wait: no thundering herd, and under load concurrent claims share s
 
 Rows claimed for a ticket whose request has gone (timed out, disconnected, shutting down) are released
 at once, so a job is never handed to a connection that is closing.
+
+Waiting is shared fairly: a process holds at most JOBQ_MAX_WAITERS parked requests, and one client (an API
+key; with auth off, a client address) at most JOBQ_MAX_WAITERS_PER_CLIENT of them, so one key's fleet
+cannot take every place. A statement that fails because the database went away (a terminated session, a
+pooler restart, a failover) fails only the requests that would not wait: waiting ones stay parked and the
+statement is tried again with backoff until their deadline; one that reaches its deadline with the last
+try failed answers 503. A request that waited has its key checked again before it receives rows: a key
+revoked while it waited gets 401, and the rows go back at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -24,21 +33,26 @@ from app.db import jobs as store
 from app.db.jobs import ClaimSlot
 from app.db.pool import Database
 from app.db.rows import ClaimRow
-from app.errors import AppError, TooManyWaiters
+from app.errors import AppError, DatabaseUnavailable, TooManyWaiters, Unauthorized
 from app.runtime.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.claims")
 
+RETRY_FIRST_SECONDS = 0.05  # after a failed statement, waiting requests are tried again this soon, then
+RETRY_MAX_SECONDS = 2.0  # doubling up to this (with jitter, so that replicas do not retry in step)
+
 
 class _Ticket:
-    __slots__ = ("future", "parked", "slot", "wait")
+    __slots__ = ("client", "error", "future", "parked", "slot", "wait")
 
-    def __init__(self, slot: ClaimSlot, future: asyncio.Future[list[ClaimRow]], wait: bool) -> None:
+    def __init__(self, slot: ClaimSlot, future: asyncio.Future[list[ClaimRow]], wait: bool, client: str | None) -> None:
         self.slot = slot
         self.future = future
         self.wait = wait
-        self.parked = False  # counted against max_waiters
+        self.client = client
+        self.parked = False  # counted against the waiter caps
+        self.error: AppError | None = None  # the last statement for it failed with this
 
 
 class _QueueClaims:
@@ -48,6 +62,8 @@ class _QueueClaims:
         self.tickets: list[_Ticket] = []
         self.task: asyncio.Task[None] | None = None
         self.again = False
+        self.failures = 0  # statements failed in a row (database unavailable)
+        self._retry: asyncio.TimerHandle | None = None
 
     @property
     def idle(self) -> bool:
@@ -75,6 +91,19 @@ class _QueueClaims:
             try:
                 async with self.owner.db.connection() as conn:
                     result = await store.jobs_claim(conn, self.queue, [t.slot for t in batch])
+            except DatabaseUnavailable as exc:
+                # Transient: the next statement, on a new connection, will likely succeed. Requests that
+                # would not wait answer 503 now; waiting ones stay parked and are tried again later.
+                for t in batch:
+                    if t.future.done():
+                        continue
+                    if t.wait and not self.owner.closing:
+                        t.error = exc
+                        self.owner.park(self.queue, t)
+                    else:
+                        t.future.set_exception(exc)
+                self._retry_later()
+                return
             except AppError as exc:
                 for t in batch:
                     if not t.future.done():
@@ -86,6 +115,9 @@ class _QueueClaims:
                     if not t.future.done():
                         t.future.set_exception(exc)
                 continue
+            self.failures = 0
+            for t in batch:
+                t.error = None
             claimed = self._hand_out(batch, result.rows)
             self.owner.metrics.count("claimed", self.queue, claimed)
             self.owner.metrics.count("empty_claims", self.queue, len(batch) if result.ready_left_behind else 0)
@@ -106,16 +138,20 @@ class _QueueClaims:
             elif not t.future.done():
                 if not t.wait or self.owner.closing:
                     t.future.set_result([])
-                elif not t.parked:
-                    if self.owner.parked >= self.owner.settings.waiter_cap:
-                        t.future.set_exception(TooManyWaiters())
-                    else:
-                        t.parked = True
-                        self.owner.parked += 1
-                        self.owner.wakeups.waiter_parked(self.queue)
+                else:
+                    self.owner.park(self.queue, t)
         if undeliverable:
             self.owner.release(undeliverable)
         return claimed
+
+    def _retry_later(self) -> None:
+        self.failures += 1
+        delay = min(RETRY_FIRST_SECONDS * 2 ** (self.failures - 1), RETRY_MAX_SECONDS) * random.uniform(0.5, 1.0)
+        if self.failures == 1 or self.failures % 10 == 0:
+            log.warning("claims on queue %s: database unavailable, trying again in %.2fs", self.queue, delay)
+        loop = asyncio.get_running_loop()
+        if self._retry is None or self._retry.when() <= loop.time():  # none pending yet
+            self._retry = loop.call_later(delay, self.kick)
 
 
 class ClaimDispatcher:
@@ -126,6 +162,9 @@ class ClaimDispatcher:
         self.metrics = metrics
         self.max_rows = max(settings.max_claim_limit, 1000)
         self.parked = 0
+        self.parked_by: dict[str, int] = {}  # client -> its parked requests
+        self.waiter_cap = settings.waiter_cap
+        self.waiter_cap_per_client = settings.waiter_cap_per_client
         self.closing = False
         self._queues: dict[str, _QueueClaims] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -133,13 +172,22 @@ class ClaimDispatcher:
     # -- requests -----------------------------------------------------------------------------------------
 
     async def claim(
-        self, queue: str, slot: ClaimSlot, wait_seconds: float, disconnected: Callable[[], Awaitable[Any]] | None = None
+        self,
+        queue: str,
+        slot: ClaimSlot,
+        wait_seconds: float,
+        disconnected: Callable[[], Awaitable[Any]] | None = None,
+        *,
+        client: str | None = None,
+        still_authorized: Callable[[], Awaitable[bool]] | None = None,
     ) -> list[ClaimRow]:
-        """Jobs claimed for one request: at once when any are ready, else within wait_seconds, else []."""
+        """Jobs claimed for one request: at once when any are ready, else within wait_seconds, else []. `client`
+        names whose share of the waiting places the request takes; `still_authorized`, when given, is asked
+        before a request that waited receives rows."""
         if self.closing:
             return []
         loop = asyncio.get_running_loop()
-        ticket = _Ticket(slot, loop.create_future(), wait=wait_seconds > 0)
+        ticket = _Ticket(slot, loop.create_future(), wait_seconds > 0, client)
         claims = self._queues.get(queue)
         if claims is None:
             claims = self._queues[queue] = _QueueClaims(self, queue)
@@ -155,17 +203,70 @@ class ClaimDispatcher:
                 watch = asyncio.ensure_future(disconnected())
                 waiters.add(watch)
             await asyncio.wait(waiters, timeout=wait_seconds, return_when=asyncio.FIRST_COMPLETED)
-            if ticket.future.done():
-                return ticket.future.result()
-            return []  # deadline, or the client went away
+            if not ticket.future.done():
+                if ticket.error is not None:
+                    raise ticket.error  # the deadline came with the database still away
+                return []  # deadline, or the client went away
+            rows = ticket.future.result()
+            if rows and ticket.parked and still_authorized is not None:
+                await self._check_again(rows, still_authorized)
+            return rows
         finally:
             if watch is not None:
                 watch.cancel()
             if not ticket.future.done():
                 ticket.future.cancel()  # rows still in flight for it will be released
-            if ticket.parked:
-                ticket.parked = False
-                self.parked -= 1
+            self.unpark(ticket)
+
+    async def _check_again(self, rows: list[ClaimRow], still_authorized: Callable[[], Awaitable[bool]]) -> None:
+        """The key of a request that waited may have been revoked meanwhile: then its rows go back."""
+        try:
+            allowed = await still_authorized()
+        except BaseException:
+            self.release(rows)
+            raise
+        if not allowed:
+            self.release(rows)
+            raise Unauthorized(
+                "The API key was revoked while this claim waited; the jobs it would have received are back in the "
+                "queue.",
+                invalid=True,
+            )
+
+    # -- the waiter caps ----------------------------------------------------------------------------------
+
+    def park(self, queue: str, ticket: _Ticket) -> None:
+        """Count a waiting request against the caps, or answer it 429 when it would pass one."""
+        if ticket.parked:
+            return
+        mine = self.parked_by.get(ticket.client, 0) if ticket.client is not None else 0
+        if self.parked >= self.waiter_cap:
+            ticket.future.set_exception(TooManyWaiters())
+        elif ticket.client is not None and mine >= self.waiter_cap_per_client:
+            ticket.future.set_exception(
+                TooManyWaiters(
+                    f"This client already has {mine} long-polls waiting on this server, its share; retry after a "
+                    "pause, or wait with fewer requests and a larger `limit`."
+                )
+            )
+        else:
+            ticket.parked = True
+            self.parked += 1
+            if ticket.client is not None:
+                self.parked_by[ticket.client] = mine + 1
+            self.wakeups.waiter_parked(queue)
+
+    def unpark(self, ticket: _Ticket) -> None:
+        if not ticket.parked:
+            return
+        ticket.parked = False
+        self.parked -= 1
+        if ticket.client is not None:
+            left = self.parked_by[ticket.client] - 1
+            if left:
+                self.parked_by[ticket.client] = left
+            else:
+                del self.parked_by[ticket.client]
 
     # -- wake-ups -----------------------------------------------------------------------------------------
 

@@ -198,15 +198,22 @@ class JobService:
         req: ClaimRequest,
         allowed: str | None = None,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
+        *,
+        client: str | None = None,
+        still_authorized: Callable[[], Awaitable[bool]] | None = None,
     ) -> Claimed:
         """Complete the jobs the request hands in, then claim: at once when jobs are ready, else within
         wait_seconds, else none. The completes are committed before the claim runs, whatever it finds.
-        `disconnected` makes an awaitable that ends when the client goes away (a long-poll stops waiting)."""
+        `disconnected` makes an awaitable that ends when the client goes away (a long-poll stops waiting);
+        `client` and `still_authorized`: see ClaimDispatcher.claim."""
         completed: list[ItemOutcome] = []
         if req.complete:
             completed = await self._complete_outcomes(self._completions(req.complete, allowed, "complete"))
         slot = ClaimSlot(req.worker, req.lease_seconds or self.settings.lease_default_seconds, req.limit)
-        return Claimed(await self.dispatcher.claim(queue, slot, req.wait_seconds, disconnected), completed)
+        rows = await self.dispatcher.claim(
+            queue, slot, req.wait_seconds, disconnected, client=client, still_authorized=still_authorized
+        )
+        return Claimed(rows, completed)
 
     async def _heartbeat_many(self, beats: list[Heartbeat]) -> list[tuple[Outcome, Any]]:
         async with self.db.connection() as conn:

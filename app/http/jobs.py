@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match, Route
 
-from app.auth.policy import principal, requires
+from app.auth.policy import client_identity, principal, requires
 from app.core.jobs import JobService
 from app.errors import (
     AppError,
@@ -207,7 +207,14 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     @configured(body=c.claim)
     async def claim_jobs(queue: QueueName, body: ClaimRequest, request: Request) -> Response:
         waiting = (lambda: _disconnected(request)) if body.wait_seconds > 0 else None
-        claimed = await service(request).claim(queue, body, principal(request).queue_regex, waiting)
+        claimed = await service(request).claim(
+            queue,
+            body,
+            principal(request).queue_regex,
+            waiting,
+            client=client_identity(request),
+            still_authorized=request.scope["state"].get("recheck"),
+        )
         return json_response(
             {
                 "jobs": [claim_document(row) for row in claimed.jobs],

@@ -33,7 +33,5 @@ class Gauges(Ticking):
             self._next_depth = time.monotonic() + self.depth_interval
             async with self.db.connection() as conn:
                 queues = await store_ops.queues_list(conn)
-            for q in queues:
-                self.metrics.depth.labels(q.queue).set(q.ready)
-                self.metrics.scheduled.labels(q.queue).set(q.scheduled)
-                self.metrics.oldest.labels(q.queue).set(q.oldest_ready_age or 0.0)
+            self.metrics.set_depths((q.queue, q.ready, q.scheduled, q.oldest_ready_age or 0.0) for q in queues)
+        self.metrics.forget_idle_queues()

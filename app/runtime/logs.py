@@ -2,7 +2,8 @@
 counts and logs every request under a request id.
 
 Never logged: payloads, results, claim tokens, API keys, request bodies. A request line holds the
-request id, method, route template (not the raw path), status and duration; lifecycle lines hold what
+request id, the client's address (app/runtime/clients.py), method, route template (not the raw path),
+status and duration; lifecycle lines hold what
 their message says. Access lines bypass the `logging` module's per-record machinery (about 10 µs a
 line) and are written in batches: at thousands of requests a second that is a few percent of CPU."""
 
@@ -22,9 +23,12 @@ from typing import IO, Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.runtime.clients import ClientAddress
 from app.runtime.metrics import Metrics
 
 REQUEST_ID_HEADER = b"x-request-id"
+# The request metric's `method` label: anything else a client sends counts as OTHER (labels must be bounded).
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _SAFE_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
@@ -125,10 +129,11 @@ class Observability:
     """Outermost ASGI layer: request id (accepted from X-Request-ID when sane, else generated; always
     returned), duration, the request metric and the access line. Works for both HTTP paths."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, access: AccessLog) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, access: AccessLog, clients: ClientAddress) -> None:
         self.app = app
         self.metrics = metrics
         self.access = access
+        self.clients = clients
         self.pid = os.getpid()
         self._histograms: dict[tuple[str, str, int], Any] = {}
         # Request ids: unique, not secret. A random prefix per process and a counter; no syscall per request.
@@ -168,10 +173,10 @@ class Observability:
             # The template as the OpenAPI document writes it: /jobs/{job_id}, not /jobs/{job_id:int}.
             template = getattr(route, "path_format", None) or getattr(route, "path", None) or "unmatched"
             method = scope["method"]
-            key = (template, method, status)
+            key = (template, method if method in METHODS else "OTHER", status)
             histogram = self._histograms.get(key)
             if histogram is None:  # labels() costs microseconds: look each child up once
-                histogram = self._histograms[key] = self.metrics.http_requests.labels(template, method, str(status))
+                histogram = self._histograms[key] = self.metrics.http_requests.labels(key[0], key[1], str(status))
             histogram.observe(duration)
             self.access.write(
                 {
@@ -179,6 +184,7 @@ class Observability:
                     "level": "info",
                     "logger": "jobq.access",
                     "request_id": request_id.decode(),
+                    "client": self.clients.of(scope),
                     "method": method,
                     "route": template,
                     "status": status,

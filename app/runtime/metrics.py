@@ -4,13 +4,21 @@ queue statistics flushed to the database (queue_stats) so that every replica's /
 Events are counted from what statements returned (rows completed, failed, ...), never by extra
 queries. The flush is one statement per second per process; a crash loses at most that second of
 windowed statistics, never a job or a finished-job count (those live in queue_counts, kept by the
-statements themselves)."""
+statements themselves).
+
+Queue names come from clients, so the `queue` label is bounded: at most JOBQ_METRICS_MAX_QUEUES distinct
+values per process (events of further queues are counted under `queue="(other)"`), and a queue without
+an event for JOBQ_METRICS_QUEUE_IDLE_SECONDS leaves /metrics, freeing its place. Multi-process mode keeps
+values in files that the exposition merges and that cannot forget one series: there the cap holds but
+series stay until the processes restart."""
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -56,6 +64,36 @@ def percentile_ms(histogram: list[int] | None, q: float, max_ms: float | None) -
     return max_ms
 
 
+OTHER_QUEUE = "(other)"  # never a queue name: those hold only [A-Za-z0-9_.:-]
+
+
+class QueueLabels:
+    """Which `queue` label value a queue's events go under, and which queues have gone idle."""
+
+    def __init__(self, max_queues: int, idle_seconds: float) -> None:
+        self.max_queues = max_queues
+        self.idle_seconds = idle_seconds
+        self._last: dict[str, float] = {}  # queue -> monotonic time of its last event
+
+    def label(self, queue: str) -> str:
+        """The label for an event of `queue`, which is active from now."""
+        if queue in self._last or len(self._last) < self.max_queues:
+            self._last[queue] = time.monotonic()
+            return queue
+        return OTHER_QUEUE
+
+    def has(self, queue: str) -> bool:
+        return queue in self._last
+
+    def idle(self) -> list[str]:
+        """Forget the queues without an event for idle_seconds, and name them."""
+        cutoff = time.monotonic() - self.idle_seconds
+        gone = [q for q, at in self._last.items() if at < cutoff]
+        for q in gone:
+            del self._last[q]
+        return gone
+
+
 HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -71,7 +109,7 @@ class _Minute:
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, max_queues: int = 1000, queue_idle_seconds: float = 3600.0) -> None:
         # Multi-process mode (`jobq serve --workers N`): values live in files the /metrics endpoint
         # merges; otherwise a registry of this app (tests build many apps in one process).
         self.multiprocess = multiprocess_dir() is not None
@@ -123,6 +161,45 @@ class Metrics:
         self.swept = Counter("jobq_sweeper_rows_total", "Rows the sweeper changed.", ["action"], registry=reg)
         self._minutes: dict[tuple[str, datetime], _Minute] = {}
         self._children: dict[tuple[str, str], Any] = {}
+        self.queue_labels = QueueLabels(max_queues, queue_idle_seconds)
+
+    @property
+    def _queue_metrics(self) -> list[Any]:
+        return [*self.jobs.values(), self.empty_claims, self.job_duration, self.depth, self.scheduled, self.oldest]
+
+    def forget_idle_queues(self) -> list[str]:
+        """Remove the series of queues idle past JOBQ_METRICS_QUEUE_IDLE_SECONDS (one process only)."""
+        if self.multiprocess:
+            return []
+        gone = self.queue_labels.idle()
+        for queue in gone:
+            for metric in self._queue_metrics:
+                with contextlib.suppress(KeyError):
+                    metric.remove(queue)
+            for key in [k for k in self._children if k[1] == queue]:
+                del self._children[key]
+        return gone
+
+    def set_depths(self, depths: Iterable[tuple[str, float, float, float]]) -> None:
+        """(queue, ready, scheduled, oldest ready age) of every queue. A queue with jobs waiting counts as
+        active; an empty one keeps the series it has (at 0) until it goes idle, and gets none otherwise.
+        Queues past the cap are summed (the oldest age: the largest) under `(other)`."""
+        values: dict[str, list[float]] = {}
+        for queue, ready, scheduled, oldest in depths:
+            if ready or scheduled:
+                label = self.queue_labels.label(queue)
+            elif self.queue_labels.has(queue):
+                label = queue
+            else:
+                continue
+            mine = values.setdefault(label, [0.0, 0.0, 0.0])
+            mine[0] += ready
+            mine[1] += scheduled
+            mine[2] = max(mine[2], oldest)
+        for label, (ready, scheduled, oldest) in values.items():
+            self.depth.labels(label).set(ready)
+            self.scheduled.labels(label).set(scheduled)
+            self.oldest.labels(label).set(oldest)
 
     # -- events ---------------------------------------------------------------------------------------------
 
@@ -135,11 +212,12 @@ class Metrics:
 
     def _child(self, event: str, queue: str) -> Any:
         """The labelled counter; labels() costs microseconds, so each child is looked up once."""
-        key = (event, queue)
+        label = self.queue_labels.label(queue)
+        key = (event, label)
         child = self._children.get(key)
         if child is None:
             metric = {"empty_claims": self.empty_claims, "duration": self.job_duration}.get(event) or self.jobs[event]
-            child = self._children[key] = metric.labels(queue)
+            child = self._children[key] = metric.labels(label)
         return child
 
     def count(self, event: str, queue: str, n: int = 1) -> None:

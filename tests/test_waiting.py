@@ -1,0 +1,154 @@
+"""Long-polls that wait: fair shares of the waiting places, a wait that rides out a dropped database
+connection, and a key checked again before a request that waited receives jobs (app/core/dispatcher.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from app.auth.keys import new_key
+from app.db import keys as store_keys
+from tests.support import LiveServer, problem, settle_long_poll, wait_until
+
+ENV_KEY = "container-key-" + "k" * 40
+
+
+def create_key(db: psycopg.Connection, name: str, scopes: list[str]) -> str:
+    key, selector, key_hash = new_key()
+    store_keys.api_key_insert(db, name, selector, key_hash, scopes, None)
+    return key
+
+
+_threads: list[threading.Thread] = []
+
+
+@pytest.fixture(autouse=True)
+def _join_threads() -> Iterator[None]:
+    yield
+    while _threads:
+        _threads.pop().join(60)
+
+
+def long_poll(server: LiveServer, key: str | None, queue: str = "q", wait: int = 20) -> Callable[[], httpx.Response]:
+    """A claim waiting up to `wait` seconds, on its own connection and thread; returns what waits for its answer."""
+    answers: list[httpx.Response] = []
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+
+    def run() -> None:
+        with httpx.Client(base_url=server.url, headers=headers, timeout=60) as c:
+            answers.append(c.post(f"/queues/{queue}/claim", json={"worker": "w", "wait_seconds": wait}))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    _threads.append(thread)
+
+    def answer() -> httpx.Response:
+        thread.join(60)
+        return answers[0]
+
+    return answer
+
+
+def as_key(server: LiveServer, key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {key}"}, timeout=30)
+
+
+# --- fair shares -------------------------------------------------------------------------------------------------
+
+
+def test_one_key_cannot_take_every_waiting_place(server_factory: Any, db: psycopg.Connection) -> None:
+    """Key B asks for more long-polls than its share: past its share it gets 429 at once, and key A's
+    long-poll still waits and receives the next job."""
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, max_waiters=4, max_waiters_per_client=2,
+                                        poll_interval_seconds=60)  # fmt: skip
+    key_a, key_b = create_key(db, "a", ["consume"]), create_key(db, "b", ["consume"])
+    dispatcher = server.state.dispatcher
+    b_polls = [long_poll(server, key_b) for _ in range(2)]
+    wait_until(lambda: dispatcher.parked == 2, what="B's two long-polls waiting")
+    with as_key(server, key_b) as b:
+        for _ in range(2):
+            body = problem(b.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20}), 429, "too-many-waiters")
+            assert "share" in body["detail"]
+        assert b.post("/queues/q/claim", json={"worker": "w"}).status_code == 200  # not waiting: not counted
+    a_poll = long_poll(server, key_a, queue="a-only")
+    wait_until(lambda: dispatcher.parked == 3, what="A's long-poll waiting")
+    with as_key(server, ENV_KEY) as admin:
+        job = admin.post("/queues/a-only/jobs", json={"payload": "for A"}).json()
+        r = a_poll()
+        assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]]
+        for _ in b_polls:
+            admin.post("/queues/q/jobs", json={"payload": "for B"})
+    assert all(answer().status_code == 200 for answer in b_polls)
+
+
+def test_with_auth_off_the_share_is_per_client_address(server_factory: Any) -> None:
+    server: LiveServer = server_factory(max_waiters=4, max_waiters_per_client=1, poll_interval_seconds=60)
+    first = long_poll(server, None)
+    wait_until(lambda: server.state.dispatcher.parked == 1, what="a long-poll waiting")
+    problem(server.client.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 5}), 429, "too-many-waiters")
+    server.enqueue()
+    assert first().json()["jobs"]
+
+
+# --- a dropped database connection --------------------------------------------------------------------------------
+
+
+def terminate_jobq_sessions(db: psycopg.Connection) -> int:
+    """pg_terminate_backend on every session of the service (pool and listener), as a failover would."""
+    rows = db.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid() AND application_name LIKE 'jobq%'"
+    ).fetchall()
+    return len(rows)
+
+
+def test_a_waiting_long_poll_rides_out_a_dropped_connection(server_factory: Any, db: psycopg.Connection) -> None:
+    """Every connection of the service is terminated while a 20 s long-poll waits. The listener reconnects
+    and looks at the queue again, on one of the pool's idle connections, all dead: the long-poll must keep
+    waiting, and be answered by the next enqueue."""
+    server: LiveServer = server_factory(pool_min_size=4)
+    wait_until(lambda: server.state.db.pool.get_stats()["pool_available"] >= 4, what="4 idle pooled connections")
+    answer = long_poll(server, None, wait=20)
+    settle_long_poll(server)
+    assert terminate_jobq_sessions(db) >= 2  # the pool's and the listener's
+    wait_until(lambda: server.state.wakeups.connections >= 2, what="the listener reconnecting")
+    wait_until(lambda: server.state.dispatcher.settled("q"), what="the claims of the reconnect to run")
+
+    job: dict[str, Any] = {}
+
+    def enqueued() -> bool:  # a producer retries a 503, as the SDKs do
+        r = server.client.post("/queues/q/jobs", json={"payload": "after the drop"})
+        job.update(r.json() if r.status_code == 201 else {})
+        return r.status_code == 201
+
+    wait_until(enqueued, what="an enqueue to succeed")
+    r = answer()
+    assert r.status_code == 200, r.text
+    assert [j["id"] for j in r.json()["jobs"]] == [job["id"]]
+
+
+# --- a key revoked while its long-poll waits -------------------------------------------------------------------------
+
+
+def test_a_key_revoked_while_its_long_poll_waits_receives_nothing(server_factory: Any, db: psycopg.Connection) -> None:
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, auth_cache_seconds=3600)
+    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    key = create_key(db, "worker", ["consume"])
+    answer = long_poll(server, key)
+    settle_long_poll(server)
+    generation = server.state.keys.generation
+    store_keys.api_key_revoke(db, "worker")  # its NOTIFY empties every process's key cache
+    wait_until(lambda: server.state.keys.generation > generation, what="the revocation to arrive")
+    with as_key(server, ENV_KEY) as admin:
+        job = admin.post("/queues/q/jobs", json={"payload": "not for a revoked key"}).json()
+        body = problem(answer(), 401, "unauthorized")
+        assert "revoked" in body["detail"]
+        wait_until(lambda: admin.get(f"/jobs/{job['id']}").json()["status"] == "pending", what="the job back")
+        assert admin.get(f"/jobs/{job['id']}").json()["attempts"] == 0
+        claimed = admin.post("/queues/q/claim", json={"worker": "w"}).json()["jobs"]
+        assert [j["id"] for j in claimed] == [job["id"]]
