@@ -48,6 +48,7 @@ class OpsService:
         seconds = window or self.settings.stats_window_seconds
         async with self.db.connection() as conn:
             r = await store_ops.queue_stats(conn, queue, seconds)
+            health = await store_ops.database_health(conn)
         done = r.w_completed
         max_ms = round(r.w_duration_max_ms, 3) if r.w_duration_max_ms is not None and done else None
         return {
@@ -75,6 +76,11 @@ class OpsService:
                     "p95_ms": percentile_ms(r.w_durations_ms, 0.95, max_ms),
                     "max_ms": max_ms,
                 },
+            },
+            "database": {
+                "jobs_dead_rows": health.jobs_dead_rows,
+                "oldest_xmin_age_seconds": round(health.oldest_xmin_age_seconds, 3),
+                "oldest_xmin_age_transactions": health.oldest_xmin_age_transactions,
             },
             "as_of": r.as_of,
         }

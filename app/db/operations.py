@@ -12,17 +12,19 @@ import psycopg
 
 from app.auth.policy import queue_allowed
 from app.db.jobs import JOB_COLUMNS, as_json, count_finished, job_get
-from app.db.rows import JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
+from app.db.rows import DatabaseHealthRow, JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
 
 # --- statistics -------------------------------------------------------------------------------------------
 
 STATS_ADD = """
--- Add one process's per-minute counts; concurrent flushes from replicas add up.
+-- Add one process's counts since its last flush (a second ago) to the current minute; concurrent flushes
+-- from replicas add up. The minute is the database's: an API host whose clock is off files nothing under
+-- a minute that the windows of /stats, which read now(), would never look at.
 INSERT INTO queue_stats AS s (queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired,
                               cancelled, released, empty_claims, duration_max_ms, durations_ms)
-SELECT queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired, cancelled, released,
-       empty_claims, duration_max_ms, durations_ms
-FROM json_to_recordset(%(rows)s::json) AS t(queue_name text, minute timestamptz, enqueued bigint, claimed bigint,
+SELECT queue_name, date_trunc('minute', now()), enqueued, claimed, completed, failed, retried, lease_expired,
+       cancelled, released, empty_claims, duration_max_ms, durations_ms
+FROM json_to_recordset(%(rows)s::json) AS t(queue_name text, enqueued bigint, claimed bigint,
      completed bigint, failed bigint, retried bigint, lease_expired bigint, cancelled bigint, released bigint,
      empty_claims bigint, duration_max_ms float8, durations_ms bigint[])
 ON CONFLICT (queue_name, minute) DO UPDATE SET
@@ -422,3 +424,33 @@ async def jobs_dead_rows(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
     cur = await conn.execute(JOBS_DEAD_ROWS)
     row = await cur.fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+# --- what holds vacuum back -----------------------------------------------------------------------------------
+
+DATABASE_HEALTH = """
+-- What keeps VACUUM from reclaiming the queue's dead rows: the oldest snapshot still held (xmin) by a
+-- session of this database, a prepared transaction or a replication slot. While it is held, every row a
+-- claim or complete made dead since stays, and claims walk over its index entries. From the statistics
+-- views only: no scan.
+WITH holders AS (
+  SELECT age(backend_xmin) AS xids, now() - coalesce(xact_start, query_start) AS held
+  FROM pg_stat_activity
+  WHERE backend_xmin IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
+  UNION ALL
+  SELECT age(transaction), now() - prepared FROM pg_prepared_xacts WHERE database = current_database()
+  UNION ALL
+  SELECT age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL
+)
+SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0) AS jobs_dead_rows,
+       coalesce(extract(epoch FROM (SELECT max(held) FROM holders))::float8, 0) AS oldest_xmin_age_seconds,
+       coalesce((SELECT max(xids) FROM holders), 0) AS oldest_xmin_age_transactions
+"""
+
+
+async def database_health(conn: psycopg.AsyncConnection[Any]) -> DatabaseHealthRow:
+    cur = conn.cursor(row_factory=rows_of(DatabaseHealthRow))
+    await cur.execute(DATABASE_HEALTH)
+    row = await cur.fetchone()
+    assert row is not None
+    return row

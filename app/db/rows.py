@@ -179,3 +179,12 @@ class QueueStatsRow:
     w_durations_ms: list[int] | None
     paused: bool
     as_of: datetime
+
+
+@dataclass(slots=True, frozen=True)
+class DatabaseHealthRow:
+    """What holds vacuum back (app/db/operations.py DATABASE_HEALTH)."""
+
+    jobs_dead_rows: int
+    oldest_xmin_age_seconds: float
+    oldest_xmin_age_transactions: int

@@ -83,6 +83,7 @@ _WINDOW = {
     "empty_claims_with_ready_jobs": 5,
     "duration": _DURATION,
 }
+_HEALTH = {"jobs_dead_rows": 1840, "oldest_xmin_age_seconds": 0.0, "oldest_xmin_age_transactions": 0}
 _SUMMARY = {"queue": "emails", "paused": False, "counts": _COUNTS, "oldest_ready_age_seconds": 2.4}
 
 # Component schema name -> examples (JSON Schema `examples`; the first also becomes the media type's).
@@ -146,9 +147,11 @@ SCHEMAS: dict[str, list[Any]] = {
             "jobs_on_last_attempt": 1,
             "jobs_one_attempt_left": 2,
             "window": _WINDOW,
+            "database": _HEALTH,
             "as_of": _AT,
         }
     ],
+    "DatabaseHealth": [_HEALTH],
     "QueueSummary": [_SUMMARY],
     "QueueList": [{"queues": [_SUMMARY, {**_SUMMARY, "queue": "reports", "paused": True}]}],
     "JobPage": [

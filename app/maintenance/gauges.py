@@ -33,5 +33,8 @@ class Gauges(Ticking):
             self._next_depth = time.monotonic() + self.depth_interval
             async with self.db.connection() as conn:
                 queues = await store_ops.queues_list(conn)
+                health = await store_ops.database_health(conn)
+            self.metrics.dead_rows.set(health.jobs_dead_rows)
+            self.metrics.xmin_age.set(health.oldest_xmin_age_seconds)
             self.metrics.set_depths((q.queue, q.ready, q.scheduled, q.oldest_ready_age or 0.0) for q in queues)
         self.metrics.forget_idle_queues()

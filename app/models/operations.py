@@ -48,6 +48,22 @@ class WindowStats(BaseModel):
     duration: DurationStats = Field(description="Claim-to-completion times of the jobs completed in the window.")
 
 
+class DatabaseHealth(BaseModel):
+    """What holds back the vacuuming of the jobs table, for every queue alike."""
+
+    jobs_dead_rows: int = Field(
+        description="Dead row versions in the jobs table (PostgreSQL's statistics). Claims walk over their index "
+        "entries until VACUUM removes them."
+    )
+    oldest_xmin_age_seconds: float = Field(
+        description="How long the oldest snapshot that VACUUM must respect has been held (a long transaction, a "
+        "prepared transaction; 0 when none). While it is held, no dead row made since can be removed."
+    )
+    oldest_xmin_age_transactions: int = Field(
+        description="The same holder's age in transaction ids (replication slots included)."
+    )
+
+
 class QueueStats(BaseModel):
     queue: str
     paused: bool = Field(description="A paused queue accepts jobs but every claim returns empty.")
@@ -58,6 +74,7 @@ class QueueStats(BaseModel):
     jobs_on_last_attempt: int = Field(description="Pending or running jobs with no attempt left after this one.")
     jobs_one_attempt_left: int = Field(description="Pending or running jobs one attempt short of max_attempts.")
     window: WindowStats
+    database: DatabaseHealth
     as_of: datetime = Field(description="Database time of the figures.")
 
 

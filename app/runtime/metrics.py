@@ -21,7 +21,6 @@ import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -154,12 +153,22 @@ class Metrics:
         self.oldest = Gauge(
             "jobq_queue_oldest_ready_age_seconds", "Age of the oldest ready job.", labels, registry=reg, **latest
         )
+        self.dead_rows = Gauge(
+            "jobq_jobs_dead_rows", "Dead row versions in the jobs table (VACUUM removes them).", registry=reg, **latest
+        )
+        self.xmin_age = Gauge(
+            "jobq_database_oldest_xmin_age_seconds",
+            "How long the oldest snapshot that VACUUM must respect has been held.",
+            registry=reg,
+            **latest,
+        )
         self.sweeps = Counter("jobq_sweeper_runs_total", "Sweeper passes.", registry=reg)
         self.maintenance_errors = Counter(
             "jobq_maintenance_errors_total", "Background passes that failed, by service.", ["service"], registry=reg
         )
         self.swept = Counter("jobq_sweeper_rows_total", "Rows the sweeper changed.", ["action"], registry=reg)
-        self._minutes: dict[tuple[str, datetime], _Minute] = {}
+        # Counts since the last flush, by queue; the flush files them under the database's current minute.
+        self._minutes: dict[str, _Minute] = {}
         self._children: dict[tuple[str, str], Any] = {}
         self.queue_labels = QueueLabels(max_queues, queue_idle_seconds)
 
@@ -204,10 +213,9 @@ class Metrics:
     # -- events ---------------------------------------------------------------------------------------------
 
     def _minute(self, queue: str) -> _Minute:
-        key = (queue, datetime.now(UTC).replace(second=0, microsecond=0))
-        m = self._minutes.get(key)
+        m = self._minutes.get(queue)
         if m is None:
-            m = self._minutes[key] = _Minute()
+            m = self._minutes[queue] = _Minute()
         return m
 
     def _child(self, event: str, queue: str) -> Any:
@@ -252,12 +260,11 @@ class Metrics:
         rows = [
             {
                 "queue_name": q,
-                "minute": minute,
                 **m.counts,
                 "duration_max_ms": m.duration_max,
                 "durations_ms": m.durations,
             }
-            for (q, minute), m in pending.items()
+            for q, m in pending.items()
         ]
         try:
             async with db.connection() as conn:

@@ -1,0 +1,277 @@
+"""Faults around the service, each end to end on a real PostgreSQL: notifications lost or disabled, a
+transaction pinning xmin, the API host's clock hours off, and the data directory's disk filling up."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from app.runtime.embedded import LocalPostgres, find_binaries
+from tests.processes import JOBQ, ServeProcess
+from tests.support import LiveServer, problem, settle_long_poll, wait_until
+
+# --- LISTEN/NOTIFY lost or disabled --------------------------------------------------------------------------
+
+
+def long_poll(server: LiveServer, queue: str, wait: int = 20) -> Any:
+    answers: list[httpx.Response] = []
+
+    def run() -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            answers.append(c.post(f"/queues/{queue}/claim", json={"worker": "w", "wait_seconds": wait}))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+
+    def answer() -> httpx.Response:
+        thread.join(60)
+        return answers[0]
+
+    return answer
+
+
+def test_jobs_are_picked_up_when_notifications_are_lost_or_disabled(server_factory: Any) -> None:
+    """Two replicas: a long-poll waits on A, the job is enqueued through B. With A's wake-up messages lost (A
+    hears nothing B sends), and then with A's LISTEN connection gone altogether, A's fallback poll still hands
+    the job out within the long-poll's wait."""
+    a: LiveServer = server_factory(poll_interval_seconds=0.5)
+    b: LiveServer = server_factory(poll_interval_seconds=60)
+    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
+
+    # Lost: every message A's listener receives is dropped (B never learns that A waits, so never wakes it).
+    a.state.wakeups.received = lambda payload: None
+    answer = long_poll(a, "lost")
+    settle_long_poll(a, "lost")
+    job = b.enqueue(queue="lost", payload=1)
+    r = answer()
+    assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]]
+
+    # Disabled: no LISTEN connection at all.
+    a.run(lambda: a.state.maintenance["listener"].stop())
+    answer = long_poll(a, "deaf")
+    wait_until(lambda: a.state.dispatcher.settled("deaf"), what="the long-poll waiting")
+    job = b.enqueue(queue="deaf", payload=2)
+    r = answer()
+    assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]]
+
+
+# --- a transaction pinning xmin ------------------------------------------------------------------------------
+
+PIN_ROUNDS = 100  # rounds of 100 jobs each (enqueue, claim, complete) churned while xmin is pinned
+
+
+def churn(server: LiveServer, rounds: int) -> list[float]:
+    """Enqueue, claim and complete 100 jobs a round; returns each claim's latency in ms (as a worker sees it)."""
+    latencies = []
+    for _ in range(rounds):
+        server.client.post("/queues/churn/jobs/batch", json={"jobs": [{"payload": i} for i in range(100)]})
+        started = time.perf_counter()
+        claimed = server.client.post("/queues/churn/claim", json={"worker": "w", "limit": 100}).json()["jobs"]
+        latencies.append((time.perf_counter() - started) * 1000)
+        items = [{"id": c["id"], "claim_token": c["claim_token"]} for c in claimed]
+        server.client.post("/jobs/complete", json={"jobs": items})
+    return latencies
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98]
+
+
+# The budget while xmin is pinned: the p99 of a claim of 100 stays within this many times the p99 measured just
+# before on the same machine, plus PIN_SLACK_MS; and the jobs table holds at most DEAD_ROWS_PER_JOB dead rows
+# per job churned (a job leaves two: its pending and its running versions).
+PIN_P99_FACTOR = 5
+PIN_SLACK_MS = 100
+DEAD_ROWS_PER_JOB = 3
+
+
+@pytest.mark.slow
+def test_a_pinned_xmin_shows_in_stats_and_claims_stay_within_budget(
+    server_factory: Any, database_url: str, db: psycopg.Connection
+) -> None:
+    """Slow (about 15 s): 10,000 jobs churn while another session holds a snapshot, as a forgotten
+    transaction or a long report would; nothing they leave dead can be vacuumed meanwhile. Bounded to those
+    jobs rather than minutes: what grows with the pin is the dead rows it keeps, and these are as many as a
+    minute at 170 jobs a second leaves."""
+    server: LiveServer = server_factory(vacuum_interval_seconds=0, gauges_interval_seconds=1)
+    churn(server, 5)  # warm up
+    baseline = churn(server, 20)
+    with psycopg.connect(database_url) as pin:
+        pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        pin.execute("SELECT count(*) FROM jobs").fetchone()  # the snapshot is taken: xmin pinned from here
+        pinned_at = time.monotonic()
+        pinned = churn(server, PIN_ROUNDS)
+        stats = server.client.get("/queues/churn/stats").json()["database"]
+        held = time.monotonic() - pinned_at
+        wait_until(lambda: "jobq_database_oldest_xmin_age_seconds 0.0" not in server.client.get("/metrics").text,
+                   what="the xmin age in /metrics")  # fmt: skip
+        metrics = server.client.get("/metrics").text
+        pin.rollback()
+    print(f"\nclaim of 100, p99 ms: {p99(baseline):.1f} before, {p99(pinned):.1f} pinned "
+          f"(median {statistics.median(pinned):.1f}); {held:.1f} s pinned; stats {stats}")  # fmt: skip
+    churned = 100 * (5 + 20 + PIN_ROUNDS)
+    assert held - 1 <= stats["oldest_xmin_age_seconds"] <= held + 60
+    assert stats["oldest_xmin_age_transactions"] >= PIN_ROUNDS  # every round committed several transactions
+    assert 100 * PIN_ROUNDS <= stats["jobs_dead_rows"] <= DEAD_ROWS_PER_JOB * churned
+    assert re.search(r"^jobq_jobs_dead_rows [1-9]", metrics, re.M)
+    assert p99(pinned) <= PIN_P99_FACTOR * p99(baseline) + PIN_SLACK_MS
+
+
+# --- the data directory's disk fills up ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A 160 MiB tmpfs, mounted for this test and gone after it (root only)."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small tmpfs needs root")
+    mountpoint = Path(tempfile.mkdtemp(prefix="jobq-small-disk-"))
+    mountpoint.chmod(0o755)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160m,mode=0755", "tmpfs", str(mountpoint)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        mountpoint.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+        mountpoint.rmdir()
+
+
+def fill(path: Path) -> None:
+    """Write zeros to `path` until its filesystem is full."""
+    with path.open("wb") as f:
+        block = b"\0" * (1 << 20)
+        try:
+            while True:
+                f.write(block)
+                f.flush()
+        except OSError:
+            pass
+
+
+@pytest.mark.slow
+def test_a_full_disk_answers_503_writes_nothing_and_recovers_once_space_is_back(
+    small_disk: Path, server_factory: Any
+) -> None:
+    """Slow (about 10 s): a PostgreSQL cluster of its own on a small tmpfs. The data files live there; the WAL
+    (pg_wal) is moved to another disk, as many installations do, so that a full data disk makes statements
+    fail (SQLSTATE 53100) instead of crashing the server. Enqueues then answer 503, a batch leaves none of
+    its rows, and once space is back the same jobq process enqueues again, without a restart."""
+    from app.db.migrate import migrate
+
+    cluster = LocalPostgres(small_disk / "data", binaries=find_binaries(), database="jobq")
+    url = cluster.start()
+    wal_home = Path(tempfile.mkdtemp(prefix="jobq-wal-"))  # a parent the cluster's OS user can reach
+    try:
+        cluster.stop()
+        wal_home.chmod(0o755)
+        wal = small_disk / "data" / "pg_wal"
+        shutil.move(str(wal), str(wal_home / "pg_wal"))
+        wal.symlink_to(wal_home / "pg_wal")
+        if cluster.os_user:  # the copy to another filesystem belongs to root
+            subprocess.run(["chown", "-R", f"{cluster.os_user}:", str(wal_home / "pg_wal")], check=True)
+        cluster = LocalPostgres(small_disk / "data", binaries=find_binaries(), database="jobq", port=cluster.port)
+        url = cluster.start()
+        migrate(url)
+        server: LiveServer = server_factory(database=url)
+        server.enqueue(queue="disk", payload="before")
+
+        filler = small_disk / "filler"
+        fill(filler)
+        big = os.urandom(3000).hex()  # 6 KB that does not compress: every job needs new pages
+        for n in range(500):
+            batch = {"jobs": [{"payload": big, "idempotency_key": f"full-{n}-{i}"} for i in range(20)]}
+            refused = server.client.post("/queues/disk/jobs/batch", json=batch)
+            if refused.status_code != 201:
+                break
+        problem(refused, 503, "database-unavailable")
+        with psycopg.connect(url, autocommit=True) as conn:
+            partial = conn.execute("SELECT count(*) FROM jobs WHERE idempotency_key LIKE %s", (f"full-{n}-%",))
+            assert partial.fetchone() == (0,)  # the refused batch left no row
+            accepted = conn.execute("SELECT count(*) FROM jobs WHERE idempotency_key LIKE 'full-%'").fetchone()
+            assert accepted == (20 * n,)  # and every acknowledged one is there
+
+        filler.unlink()
+
+        def enqueued() -> bool:
+            return server.client.post("/queues/disk/jobs", json={"payload": big}).status_code == 201
+
+        wait_until(enqueued, what="an enqueue once space is back")
+        assert server.claim_one(queue="disk")["payload"] == "before"
+    finally:
+        cluster.stop(mode="immediate")
+        shutil.rmtree(wal_home, ignore_errors=True)
+
+
+# --- the API host's clock hours off ------------------------------------------------------------------------------
+
+
+def sweeps(process: ServeProcess) -> float:
+    text = process.client.get("/metrics").text
+    match = re.search(r"^jobq_sweeper_runs_total ([0-9.e+]+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("offset", ["+3h", "-3h"])
+def test_an_api_host_clock_hours_off_moves_no_due_time(
+    offset: str, database_url: str, db: psycopg.Connection, tmp_path: Path
+) -> None:
+    """Slow (about 8 s: a `jobq serve` process under faketime). Its clock is 3 hours ahead, or behind, of the
+    database's: a delayed job is due when the database says, a lease lapses when the database says (its
+    sweeper, running every 0.2 s, leaves a live lease alone), and the per-minute statistics land in the
+    database's minute, where /stats looks."""
+    if not shutil.which("faketime"):
+        if os.environ.get("JOBQ_REQUIRE_FAKETIME"):
+            pytest.fail("faketime is required (JOBQ_REQUIRE_FAKETIME) but not installed: apt-get install faketime")
+        pytest.skip("faketime is not installed (apt-get install faketime)")
+    process = ServeProcess(
+        log=tmp_path / "serve.log",
+        command=("faketime", "-f", offset, JOBQ),
+        env={"JOBQ_DATABASE_URL": database_url, "JOBQ_SWEEP_INTERVAL_SECONDS": "0.2",
+             "FAKETIME_DONT_FAKE_MONOTONIC": "1"},
+    )  # fmt: skip
+    try:
+        process.wait_ready()
+        skew = subprocess.run(["faketime", "-f", offset, "date", "+%s"], capture_output=True, text=True, check=True)
+        db_now = db.execute("SELECT extract(epoch FROM now())::float8").fetchone()[0]  # type: ignore[index]
+        assert abs(float(skew.stdout) - db_now) > 3 * 3600 - 120  # the fault is really there
+
+        delayed = process.client.post("/queues/later/jobs", json={"payload": 1, "delay_seconds": 3600}).json()
+        due_in = db.execute("SELECT extract(epoch FROM run_at - now()) FROM jobs WHERE id = %s", (delayed["id"],))
+        assert 3500 < due_in.fetchone()[0] <= 3600  # type: ignore[index]
+        assert process.client.post("/queues/later/claim", json={"worker": "w"}).json()["jobs"] == []
+
+        process.enqueue(queue="leased")
+        [claim] = process.client.post("/queues/leased/claim", json={"worker": "w", "lease_seconds": 60}).json()["jobs"]
+        lapses_in = db.execute("SELECT extract(epoch FROM lease_expires_at - now()) FROM jobs WHERE id = %s",
+                               (claim["id"],)).fetchone()[0]  # type: ignore[index]  # fmt: skip
+        assert 50 < lapses_in <= 60
+        passes = sweeps(process)
+        wait_until(lambda: sweeps(process) >= passes + 5, what="five sweeper passes")
+        assert process.get_job(claim["id"]).json()["status"] == "running"  # not swept early
+        done = process.client.post(f"/jobs/{claim['id']}/complete", json={"claim_token": claim["claim_token"]})
+        assert done.json()["status"] == "completed"
+
+        def counted() -> bool:
+            window = process.client.get("/queues/leased/stats").json()["window"]
+            return bool(window["enqueued"] == 1 and window["completed"] == 1)
+
+        wait_until(counted, what="the statistics in /stats")
+    finally:
+        process.close()
