@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
+from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse
 from swagger_ui_bundle import swagger_ui_path  # type: ignore[import-untyped]
 
@@ -23,11 +24,11 @@ HEADERS = {"x-content-type-options": "nosniff", "x-frame-options": "DENY", "refe
 
 
 def add_docs_routes(api: FastAPI) -> set[str]:
-    """Serve /docs and its files; returns their paths (open, like /openapi.json)."""
+    """Serve /docs and its files; returns their paths (open, like /openapi.json). Plain Starlette routes, as
+    FastAPI's own /docs is: no operation, no scope."""
     folder = Path(swagger_ui_path)
 
-    @api.get(DOCS, include_in_schema=False)
-    async def swagger_ui() -> HTMLResponse:
+    async def swagger_ui(request: Request) -> HTMLResponse:
         page = get_swagger_ui_html(
             openapi_url=api.openapi_url or "/openapi.json",
             title=f"{api.title} API",
@@ -38,15 +39,16 @@ def add_docs_routes(api: FastAPI) -> set[str]:
         page.headers.update(HEADERS)
         return page
 
+    api.add_route(DOCS, swagger_ui, methods=["GET"], include_in_schema=False)
     for path, name in ASSETS.items():
-        api.add_api_route(path, _file(folder / name), methods=["GET"], include_in_schema=False)
+        api.add_route(path, _file(folder / name), methods=["GET"], include_in_schema=False)
     return {DOCS, *ASSETS}
 
 
-def _file(path: Path) -> Callable[[], Awaitable[FileResponse]]:
-    """An endpoint that takes no parameter at all and serves this one file."""
+def _file(path: Path) -> Callable[[Request], Awaitable[FileResponse]]:
+    """An endpoint that reads nothing from the request and serves this one file."""
 
-    async def serve() -> FileResponse:
+    async def serve(request: Request) -> FileResponse:
         return FileResponse(path, headers={**HEADERS, "cache-control": "public, max-age=86400"})
 
     return serve

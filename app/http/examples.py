@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.auth.exposure import TURN_KEYS_ON
 from app.errors import (
     AppError,
     BadRequest,
@@ -16,6 +17,8 @@ from app.errors import (
     JobNotFound,
     NotReady,
     PayloadTooLarge,
+    ProxyWithoutKeys,
+    TooManyConnections,
     TooManyWaiters,
     Unauthorized,
     UnsupportedMediaType,
@@ -174,7 +177,13 @@ jobq_jobs_completed_total{queue="emails"} 48211.0
 PROBLEMS: dict[int, dict[str, AppError]] = {
     400: {"malformed-request": BadRequest("The request body is not valid JSON: EOF while parsing a value")},
     401: {"unauthorized": Unauthorized("Send an API key: `Authorization: Bearer <key>`.")},
-    403: {"forbidden": Forbidden("This API key lacks the `consume` scope.")},
+    403: {
+        "forbidden": Forbidden("This API key lacks the `consume` scope."),
+        "proxy-without-keys": ProxyWithoutKeys(
+            "This jobq runs without API keys, which is safe only while nothing but this machine can reach it, and "
+            "this request came through a proxy (it carries `x-forwarded-for`). " + TURN_KEYS_ON
+        ),
+    },
     404: {"job-not-found": JobNotFound()},
     409: {
         "claim-lost": ClaimLost(),
@@ -182,7 +191,9 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
         "invalid-state": InvalidState("The job is completed; only pending and running jobs can be cancelled."),
     },
     413: {"payload-too-large": PayloadTooLarge("The request body is larger than 16777216 bytes.")},
-    415: {"unsupported-media-type": UnsupportedMediaType()},
+    415: {
+        "unsupported-media-type": UnsupportedMediaType("Send the body as JSON with `Content-Type: application/json`.")
+    },
     422: {
         "missing-body": ValidationFailed(
             "body: Field required", errors=[{"loc": ["body"], "msg": "Field required", "type": "missing"}]
@@ -209,7 +220,11 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
         ),
     },
     429: {"too-many-waiters": TooManyWaiters()},
-    503: {"database-unavailable": DatabaseUnavailable(), "not-ready": NotReady()},
+    503: {
+        "database-unavailable": DatabaseUnavailable(),
+        "too-many-connections": TooManyConnections(),
+        "not-ready": NotReady(),
+    },
 }
 
 _WORKER_WRITES = {"heartbeatJob", "completeJob", "failJob", "releaseJob"}

@@ -643,6 +643,32 @@ export interface components {
             result?: components["schemas"]["JsonValue"];
         };
         /**
+         * DatabaseHealth
+         * @description What holds back the vacuuming of the jobs table, for every queue alike.
+         * @example {
+         *       "jobs_dead_rows": 1840,
+         *       "oldest_xmin_age_seconds": 0,
+         *       "oldest_xmin_age_transactions": 0
+         *     }
+         */
+        DatabaseHealth: {
+            /**
+             * Jobs Dead Rows
+             * @description Dead row versions in the jobs table (PostgreSQL's statistics). Claims walk over their index entries until VACUUM removes them.
+             */
+            jobs_dead_rows: number;
+            /**
+             * Oldest Xmin Age Seconds
+             * @description How long the oldest snapshot that VACUUM must respect has been held (a long transaction, a prepared transaction; 0 when none). While it is held, no dead row made since can be removed.
+             */
+            oldest_xmin_age_seconds: number;
+            /**
+             * Oldest Xmin Age Transactions
+             * @description The same holder's age in transaction ids (replication slots included).
+             */
+            oldest_xmin_age_transactions: number;
+        };
+        /**
          * DurationStats
          * @example {
          *       "count": 8900,
@@ -1188,6 +1214,11 @@ export interface components {
          *         "running": 16,
          *         "scheduled": 8
          *       },
+         *       "database": {
+         *         "jobs_dead_rows": 1840,
+         *         "oldest_xmin_age_seconds": 0,
+         *         "oldest_xmin_age_transactions": 0
+         *       },
          *       "jobs_on_last_attempt": 1,
          *       "jobs_one_attempt_left": 2,
          *       "oldest_ready_age_seconds": 2.4,
@@ -1222,6 +1253,7 @@ export interface components {
              */
             as_of: string;
             counts: components["schemas"]["QueueCounts"];
+            database: components["schemas"]["DatabaseHealth"];
             /**
              * Jobs On Last Attempt
              * @description Pending or running jobs with no attempt left after this one.
@@ -3432,6 +3464,11 @@ export interface operations {
                      *         "ready": 120,
                      *         "running": 16,
                      *         "scheduled": 8
+                     *       },
+                     *       "database": {
+                     *         "jobs_dead_rows": 1840,
+                     *         "oldest_xmin_age_seconds": 0,
+                     *         "oldest_xmin_age_transactions": 0
                      *       },
                      *       "jobs_on_last_attempt": 1,
                      *       "jobs_one_attempt_left": 2,
