@@ -83,6 +83,14 @@ def test_an_open_service_refuses_proxied_requests(server: LiveServer, db: psycop
     assert jobs(db) == 0
 
 
+def test_jobq_auth_off_refuses_proxied_requests_too(server_factory: Any) -> None:
+    """JOBQ_AUTH=off on a public address: whoever reaches the socket may use it, but a proxy that forwards
+    the world still may not."""
+    server: LiveServer = server_factory(bind="0.0.0.0", auth="off")
+    problem(server.client.get("/queues", headers={"x-real-ip": "203.0.113.7"}), 403, "proxy-without-keys")
+    assert server.client.get("/queues").status_code == 200
+
+
 def test_with_keys_on_a_proxy_in_front_is_fine(server_factory: Any) -> None:
     server: LiveServer = server_factory(auth="on", api_key=ENV_KEY)
     headers = {"authorization": f"Bearer {ENV_KEY}", "x-forwarded-for": "203.0.113.7", "host": "jobq.example.com"}
