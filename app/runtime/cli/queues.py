@@ -87,12 +87,12 @@ def stats_lines(s: dict[str, Any]) -> list[str]:
         f"completed {c['completed']}  failed {c['failed']}  cancelled {c['cancelled']}",
         f"              oldest ready {duration(s['oldest_ready_age_seconds'])}  "
         f"on last attempt {s['jobs_on_last_attempt']}  one attempt left {s['jobs_one_attempt_left']}",
-        f"  last {duration(w['seconds']):<8}  enqueued {w['enqueued']}  claimed {w['claimed']}  "
+        f"  {'last ' + duration(w['seconds']):<10}  enqueued {w['enqueued']}  claimed {w['claimed']}  "
         f"completed {w['completed']} ({rate})  retries {w['retries']}  failures {w['failures']}",
         f"              lease expired {w['lease_expired']}  cancelled {w['cancelled']}  released {w['released']}  "
         f"empty claims with jobs ready {w['empty_claims_with_ready_jobs']}",
         f"  durations   p50 {millis(d['p50_ms'])}  p95 {millis(d['p95_ms'])}  max {millis(d['max_ms'])}  "
-        f"(claim to completion, {d['count']} jobs)",
+        f"(claim to completion, {d['count']} job(s))",
     ]
 
 

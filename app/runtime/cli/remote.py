@@ -102,6 +102,14 @@ def problem_line(error: ApiError, url: str, what: str | None = None) -> str:
     return line
 
 
+def subject(args: argparse.Namespace) -> str | None:
+    """What a command was about, to begin its error line with: `job 42`, or the queue's name."""
+    if isinstance(getattr(args, "id", None), int):
+        return f"job {args.id}"
+    queue = getattr(args, "queue", None)
+    return queue if isinstance(queue, str) else None
+
+
 def connect(args: argparse.Namespace) -> ApiClient:
     key = args.api_key if args.api_key is not None else os.environ.get("JOBQ_API_KEY")
     return ApiClient(args.url or default_url(), key or None, args.timeout)
@@ -119,7 +127,7 @@ def run_api_command(command: Command) -> Callable[[argparse.Namespace], int]:
         try:
             return command(args, api)
         except ApiError as exc:
-            print(problem_line(exc, api.url), file=sys.stderr)
+            print(problem_line(exc, api.url, subject(args)), file=sys.stderr)
             return exit_code(exc)
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
