@@ -44,7 +44,7 @@ from app.maintenance.retention import Retention
 from app.maintenance.stats import StatsFlush
 from app.maintenance.vacuum import Vacuum
 from app.models.jobs import Readiness, build_contract
-from app.runtime.logs import AccessLog, Observability
+from app.runtime.logs import AccessLog, Observability, resolve_format
 from app.runtime.metrics import Metrics
 from app.settings import Settings, is_loopback
 
@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None) -> JobqApp:
     api.router.route_class = JobqRoute
     api.state.settings = settings
     api.state.metrics = Metrics()
-    api.state.access_log = AccessLog(settings.access_log)
+    api.state.access_log = AccessLog(settings.access_log, fmt=resolve_format(settings.log_format))
     add_routes(api, build_contract(settings))
     add_operator_routes(api)
     add_dashboard_routes(api)

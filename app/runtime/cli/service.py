@@ -57,7 +57,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.runtime import logs, server
 
     settings = _settings()
-    logging.config.dictConfig(logs.dict_config(args.log_level))
+    log_format = logs.resolve_format(settings.log_format)
+    logging.config.dictConfig(logs.dict_config(args.log_level, log_format))
     workers = args.workers or settings.workers
     metrics_dir = None
     if workers > 1:
@@ -96,6 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 port=args.port or settings.port,
                 workers=workers,
                 log_level=args.log_level,
+                log_format=log_format,
                 graceful_timeout=settings.graceful_timeout_seconds
                 if args.graceful_timeout is None
                 else args.graceful_timeout,
