@@ -88,6 +88,7 @@ class JobRow:
     result: str | None
     idempotency_key: str | None
     claim_token: str | None
+    traceparent: str | None
 
 
 @dataclass(slots=True, frozen=True)
@@ -107,6 +108,7 @@ class ClaimRow:
     lease_expires_at: datetime
     run_at: datetime
     created_at: datetime
+    traceparent: str | None
 
 
 @dataclass(slots=True, frozen=True)

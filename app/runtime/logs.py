@@ -24,6 +24,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.runtime.metrics import Metrics
+from app.runtime.tracing import Tracing
 
 REQUEST_ID_HEADER = b"x-request-id"
 _SAFE_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
@@ -181,12 +182,14 @@ class AccessLog:
 
 class Observability:
     """Outermost ASGI layer: request id (accepted from X-Request-ID when sane, else generated; always
-    returned), duration, the request metric and the access line. Works for both HTTP paths."""
+    returned), duration, the request metric, the access line and, when tracing is on, the request's span.
+    Works for both HTTP paths."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, access: AccessLog) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, access: AccessLog, tracing: Tracing | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.access = access
+        self.tracing = tracing
         self.pid = os.getpid()
         self._histograms: dict[tuple[str, str, int], Any] = {}
         # Request ids: unique, not secret. A random prefix per process and a counter; no syscall per request.
@@ -210,6 +213,9 @@ class Observability:
             request_id = self._next_id()
         scope.setdefault("state", {})["request_id"] = request_id.decode()
         status = 500
+        tracing = self.tracing
+        if tracing is not None:
+            span, token = tracing.start(scope)
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -244,3 +250,5 @@ class Observability:
                     "pid": self.pid,
                 }
             )
+            if tracing is not None:
+                tracing.finish(span, token, method, template, status, request_id.decode())

@@ -390,7 +390,8 @@ export interface components {
          *       },
          *       "priority": 5,
          *       "queue": "emails",
-         *       "run_at": "2026-11-29T12:00:00.125+00:00"
+         *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *     }
          */
         Claim: {
@@ -429,6 +430,11 @@ export interface components {
              * Format: date-time
              */
             run_at: string;
+            /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header): start the job's span as its child. Null when none.
+             */
+            traceparent: string | null;
         };
         /**
          * ClaimRequest
@@ -495,7 +501,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -525,7 +532,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -875,6 +883,7 @@ export interface components {
          *       "result": null,
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
          *       "status": "pending",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
          *     }
          * @example {
@@ -898,6 +907,7 @@ export interface components {
          *       },
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
          *       "status": "completed",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": "mailer-1"
          *     }
          */
@@ -948,6 +958,11 @@ export interface components {
             run_at: string;
             status: components["schemas"]["Status"];
             /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header); a worker continues this trace. Null when none.
+             */
+            traceparent: string | null;
+            /**
              * Worker
              * @description Worker of the latest claim.
              */
@@ -976,6 +991,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         },
          *         {
@@ -997,6 +1013,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ]
@@ -1029,6 +1046,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ],
@@ -1656,6 +1674,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -1758,6 +1777,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -1899,6 +1919,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2039,6 +2060,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2299,6 +2321,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2428,6 +2451,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2665,7 +2689,8 @@ export interface operations {
                      *           },
                      *           "priority": 5,
                      *           "queue": "emails",
-                     *           "run_at": "2026-11-29T12:00:00.125+00:00"
+                     *           "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
                      *         }
                      *       ]
                      *     }
@@ -2798,6 +2823,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ],
@@ -2899,6 +2925,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2931,6 +2958,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3065,6 +3093,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         },
                      *         {
@@ -3086,6 +3115,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ]
