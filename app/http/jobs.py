@@ -208,6 +208,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     async def claim_jobs(queue: QueueName, body: ClaimRequest, request: Request) -> Response:
         waiting = (lambda: _disconnected(request)) if body.wait_seconds > 0 else None
         claimed = await service(request).claim(queue, body, principal(request).queue_regex, waiting)
+        if (tracing := request.app.state.tracing) is not None:
+            tracing.link_jobs(claimed.jobs)
         return json_response(
             {
                 "jobs": [claim_document(row) for row in claimed.jobs],

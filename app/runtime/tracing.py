@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -139,6 +139,21 @@ class Tracing:
         if not ctx.is_valid:
             return incoming_traceparent(scope)
         return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+    def link_jobs(self, jobs: Iterable[Any]) -> None:
+        """A claim's span links to the enqueue of each job it hands out (rows with `id`, `traceparent`): the
+        claim belongs to the worker's trace, or to none, yet shows in each job's."""
+        span = self._trace.get_current_span()
+        for job in jobs:
+            if job.traceparent:
+                _, trace_id, span_id, flags = job.traceparent.split("-")
+                linked = self._trace.SpanContext(
+                    int(trace_id, 16),
+                    int(span_id, 16),
+                    is_remote=True,
+                    trace_flags=self._trace.TraceFlags(int(flags, 16)),
+                )
+                span.add_link(linked, {"jobq.job.id": job.id})
 
     def shutdown(self) -> None:
         """Export what is left; only a provider jobq made is shut down."""
