@@ -117,7 +117,11 @@ class Tracing:
             scope["method"],
             context=parent,
             kind=self._server,
-            attributes={"http.request.method": scope["method"], "url.path": scope["path"], "url.scheme": "http"},
+            attributes={
+                "http.request.method": scope["method"],
+                "url.path": scope["path"],
+                "url.scheme": scope.get("scheme", "http"),
+            },
         )
         token = self._context.attach(self._trace.set_span_in_context(span, parent))
         return span, token
