@@ -200,8 +200,10 @@ def make_settings(database_url: str, **overrides: object) -> Settings:
 def server_factory(database_url: str) -> Iterator[object]:
     started: list[LiveServer] = []
 
-    def start(database: str | None = None, bind: str = "127.0.0.1", **overrides: object) -> LiveServer:
-        server = LiveServer(make_settings(database or database_url, **overrides), bind)
+    def start(
+        database: str | None = None, tracer_provider: object = None, bind: str = "127.0.0.1", **overrides: object
+    ) -> LiveServer:
+        server = LiveServer(make_settings(database or database_url, **overrides), tracer_provider, bind)
         server.start()
         started.append(server)
         return server

@@ -60,10 +60,10 @@ class LiveServer:
     """uvicorn serving create_app(settings) on <bind>:<free port> (127.0.0.1 unless told), lifespan included,
     configured as `jobq serve` configures it."""
 
-    def __init__(self, settings: Settings, bind: str = "127.0.0.1") -> None:
+    def __init__(self, settings: Settings, tracer_provider: Any = None, bind: str = "127.0.0.1") -> None:
         self.settings = settings
         self.bind = bind
-        self.app: JobqApp = create_app(settings)
+        self.app: JobqApp = create_app(settings, tracer_provider=tracer_provider)
         config = server_config(
             self.app, settings, host=bind, port=0, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
         )

@@ -33,7 +33,8 @@ class _Supervisor(Multiprocess):
 def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
     """uvicorn's configuration for jobq: bounded connections (app/runtime/connections.py), no proxy-header
     rewriting of the client address (app/runtime/clients.py decides whom to believe), no access log of
-    uvicorn's own (jobq writes its own lines)."""
+    uvicorn's own (jobq writes its own lines), and no `server: uvicorn` on every answer (it advertises the
+    stack, and each header costs per request)."""
     config = uvicorn.Config(
         app, http=BoundedHttpToolsProtocol, proxy_headers=False, access_log=False, server_header=False, **options
     )
@@ -43,7 +44,16 @@ def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Confi
     return config
 
 
-def serve(*, settings: Settings, host: str, port: int, workers: int, log_level: str, graceful_timeout: int) -> bool:
+def serve(
+    *,
+    settings: Settings,
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str,
+    log_format: logs.LogFormat = "json",
+    graceful_timeout: int,
+) -> bool:
     """Serve until a stop signal. True when a signal stopped it after a graceful shutdown; False when it
     stopped on its own (the application or a worker failed to start)."""
     config = server_config(
@@ -54,7 +64,7 @@ def serve(*, settings: Settings, host: str, port: int, workers: int, log_level: 
         port=port,
         workers=workers,
         log_level=log_level,
-        log_config=logs.dict_config(log_level),
+        log_config=logs.dict_config(log_level, log_format),
         timeout_graceful_shutdown=graceful_timeout,
     )
     # A single uvicorn server restores the handlers it found once it has shut down and raises the signal

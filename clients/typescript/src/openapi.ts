@@ -390,7 +390,8 @@ export interface components {
          *       },
          *       "priority": 5,
          *       "queue": "emails",
-         *       "run_at": "2026-11-29T12:00:00.125+00:00"
+         *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *     }
          */
         Claim: {
@@ -429,6 +430,11 @@ export interface components {
              * Format: date-time
              */
             run_at: string;
+            /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header): start the job's span as its child. Null when none.
+             */
+            traceparent: string | null;
         };
         /**
          * ClaimRequest
@@ -495,7 +501,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -525,7 +532,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -901,6 +909,7 @@ export interface components {
          *       "result": null,
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
          *       "status": "pending",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
          *     }
          * @example {
@@ -924,6 +933,7 @@ export interface components {
          *       },
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
          *       "status": "completed",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": "mailer-1"
          *     }
          */
@@ -974,6 +984,11 @@ export interface components {
             run_at: string;
             status: components["schemas"]["Status"];
             /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header); a worker continues this trace. Null when none.
+             */
+            traceparent: string | null;
+            /**
              * Worker
              * @description Worker of the latest claim.
              */
@@ -1002,6 +1017,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         },
          *         {
@@ -1023,6 +1039,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ]
@@ -1055,6 +1072,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ],
@@ -1688,6 +1706,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -1790,6 +1809,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -1931,6 +1951,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2071,6 +2092,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2331,6 +2353,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2460,6 +2483,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2697,7 +2721,8 @@ export interface operations {
                      *           },
                      *           "priority": 5,
                      *           "queue": "emails",
-                     *           "run_at": "2026-11-29T12:00:00.125+00:00"
+                     *           "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
                      *         }
                      *       ]
                      *     }
@@ -2830,6 +2855,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ],
@@ -2931,6 +2957,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2963,6 +2990,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3097,6 +3125,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         },
                      *         {
@@ -3118,6 +3147,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ]
