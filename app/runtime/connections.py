@@ -185,4 +185,5 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         pipelined = bool(self.pipeline)  # a request whose headers are already in starts now: no deadline
         super().on_response_complete()
         if not pipelined and not self.transport.is_closing():
+            self._head_started = False  # bytes seen so far were the last request's
             self._arm()

@@ -171,6 +171,7 @@ class Metrics:
         self._minutes: dict[str, _Minute] = {}
         self._children: dict[tuple[str, str], Any] = {}
         self.queue_labels = QueueLabels(max_queues, queue_idle_seconds)
+        self._other_depths = False  # the depth gauges have a (other) series
 
     @property
     def _queue_metrics(self) -> list[Any]:
@@ -193,7 +194,8 @@ class Metrics:
         """(queue, ready, scheduled, oldest ready age) of every queue. A queue with jobs waiting counts as
         active; an empty one keeps the series it has (at 0) until it goes idle, and gets none otherwise.
         Queues past the cap are summed (the oldest age: the largest) under `(other)`."""
-        values: dict[str, list[float]] = {}
+        # (other), once set, is set at every refresh: left alone, it would keep a sum its queues no longer have.
+        values: dict[str, list[float]] = {OTHER_QUEUE: [0.0, 0.0, 0.0]} if self._other_depths else {}
         for queue, ready, scheduled, oldest in depths:
             if ready or scheduled:
                 label = self.queue_labels.label(queue)
@@ -205,6 +207,7 @@ class Metrics:
             mine[0] += ready
             mine[1] += scheduled
             mine[2] = max(mine[2], oldest)
+        self._other_depths = OTHER_QUEUE in values
         for label, (ready, scheduled, oldest) in values.items():
             self.depth.labels(label).set(ready)
             self.scheduled.labels(label).set(scheduled)
