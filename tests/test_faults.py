@@ -102,10 +102,10 @@ DEAD_ROWS_PER_JOB = 3
 def test_a_pinned_xmin_shows_in_stats_and_claims_stay_within_budget(
     server_factory: Any, database_url: str, db: psycopg.Connection
 ) -> None:
-    """Slow (about 15 s): 10,000 jobs churn while another session holds a snapshot, as a forgotten
-    transaction or a long report would; nothing they leave dead can be vacuumed meanwhile. Bounded to those
-    jobs rather than minutes: what grows with the pin is the dead rows it keeps, and these are as many as a
-    minute at 170 jobs a second leaves."""
+    """Slow (about 5 s here, more on a loaded machine: 12,500 jobs through the API). 10,000 jobs churn while
+    another session holds a snapshot, as a forgotten transaction or a long report would; nothing they leave
+    dead can be vacuumed meanwhile. Bounded to those jobs rather than minutes: what grows with the pin is the
+    dead rows it keeps, and these are as many as a minute at 170 jobs a second leaves."""
     server: LiveServer = server_factory(vacuum_interval_seconds=0, gauges_interval_seconds=1)
     churn(server, 5)  # warm up
     baseline = churn(server, 20)
@@ -168,10 +168,11 @@ def fill(path: Path) -> None:
 def test_a_full_disk_answers_503_writes_nothing_and_recovers_once_space_is_back(
     small_disk: Path, server_factory: Any
 ) -> None:
-    """Slow (about 10 s): a PostgreSQL cluster of its own on a small tmpfs. The data files live there; the WAL
-    (pg_wal) is moved to another disk, as many installations do, so that a full data disk makes statements
-    fail (SQLSTATE 53100) instead of crashing the server. Enqueues then answer 503, a batch leaves none of
-    its rows, and once space is back the same jobq process enqueues again, without a restart."""
+    """Slow (about 3 s here: initdb, then two starts of a cluster). A PostgreSQL cluster of its own on a small
+    tmpfs: the data files live there; the WAL (pg_wal) is moved to another disk, as many installations do,
+    so that a full data disk makes statements fail (SQLSTATE 53100) instead of crashing the server. Enqueues
+    then answer 503, a batch leaves none of its rows, and once space is back the same jobq process enqueues
+    again, without a restart."""
     from app.db.migrate import migrate
 
     cluster = LocalPostgres(small_disk / "data", binaries=find_binaries(), database="jobq")
@@ -232,10 +233,10 @@ def sweeps(process: ServeProcess) -> float:
 def test_an_api_host_clock_hours_off_moves_no_due_time(
     offset: str, database_url: str, db: psycopg.Connection, tmp_path: Path
 ) -> None:
-    """Slow (about 8 s: a `jobq serve` process under faketime). Its clock is 3 hours ahead, or behind, of the
-    database's: a delayed job is due when the database says, a lease lapses when the database says (its
-    sweeper, running every 0.2 s, leaves a live lease alone), and the per-minute statistics land in the
-    database's minute, where /stats looks."""
+    """Slow (about 3 s here: it starts a `jobq serve` process, under faketime). Its clock is 3 hours ahead,
+    or behind, of the database's: a delayed job is due when the database says, a lease lapses when the
+    database says (its sweeper, running every 0.2 s, leaves a live lease alone), and the per-minute
+    statistics land in the database's minute, where /stats looks."""
     if not shutil.which("faketime"):
         if os.environ.get("JOBQ_REQUIRE_FAKETIME"):
             pytest.fail("faketime is required (JOBQ_REQUIRE_FAKETIME) but not installed: apt-get install faketime")
