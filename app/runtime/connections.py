@@ -39,6 +39,7 @@ log = logging.getLogger("jobq.http")
 # half-closed and what still arrives is read and dropped for up to this long: closing at once would make
 # the kernel answer the unread bytes with a reset, and the client would never see the refusal.
 LINGER_SECONDS = 2.0
+WATCH_INTERVAL = 0.25  # how often header deadlines are looked at: a deadline holds to within this
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +79,31 @@ def raw_problem(err: AppError) -> bytes:
     return b"".join(head) + body
 
 
+class _Watchdog:
+    """One per server while it has connections: every WATCH_INTERVAL it ends those whose header deadline has
+    passed. A deadline is a number a connection sets and clears; no timer is made and cancelled per request."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, state: ServerState) -> None:
+        self.loop = loop
+        self.state = state
+        loop.call_later(WATCH_INTERVAL, self.tick)
+
+    def tick(self) -> None:
+        now = self.loop.time()
+        for conn in list(self.state.connections):
+            if not isinstance(conn, BoundedHttpToolsProtocol):
+                continue
+            if conn.head_deadline is not None and conn.head_deadline <= now:
+                conn.headers_late()
+        if self.state.connections:
+            self.loop.call_later(WATCH_INTERVAL, self.tick)
+        else:  # no connection left: the next one starts another
+            self.state.jobq_watchdog = None  # type: ignore[attr-defined]
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, held to the ConnectionLimits that server_config() puts on the config
-    (`config.jobq_limits`)."""
+    (`config.jobq_limits`). It adds a few attribute updates per request: the request path is the hot path."""
 
     def __init__(
         self,
@@ -90,29 +113,28 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        self.limits: ConnectionLimits = config.jobq_limits  # type: ignore[attr-defined]
-        self._deadline: asyncio.TimerHandle | None = None
-        self._head_started = False  # bytes of the next request's head have arrived
-        self._head_bytes = 0
+        limits: ConnectionLimits = config.jobq_limits  # type: ignore[attr-defined]
+        self.limits = limits
+        self._max_bytes = limits.max_header_bytes
+        self._max_lines = limits.max_header_lines
+        # loop.time() by which the next request's line and headers must be in; None while a request runs.
+        self.head_deadline: float | None = None
+        self._head_bytes = 0  # of the request being read: counted from its target and each header
         self._head_lines = 0
         self._over: AppError | None = None
 
     # -- the header deadline -------------------------------------------------------------------------------
 
     def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(self.limits.header_timeout, self._headers_late)
+        self.head_deadline = self.loop.time() + self.limits.header_timeout
+        if getattr(self.server_state, "jobq_watchdog", None) is None:
+            self.server_state.jobq_watchdog = _Watchdog(self.loop, self.server_state)  # type: ignore[attr-defined]
 
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _headers_late(self) -> None:
-        self._deadline = None
+    def headers_late(self) -> None:
+        self.head_deadline = None
         if self.transport.is_closing():
             return
-        if self._head_started:
+        if self._head_bytes:  # a request had begun: say why it ends
             self._refuse(RequestTimeout())
         else:
             self.transport.close()
@@ -120,7 +142,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _refuse(self, err: AppError) -> None:
         """Answer `err` and close, letting the client read the answer (see LINGER_SECONDS)."""
         self._over = err
-        self._disarm()
+        self.head_deadline = None
         self.transport.write(raw_problem(err))
         if self.transport.can_write_eof():
             self.transport.write_eof()
@@ -138,52 +160,47 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self.head_deadline = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._over is not None:
-            return  # refused and closing: what still arrives is dropped
-        self._head_started = True
-        super().data_received(data)
+        if self._over is None:  # once refused, what still arrives is dropped
+            HttpToolsProtocol.data_received(self, data)
 
     def send_400_response(self, msg: str) -> None:
         if self._over is not None:  # a cap stopped the parser, which uvicorn takes for a malformed request
-            self._refuse(self._over)
+            if not self.transport.is_closing():
+                self._refuse(self._over)
             return
         super().send_400_response(msg)
 
-    def on_message_begin(self) -> None:
-        self._head_bytes = 0
-        self._head_lines = 0
-        super().on_message_begin()
-
     def on_url(self, url: bytes) -> None:
-        self._count(len(url), 0)
-        super().on_url(url)
+        self._head_bytes += len(url)
+        if self._head_bytes > self._max_bytes:
+            self._over_cap()
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._count(len(name) + len(value) + 4, 1)
-        super().on_header(name, value)
+        self._head_bytes += len(name) + len(value) + 4
+        self._head_lines += 1
+        if self._head_bytes > self._max_bytes or self._head_lines > self._max_lines:
+            self._over_cap()
+        HttpToolsProtocol.on_header(self, name, value)
 
-    def _count(self, size: int, lines: int) -> None:
-        self._head_bytes += size
-        self._head_lines += lines
-        if self._head_bytes > self.limits.max_header_bytes or self._head_lines > self.limits.max_header_lines:
-            self._over = HeadersTooLarge(
-                f"Send at most {self.limits.max_header_bytes} bytes of request line and headers, in at most "
-                f"{self.limits.max_header_lines} header lines."
-            )
-            raise _HeadersOverCap
+    def _over_cap(self) -> None:
+        self._over = HeadersTooLarge(
+            f"Send at most {self._max_bytes} bytes of request line and headers, in at most {self._max_lines} "
+            "header lines."
+        )
+        raise _HeadersOverCap
 
     def on_headers_complete(self) -> None:
-        self._disarm()
-        self._head_started = False
-        super().on_headers_complete()
+        self.head_deadline = None
+        self._head_bytes = self._head_lines = 0
+        HttpToolsProtocol.on_headers_complete(self)
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)  # a request whose headers are already in starts now: no deadline
-        super().on_response_complete()
+        HttpToolsProtocol.on_response_complete(self)
         if not pipelined and not self.transport.is_closing():
-            self._head_started = False  # bytes seen so far were the last request's
             self._arm()
