@@ -16,11 +16,22 @@ import psycopg
 
 from app.auth.policy import queue_allowed
 from app.db.rows import rows_of
+from app.runtime.metrics import DURATION_BOUNDS_MS
 
 MINUTES_KEEP_SECONDS = 86_400  # minute rows older than this (rounded down to the hour) become hour rows
 HOURS_KEEP_SECONDS = 8 * 86_400  # hour rows and sampled minutes: a week of charts, and a day to spare
 
 NOW = "coalesce(%(now)s::timestamptz, now())"  # tests move time forward instead of waiting
+HISTOGRAM_BUCKETS = len(DURATION_BOUNDS_MS) + 1
+
+
+def histogram_sum(column: str) -> str:
+    """The element-wise sum of a group's histograms, one aggregate per bucket: a single pass over the rows,
+    where unnesting them would make a row per bucket of every histogram first. Empty histograms ('{}',
+    a minute without completions) add nothing; a group without any gives '{}'."""
+    parts = ", ".join(f"coalesce(sum({column}[{i}]), 0)" for i in range(1, HISTOGRAM_BUCKETS + 1))
+    return f"CASE WHEN max(cardinality({column})) > 0 THEN ARRAY[{parts}]::bigint[] ELSE '{{}}' END"
+
 
 # --- the backlog sample ----------------------------------------------------------------------------------
 
@@ -96,27 +107,19 @@ WITH old AS (
   DELETE FROM queue_stats s USING old
   WHERE s.queue_name = old.queue_name AND s.minute = old.minute
   RETURNING s.*
-), histograms AS (
-  SELECT queue_name, hour, array_agg(v ORDER BY k) AS durations_ms
-  FROM (
-    SELECT m.queue_name, date_trunc('hour', m.minute) AS hour, u.k, sum(u.v)::bigint AS v
-    FROM moved m, unnest(m.durations_ms) WITH ORDINALITY AS u(v, k)
-    GROUP BY 1, 2, 3
-  ) per_bucket
-  GROUP BY 1, 2
 ), hours AS (
   SELECT queue_name, date_trunc('hour', minute) AS hour,
          {", ".join(f"sum({c})::bigint AS {c}" for c in COUNTERS)},
-         max(duration_max_ms) AS duration_max_ms,
+         max(duration_max_ms) AS duration_max_ms, {histogram_sum("durations_ms")} AS durations_ms,
          sum(coalesce(ready, 0))::bigint AS ready_sum, max(oldest_ready_seconds) AS oldest_ready_seconds
   FROM moved
   GROUP BY 1, 2
 ), added AS (
   INSERT INTO queue_stats_hourly AS h (queue_name, hour, {", ".join(COUNTERS)}, duration_max_ms, durations_ms,
                                        ready_sum, oldest_ready_seconds)
-  SELECT hs.queue_name, hs.hour, {", ".join(f"hs.{c}" for c in COUNTERS)}, hs.duration_max_ms,
-         coalesce(g.durations_ms, '{{}}'), hs.ready_sum, hs.oldest_ready_seconds
-  FROM hours hs LEFT JOIN histograms g USING (queue_name, hour)
+  SELECT hs.queue_name, hs.hour, {", ".join(f"hs.{c}" for c in COUNTERS)}, hs.duration_max_ms, hs.durations_ms,
+         hs.ready_sum, hs.oldest_ready_seconds
+  FROM hours hs
   ORDER BY hs.queue_name COLLATE "C", hs.hour
   ON CONFLICT (queue_name, hour) DO UPDATE SET
     {", ".join(_added(c) for c in COUNTERS)},
@@ -185,29 +188,21 @@ WITH {_BOUNDS}, sources AS (
   SELECT {_bucket("r.at")} AS i, r.* FROM sources r, bounds b
 ), totals AS (
   SELECT i, sum(enqueued)::bigint AS enqueued, sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
-         max(duration_max_ms) FILTER (WHERE completed > 0) AS duration_max_ms, sum(ready)::bigint AS ready_sum,
+         max(duration_max_ms) FILTER (WHERE completed > 0) AS duration_max_ms,
+         {histogram_sum("durations_ms")} AS durations_ms, sum(ready)::bigint AS ready_sum,
          max(oldest_ready_seconds) AS oldest_ready_seconds
   FROM binned GROUP BY i
-), histograms AS (
-  SELECT i, array_agg(v ORDER BY k) AS durations_ms
-  FROM (
-    SELECT r.i, u.k, sum(u.v)::bigint AS v
-    FROM binned r, unnest(r.durations_ms) WITH ORDINALITY AS u(v, k)
-    GROUP BY 1, 2
-  ) per_bucket
-  GROUP BY i
 ), sampled AS (
   SELECT {_bucket("m.minute")} AS i, count(*) AS minutes
   FROM stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
 )
 SELECT g.i AS bucket, b.since + make_interval(secs => g.i * %(bucket)s) AS at,
        coalesce(t.enqueued, 0) AS enqueued, coalesce(t.completed, 0) AS completed, coalesce(t.failed, 0) AS failed,
-       t.duration_max_ms, h.durations_ms, coalesce(s.minutes, 0) AS sampled, coalesce(t.ready_sum, 0) AS ready_sum,
+       t.duration_max_ms, t.durations_ms, coalesce(s.minutes, 0) AS sampled, coalesce(t.ready_sum, 0) AS ready_sum,
        t.oldest_ready_seconds, b.as_of
 FROM bounds b
 CROSS JOIN generate_series(0, %(buckets)s - 1) AS g(i)
 LEFT JOIN totals t ON t.i = g.i
-LEFT JOIN histograms h ON h.i = g.i
 LEFT JOIN sampled s ON s.i = g.i
 ORDER BY g.i
 """

@@ -91,6 +91,8 @@ class Database:
             with translate_errors():
                 async with self.pool.connection(timeout=timeout) as conn:
                     yield conn
+        except StatementTimeout:
+            raise  # the statement was slow, the connection is fine
         except DatabaseUnavailable:
             self._purge_broken()
             raise
