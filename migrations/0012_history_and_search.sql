@@ -43,10 +43,10 @@ CREATE TABLE queue_stats_hourly (
 CREATE INDEX queue_stats_minute_idx ON queue_stats (minute);
 
 -- Search by payload (`payload @> '{...}'`) on the jobs operators look for: the dead-letter set and the
--- cancelled. Partial, so enqueues, claims and completes never write it. Measured with 5,000 jobs per
--- payload (docs/operations.md, "Search"): an index on every job's payload added 41% to the WAL of an
--- enqueue and 43% to that of a claim + complete with a two-key payload (52% and 77% with a ten-key
--- one), because every claim and complete writes a new row version, and every row version needs its
--- own index entries; this partial one changed neither. Payload searches on other statuses scan a
--- bounded number of jobs per page (app/db/search.py).
+-- cancelled. Partial, so enqueues, claims and completes never write it. Measured (bench/payload_index.py,
+-- BENCHMARKS.md): an index on every job's payload added 43% to the WAL of an enqueue and 43% to that of
+-- a claim + complete with a two-key payload (51% and 79% with a ten-key one), because every claim and
+-- complete writes a new row version, and every row version needs its own index entries; this partial
+-- one changed neither. Payload searches on other statuses scan a bounded number of jobs per page
+-- (app/db/search.py).
 CREATE INDEX jobs_payload_idx ON jobs USING gin (payload jsonb_path_ops) WHERE status IN ('failed', 'cancelled');
