@@ -159,6 +159,7 @@ def test_search_refuses_bad_input(server: LiveServer) -> None:
     ]
     for body in bad:
         problem(server.client.post("/jobs/search", json=body), 422, "validation-error")
+    assert server.client.post("/jobs/search", json={"limit": 100}).status_code == 200  # at the limit
     problem(server.client.post("/jobs/search", content=b"{", headers={"content-type": "application/json"}), 400,
             "malformed-request")  # fmt: skip
     # A cursor of another walk: a listing's cursor is not an id-order cursor.
@@ -259,6 +260,9 @@ def test_bulk_refuses_what_it_cannot_do(server: LiveServer) -> None:
     ]
     for body in bad:
         problem(server.client.post("/jobs/bulk", json=body), 422, "validation-error")
+    at_the_limit = bulk(server, action="cancel", ids=list(range(1, 1001)))
+    assert at_the_limit["not_found"] == 1000
+    assert bulk(server, action="retry", filter={"queue": "q"}, limit=1000)["done"] == 0
 
 
 def test_a_bulk_cancel_held_up_by_a_complete_skips_that_job(
