@@ -128,7 +128,11 @@ class Settings(BaseSettings):
     search_timeout_ms: int = Field(
         5_000, ge=100, le=3_600_000, description="statement_timeout of a search; past it -> 422 search-too-broad."
     )
-    access_log: bool = Field(True, description="Write one JSON line per request.")
+    access_log: bool = Field(True, description="Write one line per request.")
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto",
+        description="Log lines as `json` or as `text` for a person; `auto`: text when stdout is a terminal, else JSON.",
+    )
 
     # -- HTTP and security ------------------------------------------------------------------------------
     host: str = Field(

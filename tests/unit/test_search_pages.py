@@ -18,8 +18,7 @@ WHEN = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def job(job_id: int, priority: int = 0) -> JobRow:
-    return JobRow(job_id, "q", "pending", None, priority, 0, 5, WHEN, WHEN, None, None, None, None, None, None, None,
-                  None)  # fmt: skip
+    return JobRow(job_id, "q", "pending", None, priority, 0, 5, WHEN, WHEN, *[None] * 9)
 
 
 def rows(examined: int, last_key: list[Any] | None, *jobs: JobRow) -> list[SearchRow]:

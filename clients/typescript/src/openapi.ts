@@ -633,7 +633,8 @@ export interface components {
          *       },
          *       "priority": 5,
          *       "queue": "emails",
-         *       "run_at": "2026-11-29T12:00:00.125+00:00"
+         *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *     }
          */
         Claim: {
@@ -672,6 +673,11 @@ export interface components {
              * Format: date-time
              */
             run_at: string;
+            /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header): start the job's span as its child. Null when none.
+             */
+            traceparent: string | null;
         };
         /**
          * ClaimRequest
@@ -738,7 +744,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -768,7 +775,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -1118,6 +1126,7 @@ export interface components {
          *       "result": null,
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
          *       "status": "pending",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
          *     }
          * @example {
@@ -1141,6 +1150,7 @@ export interface components {
          *       },
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
          *       "status": "completed",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": "mailer-1"
          *     }
          */
@@ -1190,6 +1200,11 @@ export interface components {
              */
             run_at: string;
             status: components["schemas"]["Status"];
+            /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header); a worker continues this trace. Null when none.
+             */
+            traceparent: string | null;
             /**
              * Worker
              * @description Worker of the latest claim.
@@ -1259,6 +1274,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         },
          *         {
@@ -1280,6 +1296,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ]
@@ -1312,6 +1329,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ],
@@ -1760,6 +1778,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "failed",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": "mailer-1"
          *         }
          *       ],
@@ -2430,6 +2449,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "failed",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": "mailer-1"
                      *         }
                      *       ],
@@ -2545,6 +2565,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2647,6 +2668,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2788,6 +2810,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2928,6 +2951,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3188,6 +3212,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3317,6 +3342,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3554,7 +3580,8 @@ export interface operations {
                      *           },
                      *           "priority": 5,
                      *           "queue": "emails",
-                     *           "run_at": "2026-11-29T12:00:00.125+00:00"
+                     *           "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
                      *         }
                      *       ]
                      *     }
@@ -3687,6 +3714,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ],
@@ -3788,6 +3816,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3820,6 +3849,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3954,6 +3984,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         },
                      *         {
@@ -3975,6 +4006,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ]
