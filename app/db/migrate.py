@@ -142,12 +142,14 @@ def migrate(database_url: str, directory: Path | None = None) -> list[str]:
 
 
 async def schema_is_current(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """True when the database has applied every migration this code ships (used by /readyz)."""
-    latest = max((m.version for m in load_migrations()), default=0)
+    """True when the database has applied every migration this code ships (used by /readyz). Every one, not
+    just the highest: versions can land out of order (a release with 0013 may reach a database before
+    another adds 0012), and `migrate` applies whichever are missing."""
+    shipped = [m.version for m in load_migrations()]
     cur = await conn.execute("SELECT to_regclass('jobq_migrations') IS NOT NULL")
     row = await cur.fetchone()
     if not row or not row[0]:
-        return latest == 0
-    cur = await conn.execute("SELECT coalesce(max(version), 0) FROM jobq_migrations")
+        return not shipped
+    cur = await conn.execute("SELECT count(*) FROM jobq_migrations WHERE version = ANY(%s)", (shipped,))
     row = await cur.fetchone()
-    return bool(row and row[0] >= latest)
+    return bool(row and row[0] == len(shipped))
