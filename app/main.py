@@ -23,6 +23,7 @@ from app.auth.policy import OPEN_OPERATIONS
 from app.core.dispatcher import ClaimDispatcher
 from app.core.jobs import JobService
 from app.core.operations import OpsService
+from app.core.schedules import ScheduleService
 from app.core.wakeups import Wakeups
 from app.db import keys as store_keys
 from app.db import migrate
@@ -34,6 +35,7 @@ from app.http.jobs import JobqRoute, _problems, add_routes, install_error_handle
 from app.http.openapi import customise_openapi
 from app.http.operations import add_operator_routes
 from app.http.responses import json_response, problem_response
+from app.http.schedules import add_schedule_routes
 from app.maintenance.base import Supervisor
 from app.maintenance.gauges import Gauges
 from app.maintenance.keys import KeyUse
@@ -41,6 +43,7 @@ from app.maintenance.listener import WakeupListener
 from app.maintenance.poll import FallbackPoll
 from app.maintenance.rescuer import LeaseRescuer
 from app.maintenance.retention import Retention
+from app.maintenance.scheduler import Scheduler
 from app.maintenance.stats import StatsFlush
 from app.maintenance.vacuum import Vacuum
 from app.models.jobs import Readiness, build_contract
@@ -98,6 +101,7 @@ def create_app(settings: Settings | None = None) -> JobqApp:
     api.state.access_log = AccessLog(settings.access_log)
     add_routes(api, build_contract(settings))
     add_operator_routes(api)
+    add_schedule_routes(api)
     add_dashboard_routes(api)
 
     @api.get(
@@ -222,11 +226,13 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     dispatcher = ClaimDispatcher(settings, db, wakeups, metrics)
     wakeups.attach(dispatcher)
     jobs = JobService(settings, db, dispatcher, wakeups, metrics)
+    scheduler = Scheduler(settings, db, metrics, wakeups)
     maintenance = Supervisor(
         [
             WakeupListener(url, wakeups, keys),
             FallbackPoll(dispatcher, settings.poll_interval_seconds, metrics),
             LeaseRescuer(settings, db, metrics, wakeups),
+            scheduler,
             Retention(settings, db, metrics),
             Vacuum(settings, db, metrics),
             Gauges(metrics, db, dispatcher, settings.gauges_interval_seconds),
@@ -240,6 +246,7 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     api.state.maintenance = maintenance
     api.state.jobs = jobs
     api.state.ops = OpsService(settings, db, metrics, wakeups)
+    api.state.schedules = ScheduleService(settings, db, scheduler.poke)
     api.state.keys = keys
     async with db.connection() as conn:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))

@@ -64,6 +64,20 @@ def _raise_for(outcome: Outcome) -> None:
         raise JobCancelled()
 
 
+def json_text(value: Any, limit: int, max_depth: int, loc: Sequence[str | int]) -> str:
+    """A payload or result as stored: checked (what jsonb cannot hold, nesting, size) and serialised."""
+    try:
+        check_json_value(value, max_depth)
+    except InvalidUnicode as exc:
+        raise BadRequest(f"The request body is not valid JSON: {exc}") from None
+    except JsonValueError as exc:
+        raise invalid(loc, str(exc)) from None
+    text = dump_json(value)
+    if len(text) > limit // 4 and len(text.encode()) > limit:
+        raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
+    return text
+
+
 @dataclass(slots=True, frozen=True)
 class Renewal:
     """A heartbeat's answer (app/models/jobs.py HeartbeatResponse)."""
@@ -130,16 +144,7 @@ class JobService:
     # -- checks ------------------------------------------------------------------------------------------
 
     def _json(self, value: Any, limit: int, loc: Sequence[str | int]) -> str:
-        try:
-            check_json_value(value, self.settings.max_json_depth)
-        except InvalidUnicode as exc:
-            raise BadRequest(f"The request body is not valid JSON: {exc}") from None
-        except JsonValueError as exc:
-            raise invalid(loc, str(exc)) from None
-        text = dump_json(value)
-        if len(text) > limit // 4 and len(text.encode()) > limit:
-            raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
-        return text
+        return json_text(value, limit, self.settings.max_json_depth, loc)
 
     def _new_job(self, queue: str, req: EnqueueRequest, loc: Sequence[str | int]) -> NewJob:
         return NewJob(

@@ -45,7 +45,8 @@ def job_columns(full: str = "true") -> str:
         f"CASE WHEN {full} THEN j.payload::text END AS payload, "
         "j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, "
         "j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, "
-        f"CASE WHEN {full} THEN j.result::text END AS result, j.idempotency_key, j.claim_token"
+        f"CASE WHEN {full} THEN j.result::text END AS result, j.idempotency_key, j.claim_token, "
+        "j.schedule, j.scheduled_for"
     )
 
 

@@ -43,6 +43,8 @@ _JOB: dict[str, Any] = {
     "last_error": None,
     "result": None,
     "idempotency_key": "welcome-ada",
+    "schedule": None,
+    "scheduled_for": None,
 }
 _DONE = {
     **_JOB,

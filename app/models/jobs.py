@@ -233,6 +233,10 @@ class Job(BaseModel):
     last_error: str | None
     result: Json = Field(description="What the worker completed it with; null until then.")
     idempotency_key: str | None
+    schedule: str | None = Field(description="The schedule that enqueued this job; null for other jobs.")
+    scheduled_for: datetime | None = Field(
+        description="The schedule's tick this job stands for (its cron time); null for other jobs."
+    )
 
 
 class JobList(BaseModel):

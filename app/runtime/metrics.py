@@ -121,6 +121,13 @@ class Metrics:
             "jobq_maintenance_errors_total", "Background passes that failed, by service.", ["service"], registry=reg
         )
         self.swept = Counter("jobq_sweeper_rows_total", "Rows the sweeper changed.", ["action"], registry=reg)
+        self.schedule_ticks = Counter(
+            "jobq_schedule_ticks_total",
+            "Schedule ticks by outcome: `enqueued` by this process, `missed` (found later than "
+            "JOBQ_SCHEDULE_GRACE_SECONDS: passes that found missed ticks, each schedule counted once).",
+            ["outcome"],
+            registry=reg,
+        )
         self._minutes: dict[tuple[str, datetime], _Minute] = {}
         self._children: dict[tuple[str, str], Any] = {}
 
