@@ -7,7 +7,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any
@@ -23,6 +23,7 @@ from app.auth.policy import OPEN_OPERATIONS
 from app.core.dispatcher import ClaimDispatcher
 from app.core.jobs import JobService
 from app.core.operations import OpsService
+from app.core.results import ResultWaiters
 from app.core.schedules import ScheduleService
 from app.core.wakeups import Wakeups
 from app.db import keys as store_keys
@@ -168,13 +169,14 @@ async def _wait_for_database(url: str, timeout: float) -> None:
             await asyncio.sleep(1)
 
 
-def _drain_on_stop_signal(dispatcher: ClaimDispatcher) -> Callable[[], None]:
-    """On SIGTERM/SIGINT, start draining the dispatcher at once. uvicorn runs the lifespan shutdown only after
+def _drain_on_stop_signal(drain: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    """On SIGTERM/SIGINT, start draining the long-polls at once. uvicorn runs the lifespan shutdown only after
     every request in flight has finished, and a waiting long-poll would hold that up for wait_seconds: so
     waiting claims are answered [] now, new ones get [] too, and nothing is handed to a connection about to
-    close. The handler is chained in front of the server's own (uvicorn's, installed before the lifespan
-    starts), which it then calls. Signals reach only the main thread: in a server on another thread
-    (tests) this does nothing. Returns the function that puts the server's handlers back."""
+    close; requests waiting for a job's result answer with the job as it is. The handler is chained in front
+    of the server's own (uvicorn's, installed before the lifespan starts), which it then calls. Signals
+    reach only the main thread: in a server on another thread (tests) this does nothing. Returns the
+    function that puts the server's handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     loop = asyncio.get_running_loop()
@@ -183,7 +185,7 @@ def _drain_on_stop_signal(dispatcher: ClaimDispatcher) -> Callable[[], None]:
     def start_drain() -> None:
         if not draining:
             log.info("stop signal: answering waiting claims, finishing requests in flight")
-            draining.append(loop.create_task(dispatcher.drain()))
+            draining.append(loop.create_task(drain()))
 
     previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
 
@@ -224,13 +226,14 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     keys = KeyRing(db, settings.auth_cache_seconds, settings.api_key.get_secret_value() if settings.api_key else None)
     wakeups = Wakeups(db, settings.notify_min_interval_ms)
     dispatcher = ClaimDispatcher(settings, db, wakeups, metrics)
-    wakeups.attach(dispatcher)
-    jobs = JobService(settings, db, dispatcher, wakeups, metrics)
+    results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
+    wakeups.attach(dispatcher, results)
+    jobs = JobService(settings, db, dispatcher, wakeups, metrics, results)
     scheduler = Scheduler(settings, db, metrics, wakeups)
     maintenance = Supervisor(
         [
             WakeupListener(url, wakeups, keys),
-            FallbackPoll(dispatcher, settings.poll_interval_seconds, metrics),
+            FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
             LeaseRescuer(settings, db, metrics, wakeups),
             scheduler,
             Retention(settings, db, metrics),
@@ -242,6 +245,7 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     )
     api.state.db = db
     api.state.dispatcher = dispatcher
+    api.state.results = results
     api.state.wakeups = wakeups
     api.state.maintenance = maintenance
     api.state.jobs = jobs
@@ -252,13 +256,17 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))
 
     maintenance.start()
-    restore_signals = _drain_on_stop_signal(dispatcher)
+
+    async def drain() -> None:
+        await asyncio.gather(dispatcher.drain(), results.drain())
+
+    restore_signals = _drain_on_stop_signal(drain)
     log.info("jobq ready (fast path %s)", "on" if settings.fast_path else "off")
     try:
         yield
     finally:
         restore_signals()
-        await dispatcher.drain()
+        await drain()
         await jobs.aclose()
         await maintenance.stop()  # the statistics' and keys' last flush included
         await db.close()

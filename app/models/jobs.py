@@ -316,8 +316,8 @@ class Problem(BaseModel):
 
 @dataclass(frozen=True)
 class Contract:
-    """Request models whose bounds come from the settings, so that the published OpenAPI schema states
-    the limits this server really enforces (client generators and fuzzers rely on it)."""
+    """Request models (and query bounds) whose limits come from the settings, so that the published OpenAPI
+    schema states the limits this server really enforces (client generators and fuzzers rely on it)."""
 
     enqueue: type[EnqueueRequest]
     enqueue_batch: type[EnqueueBatchRequest]
@@ -326,6 +326,7 @@ class Contract:
     fail: type[FailRequest]
     release: type[ReleaseRequest]
     complete_batch: type[CompleteBatchRequest]
+    wait_max_seconds: int  # the longest wait_seconds of a claim or a GET /jobs/{id}
 
 
 def build_contract(s: Settings) -> Contract:
@@ -387,6 +388,7 @@ def build_contract(s: Settings) -> Contract:
         FailRequest,
         ReleaseRequest,
         CompleteBatchRequest,
+        s.wait_max_seconds,
     )
 
 
