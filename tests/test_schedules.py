@@ -3,6 +3,7 @@ what happens to ticks missed while no replica ran. Cron and DST themselves: test
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -10,6 +11,8 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 
+from app.runtime import cli
+from tests.processes import run_jobq
 from tests.support import LiveServer, problem, wait_until
 from tests.test_security import ENV_KEY, as_key, create_key
 
@@ -311,3 +314,68 @@ def test_a_restart_neither_doubles_nor_loses_a_tick(server_factory, db: psycopg.
     assert b.client.post("/schedules/s/pause").status_code == 200
     ticks = [t for _, t in scheduled_jobs(db, "s")]
     assert ticks == every_second(first, ticks[-1])  # every tick, once, none missing
+
+
+# --- the command line -----------------------------------------------------------------------------------------
+
+
+def test_jobq_schedules_commands(
+    server_factory, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    """The command in this process (each `jobq` subprocess would take a second to start)."""
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, schedule_interval_seconds=0)
+    admin = create_key(db, "ops", ["admin"])
+
+    def jobq(*args: str, url: str = server.url, key: str | None = admin) -> tuple[int, str, str]:
+        monkeypatch.setenv("JOBQ_URL", url)
+        if key is None:
+            monkeypatch.delenv("JOBQ_API_KEY", raising=False)
+        else:
+            monkeypatch.setenv("JOBQ_API_KEY", key)
+        code = cli.main(list(args))
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    code, out, err = jobq("schedules", "put", "nightly", "--queue", "reports", "--cron", "0 3 * * *", "--timezone",
+                          "Europe/Paris", "--payload", '{"report": "nightly"}', "--max-attempts", "2")  # fmt: skip
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["name"], shown["queue"], shown["payload"], shown["max_attempts"]) == (
+        "nightly",
+        "reports",
+        {"report": "nightly"},
+        2,
+    )
+    assert server.client.get("/schedules/nightly", headers={"authorization": f"Bearer {admin}"}).json() == shown
+
+    code, out, err = jobq("schedules", "list")
+    assert code == 0, err
+    header, row = out.splitlines()
+    assert header.split() == ["NAME", "QUEUE", "CRON", "TIMEZONE", "NEXT", "RUN", "LAST", "RUN", "STATE"]
+    assert row.split()[:2] == ["nightly", "reports"] and shown["next_run_at"] in row and row.endswith("active")
+    assert json.loads(jobq("schedules", "list", "--json")[1]) == [shown]
+
+    assert json.loads(jobq("schedules", "pause", "nightly")[1])["paused"] is True
+    assert json.loads(jobq("schedules", "resume", "nightly")[1])["paused"] is False
+    assert json.loads(jobq("schedules", "get", "nightly")[1])["name"] == "nightly"
+
+    code, _, err = jobq("schedules", "put", "x", "--queue", "q", "--cron", "0 25 * * *")
+    assert code == 2 and "hour: 25 is out of range 0-23" in err, err
+    with pytest.raises(SystemExit) as bad_json:
+        jobq("schedules", "put", "x", "--queue", "q", "--cron", "@daily", "--payload", "{nope")
+    assert bad_json.value.code == 2 and "--payload is not JSON" in capsys.readouterr().err
+
+    assert jobq("schedules", "delete", "nightly")[:2] == (0, "deleted schedule nightly\n")
+    code, _, err = jobq("schedules", "get", "nightly")
+    assert code == 1 and "404 Schedule not found" in err
+    code, _, err = jobq("schedules", "list", key=None)
+    assert code == 1 and "401" in err
+    code, _, err = jobq("schedules", "list", url="http://127.0.0.1:1")
+    assert code == 1 and err.startswith("jobq schedules list: http://127.0.0.1:1:")
+
+
+def test_jobq_schedules_help() -> None:
+    r = run_jobq("schedules", "put", "--help")
+    assert r.returncode == 0
+    for text in ("--queue", "--cron", "--timezone", "--payload", "--missed", "--paused"):
+        assert text in r.stdout, text
