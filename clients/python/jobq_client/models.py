@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Literal, cast
 
 JobStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
+FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "cancelled"]
 
 
@@ -41,6 +42,13 @@ class Job:
     last_error: str | None = None
     result: Any = None
     idempotency_key: str | None = None
+    schedule: str | None = None  # the schedule that enqueued it, and the tick it stands for
+    scheduled_for: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        """completed, failed or cancelled: it will not run again (unless an operator retries it)."""
+        return self.status in FINISHED
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Job:
@@ -61,6 +69,8 @@ class Job:
             last_error=doc.get("last_error"),
             result=doc.get("result"),
             idempotency_key=doc.get("idempotency_key"),
+            schedule=doc.get("schedule"),
+            scheduled_for=_time_or_none(doc.get("scheduled_for")),
         )
 
 
