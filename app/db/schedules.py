@@ -76,6 +76,7 @@ ON CONFLICT (name) DO UPDATE SET
   updated_at = now()
 -- A schedule of a queue the caller may not use stays as it is (the caller gets 403).
 WHERE {queue_allowed("s.queue_name", "%(allowed)s::text")}
+-- A row this statement inserted has no xmax; one it updated has this transaction's.
 RETURNING (s.xmax = 0) AS created, {SCHEDULE_COLUMNS}
 """
 
