@@ -7,10 +7,10 @@ CREATE TABLE schedules (
   queue_name   text        NOT NULL CHECK (queue_name ~ '^[A-Za-z0-9_.:-]{1,128}$'),
   cron         text        NOT NULL,                   -- parsed by app/core/cron.py, checked on the way in
   timezone     text        NOT NULL,                   -- IANA name
-  -- The job each tick enqueues.
+  -- The job each tick enqueues. NULL priority and max_attempts: the defaults when the job is made.
   payload      jsonb       NOT NULL,
-  priority     smallint    NOT NULL,
-  max_attempts integer     NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000),
+  priority     smallint,
+  max_attempts integer     CHECK (max_attempts BETWEEN 1 AND 1000),
   job_group    text,                                   -- the job's `group`, where jobs have groups
   missed       text        NOT NULL CHECK (missed IN ('skip', 'catch_up')),
   paused       boolean     NOT NULL DEFAULT false,

@@ -44,7 +44,9 @@ def run_scheduler(server: LiveServer) -> Any:
 def quiet(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
     """A server whose scheduler runs only when the test says (run_scheduler); a tick up to an hour late
     still counts as on time."""
-    return server_factory(schedule_interval_seconds=0, schedule_grace_seconds=3600)  # type: ignore[no-any-return]
+    return server_factory(  # type: ignore[no-any-return]
+        schedule_interval_seconds=0, schedule_grace_seconds=3600, default_max_attempts=7
+    )
 
 
 # --- the API --------------------------------------------------------------------------------------------------
@@ -59,8 +61,8 @@ def test_a_schedule_is_created_read_listed_replaced_and_deleted(quiet: LiveServe
         "cron": "0 * * * *",
         "timezone": "UTC",
         "payload": {"report": "hourly"},
-        "priority": 0,
-        "max_attempts": 5,
+        "priority": None,
+        "max_attempts": None,
         "missed": "skip",
         "paused": False,
         "next_run_at": created["next_run_at"],
@@ -190,6 +192,12 @@ def test_a_due_tick_makes_one_job_that_names_its_schedule_and_tick(quiet: LiveSe
     s = quiet.client.get("/schedules/s").json()
     assert when(s["last_run_at"]) == tick and when(s["next_run_at"]) == tick + timedelta(hours=1)
     assert run_scheduler(quiet).enqueued == 0  # nothing due until the next hour
+    # A schedule that names no priority or max_attempts: the defaults when each job is made.
+    put(quiet, "plain", HOURLY)
+    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'plain'", (tick,))
+    assert run_scheduler(quiet).enqueued == 1
+    [(plain, _)] = scheduled_jobs(db, "plain")
+    assert (quiet.job(plain)["priority"], quiet.job(plain)["max_attempts"]) == (0, 7)
     # Jobs not made by a schedule say so.
     other = quiet.enqueue(payload=1)
     assert (other["schedule"], other["scheduled_for"]) == (None, None)
@@ -211,12 +219,12 @@ def test_a_tick_enqueued_twice_makes_one_job(quiet: LiveServer, db: psycopg.Conn
         made = []
         for _ in range(2):
             async with quiet.state.db.connection() as conn:
-                made.append(len(await store.schedules_fire(conn, [firing])))
+                made.append(len(await store.schedules_fire(conn, [firing], 5)))
         # Even a firing that passes the schedule's guard (its state put back as it was) makes no second
         # job for the tick: the unique (schedule, tick) index does not let it.
         async with quiet.state.db.connection() as conn:
             await conn.execute("UPDATE schedules SET next_run_at = %s WHERE name = 's'", (tick,))
-            made.append(len(await store.schedules_fire(conn, [firing])))
+            made.append(len(await store.schedules_fire(conn, [firing], 5)))
         return made
 
     assert quiet.run(twice) == [1, 0, 0]

@@ -71,7 +71,7 @@ class ScheduleService:
                 timezone=timezone,
                 payload=payload,
                 priority=req.priority,
-                max_attempts=req.max_attempts or self.settings.default_max_attempts,
+                max_attempts=req.max_attempts,
                 missed=req.missed,
                 paused=req.paused,
                 next_run_at=first,

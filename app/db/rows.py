@@ -152,8 +152,8 @@ class ScheduleRow:
     cron: str
     timezone: str
     payload: str
-    priority: int
-    max_attempts: int
+    priority: int | None
+    max_attempts: int | None
     missed: str
     paused: bool
     next_run_at: datetime | None

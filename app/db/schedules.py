@@ -49,8 +49,8 @@ class Definition:
     cron: str
     timezone: str
     payload: str  # serialised JSON
-    priority: int
-    max_attempts: int
+    priority: int | None  # None: the default when each job is made
+    max_attempts: int | None
     missed: str
     paused: bool | None  # None: as it was (not paused when new)
     next_run_at: datetime | None
@@ -223,7 +223,7 @@ WITH advance AS (
   SELECT * FROM json_to_recordset(%(ticks)s::json) AS t(name text, tick timestamptz)
 )
 INSERT INTO jobs (queue_name, payload, priority, max_attempts, schedule, scheduled_for)
-SELECT s.queue_name, s.payload, s.priority, s.max_attempts, s.name, t.tick
+SELECT s.queue_name, s.payload, coalesce(s.priority, 0), coalesce(s.max_attempts, %(max_attempts)s), s.name, t.tick
 FROM advanced s JOIN ticks t USING (name)
 ORDER BY t.tick, s.name
 -- One job per (schedule, tick), whatever else happened: the last word on duplicates.
@@ -232,8 +232,11 @@ RETURNING id, queue_name AS queue, schedule, scheduled_for
 """
 
 
-async def schedules_fire(conn: psycopg.AsyncConnection[Any], firings: Sequence[Firing]) -> list[Fired]:
-    """Advance the schedules and enqueue their ticks, in one statement; returns the jobs made."""
+async def schedules_fire(
+    conn: psycopg.AsyncConnection[Any], firings: Sequence[Firing], max_attempts: int
+) -> list[Fired]:
+    """Advance the schedules and enqueue their ticks, in one statement; returns the jobs made.
+    `max_attempts`: for schedules that name none."""
     advance = [
         {
             "name": f.name,
@@ -246,7 +249,8 @@ async def schedules_fire(conn: psycopg.AsyncConnection[Any], firings: Sequence[F
     ]
     ticks = [{"name": f.name, "tick": t} for f in firings for t in f.ticks]
     cur = conn.cursor(row_factory=rows_of(Fired))
-    await cur.execute(SCHEDULES_FIRE, {"advance": as_json(advance), "ticks": as_json(ticks)})
+    params = {"advance": as_json(advance), "ticks": as_json(ticks), "max_attempts": max_attempts}
+    await cur.execute(SCHEDULES_FIRE, params)
     return await cur.fetchall()
 
 

@@ -41,6 +41,7 @@ class Scheduler(Ticking):
         self.db = db
         self.wakeups = wakeups
         self.grace = timedelta(seconds=settings.schedule_grace_seconds)
+        self.max_attempts = settings.default_max_attempts
         self.due_in: float | None = None
 
     def next_delay(self) -> float:
@@ -72,7 +73,7 @@ class Scheduler(Ticking):
                 firings.append(Firing(s.name, s.revision, s.next_run_at, ticks, nxt))
             if firings:
                 async with self.db.connection() as conn:
-                    fired = await store.schedules_fire(conn, firings)
+                    fired = await store.schedules_fire(conn, firings, self.max_attempts)
                 if fired:
                     queues = [f.queue for f in fired]
                     self.wakeups.jobs_available(set(queues))

@@ -46,8 +46,10 @@ class ScheduleRequest(Body):
     cron: CronText = Field(..., description=CRON_HELP)
     timezone: Maybe[ZoneName] = omitted(ZONE_HELP)
     payload: Json = Field(..., description="The payload of each job; any JSON value.")
-    priority: Priority = Field(0, description="Each job's priority.")
-    max_attempts: Maybe[MaxAttempts] = omitted("Each job's max_attempts; default JOBQ_DEFAULT_MAX_ATTEMPTS.")
+    priority: Maybe[Priority] = omitted("Each job's priority; default 0.")
+    max_attempts: Maybe[MaxAttempts] = omitted(
+        "Each job's max_attempts; left out: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made."
+    )
     missed: Missed = Field("skip", description=MISSED_HELP)
     paused: Maybe[StrictBool] = omitted(
         "Create or replace it paused (true) or running (false); left out: a new schedule runs, a replaced "
@@ -61,8 +63,10 @@ class Schedule(BaseModel):
     cron: str
     timezone: str
     payload: Json
-    priority: int
-    max_attempts: int
+    priority: int | None = Field(description="Each job's priority; null: the default (0).")
+    max_attempts: int | None = Field(
+        description="Each job's max_attempts; null: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made."
+    )
     missed: Missed
     paused: bool = Field(description="A paused schedule enqueues nothing; resume skips the ticks of the pause.")
     next_run_at: datetime | None = Field(

@@ -1526,8 +1526,11 @@ export interface components {
              * @description The latest tick that enqueued a job; null before the first.
              */
             last_run_at: string | null;
-            /** Max Attempts */
-            max_attempts: number;
+            /**
+             * Max Attempts
+             * @description Each job's max_attempts; null: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made.
+             */
+            max_attempts: number | null;
             /**
              * Missed
              * @enum {string}
@@ -1547,8 +1550,11 @@ export interface components {
             paused: boolean;
             /** Payload */
             payload: components["schemas"]["JsonValue"];
-            /** Priority */
-            priority: number;
+            /**
+             * Priority
+             * @description Each job's priority; null: the default (0).
+             */
+            priority: number | null;
             /** Queue */
             queue: string;
             /** Timezone */
@@ -1616,7 +1622,7 @@ export interface components {
             cron: string;
             /**
              * Max Attempts
-             * @description Each job's max_attempts; default JOBQ_DEFAULT_MAX_ATTEMPTS.
+             * @description Each job's max_attempts; left out: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made.
              */
             max_attempts?: number;
             /**
@@ -1637,7 +1643,7 @@ export interface components {
             payload: components["schemas"]["JsonValue"];
             /**
              * Priority
-             * @description Each job's priority. Default: 0.
+             * @description Each job's priority; default 0.
              */
             priority?: number;
             /**
