@@ -238,7 +238,7 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
             scheduler,
             Retention(settings, db, metrics),
             Vacuum(settings, db, metrics),
-            Gauges(metrics, db, dispatcher, settings.gauges_interval_seconds),
+            Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds),
             StatsFlush(metrics, db),
             KeyUse(keys, metrics),
         ]

@@ -51,7 +51,10 @@ class Settings(BaseSettings):
     lease_max_seconds: int = Field(43_200, ge=1, le=604_800, description="Longest lease a claim may ask.")
     wait_max_seconds: int = Field(30, ge=0, le=300, description="Longest long-poll `wait_seconds`.")
     max_waiters: int = Field(
-        10_000, ge=1, le=1_000_000, description="Long-polls waiting at once per process; past it -> 429."
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="Long-polls waiting at once per process (claims, and waits for a job's result); past it -> 429.",
     )
     poll_interval_seconds: float = Field(
         1.0,

@@ -106,6 +106,12 @@ class Metrics:
         mode: dict[str, Any] = {"multiprocess_mode": "livesum"} if self.multiprocess else {}
         latest: dict[str, Any] = {"multiprocess_mode": "mostrecent"} if self.multiprocess else {}
         self.waiting = Gauge("jobq_waiting_claims", "Long-polls waiting for a job.", registry=reg, **mode)
+        self.waiting_results = Gauge(
+            "jobq_waiting_results",
+            "Requests waiting for a job to finish (GET /jobs/{id}?wait_seconds).",
+            registry=reg,
+            **mode,
+        )
         self.pool_size = Gauge("jobq_pool_connections", "Open pooled connections.", registry=reg, **mode)
         self.pool_busy = Gauge("jobq_pool_connections_in_use", "Pooled connections lent out.", registry=reg, **mode)
         self.pool_waiting = Gauge(
