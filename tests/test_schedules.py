@@ -330,7 +330,8 @@ def test_a_restart_neither_doubles_nor_loses_a_tick(server_factory, db: psycopg.
 def test_jobq_schedules_commands(
     server_factory, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:  # type: ignore[no-untyped-def]
-    """The command in this process (each `jobq` subprocess would take a second to start)."""
+    """The command in this process (each `jobq` subprocess would take a second to start); its exit codes are
+    those of every command over the HTTP API (app/runtime/cli/remote.py)."""
     server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, schedule_interval_seconds=0)
     admin = create_key(db, "ops", ["admin"])
 
@@ -347,14 +348,12 @@ def test_jobq_schedules_commands(
     code, out, err = jobq("schedules", "put", "nightly", "--queue", "reports", "--cron", "0 3 * * *", "--timezone",
                           "Europe/Paris", "--payload", '{"report": "nightly"}', "--max-attempts", "2")  # fmt: skip
     assert code == 0, err
+    assert out.startswith("created nightly: 0 3 * * * (Europe/Paris) -> reports; next run "), out
+    shown = server.client.get("/schedules/nightly", headers={"authorization": f"Bearer {admin}"}).json()
+    assert (shown["queue"], shown["payload"], shown["max_attempts"]) == ("reports", {"report": "nightly"}, 2)
+    code, out, _ = jobq("schedules", "put", "nightly", "--queue", "reports", "--cron", "0 3 * * *", "--json")
+    assert code == 0 and json.loads(out)["max_attempts"] is None  # replaced: left out is the default
     shown = json.loads(out)
-    assert (shown["name"], shown["queue"], shown["payload"], shown["max_attempts"]) == (
-        "nightly",
-        "reports",
-        {"report": "nightly"},
-        2,
-    )
-    assert server.client.get("/schedules/nightly", headers={"authorization": f"Bearer {admin}"}).json() == shown
 
     code, out, err = jobq("schedules", "list")
     assert code == 0, err
@@ -363,27 +362,27 @@ def test_jobq_schedules_commands(
     assert row.split()[:2] == ["nightly", "reports"] and shown["next_run_at"] in row and row.endswith("active")
     assert json.loads(jobq("schedules", "list", "--json")[1]) == [shown]
 
-    assert json.loads(jobq("schedules", "pause", "nightly")[1])["paused"] is True
-    assert json.loads(jobq("schedules", "resume", "nightly")[1])["paused"] is False
-    assert json.loads(jobq("schedules", "get", "nightly")[1])["name"] == "nightly"
+    assert json.loads(jobq("schedules", "pause", "nightly", "--json")[1])["paused"] is True
+    assert jobq("schedules", "resume", "nightly")[1].startswith("nightly: 0 3 * * * (UTC) -> reports; next run")
+    assert json.loads(jobq("schedules", "get", "nightly", "--json")[1])["name"] == "nightly"
 
     code, _, err = jobq("schedules", "put", "x", "--queue", "q", "--cron", "0 25 * * *")
-    assert code == 2 and "hour: 25 is out of range 0-23" in err, err
-    with pytest.raises(SystemExit) as bad_json:
-        jobq("schedules", "put", "x", "--queue", "q", "--cron", "@daily", "--payload", "{nope")
-    assert bad_json.value.code == 2 and "--payload is not JSON" in capsys.readouterr().err
+    assert code == 2 and "hour: 25 is out of range 0-23" in err and "(422 validation-error)" in err, err
+    code, _, err = jobq("schedules", "put", "x", "--queue", "q", "--cron", "@daily", "--payload", "{nope")
+    assert code == 2 and "--payload is not JSON" in err
 
-    assert jobq("schedules", "delete", "nightly")[:2] == (0, "deleted schedule nightly\n")
+    assert jobq("schedules", "delete", "nightly")[:2] == (0, "nightly: deleted (the jobs it made stay)\n")
     code, _, err = jobq("schedules", "get", "nightly")
-    assert code == 1 and "404 Schedule not found" in err
+    assert code == 3 and err.startswith("jobq: schedule nightly: ") and "(404 schedule-not-found)" in err
     code, _, err = jobq("schedules", "list", key=None)
-    assert code == 1 and "401" in err
+    assert code == 4 and "(401 unauthorized)" in err
     code, _, err = jobq("schedules", "list", url="http://127.0.0.1:1")
-    assert code == 1 and err.startswith("jobq schedules list: http://127.0.0.1:1:")
+    assert code == 1 and err.startswith("jobq: cannot reach http://127.0.0.1:1")
 
 
 def test_jobq_schedules_help() -> None:
     r = run_jobq("schedules", "put", "--help")
     assert r.returncode == 0
-    for text in ("--queue", "--cron", "--timezone", "--payload", "--missed", "--paused"):
+    for text in ("--queue", "--cron", "--timezone", "--payload", "--missed", "--paused", "--url", "exit codes"):
         assert text in r.stdout, text
+    assert "schedules" in run_jobq("--help").stdout

@@ -154,7 +154,9 @@ class JobService:
     def _json(self, value: Any, limit: int, loc: Sequence[str | int]) -> str:
         return json_text(value, limit, self.settings.max_json_depth, loc)
 
-    def _new_job(self, queue: str, req: EnqueueRequest, loc: Sequence[str | int]) -> NewJob:
+    def _new_job(
+        self, queue: str, req: EnqueueRequest, loc: Sequence[str | int], traceparent: str | None = None
+    ) -> NewJob:
         return NewJob(
             queue=queue,
             payload=self._json(req.payload, self.settings.max_payload_bytes, [*loc, "payload"]),
@@ -163,6 +165,7 @@ class JobService:
             delay_seconds=req.delay_seconds,
             max_attempts=req.max_attempts or self.settings.default_max_attempts,
             idempotency_key=req.idempotency_key,
+            traceparent=traceparent,
         )
 
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
@@ -190,15 +193,20 @@ class JobService:
             at += len(jobs)
         return out
 
-    async def enqueue(self, queue: str, req: EnqueueRequest) -> Inserted:
-        """The job; `created` is false when the idempotency key already named it."""
-        [inserted] = await self._insert([self._new_job(queue, req, ["body"])])
+    async def enqueue(self, queue: str, req: EnqueueRequest, traceparent: str | None = None) -> Inserted:
+        """The job; `created` is false when the idempotency key already named it. `traceparent`: the
+        enqueue's trace context, handed to the job's workers on claim."""
+        [inserted] = await self._insert([self._new_job(queue, req, ["body"], traceparent)])
         return inserted
 
-    async def enqueue_batch(self, queue: str, reqs: Sequence[EnqueueRequest]) -> list[Inserted]:
+    async def enqueue_batch(
+        self, queue: str, reqs: Sequence[EnqueueRequest], traceparent: str | None = None
+    ) -> list[Inserted]:
         # A key that occurs twice names one job, as it would in two requests: the later occurrence gets
         # the job of the first (store.jobs_insert).
-        return await self._insert([self._new_job(queue, r, ["body", "jobs", i]) for i, r in enumerate(reqs)])
+        return await self._insert(
+            [self._new_job(queue, r, ["body", "jobs", i], traceparent) for i, r in enumerate(reqs)]
+        )
 
     # -- workers ------------------------------------------------------------------------------------------------
 

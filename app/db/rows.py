@@ -90,6 +90,7 @@ class JobRow:
     result: str | None
     idempotency_key: str | None
     claim_token: str | None
+    traceparent: str | None
     schedule: str | None  # the schedule that made it, and the tick it stands for
     scheduled_for: datetime | None
 
@@ -111,6 +112,7 @@ class ClaimRow:
     lease_expires_at: datetime
     run_at: datetime
     created_at: datetime
+    traceparent: str | None
 
 
 @dataclass(slots=True, frozen=True)

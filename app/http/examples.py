@@ -26,6 +26,7 @@ from app.errors import (
 _TOKEN = "q7Hc2dVx9Jm3Kp0LwZtY4s"
 _AT = "2026-11-29T12:00:00.125+00:00"
 _LATER = "2026-11-29T12:05:00.125+00:00"
+_TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 _JOB: dict[str, Any] = {
     "id": 42,
@@ -44,6 +45,7 @@ _JOB: dict[str, Any] = {
     "last_error": None,
     "result": None,
     "idempotency_key": "welcome-ada",
+    "traceparent": _TRACE,
     "schedule": None,
     "scheduled_for": None,
 }
@@ -67,6 +69,7 @@ _CLAIM = {
     "lease_expires_at": _LATER,
     "run_at": _AT,
     "created_at": _AT,
+    "traceparent": _TRACE,
 }
 _ENQUEUE = {"payload": _JOB["payload"], "priority": 5, "idempotency_key": "welcome-ada"}
 _SCHEDULED = {
@@ -77,6 +80,7 @@ _SCHEDULED = {
     "priority": 0,
     "idempotency_key": None,
     "result": {"rows": 1520},
+    "traceparent": None,
     "schedule": "daily-report",
     "scheduled_for": "2026-11-29T06:00:00+00:00",
 }
@@ -86,8 +90,8 @@ _SCHEDULE = {
     "cron": "0 7 * * MON-FRI",
     "timezone": "Europe/Paris",
     "payload": {"report": "daily"},
-    "priority": 0,
-    "max_attempts": 5,
+    "priority": None,
+    "max_attempts": 3,
     "missed": "skip",
     "paused": False,
     "next_run_at": "2026-11-30T06:00:00+00:00",

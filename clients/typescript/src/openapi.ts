@@ -472,7 +472,8 @@ export interface components {
          *       },
          *       "priority": 5,
          *       "queue": "emails",
-         *       "run_at": "2026-11-29T12:00:00.125+00:00"
+         *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *     }
          */
         Claim: {
@@ -511,6 +512,11 @@ export interface components {
              * Format: date-time
              */
             run_at: string;
+            /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header): start the job's span as its child. Null when none.
+             */
+            traceparent: string | null;
         };
         /**
          * ClaimRequest
@@ -577,7 +583,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -607,7 +614,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -959,6 +967,7 @@ export interface components {
          *       "schedule": null,
          *       "scheduled_for": null,
          *       "status": "pending",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
          *     }
          * @example {
@@ -984,6 +993,7 @@ export interface components {
          *       "schedule": null,
          *       "scheduled_for": null,
          *       "status": "completed",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": "mailer-1"
          *     }
          * @example {
@@ -1008,6 +1018,7 @@ export interface components {
          *       "schedule": "daily-report",
          *       "scheduled_for": "2026-11-29T06:00:00+00:00",
          *       "status": "completed",
+         *       "traceparent": null,
          *       "worker": "mailer-1"
          *     }
          */
@@ -1068,6 +1079,11 @@ export interface components {
             scheduled_for: string | null;
             status: components["schemas"]["Status"];
             /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header); a worker continues this trace. Null when none.
+             */
+            traceparent: string | null;
+            /**
              * Worker
              * @description Worker of the latest claim.
              */
@@ -1098,6 +1114,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         },
          *         {
@@ -1121,6 +1138,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ]
@@ -1155,6 +1173,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ],
@@ -1482,7 +1501,7 @@ export interface components {
          *       "created_at": "2026-11-01T09:12:00.5+00:00",
          *       "cron": "0 7 * * MON-FRI",
          *       "last_run_at": "2026-11-27T06:00:00+00:00",
-         *       "max_attempts": 5,
+         *       "max_attempts": 3,
          *       "missed": "skip",
          *       "name": "daily-report",
          *       "next_run_at": "2026-11-30T06:00:00+00:00",
@@ -1490,7 +1509,7 @@ export interface components {
          *       "payload": {
          *         "report": "daily"
          *       },
-         *       "priority": 0,
+         *       "priority": null,
          *       "queue": "reports",
          *       "timezone": "Europe/Paris",
          *       "updated_at": "2026-11-01T09:12:00.5+00:00"
@@ -1499,7 +1518,7 @@ export interface components {
          *       "created_at": "2026-11-01T09:12:00.5+00:00",
          *       "cron": "0 7 * * MON-FRI",
          *       "last_run_at": "2026-11-27T06:00:00+00:00",
-         *       "max_attempts": 5,
+         *       "max_attempts": 3,
          *       "missed": "skip",
          *       "name": "daily-report",
          *       "next_run_at": null,
@@ -1507,7 +1526,7 @@ export interface components {
          *       "payload": {
          *         "report": "daily"
          *       },
-         *       "priority": 0,
+         *       "priority": null,
          *       "queue": "reports",
          *       "timezone": "Europe/Paris",
          *       "updated_at": "2026-11-01T09:12:00.5+00:00"
@@ -1573,7 +1592,7 @@ export interface components {
          *           "created_at": "2026-11-01T09:12:00.5+00:00",
          *           "cron": "0 7 * * MON-FRI",
          *           "last_run_at": "2026-11-27T06:00:00+00:00",
-         *           "max_attempts": 5,
+         *           "max_attempts": 3,
          *           "missed": "skip",
          *           "name": "daily-report",
          *           "next_run_at": "2026-11-30T06:00:00+00:00",
@@ -1581,7 +1600,7 @@ export interface components {
          *           "payload": {
          *             "report": "daily"
          *           },
-         *           "priority": 0,
+         *           "priority": null,
          *           "queue": "reports",
          *           "timezone": "Europe/Paris",
          *           "updated_at": "2026-11-01T09:12:00.5+00:00"
@@ -1968,6 +1987,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2083,6 +2103,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2226,6 +2247,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2368,6 +2390,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2630,6 +2653,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2761,6 +2785,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2998,7 +3023,8 @@ export interface operations {
                      *           },
                      *           "priority": 5,
                      *           "queue": "emails",
-                     *           "run_at": "2026-11-29T12:00:00.125+00:00"
+                     *           "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
                      *         }
                      *       ]
                      *     }
@@ -3133,6 +3159,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ],
@@ -3236,6 +3263,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3270,6 +3298,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3406,6 +3435,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         },
                      *         {
@@ -3429,6 +3459,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ]
@@ -3903,7 +3934,7 @@ export interface operations {
                      *           "created_at": "2026-11-01T09:12:00.5+00:00",
                      *           "cron": "0 7 * * MON-FRI",
                      *           "last_run_at": "2026-11-27T06:00:00+00:00",
-                     *           "max_attempts": 5,
+                     *           "max_attempts": 3,
                      *           "missed": "skip",
                      *           "name": "daily-report",
                      *           "next_run_at": "2026-11-30T06:00:00+00:00",
@@ -3911,7 +3942,7 @@ export interface operations {
                      *           "payload": {
                      *             "report": "daily"
                      *           },
-                     *           "priority": 0,
+                     *           "priority": null,
                      *           "queue": "reports",
                      *           "timezone": "Europe/Paris",
                      *           "updated_at": "2026-11-01T09:12:00.5+00:00"
@@ -3976,7 +4007,7 @@ export interface operations {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
-                     *       "max_attempts": 5,
+                     *       "max_attempts": 3,
                      *       "missed": "skip",
                      *       "name": "daily-report",
                      *       "next_run_at": "2026-11-30T06:00:00+00:00",
@@ -3984,7 +4015,7 @@ export interface operations {
                      *       "payload": {
                      *         "report": "daily"
                      *       },
-                     *       "priority": 0,
+                     *       "priority": null,
                      *       "queue": "reports",
                      *       "timezone": "Europe/Paris",
                      *       "updated_at": "2026-11-01T09:12:00.5+00:00"
@@ -4079,7 +4110,7 @@ export interface operations {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
-                     *       "max_attempts": 5,
+                     *       "max_attempts": 3,
                      *       "missed": "skip",
                      *       "name": "daily-report",
                      *       "next_run_at": "2026-11-30T06:00:00+00:00",
@@ -4087,7 +4118,7 @@ export interface operations {
                      *       "payload": {
                      *         "report": "daily"
                      *       },
-                     *       "priority": 0,
+                     *       "priority": null,
                      *       "queue": "reports",
                      *       "timezone": "Europe/Paris",
                      *       "updated_at": "2026-11-01T09:12:00.5+00:00"
@@ -4107,7 +4138,7 @@ export interface operations {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
-                     *       "max_attempts": 5,
+                     *       "max_attempts": 3,
                      *       "missed": "skip",
                      *       "name": "daily-report",
                      *       "next_run_at": "2026-11-30T06:00:00+00:00",
@@ -4115,7 +4146,7 @@ export interface operations {
                      *       "payload": {
                      *         "report": "daily"
                      *       },
-                     *       "priority": 0,
+                     *       "priority": null,
                      *       "queue": "reports",
                      *       "timezone": "Europe/Paris",
                      *       "updated_at": "2026-11-01T09:12:00.5+00:00"
@@ -4282,7 +4313,7 @@ export interface operations {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
-                     *       "max_attempts": 5,
+                     *       "max_attempts": 3,
                      *       "missed": "skip",
                      *       "name": "daily-report",
                      *       "next_run_at": "2026-11-30T06:00:00+00:00",
@@ -4290,7 +4321,7 @@ export interface operations {
                      *       "payload": {
                      *         "report": "daily"
                      *       },
-                     *       "priority": 0,
+                     *       "priority": null,
                      *       "queue": "reports",
                      *       "timezone": "Europe/Paris",
                      *       "updated_at": "2026-11-01T09:12:00.5+00:00"
@@ -4380,7 +4411,7 @@ export interface operations {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
-                     *       "max_attempts": 5,
+                     *       "max_attempts": 3,
                      *       "missed": "skip",
                      *       "name": "daily-report",
                      *       "next_run_at": "2026-11-30T06:00:00+00:00",
@@ -4388,7 +4419,7 @@ export interface operations {
                      *       "payload": {
                      *         "report": "daily"
                      *       },
-                     *       "priority": 0,
+                     *       "priority": null,
                      *       "queue": "reports",
                      *       "timezone": "Europe/Paris",
                      *       "updated_at": "2026-11-01T09:12:00.5+00:00"
