@@ -332,7 +332,8 @@ def test_jobq_schedules_commands(
 ) -> None:  # type: ignore[no-untyped-def]
     """The command in this process (each `jobq` subprocess would take a second to start); its exit codes are
     those of every command over the HTTP API (app/runtime/cli/remote.py)."""
-    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, schedule_interval_seconds=0)
+    # No access log: the server runs in this process, and its lines would land in the captured stdout.
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, schedule_interval_seconds=0, access_log=False)
     admin = create_key(db, "ops", ["admin"])
 
     def jobq(*args: str, url: str = server.url, key: str | None = admin) -> tuple[int, str, str]:
