@@ -232,10 +232,14 @@ def test_database_outage_is_503_then_recovers(database_url: str) -> None:
 
 def test_readyz_reports_pending_migrations(server: LiveServer, db: psycopg.Connection) -> None:
     assert server.client.get("/readyz").json() == {"status": "ready"}
-    # One missing below the highest applied: versions can land out of order, and it is still pending.
-    missing = db.execute("DELETE FROM jobq_migrations WHERE version = (SELECT min(version) FROM jobq_migrations)"
-                         " RETURNING version").fetchone()  # fmt: skip
-    assert missing is not None and missing[0] < max(m.version for m in load_migrations())
-    problem(server.client.get("/readyz"), 503, "not-ready")
     db.execute("DELETE FROM jobq_migrations")
+    problem(server.client.get("/readyz"), 503, "not-ready")
+
+
+def test_readyz_reports_a_migration_missing_below_the_last(server: LiveServer, db: psycopg.Connection) -> None:
+    """Migrations are applied by presence: a database can hold a later one without an earlier one (applied
+    by an older build of a branch), and is then not current although its highest number is."""
+    versions = [r[0] for r in db.execute("SELECT version FROM jobq_migrations ORDER BY version").fetchall()]
+    assert len(versions) >= 2
+    db.execute("DELETE FROM jobq_migrations WHERE version = %s", (versions[-2],))
     problem(server.client.get("/readyz"), 503, "not-ready")

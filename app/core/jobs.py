@@ -12,6 +12,7 @@ from typing import Any
 
 from app.core.coalesce import Coalescer
 from app.core.dispatcher import ClaimDispatcher
+from app.core.results import ResultWaiters
 from app.core.wakeups import Wakeups
 from app.db import jobs as store
 from app.db.jobs import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome
@@ -55,8 +56,17 @@ def sanitise_error(text: str, max_bytes: int) -> str:
     return raw[: max_bytes - len(marker)].decode(errors="ignore") + marker
 
 
+def _raise_for(outcome: Outcome) -> None:
+    if outcome == "not_found":
+        raise JobNotFound()
+    if outcome == "claim_lost":
+        raise ClaimLost()
+    if outcome == "cancelled":
+        raise JobCancelled()
+
+
 def json_text(value: Any, limit: int, max_depth: int, loc: Sequence[str | int]) -> str:
-    """A JSON value from a request as jsonb will store it, after the checks JSON Schema cannot make."""
+    """A payload or result as stored: checked (what jsonb cannot hold, nesting, size) and serialised."""
     try:
         check_json_value(value, max_depth)
     except InvalidUnicode as exc:
@@ -67,15 +77,6 @@ def json_text(value: Any, limit: int, max_depth: int, loc: Sequence[str | int]) 
     if len(text) > limit // 4 and len(text.encode()) > limit:
         raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
     return text
-
-
-def _raise_for(outcome: Outcome) -> None:
-    if outcome == "not_found":
-        raise JobNotFound()
-    if outcome == "claim_lost":
-        raise ClaimLost()
-    if outcome == "cancelled":
-        raise JobCancelled()
 
 
 @dataclass(slots=True, frozen=True)
@@ -106,13 +107,20 @@ class Claimed:
 
 class JobService:
     def __init__(
-        self, settings: Settings, db: Database, dispatcher: ClaimDispatcher, wakeups: Wakeups, metrics: Metrics
+        self,
+        settings: Settings,
+        db: Database,
+        dispatcher: ClaimDispatcher,
+        wakeups: Wakeups,
+        metrics: Metrics,
+        results: ResultWaiters,
     ) -> None:
         self.settings = settings
         self.db = db
         self.dispatcher = dispatcher
         self.wakeups = wakeups
         self.metrics = metrics
+        self.results = results
         # Group commit for the hot writes (see app/core/coalesce.py). An item is one request's rows, so a
         # batch stays all-or-nothing (enqueue) and in order even when it shares a statement.
         self._insert: Coalescer[list[NewJob], list[Inserted]] = Coalescer(
@@ -237,6 +245,7 @@ class JobService:
         flat = [item for items in requests for item in items]
         async with self.db.connection() as conn:
             done = await store.jobs_complete(conn, flat, full=full)
+        self.wakeups.jobs_finished([d.job.id for d in done if d.changed and d.job is not None])
         self._count_completed(done)
         out, at = [], 0
         for items in requests:
@@ -292,7 +301,9 @@ class JobService:
         assert job is not None
         if done.changed:
             self.metrics.count("failed" if job.status == "failed" else "retried", job.queue)
-            if job.status == "pending" and req.retry_in_seconds == 0:
+            if job.status == "failed":
+                self.wakeups.jobs_finished([job.id])
+            elif job.status == "pending" and req.retry_in_seconds == 0:
                 self.wakeups.jobs_available([job.queue])  # a retry asked for now: waiting long-polls take it
         return job
 
@@ -313,9 +324,13 @@ class JobService:
 
     # -- reads -------------------------------------------------------------------------------------------------------
 
-    async def get(self, job_id: int, allowed: str | None = None) -> JobRow:
-        async with self.db.connection() as conn:
-            job = await store.job_get(conn, job_id, allowed)
-        if job is None:
-            raise JobNotFound()
-        return job
+    async def get(
+        self,
+        job_id: int,
+        allowed: str | None = None,
+        wait_seconds: float = 0,
+        disconnected: Callable[[], Awaitable[Any]] | None = None,
+    ) -> JobRow:
+        """The job; with wait_seconds, once it has finished or else as it is at the deadline (a waiting
+        request holds no connection: app/core/results.py)."""
+        return await self.results.wait(job_id, allowed, wait_seconds, disconnected)

@@ -16,6 +16,7 @@ from app.errors import (
     JobNotFound,
     NotReady,
     PayloadTooLarge,
+    ScheduleNotFound,
     SearchTooBroad,
     TooManyWaiters,
     Unauthorized,
@@ -46,6 +47,8 @@ _JOB: dict[str, Any] = {
     "result": None,
     "idempotency_key": "welcome-ada",
     "traceparent": _TRACE,
+    "schedule": None,
+    "scheduled_for": None,
 }
 _DONE = {
     **_JOB,
@@ -70,6 +73,33 @@ _CLAIM = {
     "traceparent": _TRACE,
 }
 _ENQUEUE = {"payload": _JOB["payload"], "priority": 5, "idempotency_key": "welcome-ada"}
+_SCHEDULED = {
+    **_DONE,
+    "id": 77,
+    "queue": "reports",
+    "payload": {"report": "daily"},
+    "priority": 0,
+    "idempotency_key": None,
+    "result": {"rows": 1520},
+    "traceparent": None,
+    "schedule": "daily-report",
+    "scheduled_for": "2026-11-29T06:00:00+00:00",
+}
+_SCHEDULE = {
+    "name": "daily-report",
+    "queue": "reports",
+    "cron": "0 7 * * MON-FRI",
+    "timezone": "Europe/Paris",
+    "payload": {"report": "daily"},
+    "priority": None,
+    "max_attempts": 3,
+    "missed": "skip",
+    "paused": False,
+    "next_run_at": "2026-11-30T06:00:00+00:00",
+    "last_run_at": "2026-11-27T06:00:00+00:00",
+    "created_at": "2026-11-01T09:12:00.5+00:00",
+    "updated_at": "2026-11-01T09:12:00.5+00:00",
+}
 
 _COUNTS = {"ready": 120, "scheduled": 8, "pending": 128, "running": 16, "completed": 48211, "failed": 3, "cancelled": 0}
 _DURATION = {"count": 8900, "p50_ms": 180.2, "p95_ms": 1450.0, "max_ms": 9800.5}
@@ -146,7 +176,7 @@ SCHEMAS: dict[str, list[Any]] = {
     "CompleteBatchRequest": [
         {"jobs": [{"id": 42, "claim_token": _TOKEN, "result": "sent"}, {"id": 43, "claim_token": _TOKEN}]}
     ],
-    "Job": [_JOB, _DONE],
+    "Job": [_JOB, _DONE, _SCHEDULED],
     "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
     "Claim": [_CLAIM],
     "ClaimResponse": [
@@ -255,6 +285,13 @@ SCHEMAS: dict[str, list[Any]] = {
             "partial": False,
         }
     ],
+    # schedules
+    "ScheduleRequest": [
+        {"queue": "reports", "cron": "0 7 * * MON-FRI", "timezone": "Europe/Paris", "payload": {"report": "daily"}},
+        {"queue": "metrics", "cron": "*/10 * * * * *", "payload": None, "missed": "catch_up", "max_attempts": 1},
+    ],
+    "Schedule": [_SCHEDULE, {**_SCHEDULE, "paused": True, "next_run_at": None}],
+    "ScheduleList": [{"schedules": [_SCHEDULE]}],
 }
 
 METRICS_EXAMPLE = """# HELP jobq_jobs_completed_total Jobs completed.
@@ -268,7 +305,7 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
     400: {"malformed-request": BadRequest("The request body is not valid JSON: EOF while parsing a value")},
     401: {"unauthorized": Unauthorized("Send an API key: `Authorization: Bearer <key>`.")},
     403: {"forbidden": Forbidden("This API key lacks the `consume` scope.")},
-    404: {"job-not-found": JobNotFound()},
+    404: {"job-not-found": JobNotFound(), "schedule-not-found": ScheduleNotFound()},
     409: {
         "claim-lost": ClaimLost(),
         "job-cancelled": JobCancelled(),
@@ -287,6 +324,32 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
                     "loc": ["path", "queue"],
                     "msg": "String should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
                     "type": "string_pattern_mismatch",
+                }
+            ],
+        ),
+        "bad-cron": ValidationFailed(
+            "body.cron: Value error, minute: 61 is out of range 0-59",
+            errors=[
+                {"loc": ["body", "cron"], "msg": "Value error, minute: 61 is out of range 0-59", "type": "value_error"}
+            ],
+        ),
+        "bad-schedule-name": ValidationFailed(
+            "path.name: String should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
+            errors=[
+                {
+                    "loc": ["path", "name"],
+                    "msg": "String should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
+                    "type": "string_pattern_mismatch",
+                }
+            ],
+        ),
+        "bad-wait": ValidationFailed(
+            "query.wait_seconds: Input should be less than or equal to 30",
+            errors=[
+                {
+                    "loc": ["query", "wait_seconds"],
+                    "msg": "Input should be less than or equal to 30",
+                    "type": "less_than_equal",
                 }
             ],
         ),
@@ -316,6 +379,7 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
 
 _WORKER_WRITES = {"heartbeatJob", "completeJob", "failJob", "releaseJob"}
 _JOB_ROUTES = {"getJob", "cancelJob", "retryJob", *_WORKER_WRITES}
+_SCHEDULE_ROUTES = {"putSchedule", "getSchedule", "deleteSchedule", "pauseSchedule", "resumeSchedule"}
 
 # Problems that only some operations give: by operationId or HTTP method.
 ONLY_ON: dict[str, set[str]] = {
@@ -327,6 +391,7 @@ ONLY_ON: dict[str, set[str]] = {
         "enqueueJobs",
         "claimJobs",
         "completeJobs",
+        "putSchedule",
         "searchJobs",
         "bulkJobs",
         *_WORKER_WRITES,
@@ -344,6 +409,10 @@ ONLY_ON: dict[str, set[str]] = {
         "resumeQueue",
     },
     "job-not-found": _JOB_ROUTES,
+    "schedule-not-found": _SCHEDULE_ROUTES - {"putSchedule"},
+    "bad-schedule-name": _SCHEDULE_ROUTES,
+    "bad-cron": {"putSchedule"},
+    "bad-wait": {"getJob"},
     "claim-lost": _WORKER_WRITES,
     "job-cancelled": {"completeJob", "failJob", "releaseJob"},
     "invalid-state": {"cancelJob", "retryJob"},

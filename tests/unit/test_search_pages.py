@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,9 @@ WHEN = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def job(job_id: int, priority: int = 0) -> JobRow:
-    return JobRow(job_id, "q", "pending", None, priority, 0, 5, WHEN, WHEN, *[None] * 9)
+    blank = dict.fromkeys(f.name for f in dataclasses.fields(JobRow))
+    return JobRow(**blank | {"id": job_id, "queue": "q", "status": "pending", "priority": priority, "attempts": 0,
+                             "max_attempts": 5, "run_at": WHEN, "created_at": WHEN})  # fmt: skip
 
 
 def rows(examined: int, last_key: list[Any] | None, *jobs: JobRow) -> list[SearchRow]:

@@ -548,6 +548,53 @@
     return { open, form };
   }
 
+  // --- schedules: next run times (a panel of the queues view) ------------------------------------------------
+
+  // The schedules the key may see, each with its next run; built once, refilled on every refresh.
+  function schedulesPanel() {
+    const body = el("div", { id: "schedules-panel" });
+    let last = "";
+    const cols = ["Schedule", "Queue", "Cron", "Time zone", "Next run", "Last run", "State"];
+    return {
+      node: el("section", { "aria-label": "Schedules" }, el("h2", {}, "Schedules"), body),
+      async load() {
+        const doc = await api("GET", "schedules");
+        const text = JSON.stringify(doc);
+        if (text === last) return;
+        last = text;
+        if (!doc.schedules.length) {
+          const how = "No schedules: PUT /schedules/{name} (or `jobq schedules put`) makes one.";
+          body.replaceChildren(el("p", { class: "muted" }, how));
+          return;
+        }
+        body.replaceChildren(
+          el(
+            "table",
+            { id: "schedules" },
+            el("thead", {}, el("tr", {}, cols.map((c) => el("th", {}, c)))),
+            el(
+              "tbody",
+              {},
+              doc.schedules.map((s) =>
+                el(
+                  "tr",
+                  { "data-schedule": s.name },
+                  el("td", {}, s.name),
+                  el("td", {}, el("a", { href: queueHref(s.queue) }, s.queue)),
+                  el("td", {}, el("code", {}, s.cron)),
+                  el("td", {}, s.timezone),
+                  el("td", { "data-col": "next" }, fmtTime(s.next_run_at)),
+                  el("td", { "data-col": "last" }, fmtTime(s.last_run_at)),
+                  el("td", { "data-col": "state" }, s.paused ? badge("paused") : badge("active")),
+                ),
+              ),
+            ),
+          ),
+        );
+      },
+    };
+  }
+
   // --- views -------------------------------------------------------------------------------------------------
   // Each view builds its frame once (mount) and fills it on every refresh (load), so that panels and
   // buttons the operator is using survive the automatic refresh.
@@ -556,6 +603,7 @@
     const body = el("div");
     const charts = chartsPanel("All queues", (range) => `stats/series?range=${range}`);
     const enqueue = enqueueForm(null);
+    const schedules = schedulesPanel();
     let lines = new Map();
     let linesAt = 0;
     let last = "";
@@ -567,9 +615,13 @@
           enqueue.form,
           body,
           charts.node,
+          schedules.node,
         );
       },
       async load() {
+        await Promise.all([this.loadQueues(), schedules.load()]);
+      },
+      async loadQueues() {
         const stale = Date.now() - linesAt >= 15_000;
         const [doc, sparks] = await Promise.all([
           api("GET", "queues"),
@@ -824,6 +876,9 @@
           ["lease expires", fmtTime(job.lease_expires_at)], ["finished", fmtTime(job.finished_at)],
           ["idempotency key", job.idempotency_key ?? none()],
         ];
+        if (job.schedule !== null && job.schedule !== undefined) {
+          rows.push(["schedule", job.schedule], ["scheduled for", fmtTime(job.scheduled_for)]);
+        }
         fields.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
         payload.textContent = fmtJson(job.payload);
         result.textContent = fmtJson(job.result);
