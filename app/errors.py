@@ -3,6 +3,7 @@
 AppError
  +-- BadRequest             400 malformed-request    body is not JSON / not decodable
  +-- ValidationFailed       422 validation-error     JSON that breaks the contract (with `errors`)
+ +-- SearchTooBroad         422 search-too-broad     a search that did not finish in its time limit
  +-- UnsupportedMediaType   415 unsupported-media-type
  +-- PayloadTooLarge        413 payload-too-large
  +-- Unauthorized           401 unauthorized         no API key, or one that is unknown, revoked or malformed
@@ -11,6 +12,7 @@ AppError
  |    +-- ForeignOrigin     403 foreign-origin       auth off, and a web page of another origin sent it
  +-- NotFound               404 not-found            no such route
  +-- JobNotFound            404 job-not-found
+ +-- ScheduleNotFound       404 schedule-not-found
  +-- MethodNotAllowed       405 method-not-allowed
  +-- Conflict               409 (base of the lease and state conflicts)
  |    +-- ClaimLost         409 claim-lost           token stale: the lease lapsed or another worker holds it
@@ -22,6 +24,7 @@ AppError
  +-- TooManyWaiters         429 too-many-waiters     long-poll cap of the process, or of the client, reached
  +-- KeyLookupsThrottled    429 key-lookups-throttled  too many unknown API keys tried at once
  +-- DatabaseUnavailable    503 database-unavailable (Retry-After)
+ |    +-- StatementTimeout  503 database-unavailable a statement ran past its statement_timeout
  +-- ShuttingDown           503 shutting-down        (Retry-After)
  +-- TooManyConnections     503 too-many-connections connection cap of the process reached (Retry-After)
  +-- NotReady               503 not-ready            migrations pending (readyz)
@@ -86,6 +89,13 @@ class ValidationFailed(AppError):
     """The request does not match the API contract; see `errors`."""
 
     status, slug, title = 422, "validation-error", "Validation failed"
+
+
+class SearchTooBroad(AppError):
+    """The search did not finish within its time limit: narrow it (a queue and a status, or a more specific
+    filter)."""
+
+    status, slug, title = 422, "search-too-broad", "Search too broad"
 
 
 class UnsupportedMediaType(AppError):
@@ -162,6 +172,12 @@ class JobNotFound(AppError):
     status, slug, title = 404, "job-not-found", "Job not found"
 
 
+class ScheduleNotFound(AppError):
+    """No schedule has this name (or none that this key may see)."""
+
+    status, slug, title = 404, "schedule-not-found", "Schedule not found"
+
+
 class MethodNotAllowed(AppError):
     """This resource does not accept that method."""
 
@@ -216,6 +232,10 @@ class DatabaseUnavailable(AppError):
     """The database cannot be reached right now; retry after a pause."""
 
     status, slug, title, retry_after = 503, "database-unavailable", "Database unavailable", 2
+
+
+class StatementTimeout(DatabaseUnavailable):
+    """The database did not answer within the statement timeout; retry after a pause."""
 
 
 class ShuttingDown(AppError):

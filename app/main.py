@@ -8,7 +8,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any
@@ -23,8 +23,12 @@ from app.auth.keyring import KeyRing
 from app.auth.middleware import Authenticate, Authenticator
 from app.auth.policy import OPEN_OPERATIONS
 from app.core.dispatcher import ClaimDispatcher
+from app.core.history import HistoryService
 from app.core.jobs import JobService
 from app.core.operations import OpsService
+from app.core.results import ResultWaiters
+from app.core.schedules import ScheduleService
+from app.core.search import SearchService
 from app.core.wakeups import Wakeups
 from app.db import keys as store_keys
 from app.db import migrate
@@ -33,10 +37,13 @@ from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
 from app.http.apidocs import add_docs_routes
 from app.http.dashboard import add_dashboard_routes
 from app.http.fastpath import FastPath, RequestGuard
+from app.http.history import add_history_routes
 from app.http.jobs import JobqRoute, _problems, add_routes, install_error_handlers
 from app.http.openapi import customise_openapi
 from app.http.operations import add_operator_routes
 from app.http.responses import json_response, problem_response
+from app.http.schedules import add_schedule_routes
+from app.http.search import add_search_routes
 from app.maintenance.base import Supervisor
 from app.maintenance.gauges import Gauges
 from app.maintenance.keys import KeyUse
@@ -44,6 +51,8 @@ from app.maintenance.listener import WakeupListener
 from app.maintenance.poll import FallbackPoll
 from app.maintenance.rescuer import LeaseRescuer
 from app.maintenance.retention import Retention
+from app.maintenance.samples import BacklogSampler
+from app.maintenance.scheduler import Scheduler
 from app.maintenance.stats import StatsFlush
 from app.maintenance.vacuum import Vacuum
 from app.models.jobs import Readiness, build_contract
@@ -116,6 +125,9 @@ def create_app(settings: Settings | None = None, *, tracer_provider: Any = None)
     api.state.job_context = tracing.job_context if tracing is not None else incoming_traceparent
     add_routes(api, build_contract(settings))
     add_operator_routes(api)
+    add_history_routes(api)
+    add_search_routes(api)
+    add_schedule_routes(api)
     add_dashboard_routes(api)
     api.state.docs_paths = add_docs_routes(api)
 
@@ -199,13 +211,14 @@ async def _wait_for_database(url: str, timeout: float) -> None:
             await asyncio.sleep(1)
 
 
-def _drain_on_stop_signal(dispatcher: ClaimDispatcher) -> Callable[[], None]:
-    """On SIGTERM/SIGINT, start draining the dispatcher at once. uvicorn runs the lifespan shutdown only after
+def _drain_on_stop_signal(drain: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    """On SIGTERM/SIGINT, start draining the long-polls at once. uvicorn runs the lifespan shutdown only after
     every request in flight has finished, and a waiting long-poll would hold that up for wait_seconds: so
     waiting claims are answered [] now, new ones get [] too, and nothing is handed to a connection about to
-    close. The handler is chained in front of the server's own (uvicorn's, installed before the lifespan
-    starts), which it then calls. Signals reach only the main thread: in a server on another thread
-    (tests) this does nothing. Returns the function that puts the server's handlers back."""
+    close; requests waiting for a job's result answer with the job as it is. The handler is chained in front
+    of the server's own (uvicorn's, installed before the lifespan starts), which it then calls. Signals
+    reach only the main thread: in a server on another thread (tests) this does nothing. Returns the
+    function that puts the server's handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     loop = asyncio.get_running_loop()
@@ -214,7 +227,7 @@ def _drain_on_stop_signal(dispatcher: ClaimDispatcher) -> Callable[[], None]:
     def start_drain() -> None:
         if not draining:
             log.info("stop signal: answering waiting claims, finishing requests in flight")
-            draining.append(loop.create_task(dispatcher.drain()))
+            draining.append(loop.create_task(drain()))
 
     previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
 
@@ -255,38 +268,50 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     keys = KeyRing(db, settings.auth_cache_seconds, settings.api_key.get_secret_value() if settings.api_key else None)
     wakeups = Wakeups(db, settings.notify_min_interval_ms)
     dispatcher = ClaimDispatcher(settings, db, wakeups, metrics)
-    wakeups.attach(dispatcher)
-    jobs = JobService(settings, db, dispatcher, wakeups, metrics)
+    results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
+    wakeups.attach(dispatcher, results)
+    jobs = JobService(settings, db, dispatcher, wakeups, metrics, results)
+    scheduler = Scheduler(settings, db, metrics, wakeups)
     maintenance = Supervisor(
         [
             WakeupListener(url, wakeups, keys),
-            FallbackPoll(dispatcher, settings.poll_interval_seconds, metrics),
+            FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
             LeaseRescuer(settings, db, metrics, wakeups),
+            scheduler,
             Retention(settings, db, metrics),
             Vacuum(settings, db, metrics),
-            Gauges(metrics, db, dispatcher, settings.gauges_interval_seconds),
+            Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds),
+            BacklogSampler(db, metrics),
             StatsFlush(metrics, db),
             KeyUse(keys, metrics),
         ]
     )
     api.state.db = db
     api.state.dispatcher = dispatcher
+    api.state.results = results
     api.state.wakeups = wakeups
     api.state.maintenance = maintenance
     api.state.jobs = jobs
     api.state.ops = OpsService(settings, db, metrics, wakeups)
+    api.state.history = HistoryService(db)
+    api.state.search = SearchService(settings, db, metrics, wakeups)
+    api.state.schedules = ScheduleService(settings, db, scheduler.poke)
     api.state.keys = keys
     async with db.connection() as conn:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))
 
     maintenance.start()
-    restore_signals = _drain_on_stop_signal(dispatcher)
+
+    async def drain() -> None:
+        await asyncio.gather(dispatcher.drain(), results.drain())
+
+    restore_signals = _drain_on_stop_signal(drain)
     log.info("jobq ready (fast path %s)", "on" if settings.fast_path else "off")
     try:
         yield
     finally:
         restore_signals()
-        await dispatcher.drain()
+        await drain()
         await jobs.aclose()
         await maintenance.stop()  # the statistics' and keys' last flush included
         await db.close()

@@ -62,8 +62,8 @@ class Settings(BaseSettings):
         None,
         ge=1,
         le=1_000_000,
-        description="Long-polls waiting at once per process; past it -> 429. Unset: three quarters of the "
-        f"connection cap (JOBQ_MAX_CONNECTIONS), at most {WAITERS_CEILING}.",
+        description="Requests waiting at once per process (long-poll claims, and waits for a job's result); past "
+        f"it -> 429. Unset: three quarters of the connection cap (JOBQ_MAX_CONNECTIONS), at most {WAITERS_CEILING}.",
     )
     max_waiters_per_client: int | None = Field(
         None,
@@ -113,6 +113,22 @@ class Settings(BaseSettings):
     )
     sweep_batch_size: int = Field(1000, ge=1, le=100_000, description="Rows one sweeper statement touches.")
 
+    # -- schedules ------------------------------------------------------------------------------------------
+    schedule_interval_seconds: float = Field(
+        5.0,
+        ge=0,
+        le=3600,
+        description="Longest sleep of the scheduler between passes (it wakes for each due tick; this bounds how "
+        "long a schedule changed through another replica waits to be seen). 0: this process fires no schedules.",
+    )
+    schedule_grace_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="A schedule's tick found at most this late is still enqueued; later, it was missed (the "
+        "schedule's `missed` decides).",
+    )
+
     # -- retention, statistics and logs -------------------------------------------------------------------
     retention_completed_seconds: int = Field(
         86_400, ge=0, le=315_360_000, description="Delete completed jobs this long after they finished (0: keep)."
@@ -137,6 +153,16 @@ class Settings(BaseSettings):
     )
     gauges_interval_seconds: float = Field(
         15.0, ge=1, le=3600, description="How often queue depth gauges for /metrics are refreshed."
+    )
+    search_scan_rows: int = Field(
+        10_000,
+        ge=100,
+        le=1_000_000,
+        description="Most jobs one page of a search (and one bulk action by filter) examines; past it the page "
+        "stops and says where to go on.",
+    )
+    search_timeout_ms: int = Field(
+        5_000, ge=100, le=3_600_000, description="statement_timeout of a search; past it -> 422 search-too-broad."
     )
     access_log: bool = Field(True, description="Write one line per request.")
     log_format: Literal["auto", "json", "text"] = Field(
@@ -252,6 +278,8 @@ class Settings(BaseSettings):
             raise ValueError("JOBQ_MAX_WAITERS must be below JOBQ_MAX_CONNECTIONS (a 429 needs a connection too)")
         if self.max_waiters_per_client is not None and self.max_waiters_per_client > self.waiter_cap:
             raise ValueError("JOBQ_MAX_WAITERS_PER_CLIENT must not exceed JOBQ_MAX_WAITERS")
+        if 0 < self.schedule_interval_seconds < 0.05:
+            raise ValueError("JOBQ_SCHEDULE_INTERVAL_SECONDS must be 0 (off) or at least 0.05")
         if self.api_key is not None and len(self.api_key.get_secret_value()) < 32:
             raise ValueError("JOBQ_API_KEY must be at least 32 characters (e.g. the output of `jobq keys create`)")
         return self

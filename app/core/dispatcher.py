@@ -43,6 +43,48 @@ RETRY_FIRST_SECONDS = 0.05  # after a failed statement, waiting requests are tri
 RETRY_MAX_SECONDS = 2.0  # doubling up to this (with jitter, so that replicas do not retry in step)
 
 
+class WaiterCap:
+    """JOBQ_MAX_WAITERS: requests parked at once in this process, long-poll claims and waits for a job's
+    result (app/core/results.py) together; and JOBQ_MAX_WAITERS_PER_CLIENT of them for one client (an API
+    key, or with auth off a client address), when the request names its client. Past either, a request
+    that would wait gets 429."""
+
+    def __init__(self, limit: int, per_client: int | None = None) -> None:
+        self.limit = limit
+        self.per_client = per_client or limit
+        self.taken = 0
+        self.by_client: dict[str, int] = {}
+
+    def take(self, client: str | None = None) -> bool:
+        if self.taken >= self.limit:
+            return False
+        if client is not None:
+            mine = self.by_client.get(client, 0)
+            if mine >= self.per_client:
+                return False
+            self.by_client[client] = mine + 1
+        self.taken += 1
+        return True
+
+    def give(self, client: str | None = None) -> None:
+        self.taken -= 1
+        if client is not None:
+            left = self.by_client[client] - 1
+            if left:
+                self.by_client[client] = left
+            else:
+                del self.by_client[client]
+
+    def refusal(self, client: str | None) -> TooManyWaiters:
+        """The 429 for a request that take() refused."""
+        if self.taken < self.limit and client is not None:
+            return TooManyWaiters(
+                f"This client already has {self.by_client.get(client, 0)} requests waiting on this server, its "
+                "share; retry after a pause, or wait with fewer requests and a larger `limit`."
+            )
+        return TooManyWaiters()
+
+
 class _Ticket:
     __slots__ = ("client", "error", "future", "parked", "slot", "wait")
 
@@ -161,10 +203,8 @@ class ClaimDispatcher:
         self.wakeups = wakeups  # announces this process's waiters to the others
         self.metrics = metrics
         self.max_rows = max(settings.max_claim_limit, 1000)
-        self.parked = 0
-        self.parked_by: dict[str, int] = {}  # client -> its parked requests
-        self.waiter_cap = settings.waiter_cap
-        self.waiter_cap_per_client = settings.waiter_cap_per_client
+        self.cap = WaiterCap(settings.waiter_cap, settings.waiter_cap_per_client)
+        self.parked = 0  # claims parked here (each holds one place of `cap`)
         self.closing = False
         self._queues: dict[str, _QueueClaims] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -239,21 +279,11 @@ class ClaimDispatcher:
         """Count a waiting request against the caps, or answer it 429 when it would pass one."""
         if ticket.parked:
             return
-        mine = self.parked_by.get(ticket.client, 0) if ticket.client is not None else 0
-        if self.parked >= self.waiter_cap:
-            ticket.future.set_exception(TooManyWaiters())
-        elif ticket.client is not None and mine >= self.waiter_cap_per_client:
-            ticket.future.set_exception(
-                TooManyWaiters(
-                    f"This client already has {mine} long-polls waiting on this server, its share; retry after a "
-                    "pause, or wait with fewer requests and a larger `limit`."
-                )
-            )
+        if not self.cap.take(ticket.client):
+            ticket.future.set_exception(self.cap.refusal(ticket.client))
         else:
             ticket.parked = True
             self.parked += 1
-            if ticket.client is not None:
-                self.parked_by[ticket.client] = mine + 1
             self.wakeups.waiter_parked(queue)
 
     def unpark(self, ticket: _Ticket) -> None:
@@ -261,12 +291,7 @@ class ClaimDispatcher:
             return
         ticket.parked = False
         self.parked -= 1
-        if ticket.client is not None:
-            left = self.parked_by[ticket.client] - 1
-            if left:
-                self.parked_by[ticket.client] = left
-            else:
-                del self.parked_by[ticket.client]
+        self.cap.give(ticket.client)
 
     # -- wake-ups -----------------------------------------------------------------------------------------
 

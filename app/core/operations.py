@@ -122,6 +122,7 @@ class OpsService:
         if not found.written:
             raise InvalidState(f"The job is {job.status}; only pending and running jobs can be cancelled.")
         self.metrics.count("cancelled", job.queue)
+        self.wakeups.jobs_finished([job.id])
         return job
 
     async def retry(self, job_id: int, allowed: str | None = None) -> JobRow:

@@ -12,6 +12,7 @@ from orjson import Fragment
 from pydantic import BaseModel
 
 from app.models.jobs import Claim, CompleteOutcome, HeartbeatResponse, Job
+from app.models.schedules import Schedule
 
 JSON_FIELDS = frozenset({"payload", "result"})
 
@@ -38,3 +39,4 @@ job_document = documenter(Job)
 claim_document = documenter(Claim)
 renewal_document = documenter(HeartbeatResponse)
 outcome_document = documenter(CompleteOutcome)
+schedule_document = documenter(Schedule)

@@ -18,6 +18,8 @@ from app.errors import (
     NotReady,
     PayloadTooLarge,
     ProxyWithoutKeys,
+    ScheduleNotFound,
+    SearchTooBroad,
     TooManyConnections,
     TooManyWaiters,
     Unauthorized,
@@ -48,6 +50,8 @@ _JOB: dict[str, Any] = {
     "result": None,
     "idempotency_key": "welcome-ada",
     "traceparent": _TRACE,
+    "schedule": None,
+    "scheduled_for": None,
 }
 _DONE = {
     **_JOB,
@@ -72,6 +76,33 @@ _CLAIM = {
     "traceparent": _TRACE,
 }
 _ENQUEUE = {"payload": _JOB["payload"], "priority": 5, "idempotency_key": "welcome-ada"}
+_SCHEDULED = {
+    **_DONE,
+    "id": 77,
+    "queue": "reports",
+    "payload": {"report": "daily"},
+    "priority": 0,
+    "idempotency_key": None,
+    "result": {"rows": 1520},
+    "traceparent": None,
+    "schedule": "daily-report",
+    "scheduled_for": "2026-11-29T06:00:00+00:00",
+}
+_SCHEDULE = {
+    "name": "daily-report",
+    "queue": "reports",
+    "cron": "0 7 * * MON-FRI",
+    "timezone": "Europe/Paris",
+    "payload": {"report": "daily"},
+    "priority": None,
+    "max_attempts": 3,
+    "missed": "skip",
+    "paused": False,
+    "next_run_at": "2026-11-30T06:00:00+00:00",
+    "last_run_at": "2026-11-27T06:00:00+00:00",
+    "created_at": "2026-11-01T09:12:00.5+00:00",
+    "updated_at": "2026-11-01T09:12:00.5+00:00",
+}
 
 _COUNTS = {"ready": 120, "scheduled": 8, "pending": 128, "running": 16, "completed": 48211, "failed": 3, "cancelled": 0}
 _DURATION = {"count": 8900, "p50_ms": 180.2, "p95_ms": 1450.0, "max_ms": 9800.5}
@@ -91,6 +122,40 @@ _WINDOW = {
 }
 _HEALTH = {"jobs_dead_rows": 1840, "oldest_xmin_age_seconds": 0.0, "oldest_xmin_age_transactions": 0}
 _SUMMARY = {"queue": "emails", "paused": False, "counts": _COUNTS, "oldest_ready_age_seconds": 2.4}
+_POINT = {
+    "at": "2026-11-29T12:00:00+00:00",
+    "enqueued": 1810,
+    "completed": 1795,
+    "failed": 1,
+    "p50_ms": 180.2,
+    "p95_ms": 1450.0,
+    "ready": 120.0,
+    "oldest_ready_age_seconds": 2.4,
+}
+_IDLE_POINT = {
+    "at": "2026-11-29T11:59:00+00:00",
+    "enqueued": 0,
+    "completed": 0,
+    "failed": 0,
+    "p50_ms": None,
+    "p95_ms": None,
+    "ready": None,
+    "oldest_ready_age_seconds": None,
+}
+_SPARKLINE = {
+    "queue": "emails",
+    "enqueued": [0, 1810],
+    "completed": [0, 1795],
+    "failed": [0, 1],
+    "ready": [None, 120.0],
+}
+_FAILED = {
+    **_DONE,
+    "status": "failed",
+    "attempts": 5,
+    "result": None,
+    "last_error": "SMTP 550: no such recipient",
+}
 
 # Component schema name -> examples (JSON Schema `examples`; the first also becomes the media type's).
 SCHEMAS: dict[str, list[Any]] = {
@@ -115,7 +180,7 @@ SCHEMAS: dict[str, list[Any]] = {
     "CompleteBatchRequest": [
         {"jobs": [{"id": 42, "claim_token": _TOKEN, "result": "sent"}, {"id": 43, "claim_token": _TOKEN}]}
     ],
-    "Job": [_JOB, _DONE],
+    "Job": [_JOB, _DONE, _SCHEDULED],
     "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
     "Claim": [_CLAIM],
     "ClaimResponse": [
@@ -168,6 +233,71 @@ SCHEMAS: dict[str, list[Any]] = {
     "RedriveRequest": [{"error_contains": "SMTP 451", "dry_run": True}, {"limit": 1000}],
     "RedriveResult": [{"queue": "emails", "dry_run": True, "jobs": 17}],
     "QueueState": [{"queue": "emails", "paused": True}],
+    # history
+    "SeriesPoint": [_POINT, _IDLE_POINT],
+    "Series": [
+        {
+            "queue": "emails",
+            "range": "hour",
+            "bucket_seconds": 60,
+            "since": "2026-11-29T11:01:00+00:00",
+            "as_of": _AT,
+            "points": [_IDLE_POINT, _POINT],
+        }
+    ],
+    "QueueSparkline": [_SPARKLINE],
+    "Sparklines": [
+        {
+            "range": "hour",
+            "bucket_seconds": 60,
+            "since": "2026-11-29T11:01:00+00:00",
+            "as_of": _AT,
+            "queues": [_SPARKLINE],
+        }
+    ],
+    # search and bulk actions
+    "JobFilter": [{"queue": "emails", "status": "failed", "payload_contains": {"to": "ada@example.com"}}],
+    "SearchRequest": [
+        {"queue": "emails", "status": "failed", "payload_contains": {"to": "ada@example.com"}},
+        {"idempotency_key": "welcome-ada"},
+        {"error_contains": "SMTP 451", "limit": 20},
+    ],
+    "SearchResult": [
+        {"jobs": [_FAILED], "next_cursor": None, "examined": 1, "partial": False},
+        {"jobs": [], "next_cursor": "eyJzIjpudWxsLCJrIjpbMzEwMDBdfQ", "examined": 10000, "partial": True},
+    ],
+    "BulkRequest": [
+        {"action": "retry", "ids": [42, 43, 44], "dry_run": True},
+        {
+            "action": "cancel",
+            "filter": {"queue": "emails", "status": "pending", "payload_contains": {"batch": 7}},
+            "reason": "batch 7 withdrawn",
+        },
+    ],
+    "BulkOutcome": [{"id": 42, "outcome": "done", "status": "pending"}],
+    "BulkResult": [
+        {
+            "action": "retry",
+            "dry_run": False,
+            "jobs": [
+                {"id": 42, "outcome": "done", "status": "pending"},
+                {"id": 43, "outcome": "skipped", "status": "completed"},
+                {"id": 44, "outcome": "not_found", "status": None},
+            ],
+            "done": 1,
+            "skipped": 1,
+            "not_found": 1,
+            "next_cursor": None,
+            "partial": False,
+        }
+    ],
+    # schedules
+    "ScheduleRequest": [
+        {"queue": "reports", "cron": "0 7 * * MON-FRI", "timezone": "Europe/Paris", "payload": {"report": "daily"}},
+        {"queue": "metrics", "cron": "*/10 * * * * *", "payload": None, "missed": "catch_up", "max_attempts": 1},
+    ],
+    "Schedule": [_SCHEDULE, {**_SCHEDULE, "paused": True, "next_run_at": None}],
+    "ScheduleList": [{"schedules": [_SCHEDULE]}],
 }
 
 METRICS_EXAMPLE = """# HELP jobq_jobs_completed_total Jobs completed.
@@ -187,7 +317,7 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
             "this request came through a proxy (it carries `x-forwarded-for`). " + TURN_KEYS_ON
         ),
     },
-    404: {"job-not-found": JobNotFound()},
+    404: {"job-not-found": JobNotFound(), "schedule-not-found": ScheduleNotFound()},
     409: {
         "claim-lost": ClaimLost(),
         "job-cancelled": JobCancelled(),
@@ -211,6 +341,32 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
                 }
             ],
         ),
+        "bad-cron": ValidationFailed(
+            "body.cron: Value error, minute: 61 is out of range 0-59",
+            errors=[
+                {"loc": ["body", "cron"], "msg": "Value error, minute: 61 is out of range 0-59", "type": "value_error"}
+            ],
+        ),
+        "bad-schedule-name": ValidationFailed(
+            "path.name: String should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
+            errors=[
+                {
+                    "loc": ["path", "name"],
+                    "msg": "String should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
+                    "type": "string_pattern_mismatch",
+                }
+            ],
+        ),
+        "bad-wait": ValidationFailed(
+            "query.wait_seconds: Input should be less than or equal to 30",
+            errors=[
+                {
+                    "loc": ["query", "wait_seconds"],
+                    "msg": "Input should be less than or equal to 30",
+                    "type": "less_than_equal",
+                }
+            ],
+        ),
         "bad-job-id": ValidationFailed(
             "path.job_id: Input should be greater than or equal to 1",
             errors=[
@@ -220,6 +376,15 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
                     "type": "greater_than_equal",
                 }
             ],
+        ),
+        "bad-range": ValidationFailed(
+            "query.range: Input should be 'hour', 'day' or 'week'",
+            errors=[
+                {"loc": ["query", "range"], "msg": "Input should be 'hour', 'day' or 'week'", "type": "literal_error"}
+            ],
+        ),
+        "search-too-broad": SearchTooBroad(
+            "The search did not finish within 5000 ms: narrow it (a queue and a status, or a more specific filter)."
         ),
     },
     429: {"too-many-waiters": TooManyWaiters()},
@@ -232,23 +397,40 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
 
 _WORKER_WRITES = {"heartbeatJob", "completeJob", "failJob", "releaseJob"}
 _JOB_ROUTES = {"getJob", "cancelJob", "retryJob", *_WORKER_WRITES}
+_SCHEDULE_ROUTES = {"putSchedule", "getSchedule", "deleteSchedule", "pauseSchedule", "resumeSchedule"}
 
 # Problems that only some operations give: by operationId or HTTP method.
 ONLY_ON: dict[str, set[str]] = {
     "not-ready": {"readyz"},
-    "missing-body": {"enqueueJob", "enqueueJobs", "claimJobs", "completeJobs", *_WORKER_WRITES},
+    "search-too-broad": {"searchJobs", "bulkJobs"},
+    "bad-range": {"getSeries", "getQueueSeries", "getSparklines"},
+    "missing-body": {
+        "enqueueJob",
+        "enqueueJobs",
+        "claimJobs",
+        "completeJobs",
+        "putSchedule",
+        "searchJobs",
+        "bulkJobs",
+        *_WORKER_WRITES,
+    },
     "bad-job-id": _JOB_ROUTES,
     "bad-queue-name": {
         "enqueueJob",
         "enqueueJobs",
         "claimJobs",
         "getQueueStats",
+        "getQueueSeries",
         "listJobs",
         "redriveQueue",
         "pauseQueue",
         "resumeQueue",
     },
     "job-not-found": _JOB_ROUTES,
+    "schedule-not-found": _SCHEDULE_ROUTES - {"putSchedule"},
+    "bad-schedule-name": _SCHEDULE_ROUTES,
+    "bad-cron": {"putSchedule"},
+    "bad-wait": {"getJob"},
     "claim-lost": _WORKER_WRITES,
     "job-cancelled": {"completeJob", "failJob", "releaseJob"},
     "invalid-state": {"cancelJob", "retryJob"},

@@ -1,6 +1,6 @@
 """Retention: finished jobs are deleted once older than their status's retention age, queue by queue, a
-batch at a time (each batch its own short transaction), and per-minute statistics once older than any
-stats window."""
+batch at a time (each batch its own short transaction); per-minute statistics older than a day are rolled
+up into hours, a batch at a time too, and hours older than eight days deleted (app/db/history.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from app.db import history as store_history
 from app.db import operations as store_ops
 from app.db.pool import Database
 from app.maintenance.base import Ticking, between_batches
@@ -16,12 +17,11 @@ from app.settings import Settings
 
 log = logging.getLogger("jobq.retention")
 
-STATS_KEEP_SECONDS = 2 * 3600  # per-minute statistics outlive the longest stats window (1 h)
-
 
 @dataclass
 class RetentionResult:
     deleted: dict[str, int] = field(default_factory=dict)  # status -> rows
+    minutes_rolled_up: int = 0
 
 
 class Retention(Ticking):
@@ -54,8 +54,15 @@ class Retention(Ticking):
                     if n < self.batch:
                         break
                     await between_batches()
+        while True:
+            async with self.db.connection() as conn:
+                n = await store_history.stats_roll_up(conn, self.batch, now)
+            result.minutes_rolled_up += n
+            if n < self.batch:
+                break
+            await between_batches()
         async with self.db.connection() as conn:
-            await store_ops.stats_delete_old(conn, STATS_KEEP_SECONDS)
+            await store_history.history_delete_old(conn, now)
         total = sum(result.deleted.values())
         if total:
             self.metrics.swept.labels("deleted").inc(total)
