@@ -30,7 +30,8 @@ FROM json_to_recordset(%(rows)s::json) AS t(queue_name text, enqueued bigint, cl
      empty_claims bigint, duration_max_ms float8, durations_ms bigint[])
 -- Rows in one global order, as the backlog sample (app/db/history.py) takes them: flushes of several
 -- replicas, and a flush beside a sample, update the same rows without waiting on each other in a cycle.
-ORDER BY queue_name COLLATE "C", minute
+-- (One flush files every row under the same minute: the queue name is the whole order.)
+ORDER BY queue_name COLLATE "C"
 ON CONFLICT (queue_name, minute) DO UPDATE SET
   enqueued = s.enqueued + EXCLUDED.enqueued,
   claimed = s.claimed + EXCLUDED.claimed,
