@@ -21,6 +21,7 @@ from app.auth.keyring import KeyRing
 from app.auth.middleware import Authenticate, Authenticator
 from app.auth.policy import OPEN_OPERATIONS
 from app.core.dispatcher import ClaimDispatcher
+from app.core.flow import QueueConfigs
 from app.core.jobs import JobService
 from app.core.operations import OpsService
 from app.core.wakeups import Wakeups
@@ -219,12 +220,13 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     # its waiters through it), the services that make jobs claimable, and the listener that feeds it.
     keys = KeyRing(db, settings.auth_cache_seconds, settings.api_key.get_secret_value() if settings.api_key else None)
     wakeups = Wakeups(db, settings.notify_min_interval_ms)
-    dispatcher = ClaimDispatcher(settings, db, wakeups, metrics)
+    configs = QueueConfigs(settings, db)
+    dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs)
     wakeups.attach(dispatcher)
-    jobs = JobService(settings, db, dispatcher, wakeups, metrics)
+    jobs = JobService(settings, db, dispatcher, wakeups, metrics, configs)
     maintenance = Supervisor(
         [
-            WakeupListener(url, wakeups, keys),
+            WakeupListener(url, wakeups, keys, configs),
             FallbackPoll(dispatcher, settings.poll_interval_seconds, metrics),
             LeaseRescuer(settings, db, metrics, wakeups),
             Retention(settings, db, metrics),
@@ -239,7 +241,8 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     api.state.wakeups = wakeups
     api.state.maintenance = maintenance
     api.state.jobs = jobs
-    api.state.ops = OpsService(settings, db, metrics, wakeups)
+    api.state.ops = OpsService(settings, db, metrics, wakeups, configs)
+    api.state.configs = configs
     api.state.keys = keys
     async with db.connection() as conn:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))

@@ -12,6 +12,7 @@ from typing import Any
 
 from app.core.coalesce import Coalescer
 from app.core.dispatcher import ClaimDispatcher
+from app.core.flow import Effective, QueueConfigs
 from app.core.wakeups import Wakeups
 from app.db import jobs as store
 from app.db.jobs import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome
@@ -92,9 +93,16 @@ class Claimed:
 
 class JobService:
     def __init__(
-        self, settings: Settings, db: Database, dispatcher: ClaimDispatcher, wakeups: Wakeups, metrics: Metrics
+        self,
+        settings: Settings,
+        db: Database,
+        dispatcher: ClaimDispatcher,
+        wakeups: Wakeups,
+        metrics: Metrics,
+        configs: QueueConfigs,
     ) -> None:
         self.settings = settings
+        self.configs = configs
         self.db = db
         self.dispatcher = dispatcher
         self.wakeups = wakeups
@@ -141,15 +149,16 @@ class JobService:
             raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
         return text
 
-    def _new_job(self, queue: str, req: EnqueueRequest, loc: Sequence[str | int]) -> NewJob:
+    def _new_job(self, queue: str, req: EnqueueRequest, loc: Sequence[str | int], cfg: Effective) -> NewJob:
         return NewJob(
             queue=queue,
             payload=self._json(req.payload, self.settings.max_payload_bytes, [*loc, "payload"]),
-            priority=req.priority,
+            priority=cfg.default_priority if req.priority is None else req.priority,
             run_at=req.run_at,
             delay_seconds=req.delay_seconds,
-            max_attempts=req.max_attempts or self.settings.default_max_attempts,
+            max_attempts=req.max_attempts or cfg.max_attempts,
             idempotency_key=req.idempotency_key,
+            group=req.group,
         )
 
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
@@ -179,13 +188,15 @@ class JobService:
 
     async def enqueue(self, queue: str, req: EnqueueRequest) -> Inserted:
         """The job; `created` is false when the idempotency key already named it."""
-        [inserted] = await self._insert([self._new_job(queue, req, ["body"])])
+        cfg = self.configs.cached(queue) or await self.configs.get(queue)
+        [inserted] = await self._insert([self._new_job(queue, req, ["body"], cfg)])
         return inserted
 
     async def enqueue_batch(self, queue: str, reqs: Sequence[EnqueueRequest]) -> list[Inserted]:
         # A key that occurs twice names one job, as it would in two requests: the later occurrence gets
         # the job of the first (store.jobs_insert).
-        return await self._insert([self._new_job(queue, r, ["body", "jobs", i]) for i, r in enumerate(reqs)])
+        cfg = self.configs.cached(queue) or await self.configs.get(queue)
+        return await self._insert([self._new_job(queue, r, ["body", "jobs", i], cfg) for i, r in enumerate(reqs)])
 
     # -- workers ------------------------------------------------------------------------------------------------
 
@@ -205,7 +216,8 @@ class JobService:
         completed: list[ItemOutcome] = []
         if req.complete:
             completed = await self._complete_outcomes(self._completions(req.complete, allowed, "complete"))
-        slot = ClaimSlot(req.worker, req.lease_seconds or self.settings.lease_default_seconds, req.limit)
+        lease = req.lease_seconds or (self.configs.cached(queue) or await self.configs.get(queue)).lease_seconds
+        slot = ClaimSlot(req.worker, lease, req.limit)
         return Claimed(await self.dispatcher.claim(queue, slot, req.wait_seconds, disconnected), completed)
 
     async def _heartbeat_many(self, beats: list[Heartbeat]) -> list[tuple[Outcome, Any]]:
@@ -225,11 +237,25 @@ class JobService:
         async with self.db.connection() as conn:
             done = await store.jobs_complete(conn, flat, full=full)
         self._count_completed(done)
+        self._slots_freed({d.job.queue for d in done if d.changed and d.job is not None})
         out, at = [], 0
         for items in requests:
             out.append(done[at : at + len(items)])
             at += len(items)
         return out
+
+    def _slots_freed(self, queues: set[str]) -> None:
+        """Jobs of these queues left `running`: claims waiting on a queue with limits may proceed now (a
+        slot under its concurrency limit freed up). Queues without limits gain nothing claimable, so they
+        are left alone; a queue this process has not read the configuration of is woken only when another
+        process waits on it."""
+        woken = []
+        for queue in queues:
+            cfg = self.configs.cached(queue)
+            if cfg.limited if cfg is not None else self.wakeups.remote_waiters(queue):
+                woken.append(queue)
+        if woken:
+            self.wakeups.jobs_available(woken)
 
     def _count_completed(self, done: Sequence[Done]) -> None:
         per_queue: dict[str, list[float]] = {}
@@ -281,6 +307,8 @@ class JobService:
             self.metrics.count("failed" if job.status == "failed" else "retried", job.queue)
             if job.status == "pending" and req.retry_in_seconds == 0:
                 self.wakeups.jobs_available([job.queue])  # a retry asked for now: waiting long-polls take it
+            else:
+                self._slots_freed({job.queue})
         return job
 
     async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> JobRow:
@@ -296,6 +324,8 @@ class JobService:
             self.metrics.count("released", job.queue)
             if req.delay_seconds == 0:
                 self.wakeups.jobs_available([job.queue])  # claimable now (later: the fallback poll)
+            else:
+                self._slots_freed({job.queue})
         return job
 
     # -- reads -------------------------------------------------------------------------------------------------------

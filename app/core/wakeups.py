@@ -21,7 +21,8 @@ one fallback poll interval (app/core/dispatcher.py).
 
 Messages on CHANNEL: "<sender> w q1 q2 ..." jobs arrived; "<sender> p q1 ..." I have waiters on these;
 "<sender> h" I (re)started listening, tell me your presence; "keys k" API keys changed (sent by the SQL
-that changes them, app/db/keys.py), handled by the listener.
+that changes them, app/db/keys.py) and "config <queue>" a queue's configuration changed (app/db/flow.py),
+both handled by the listener.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ PRESENCE_TTL = 6.0  # seconds a presence announcement counts for
 RENEW_INTERVAL = PRESENCE_TTL / 3
 _MAX_PAYLOAD = 7900  # PostgreSQL's NOTIFY payload limit is 8000 bytes
 KEYS_CHANGED = "keys k"
+CONFIG_CHANGED = "config"  # + " <queue>"
 
 
 class LocalWaiters(Protocol):

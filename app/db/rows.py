@@ -88,6 +88,7 @@ class JobRow:
     result: str | None
     idempotency_key: str | None
     claim_token: str | None
+    group: str | None
 
 
 @dataclass(slots=True, frozen=True)
@@ -107,6 +108,7 @@ class ClaimRow:
     lease_expires_at: datetime
     run_at: datetime
     created_at: datetime
+    group: str | None
 
 
 @dataclass(slots=True, frozen=True)
@@ -179,3 +181,17 @@ class QueueStatsRow:
     w_durations_ms: list[int] | None
     paused: bool
     as_of: datetime
+    w_held_concurrency: int
+    w_held_rate: int
+    w_held_group_concurrency: int
+    w_held_group_rate: int
+    w_held_ordered: int
+
+
+@dataclass(slots=True, frozen=True)
+class GroupRow:
+    """One of a queue's groups in GET /queues/{queue}/stats."""
+
+    group: str
+    ready: int
+    running: int

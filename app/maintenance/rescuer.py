@@ -53,6 +53,8 @@ class LeaseRescuer(Ticking):
             async with self.db.connection() as conn:
                 queues = await store.jobs_fail_exhausted(conn, now, self.batch)
             failed.extend(queues)
+            if queues:
+                self.wakeups.jobs_available(set(queues))  # a slot freed under a concurrency limit
             if len(queues) < self.batch:
                 break
             await between_batches()
