@@ -56,8 +56,11 @@ CREATE INDEX jobs_group_idx ON jobs (queue_name, group_key, priority DESC, id, r
 
 -- Running jobs by queue and group: what a concurrency limit counts, in time proportional to the running
 -- jobs of that queue (jobs_lease_idx leads with the lease expiry, so counting one queue there reads every
--- running job of every queue).
-CREATE INDEX jobs_running_idx ON jobs (queue_name, group_key) WHERE status = 'running';
+-- running job of every queue). Its predicate compares in the "C" collation, and only the statements that
+-- are meant to read it say so (app/db/flow.py RUNNING_C): with stale statistics this index, like any
+-- partial index, can look empty, and the lease rescue (`status = 'running'`) would then read every
+-- running job through it instead of jobs_lease_idx in lease order (tests/test_plans.py).
+CREATE INDEX jobs_running_idx ON jobs (queue_name, group_key) WHERE status = 'running' COLLATE "C";
 
 -- --- the claim ledger --------------------------------------------------------------------------------------
 -- One row per claim statement and group (NULL: jobs without a group) of a rate-limited queue: how many

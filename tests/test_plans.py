@@ -20,6 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from app.db import flow
 from app.db import jobs as store
 from app.db import operations as store_ops
 from app.db.pool import SESSION_SETTINGS
@@ -35,9 +36,11 @@ def stale_table(url: str, rows: int, running: int) -> None:
         conn.execute("INSERT INTO jobs (queue_name, payload) SELECT 'q', '{\"n\": 1}' FROM generate_series(1, 100)")
         conn.execute("ANALYZE jobs")
         conn.execute(
-            "INSERT INTO jobs (queue_name, payload, idempotency_key)"
-            " SELECT 'q', '{\"n\": 1}', CASE WHEN g %% 100 = 0 THEN 'k' || g END FROM generate_series(1, %s) g",
-            (rows - 100,),
+            "INSERT INTO jobs (queue_name, payload, idempotency_key, group_key)"
+            " SELECT 'q', '{\"n\": 1}', CASE WHEN g %% 100 = 0 THEN 'k' || g END,"
+            "        CASE WHEN g > %s * 0.8 THEN 'g' || g %% 50 END"  # the newest fifth in 50 groups
+            " FROM generate_series(1, %s) g",
+            (rows, rows - 100),
         )
         conn.execute("VACUUM jobs")
         # Running jobs, as claims leave them; some on their last attempt; a few finished ones.
@@ -182,6 +185,16 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         },
         {"jobs_claim_idx", "jobs_pkey"},
     ),
+    "claim 10, concurrency limit": (
+        flow.JOB_CLAIM_LIMITED,
+        {"queue": "q", "total": 10, "slots": slots(1), "after": None, "window": flow.LANE_WINDOW},
+        {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx", "jobs_pkey"},  # the group walk: planned, not run
+    ),
+    "claim 100, fair groups": (
+        flow.JOB_CLAIM_LIMITED,
+        {"queue": "q", "total": 100, "slots": slots(10), "after": "g7", "window": flow.LANE_WINDOW},
+        {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx", "jobs_pkey"},
+    ),
     "heartbeat": (
         store.JOB_HEARTBEAT_MANY,
         {"beats": j([{"ord": 0, "id": 1501, "token": "t1501", "lease": None, "allowed": None}])},
@@ -240,8 +253,20 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     ),
     "queues": (store_ops.QUEUES_LIST, {}, {"jobs_claim_idx", "jobs_lease_idx"}),
 }
-# Statements that run after a SET LOCAL of their own (app/db/operations.py).
-PRELUDE = {"stats": store_ops.NO_SEQSCAN, "queues": store_ops.NO_SEQSCAN}
+HOT["stats, top groups"] = (
+    store_ops.QUEUE_GROUPS,
+    {"queue": "q", "top": 20},
+    {"jobs_group_idx", "jobs_running_idx"},
+)
+# Statements that run after a SET LOCAL of their own (app/db/operations.py), or on a configured queue.
+PRELUDE = {
+    "stats": store_ops.NO_SEQSCAN,
+    "queues": store_ops.NO_SEQSCAN,
+    "stats, top groups": store_ops.NO_SEQSCAN,
+    "claim 10, concurrency limit": "INSERT INTO queue_state (queue_name, concurrency) VALUES ('q', 6000)",
+    "claim 100, fair groups": "INSERT INTO queue_state (queue_name, concurrency, fair, group_concurrency, group_rate_limit,"
+    " group_rate_per_seconds) VALUES ('q', 6000, true, 3, 100, 60)",
+}
 
 
 @pytest.mark.parametrize("name", list(HOT))

@@ -166,6 +166,9 @@ FLOW_LOCK = f"SELECT pg_advisory_xact_lock({FLOW_LOCK_CLASS}, hashtext(%(queue)s
 
 # A status the planner cannot see (see app/db/jobs.py): the lock on picked jobs goes by primary key.
 PENDING = "(SELECT 'pending'::text)"
+# Running, as jobs_running_idx's predicate says it (migrations/0008_flow_control.sql): only statements that
+# write it this way may read that index.
+RUNNING_C = "'running' COLLATE \"C\""
 
 JOB_CLAIM_LIMITED = f"""
 WITH RECURSIVE cfg AS (
@@ -181,7 +184,7 @@ WITH RECURSIVE cfg AS (
 ), running AS (
   -- Running jobs of this queue by group (jobs_running_idx): what the concurrency limits count.
   SELECT group_key, count(*) AS n FROM jobs
-  WHERE queue_name = %(queue)s AND status = 'running'
+  WHERE queue_name = %(queue)s AND status = {RUNNING_C}
     AND (SELECT concurrency IS NOT NULL OR group_concurrency IS NOT NULL FROM cfg)
   GROUP BY group_key
 ), recent AS (

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 
 from app.auth.policy import queue_allowed
+from app.db.flow import RUNNING_C
 from app.db.jobs import JOB_COLUMNS, as_json, count_finished, job_get
 from app.db.rows import GroupRow, JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
 
@@ -106,11 +107,11 @@ SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 
 FROM pending p, running r, finished f, last_attempts l, window_ w
 """
 
-QUEUE_GROUPS = """
+QUEUE_GROUPS = f"""
 -- The groups with the most ready jobs (index-only over jobs_group_idx, whose last key is run_at), with
 -- their running jobs (jobs_running_idx).
 SELECT t.group_key AS "group", t.ready,
-       (SELECT count(*) FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = 'running'
+       (SELECT count(*) FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = {RUNNING_C}
                                       AND r.group_key = t.group_key) AS running
 FROM (
   SELECT group_key, count(*) AS ready FROM jobs
