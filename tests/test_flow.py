@@ -4,11 +4,13 @@ them across two service processes under load)."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import psycopg
 
+from tests.processes import run_jobq
 from tests.support import LiveServer, problem, wait_until
 
 
@@ -19,7 +21,9 @@ def configure(server: LiveServer, queue: str = "q", **fields: Any) -> dict[str, 
 
 
 def running(db: psycopg.Connection, queue: str = "q") -> int:
-    return int(db.execute("SELECT count(*) FROM jobs WHERE queue_name = %s AND status = 'running'", (queue,)).fetchone()[0])  # type: ignore[index]
+    return int(
+        db.execute("SELECT count(*) FROM jobs WHERE queue_name = %s AND status = 'running'", (queue,)).fetchone()[0]
+    )  # type: ignore[index]
 
 
 # --- configuration --------------------------------------------------------------------------------------------
@@ -220,3 +224,27 @@ def test_stats_show_the_top_groups(server: LiveServer) -> None:
     server.enqueue()
     groups = server.client.get("/queues/q/stats").json()["groups"]
     assert groups == [{"group": "big", "ready": 3, "running": 0}, {"group": "small", "ready": 1, "running": 0}]
+
+
+# --- the command --------------------------------------------------------------------------------------------
+
+
+def test_jobq_queues_config_sets_shows_and_clears(server: LiveServer, database_url: str) -> None:
+    """`jobq queues config` changes the configuration in the database, and the running service applies it
+    at once (the change's notification reaches it)."""
+    env = {"JOBQ_DATABASE_URL": database_url}
+    server.enqueue()  # the service caches the queue's configuration (none)
+    r = run_jobq("queues", "config", "q", "--set", "max_attempts=7", "--set", "rate=100/60",
+                 "--set", "retention.completed=3600", "--set", "fair=true", env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    assert (shown["max_attempts"], shown["rate"], shown["fair"]) == (7, {"limit": 100, "per_seconds": 60}, True)
+    assert shown["retention"]["completed"] == 3600
+    wait_until(lambda: server.enqueue()["max_attempts"] == 7, timeout=10, what="the service to apply it")
+    r = run_jobq("queues", "config", "q", "--set", "rate=null", env=env)
+    assert r.returncode == 0 and json.loads(r.stdout)["rate"] is None
+    assert json.loads(run_jobq("queues", "config", "q", env=env).stdout)["max_attempts"] == 7
+    for bad in ("concurrency=0", "fair=maybe", "ordered=true --set group_concurrency=2", "nonsense=1", "concurrency"):
+        r = run_jobq("queues", "config", "q", *[a for part in bad.split(" --set ") for a in ("--set", part)], env=env)
+        assert r.returncode == 2 and r.stderr.startswith("jobq queues config:"), (bad, r.stderr)
+    assert server.client.get("/queues/q/config").json()["concurrency"] is None

@@ -64,8 +64,8 @@ def run_claimers(
         rng = random.Random(n)
         async with httpx.AsyncClient(base_url=services[n % 2].url, timeout=60) as client:
             while not done():
-                r = await client.post(f"/queues/{queue}/claim",
-                                      json={"worker": f"w{n}", "limit": rng.randint(1, most), "wait_seconds": 1})  # fmt: skip
+                body = {"worker": f"w{n}", "limit": rng.randint(1, most), "wait_seconds": 1}
+                r = await client.post(f"/queues/{queue}/claim", json=body)
                 assert r.status_code == 200, r.text
                 answered += 1
                 for job in r.json()["jobs"]:
@@ -132,8 +132,8 @@ def test_concurrency_and_group_concurrency_hold_across_processes(
         tokens.add(job["claim_token"])
         await asyncio.sleep(rng.random() / 100)
         if rng.random() < 0.1:
-            r = await client.post(f"/jobs/{job['id']}/fail",
-                                  json={"claim_token": job["claim_token"], "error": "again", "retry_in_seconds": 0})  # fmt: skip
+            body = {"claim_token": job["claim_token"], "error": "again", "retry_in_seconds": 0}
+            r = await client.post(f"/jobs/{job['id']}/fail", json=body)
             assert r.status_code == 200, r.text
             return
         await complete(client, job)

@@ -264,8 +264,8 @@ PRELUDE = {
     "queues": store_ops.NO_SEQSCAN,
     "stats, top groups": store_ops.NO_SEQSCAN,
     "claim 10, concurrency limit": "INSERT INTO queue_state (queue_name, concurrency) VALUES ('q', 6000)",
-    "claim 100, fair groups": "INSERT INTO queue_state (queue_name, concurrency, fair, group_concurrency, group_rate_limit,"
-    " group_rate_per_seconds) VALUES ('q', 6000, true, 3, 100, 60)",
+    "claim 100, fair groups": "INSERT INTO queue_state (queue_name, concurrency, fair, group_concurrency,"
+    " group_rate_limit, group_rate_per_seconds) VALUES ('q', 6000, true, 3, 100, 60)",
 }
 
 

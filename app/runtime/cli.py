@@ -1,4 +1,4 @@
-"""The `jobq` command: serve, migrate, keys, healthcheck, openapi.
+"""The `jobq` command: serve, migrate, keys, queues, healthcheck, openapi.
 
 Exit codes, for scripts: 0 success (for `serve`: stopped by SIGTERM or SIGINT after a clean shutdown),
 1 runtime failure (database unreachable, migration failed, no PostgreSQL binaries, the service could not
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from app.runtime import cli_queues
 from app.settings import Settings
 
 if TYPE_CHECKING:
@@ -452,6 +453,8 @@ def build_parser() -> argparse.ArgumentParser:
     hc.add_argument("--url", help="URL to check (default: http://127.0.0.1:$JOBQ_PORT/healthz)")
     hc.add_argument("--timeout", type=_seconds, default=5.0, metavar="SECONDS", help="default 5")
     hc.set_defaults(func=cmd_healthcheck)
+
+    cli_queues.add_parser(sub)  # jobq queues config (app/runtime/cli_queues.py)
 
     api = sub.add_parser(
         "openapi",

@@ -235,6 +235,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/queues/{queue}/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A queue's configuration: defaults and limits
+         * @description Every field is null until set: the global setting applies (for the limits: no limit).
+         */
+        get: operations["getQueueConfig"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Change a queue's configuration (partial update)
+         * @description Fields left out keep their value; `null` clears a field back to the global setting. A change takes effect at once in every process (it commits with a notification that each one hears), including for claims already waiting. Limits count every replica's claims together; see docs/flow-control.md for what counts against each. 422 when a value is out of range or the fields contradict each other (`ordered` with `group_concurrency` above 1, `backoff_base_seconds` above `backoff_max_seconds`).
+         */
+        patch: operations["setQueueConfig"];
+        trace?: never;
+    };
     "/queues/{queue}/jobs": {
         parameters: {
             query?: never;
@@ -381,6 +405,7 @@ export interface components {
          *       "attempts": 1,
          *       "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "group": "customer-1042",
          *       "id": 42,
          *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
          *       "max_attempts": 5,
@@ -409,6 +434,11 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Group
+             * @description The job's group; null: none.
+             */
+            group: string | null;
             /** Id */
             id: number;
             /**
@@ -458,7 +488,7 @@ export interface components {
             complete?: components["schemas"]["CompleteItem"][];
             /**
              * Lease Seconds
-             * @description Lease length (seconds); default 30.
+             * @description Lease length (seconds); default: the queue's lease_seconds, else 30.
              */
             lease_seconds?: number;
             /**
@@ -486,6 +516,7 @@ export interface components {
          *           "attempts": 1,
          *           "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "group": "customer-1042",
          *           "id": 42,
          *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
          *           "max_attempts": 5,
@@ -516,6 +547,7 @@ export interface components {
          *           "attempts": 1,
          *           "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "group": "customer-1042",
          *           "id": 42,
          *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
          *           "max_attempts": 5,
@@ -696,6 +728,22 @@ export interface components {
          *         }
          *       ]
          *     }
+         * @example {
+         *       "jobs": [
+         *         {
+         *           "group": "customer-7",
+         *           "payload": {
+         *             "n": 1
+         *           }
+         *         },
+         *         {
+         *           "group": "customer-1042",
+         *           "payload": {
+         *             "n": 2
+         *           }
+         *         }
+         *       ]
+         *     }
          */
         EnqueueBatchRequest: {
             /**
@@ -737,13 +785,18 @@ export interface components {
              */
             delay_seconds?: number;
             /**
+             * Group
+             * @description The job's group (a tenant, a customer, an ordering key): the unit of the queue's group limits, fairness and order (GET/PATCH /queues/{queue}/config). Same rules as an idempotency key.
+             */
+            group?: string;
+            /**
              * Idempotency Key
              * @description A repeat on the same queue returns the existing job (200) instead of a new one.
              */
             idempotency_key?: string;
             /**
              * Max Attempts
-             * @description Default JOBQ_DEFAULT_MAX_ATTEMPTS.
+             * @description Default: the queue's max_attempts, else JOBQ_DEFAULT_MAX_ATTEMPTS.
              */
             max_attempts?: number;
             /**
@@ -753,7 +806,7 @@ export interface components {
             payload: components["schemas"]["JsonValue"];
             /**
              * Priority
-             * @description Higher runs first. Default: 0.
+             * @description Higher runs first. Default: the queue's default_priority, else 0.
              */
             priority?: number;
             /**
@@ -794,6 +847,33 @@ export interface components {
              * @description Retry after this long instead of the backoff.
              */
             retry_in_seconds?: number;
+        };
+        /**
+         * GroupStats
+         * @example {
+         *       "group": "customer-7",
+         *       "ready": 20000,
+         *       "running": 2
+         *     }
+         * @example {
+         *       "group": "customer-1042",
+         *       "ready": 100,
+         *       "running": 2
+         *     }
+         */
+        GroupStats: {
+            /** Group */
+            group: string;
+            /**
+             * Ready
+             * @description Pending jobs of the group that are due.
+             */
+            ready: number;
+            /**
+             * Running
+             * @description Jobs of the group held by a claim.
+             */
+            running: number;
         };
         /**
          * Health
@@ -855,12 +935,50 @@ export interface components {
             lease_expires_at: string | null;
         };
         /**
+         * HeldBack
+         * @example {
+         *       "concurrency": 120,
+         *       "group_concurrency": 14,
+         *       "group_rate": 0,
+         *       "ordered": 0,
+         *       "rate": 0
+         *     }
+         */
+        HeldBack: {
+            /**
+             * Concurrency
+             * @description By `concurrency` (the queue's running jobs).
+             */
+            concurrency: number;
+            /**
+             * Group Concurrency
+             * @description By `group_concurrency` (a group's running jobs).
+             */
+            group_concurrency: number;
+            /**
+             * Group Rate
+             * @description By `group_rate` (a group's claims in the window).
+             */
+            group_rate: number;
+            /**
+             * Ordered
+             * @description By `ordered` (a group's next job waiting for its retry).
+             */
+            ordered: number;
+            /**
+             * Rate
+             * @description By `rate` (the queue's claims in the window).
+             */
+            rate: number;
+        };
+        /**
          * Job
          * @example {
          *       "attempts": 0,
          *       "claimed_at": null,
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
          *       "finished_at": null,
+         *       "group": "customer-1042",
          *       "id": 42,
          *       "idempotency_key": "welcome-ada",
          *       "last_error": null,
@@ -882,6 +1000,7 @@ export interface components {
          *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
          *       "finished_at": "2026-11-29T12:00:01.5+00:00",
+         *       "group": "customer-1042",
          *       "id": 42,
          *       "idempotency_key": "welcome-ada",
          *       "last_error": null,
@@ -919,6 +1038,11 @@ export interface components {
             created_at: string;
             /** Finished At */
             finished_at: string | null;
+            /**
+             * Group
+             * @description The job's group; null: none.
+             */
+            group: string | null;
             /** Id */
             id: number;
             /** Idempotency Key */
@@ -962,6 +1086,7 @@ export interface components {
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
          *           "finished_at": null,
+         *           "group": "customer-1042",
          *           "id": 42,
          *           "idempotency_key": "welcome-ada",
          *           "last_error": null,
@@ -983,6 +1108,7 @@ export interface components {
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
          *           "finished_at": null,
+         *           "group": "customer-1042",
          *           "id": 43,
          *           "idempotency_key": null,
          *           "last_error": null,
@@ -1015,6 +1141,7 @@ export interface components {
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
          *           "finished_at": null,
+         *           "group": "customer-1042",
          *           "id": 42,
          *           "idempotency_key": "welcome-ada",
          *           "last_error": null,
@@ -1073,6 +1200,167 @@ export interface components {
              * @description A stable URN, `urn:jobq:problem:<slug>`: branch on this, not on the text.
              */
             type: string;
+        };
+        /**
+         * QueueConfig
+         * @description A queue's configuration; null: the global setting (for the limits: no limit).
+         * @example {
+         *       "backoff_base_seconds": null,
+         *       "backoff_max_seconds": null,
+         *       "changed_at": "2026-11-29T12:00:00.125+00:00",
+         *       "concurrency": 50,
+         *       "default_priority": null,
+         *       "fair": true,
+         *       "group_concurrency": 2,
+         *       "group_rate": null,
+         *       "lease_seconds": 120,
+         *       "max_attempts": 8,
+         *       "ordered": null,
+         *       "queue": "emails",
+         *       "rate": {
+         *         "limit": 100,
+         *         "per_seconds": 60
+         *       },
+         *       "retention": {
+         *         "cancelled": null,
+         *         "completed": 3600,
+         *         "failed": null
+         *       }
+         *     }
+         */
+        QueueConfig: {
+            /**
+             * Backoff Base Seconds
+             * @description null: JOBQ_BACKOFF_BASE_SECONDS.
+             */
+            backoff_base_seconds: number | null;
+            /**
+             * Backoff Max Seconds
+             * @description null: JOBQ_BACKOFF_CAP_SECONDS.
+             */
+            backoff_max_seconds: number | null;
+            /**
+             * Changed At
+             * @description When the configuration last changed; null: never.
+             */
+            changed_at: string | null;
+            /**
+             * Concurrency
+             * @description Most running jobs of the queue; null: no limit.
+             */
+            concurrency: number | null;
+            /**
+             * Default Priority
+             * @description null: 0.
+             */
+            default_priority: number | null;
+            /**
+             * Fair
+             * @description Round-robin across groups; null: false.
+             */
+            fair: boolean | null;
+            /**
+             * Group Concurrency
+             * @description Most running jobs per group; null: no limit.
+             */
+            group_concurrency: number | null;
+            /** @description Most claims per group per window; null: no limit. */
+            group_rate: components["schemas"]["RateLimit"] | null;
+            /**
+             * Lease Seconds
+             * @description null: JOBQ_LEASE_DEFAULT_SECONDS.
+             */
+            lease_seconds: number | null;
+            /**
+             * Max Attempts
+             * @description null: JOBQ_DEFAULT_MAX_ATTEMPTS.
+             */
+            max_attempts: number | null;
+            /**
+             * Ordered
+             * @description Strict order within each group; null: false.
+             */
+            ordered: boolean | null;
+            /** Queue */
+            queue: string;
+            /** @description Most claims of the queue per window; null: no limit. */
+            rate: components["schemas"]["RateLimit"] | null;
+            retention: components["schemas"]["Retention"];
+        };
+        /**
+         * QueueConfigPatch
+         * @description Fields left out keep their value; `null` clears a field back to the global setting.
+         * @example {
+         *       "concurrency": 50,
+         *       "rate": {
+         *         "limit": 100,
+         *         "per_seconds": 60
+         *       }
+         *     }
+         * @example {
+         *       "fair": true,
+         *       "group_concurrency": 2,
+         *       "retention": {
+         *         "completed": 3600
+         *       }
+         *     }
+         * @example {
+         *       "concurrency": null,
+         *       "max_attempts": 8
+         *     }
+         */
+        QueueConfigPatch: {
+            /**
+             * Backoff Base Seconds
+             * @description First retry delay after a fail.
+             */
+            backoff_base_seconds?: number | null;
+            /**
+             * Backoff Max Seconds
+             * @description Longest retry delay.
+             */
+            backoff_max_seconds?: number | null;
+            /**
+             * Concurrency
+             * @description Most running jobs of the queue. Counts every replica's claims together: enforced inside the claim statement (see docs/flow-control.md).
+             */
+            concurrency?: number | null;
+            /**
+             * Default Priority
+             * @description Priority of a job enqueued without one.
+             */
+            default_priority?: number | null;
+            /**
+             * Fair
+             * @description Hand ready jobs out round-robin across groups instead of by age.
+             */
+            fair?: boolean | null;
+            /**
+             * Group Concurrency
+             * @description Most running jobs per group.
+             */
+            group_concurrency?: number | null;
+            /** @description Most claims per group per window. */
+            group_rate?: components["schemas"]["Rate"] | null;
+            /**
+             * Lease Seconds
+             * @description Lease of a claim that names none.
+             */
+            lease_seconds?: number | null;
+            /**
+             * Max Attempts
+             * @description Attempts of a job enqueued without max_attempts.
+             */
+            max_attempts?: number | null;
+            /**
+             * Ordered
+             * @description Within a group, a job is claimable only once the job before it has finished for good (a job waiting for its retry holds its group back); needs group_concurrency 1 or unset.
+             */
+            ordered?: boolean | null;
+            /** @description Most claims of the queue per window. Counts every replica's claims together: enforced inside the claim statement (see docs/flow-control.md). */
+            rate?: components["schemas"]["Rate"] | null;
+            /** @description Retention per status; null clears all three. */
+            retention?: components["schemas"]["RetentionPatch"] | null;
         };
         /**
          * QueueCounts
@@ -1179,6 +1467,29 @@ export interface components {
          * QueueStats
          * @example {
          *       "as_of": "2026-11-29T12:00:00.125+00:00",
+         *       "config": {
+         *         "backoff_base_seconds": null,
+         *         "backoff_max_seconds": null,
+         *         "changed_at": "2026-11-29T12:00:00.125+00:00",
+         *         "concurrency": 50,
+         *         "default_priority": null,
+         *         "fair": true,
+         *         "group_concurrency": 2,
+         *         "group_rate": null,
+         *         "lease_seconds": 120,
+         *         "max_attempts": 8,
+         *         "ordered": null,
+         *         "queue": "emails",
+         *         "rate": {
+         *           "limit": 100,
+         *           "per_seconds": 60
+         *         },
+         *         "retention": {
+         *           "cancelled": null,
+         *           "completed": 3600,
+         *           "failed": null
+         *         }
+         *       },
          *       "counts": {
          *         "cancelled": 0,
          *         "completed": 48211,
@@ -1188,6 +1499,18 @@ export interface components {
          *         "running": 16,
          *         "scheduled": 8
          *       },
+         *       "groups": [
+         *         {
+         *           "group": "customer-7",
+         *           "ready": 20000,
+         *           "running": 2
+         *         },
+         *         {
+         *           "group": "customer-1042",
+         *           "ready": 100,
+         *           "running": 2
+         *         }
+         *       ],
          *       "jobs_on_last_attempt": 1,
          *       "jobs_one_attempt_left": 2,
          *       "oldest_ready_age_seconds": 2.4,
@@ -1207,6 +1530,13 @@ export interface components {
          *         "empty_claims_with_ready_jobs": 5,
          *         "enqueued": 9000,
          *         "failures": 1,
+         *         "held_back": {
+         *           "concurrency": 120,
+         *           "group_concurrency": 14,
+         *           "group_rate": 0,
+         *           "ordered": 0,
+         *           "rate": 0
+         *         },
          *         "lease_expired": 2,
          *         "released": 3,
          *         "retries": 40,
@@ -1221,7 +1551,14 @@ export interface components {
              * @description Database time of the figures.
              */
             as_of: string;
+            /** @description The queue's configuration: its defaults and limits. */
+            config: components["schemas"]["QueueConfig"];
             counts: components["schemas"]["QueueCounts"];
+            /**
+             * Groups
+             * @description The 20 groups with the most ready jobs, most first.
+             */
+            groups: components["schemas"]["GroupStats"][];
             /**
              * Jobs On Last Attempt
              * @description Pending or running jobs with no attempt left after this one.
@@ -1271,6 +1608,44 @@ export interface components {
             paused: boolean;
             /** Queue */
             queue: string;
+        };
+        /**
+         * Rate
+         * @example {
+         *       "limit": 100,
+         *       "per_seconds": 60
+         *     }
+         */
+        Rate: {
+            /**
+             * Limit
+             * @description Most claims in any window of `per_seconds`.
+             */
+            limit: number;
+            /**
+             * Per Seconds
+             * @description The window, in seconds (by the database clock).
+             */
+            per_seconds: number;
+        };
+        /**
+         * RateLimit
+         * @example {
+         *       "limit": 100,
+         *       "per_seconds": 60
+         *     }
+         */
+        RateLimit: {
+            /**
+             * Limit
+             * @description Most claims in any window of `per_seconds`.
+             */
+            limit: number;
+            /**
+             * Per Seconds
+             * @description The window, in seconds.
+             */
+            per_seconds: number;
         };
         /**
          * Readiness
@@ -1351,6 +1726,55 @@ export interface components {
             delay_seconds?: number;
         };
         /**
+         * Retention
+         * @example {
+         *       "cancelled": null,
+         *       "completed": 3600,
+         *       "failed": null
+         *     }
+         */
+        Retention: {
+            /**
+             * Cancelled
+             * @description Seconds; null: JOBQ_RETENTION_CANCELLED_SECONDS.
+             */
+            cancelled: number | null;
+            /**
+             * Completed
+             * @description Seconds; null: JOBQ_RETENTION_COMPLETED_SECONDS.
+             */
+            completed: number | null;
+            /**
+             * Failed
+             * @description Seconds; null: JOBQ_RETENTION_FAILED_SECONDS.
+             */
+            failed: number | null;
+        };
+        /**
+         * RetentionPatch
+         * @example {
+         *       "completed": 3600,
+         *       "failed": null
+         *     }
+         */
+        RetentionPatch: {
+            /**
+             * Cancelled
+             * @description Delete cancelled jobs this long after (0: keep).
+             */
+            cancelled?: number | null;
+            /**
+             * Completed
+             * @description Delete completed jobs this long after they finished (0: keep).
+             */
+            completed?: number | null;
+            /**
+             * Failed
+             * @description Delete failed jobs this long after they failed (0: keep).
+             */
+            failed?: number | null;
+        };
+        /**
          * Status
          * @enum {string}
          */
@@ -1389,6 +1813,13 @@ export interface components {
          *       "empty_claims_with_ready_jobs": 5,
          *       "enqueued": 9000,
          *       "failures": 1,
+         *       "held_back": {
+         *         "concurrency": 120,
+         *         "group_concurrency": 14,
+         *         "group_rate": 0,
+         *         "ordered": 0,
+         *         "rate": 0
+         *       },
          *       "lease_expired": 2,
          *       "released": 3,
          *       "retries": 40,
@@ -1433,6 +1864,8 @@ export interface components {
              * @description Jobs that failed for good (terminal), by a worker or the sweeper.
              */
             failures: number;
+            /** @description Claim requests answered with fewer jobs than they asked for while ready jobs were held back by a limit of the queue's configuration, by limit. */
+            held_back: components["schemas"]["HeldBack"];
             /**
              * Lease Expired
              * @description Claims whose lease lapsed and that the sweeper recovered.
@@ -1642,6 +2075,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -1744,6 +2178,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -1885,6 +2320,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -2025,6 +2461,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -2285,6 +2722,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -2414,6 +2852,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -2656,6 +3095,7 @@ export interface operations {
                      *           "attempts": 1,
                      *           "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "group": "customer-1042",
                      *           "id": 42,
                      *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
                      *           "max_attempts": 5,
@@ -2751,6 +3191,218 @@ export interface operations {
             };
         };
     };
+    getQueueConfig: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description `[A-Za-z0-9_.:-]{1,128}` */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "backoff_base_seconds": null,
+                     *       "backoff_max_seconds": null,
+                     *       "changed_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "concurrency": 50,
+                     *       "default_priority": null,
+                     *       "fair": true,
+                     *       "group_concurrency": 2,
+                     *       "group_rate": null,
+                     *       "lease_seconds": 120,
+                     *       "max_attempts": 8,
+                     *       "ordered": null,
+                     *       "queue": "emails",
+                     *       "rate": {
+                     *         "limit": 100,
+                     *         "per_seconds": 60
+                     *       },
+                     *       "retention": {
+                     *         "cancelled": null,
+                     *         "completed": 3600,
+                     *         "failed": null
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QueueConfig"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    setQueueConfig: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description `[A-Za-z0-9_.:-]{1,128}` */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "concurrency": 50,
+                 *       "rate": {
+                 *         "limit": 100,
+                 *         "per_seconds": 60
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["QueueConfigPatch"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "backoff_base_seconds": null,
+                     *       "backoff_max_seconds": null,
+                     *       "changed_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "concurrency": 50,
+                     *       "default_priority": null,
+                     *       "fair": true,
+                     *       "group_concurrency": 2,
+                     *       "group_rate": null,
+                     *       "lease_seconds": 120,
+                     *       "max_attempts": 8,
+                     *       "ordered": null,
+                     *       "queue": "emails",
+                     *       "rate": {
+                     *         "limit": 100,
+                     *         "per_seconds": 60
+                     *       },
+                     *       "retention": {
+                     *         "cancelled": null,
+                     *         "completed": 3600,
+                     *         "failed": null
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QueueConfig"];
+                };
+            };
+            /** @description Body is not valid JSON. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body larger than the server accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     listJobs: {
         parameters: {
             query?: {
@@ -2784,6 +3436,7 @@ export interface operations {
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
                      *           "finished_at": null,
+                     *           "group": "customer-1042",
                      *           "id": 42,
                      *           "idempotency_key": "welcome-ada",
                      *           "last_error": null,
@@ -2885,6 +3538,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -2917,6 +3571,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -3051,6 +3706,7 @@ export interface operations {
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
                      *           "finished_at": null,
+                     *           "group": "customer-1042",
                      *           "id": 42,
                      *           "idempotency_key": "welcome-ada",
                      *           "last_error": null,
@@ -3072,6 +3728,7 @@ export interface operations {
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
                      *           "finished_at": null,
+                     *           "group": "customer-1042",
                      *           "id": 43,
                      *           "idempotency_key": null,
                      *           "last_error": null,
@@ -3424,6 +4081,29 @@ export interface operations {
                     /**
                      * @example {
                      *       "as_of": "2026-11-29T12:00:00.125+00:00",
+                     *       "config": {
+                     *         "backoff_base_seconds": null,
+                     *         "backoff_max_seconds": null,
+                     *         "changed_at": "2026-11-29T12:00:00.125+00:00",
+                     *         "concurrency": 50,
+                     *         "default_priority": null,
+                     *         "fair": true,
+                     *         "group_concurrency": 2,
+                     *         "group_rate": null,
+                     *         "lease_seconds": 120,
+                     *         "max_attempts": 8,
+                     *         "ordered": null,
+                     *         "queue": "emails",
+                     *         "rate": {
+                     *           "limit": 100,
+                     *           "per_seconds": 60
+                     *         },
+                     *         "retention": {
+                     *           "cancelled": null,
+                     *           "completed": 3600,
+                     *           "failed": null
+                     *         }
+                     *       },
                      *       "counts": {
                      *         "cancelled": 0,
                      *         "completed": 48211,
@@ -3433,6 +4113,18 @@ export interface operations {
                      *         "running": 16,
                      *         "scheduled": 8
                      *       },
+                     *       "groups": [
+                     *         {
+                     *           "group": "customer-7",
+                     *           "ready": 20000,
+                     *           "running": 2
+                     *         },
+                     *         {
+                     *           "group": "customer-1042",
+                     *           "ready": 100,
+                     *           "running": 2
+                     *         }
+                     *       ],
                      *       "jobs_on_last_attempt": 1,
                      *       "jobs_one_attempt_left": 2,
                      *       "oldest_ready_age_seconds": 2.4,
@@ -3452,6 +4144,13 @@ export interface operations {
                      *         "empty_claims_with_ready_jobs": 5,
                      *         "enqueued": 9000,
                      *         "failures": 1,
+                     *         "held_back": {
+                     *           "concurrency": 120,
+                     *           "group_concurrency": 14,
+                     *           "group_rate": 0,
+                     *           "ordered": 0,
+                     *           "rate": 0
+                     *         },
                      *         "lease_expired": 2,
                      *         "released": 3,
                      *         "retries": 40,
