@@ -204,14 +204,16 @@ WITH RECURSIVE cfg AS (
            cfg.rate_limit - coalesce((SELECT n FROM recent), 0)::int AS by_rate
   ) l
 ), plain AS (
-  -- No group limits: the article's claim, in claim order, at most `room` jobs.
-  SELECT id, priority, run_at, group_key, 1::bigint AS k, ''::text AS pos
+  -- No group limits: the queue's first ready jobs in claim order, of which `room` are taken below. The
+  -- LIMIT is the request's total, a value the planner sees: with `LIMIT room` (a subquery) it would plan
+  -- for a tenth of the table and, on fresh statistics, sort the whole queue instead of reading the index
+  -- in order (measured: 533 instead of 7,199 jobs/s). Read without locking; `locked` locks what is taken.
+  SELECT id, priority, run_at, group_key, 1::bigint AS k
   FROM jobs
   WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
-    AND NOT (SELECT grouped FROM cfg)
+    AND NOT (SELECT grouped FROM cfg) AND (SELECT n FROM room) > 0
   ORDER BY priority DESC, run_at, id
-  LIMIT (SELECT n FROM room)
-  FOR UPDATE SKIP LOCKED
+  LIMIT %(total)s
 ), walk(g) AS (
   -- Group limits, fairness, order: every group with pending jobs, once, in key order: a skip scan of
   -- jobs_group_idx, one index probe per group.
@@ -272,7 +274,8 @@ WITH RECURSIVE cfg AS (
          CASE WHEN coalesce(group_key, '') > coalesce(%(after)s::text, '') THEN '0' ELSE '1' END
          || coalesce(group_key, '') AS pos
   FROM (SELECT group_key, id, priority, run_at, k FROM heads
-        UNION ALL SELECT group_key, id, priority, run_at, k FROM lane) o
+        UNION ALL SELECT group_key, id, priority, run_at, k FROM lane
+        UNION ALL SELECT group_key, id, priority, run_at, k FROM plain) o
 ), picked AS (
   -- Fair: the first job of every group, then the second of every group, ...; otherwise claim order.
   SELECT o.id, o.group_key,
@@ -288,9 +291,7 @@ WITH RECURSIVE cfg AS (
   WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = {PENDING}
   FOR UPDATE SKIP LOCKED
 ), chosen AS (
-  SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rn FROM plain
-  UNION ALL
-  SELECT p.id, row_number() OVER (ORDER BY p.ord) FROM picked p WHERE p.id IN (SELECT id FROM locked)
+  SELECT p.id, row_number() OVER (ORDER BY p.ord) AS rn FROM picked p WHERE p.id IN (SELECT id FROM locked)
 ), slots AS (
   SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
   FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
@@ -328,7 +329,7 @@ UNION ALL
 SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        json_build_object(
          'claimed', (SELECT count(*) FROM claimed),
-         'ready_beyond', CASE WHEN cfg.grouped AND room.n > 0
+         'ready_beyond', CASE WHEN room.n > 0
                               THEN (SELECT count(*) FROM offered) > (SELECT count(*) FROM chosen)
                               ELSE EXISTS (
                SELECT FROM (SELECT 1 FROM jobs
