@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A jobq worker in bash + curl: runs a command for each job of a queue. The job's payload (JSON) is the
 # command's stdin; its environment has JOBQ_JOB_ID, JOBQ_ATTEMPT and JOBQ_MAX_ATTEMPTS.
-#   exit 0   -> complete, with the command's stdout as the result (JSON if it parses, else a string)
+#   exit 0   -> complete, with the command's stdout as the result (JSON if it parses, else a string); the
+#               result rides on the next claim (one request per job), or goes by itself when the worker
+#               stops or the server does not take completes on a claim
 #   exit 65  -> fail for good (EX_DATAERR: retrying cannot help)
 #   other    -> fail this attempt; jobq retries it later while attempts remain
 # The lease is renewed every third of it while the command runs. If the claim is lost (409/404) or the
@@ -82,6 +84,29 @@ try:
 except ValueError:
     result = text
 print(json.dumps({"claim_token": sys.argv[1], "result": result}))' "$1" "$2"
+  fi
+}
+
+# complete_item ID TOKEN OUTFILE: {"id", "claim_token", "result"}: one item of a claim's `complete`.
+complete_item() {
+  if [[ $JSON == jq ]]; then
+    complete_body "$2" "$3" | jq -c --argjson id "$1" '{id: $id} + .'
+  else
+    complete_body "$2" "$3" | python3 -c '
+import json, sys
+print(json.dumps({"id": int(sys.argv[1]), **json.load(sys.stdin)}))' "$1"
+  fi
+}
+
+# handed_in FILE: the outcome of the first complete a claim carried ("completed", "claim_lost", ...).
+handed_in() {
+  if [[ $JSON == jq ]]; then
+    jq -r '.completed[0].outcome // empty' "$1" 2>/dev/null
+  else
+    python3 -c '
+import json, sys
+done = json.load(open(sys.argv[1])).get("completed") or [{}]
+print(done[0].get("outcome", ""))' "$1" 2>/dev/null
   fi
 }
 
@@ -177,8 +202,15 @@ run_job() {
     return
   fi
   if [[ $rc == 0 ]]; then
-    status=$(api "/jobs/$id/complete" "$(complete_body "$token" "$WORK/out")" "$WORK/answer")
-    log "job $id: complete -> $status"
+    if [[ -n $HAND_INS ]]; then
+      complete_body "$token" "$WORK/out" >"$WORK/handin-body"
+      complete_item "$id" "$token" "$WORK/out" >"$WORK/handin"
+      HANDIN=$id
+      log "job $id: done; the result goes on the next claim"
+    else
+      status=$(api "/jobs/$id/complete" "$(complete_body "$token" "$WORK/out")" "$WORK/answer")
+      log "job $id: complete -> $status"
+    fi
   else
     error="exit $rc: $(tail -c 1000 "$WORK/err")"
     retry=true
@@ -188,13 +220,27 @@ run_job() {
   fi
 }
 
+# send_handin: complete the job whose result waits for a claim by a request of its own (a repeat with the
+# same token is safe: the server answers 200 again if a claim already carried it).
+send_handin() {
+  [[ -z $HANDIN ]] && return
+  local status
+  status=$(api "/jobs/$HANDIN/complete" "$(cat "$WORK/handin-body")" "$WORK/answer")
+  log "job $HANDIN: complete -> $status"
+  HANDIN=
+}
+
+HAND_INS=1 # until the server says it does not take completes on a claim
+HANDIN=    # the id of the finished job whose result rides on the next claim
 log "worker $WORKER on $BASE, queue $QUEUE, JSON by $JSON"
 claim="{\"worker\":\"$WORKER\",\"limit\":1,\"lease_seconds\":$LEASE,\"wait_seconds\":$WAIT}"
 while [[ -z $STOP ]]; do
   rm -f "$WORK/claim" "$WORK/claim-status"
+  body=$claim
+  [[ -n $HANDIN ]] && body="${claim%\}},\"complete\":[$(cat "$WORK/handin")]}"
   # curl in the background, so that a signal interrupts the long-poll (the trap kills curl).
   curl -sS -o "$WORK/claim" -D "$WORK/headers" -w '%{http_code}' --max-time $((WAIT + 10)) \
-    -H 'Content-Type: application/json' "${AUTH[@]}" --data-binary "$claim" "$BASE/queues/$QUEUE/claim" \
+    -H 'Content-Type: application/json' "${AUTH[@]}" --data-binary "$body" "$BASE/queues/$QUEUE/claim" \
     >"$WORK/claim-status" 2>/dev/null &
   CLAIMING=$!
   wait "$CLAIMING"
@@ -205,7 +251,24 @@ while [[ -z $STOP ]]; do
   # it is run before stopping; an interrupted long-poll is released by the server.
   [[ -n $STOP && ${status:-000} != 200 ]] && break
   case ${status:-000} in
-    200) ;;
+    200)
+      if [[ -n $HANDIN ]]; then
+        log "job $HANDIN: complete (on the claim) -> $(handed_in "$WORK/claim")"
+        HANDIN=
+      fi
+      ;;
+    422)
+      if [[ -n $HANDIN ]] && grep -q '"complete"' "$WORK/claim"; then
+        # The server refused the complete the claim carried (a result it cannot take), or does not take
+        # completes on a claim at all (an older server): the job's own complete tells which.
+        grep -q 'extra_forbidden' "$WORK/claim" && HAND_INS=
+        send_handin
+        continue
+      fi
+      log "claim refused ($status): $(cat "$WORK/claim")"
+      send_handin
+      exit 1
+      ;;
     000 | 429 | 502 | 503 | 504)
       after=$(tr -d '\r' <"$WORK/headers" 2>/dev/null | awk -F': *' 'tolower($1) == "retry-after" { print $2 }')
       log "claim failed (${status:-000}); trying again in ${after:-1}s"
@@ -214,6 +277,7 @@ while [[ -z $STOP ]]; do
       ;;
     *)
       log "claim refused ($status): $(cat "$WORK/claim")" # a bad key, queue name or setting
+      send_handin
       exit 1
       ;;
   esac
@@ -225,4 +289,5 @@ while [[ -z $STOP ]]; do
   log "job $id: attempt $attempts of $max_attempts"
   run_job "$id" "$token" "$attempts" "$max_attempts" "$@"
 done
+send_handin # stopping with a result not yet handed in (or carried by a claim cut short): send it now
 log "stopped"

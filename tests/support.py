@@ -68,6 +68,7 @@ class LiveServer:
             log_level="warning",
             lifespan="on",
             timeout_graceful_shutdown=5,
+            server_header=False,  # as `jobq serve` (app/runtime/server.py)
         )
         self.server = uvicorn.Server(config)
         self.loop = asyncio.new_event_loop()

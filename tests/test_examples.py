@@ -107,6 +107,9 @@ def test_shell_worker(sweeping_server: LiveServer, db: psycopg.Connection, json_
     assert states["flaky"][:2] == ("completed", 2)
     assert states["broken"] == ("failed", 1, None, "exit 65: bad input")
     assert states["doomed"] == ("failed", 2, None, "exit 1: always")
+    # One request per job: every result rode on the next claim; none needed a complete of its own.
+    assert output.count("complete (on the claim) -> completed") == 4, output
+    assert [line for line in output.splitlines() if "complete -> " in line and "on the claim" not in line] == []
 
 
 @pytest.mark.parametrize("language", ["node", "shell"])

@@ -26,9 +26,11 @@ def _names(cls: type[Any]) -> tuple[str, ...]:
 
 
 def _check(cls: type[Any], cursor: AsyncCursor[Any], expected: tuple[str, ...]) -> None:
-    if cursor.description is None:
+    # The raw result's column names, not cursor.description, which builds an object per column.
+    result = cursor.pgresult
+    if result is None or not result.nfields:
         return  # a statement that returns no rows (SET): nothing will be built
-    got = tuple(c.name for c in cursor.description)
+    got = tuple(result.fname(i).decode() for i in range(result.nfields))  # type: ignore[union-attr]
     if got != expected:
         raise TypeError(f"{cls.__name__}: the statement returns {got}, the class expects {expected}")
 

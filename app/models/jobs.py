@@ -423,21 +423,32 @@ def check_json_value(value: Any, max_depth: int) -> None:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, str):
-            _check_text(item, "strings")
-        elif isinstance(item, float):
+        kind = type(item)
+        if kind is str:
+            # The common case inline (ASCII without NUL); _check_text says what is wrong otherwise.
+            if not item.isascii() or "\x00" in item:
+                _check_text(item, "strings")
+        elif kind is float:
             if not math.isfinite(item):
                 raise JsonValueError("numbers must be finite")
-        elif isinstance(item, dict):
+        elif kind is dict:
             if depth > max_depth:
                 raise JsonValueError(f"nesting deeper than {max_depth} levels")
             for k, v in item.items():
-                _check_text(k, "keys")
-                stack.append((v, depth + 1))
-        elif isinstance(item, list):
+                if not k.isascii() or "\x00" in k:
+                    _check_text(k, "keys")
+                if type(v) in _CONTAINERS_OR_TEXT:
+                    stack.append((v, depth + 1))
+                elif type(v) is float and not math.isfinite(v):
+                    raise JsonValueError("numbers must be finite")
+        elif kind is list:
             if depth > max_depth:
                 raise JsonValueError(f"nesting deeper than {max_depth} levels")
             stack.extend((v, depth + 1) for v in item)
+
+
+# JSON values as parsed are exactly these types (bool and int need no check; floats are checked in place).
+_CONTAINERS_OR_TEXT = frozenset({str, dict, list})
 
 
 def dump_json(value: Any) -> str:

@@ -39,6 +39,8 @@ def serve(*, host: str, port: int, workers: int, log_level: str, graceful_timeou
         log_level=log_level,
         log_config=logs.dict_config(log_level),
         access_log=False,
+        # No `server: uvicorn` on every answer: it advertises the stack, and each header costs per request.
+        server_header=False,
         timeout_graceful_shutdown=graceful_timeout,
         proxy_headers=False,
     )
