@@ -178,6 +178,11 @@ PENDING = "(SELECT 'pending'::text)"
 # write it this way may read that index.
 RUNNING_C = "'running' COLLATE \"C\""
 
+# A group `g.g` has a due job: the group's first by jobs_group_idx's order (a scalar subquery with ORDER BY, not
+# EXISTS, which the planner may answer with a sequential scan on stale statistics).
+DUE_IN_GROUP = """(SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
+                AND run_at <= clock_timestamp() ORDER BY priority DESC, id LIMIT 1) IS NOT NULL"""
+
 JOB_CLAIM_LIMITED = f"""
 WITH RECURSIVE cfg AS (
   -- The queue's limits as they are now: this statement started after the queue's claim lock was taken.
@@ -224,12 +229,16 @@ WITH RECURSIVE cfg AS (
   LIMIT %(total)s
 ), walk(g) AS (
   -- Group limits, fairness, order: every group with pending jobs, once, in key order: a skip scan of
-  -- jobs_group_idx, one index probe per group.
-  SELECT (SELECT min(group_key) FROM jobs
-          WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL)
+  -- jobs_group_idx, one index probe per group. ORDER BY ... LIMIT 1, not min(): with stale statistics
+  -- the planner would compute min() by a sequential scan, while the only other way to an ordered LIMIT
+  -- is a sort of the whole table, which never looks cheap.
+  SELECT (SELECT group_key FROM jobs
+          WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL
+          ORDER BY group_key LIMIT 1)
   WHERE (SELECT grouped FROM cfg) AND (SELECT n FROM room) > 0
   UNION ALL
-  SELECT (SELECT min(group_key) FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key > w.g)
+  SELECT (SELECT group_key FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key > w.g
+          ORDER BY group_key LIMIT 1)
   FROM walk w WHERE w.g IS NOT NULL
 ), groups AS (
   -- Each group's room: its concurrency limit less its running jobs, its rate limit less its recent claims.
@@ -345,16 +354,10 @@ SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
                             ORDER BY priority DESC, run_at, id
                             OFFSET (SELECT count(*) FROM chosen) LIMIT 1) x) END,
          'by_concurrency', room.by_concurrency, 'by_rate', room.by_rate,
-         'group_running', EXISTS (SELECT FROM groups g WHERE g.full_running AND EXISTS (
-             SELECT FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
-                                AND run_at <= clock_timestamp())),
-         'group_rate', EXISTS (SELECT FROM groups g WHERE g.full_rate AND NOT g.full_running AND EXISTS (
-             SELECT FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
-                                AND run_at <= clock_timestamp())),
+         'group_running', EXISTS (SELECT FROM groups g WHERE g.full_running AND {DUE_IN_GROUP}),
+         'group_rate', EXISTS (SELECT FROM groups g WHERE g.full_rate AND NOT g.full_running AND {DUE_IN_GROUP}),
          'ordered', cfg.ordered AND EXISTS (SELECT FROM groups g WHERE g.room > 0
-             AND NOT EXISTS (SELECT FROM heads h WHERE h.group_key = g.g) AND EXISTS (
-             SELECT FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
-                                AND run_at <= clock_timestamp())),
+             AND NOT EXISTS (SELECT FROM heads h WHERE h.group_key = g.g) AND {DUE_IN_GROUP}),
          'wake_in', extract(epoch FROM least(
              CASE WHEN room.by_rate <= 0 THEN (SELECT frees_at FROM recent) END,
              (SELECT min(frees_at) FROM groups WHERE full_rate)) - stamp.now),
