@@ -10,6 +10,12 @@ many requests wait: no thundering herd, and under load concurrent claims share s
 
 Rows claimed for a ticket whose request has gone (timed out, disconnected, shutting down) are released
 at once, so a job is never handed to a connection that is closing.
+
+A queue with limits (app/core/flow.py, docs/flow-control.md) is claimed by app/db/flow.py's limited claim
+instead, chosen by the process's cached configuration; the plain claim refuses a queue whose limits this
+process has not heard of yet, and the line then claims again under them. Tickets held back by a limit
+stay parked until a slot frees up (completes, fails, releases, cancels and rescues of a limited queue
+go through the wake-up seam) or, for a full rate window, until the moment it lets the next claim through.
 """
 
 from __future__ import annotations
