@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import signal
 import threading
@@ -45,8 +46,11 @@ from app.maintenance.retention import Retention
 from app.maintenance.stats import StatsFlush
 from app.maintenance.vacuum import Vacuum
 from app.models.jobs import Readiness, build_contract
-from app.runtime.logs import AccessLog, Observability
+from app.runtime.logs import AccessLog, Observability, resolve_format
 from app.runtime.metrics import Metrics
+from app.runtime.tracing import from_environment as tracing_from_environment
+from app.runtime.tracing import incoming_traceparent
+from app.runtime.tracing import provided as tracing_with
 from app.settings import Settings, is_loopback
 
 log = logging.getLogger("jobq")
@@ -71,7 +75,7 @@ class JobqApp:
             return ring.authenticate
 
         authenticate = Authenticate(self.guard, enabled=settings.auth_enabled, keys=keys, open_paths=open_paths(api))
-        self._stack = Observability(authenticate, api.state.metrics, api.state.access_log)
+        self._stack = Observability(authenticate, api.state.metrics, api.state.access_log, api.state.tracing)
 
     @property
     def state(self) -> Any:
@@ -81,9 +85,12 @@ class JobqApp:
         await self._stack(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None) -> JobqApp:
+def create_app(settings: Settings | None = None, *, tracer_provider: Any = None) -> JobqApp:
+    """The application. Tracing follows the OTEL_* variables (app/runtime/tracing.py), or goes through
+    `tracer_provider` when one is given (an OpenTelemetry SDK TracerProvider: tests, embedding)."""
     settings = settings or Settings()
     api = FastAPI(
+        **_fastapi_telemetry_off(),
         title="jobq",
         version="1",
         summary="An HTTP job queue on PostgreSQL.",
@@ -96,7 +103,11 @@ def create_app(settings: Settings | None = None) -> JobqApp:
     api.router.route_class = JobqRoute
     api.state.settings = settings
     api.state.metrics = Metrics()
-    api.state.access_log = AccessLog(settings.access_log)
+    api.state.access_log = AccessLog(settings.access_log, fmt=resolve_format(settings.log_format))
+    tracing = tracing_with(tracer_provider) if tracer_provider is not None else tracing_from_environment()
+    api.state.tracing = tracing
+    # The trace context an enqueue stores with its jobs (see app/runtime/tracing.py).
+    api.state.job_context = tracing.job_context if tracing is not None else incoming_traceparent
     add_routes(api, build_contract(settings))
     add_operator_routes(api)
     add_dashboard_routes(api)
@@ -124,6 +135,15 @@ def create_app(settings: Settings | None = None) -> JobqApp:
     install_error_handlers(api)
     customise_openapi(api, settings)
     return JobqApp(api, settings)
+
+
+def _fastapi_telemetry_off() -> dict[str, Any]:
+    """FastAPI's own OpenTelemetry spans and metrics (in versions that have them), off: jobq makes the request
+    span itself, in its outermost layer, for both HTTP paths (FastAPI sees only the cold routes), and reports
+    metrics to Prometheus."""
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters:
+        return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    return {}
 
 
 def open_paths(api: FastAPI) -> set[str]:
@@ -259,4 +279,6 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
         await maintenance.stop()  # the statistics' and keys' last flush included
         await db.close()
         api.state.access_log.close()
+        if api.state.tracing is not None:
+            await asyncio.to_thread(api.state.tracing.shutdown)  # the last spans exported
         log.info("jobq stopped")

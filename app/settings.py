@@ -118,7 +118,11 @@ class Settings(BaseSettings):
     gauges_interval_seconds: float = Field(
         15.0, ge=1, le=3600, description="How often queue depth gauges for /metrics are refreshed."
     )
-    access_log: bool = Field(True, description="Write one JSON line per request.")
+    access_log: bool = Field(True, description="Write one line per request.")
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto",
+        description="Log lines as `json` or as `text` for a person; `auto`: text when stdout is a terminal, else JSON.",
+    )
 
     # -- HTTP and security ------------------------------------------------------------------------------
     host: str = Field(

@@ -200,8 +200,8 @@ def make_settings(database_url: str, **overrides: object) -> Settings:
 def server_factory(database_url: str) -> Iterator[object]:
     started: list[LiveServer] = []
 
-    def start(database: str | None = None, **overrides: object) -> LiveServer:
-        server = LiveServer(make_settings(database or database_url, **overrides))
+    def start(database: str | None = None, tracer_provider: object = None, **overrides: object) -> LiveServer:
+        server = LiveServer(make_settings(database or database_url, **overrides), tracer_provider)
         server.start()
         started.append(server)
         return server

@@ -58,9 +58,9 @@ def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
 class LiveServer:
     """uvicorn serving create_app(settings) on 127.0.0.1:<free port>, lifespan included."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, tracer_provider: Any = None) -> None:
         self.settings = settings
-        self.app: JobqApp = create_app(settings)
+        self.app: JobqApp = create_app(settings, tracer_provider=tracer_provider)
         config = uvicorn.Config(
             self.app,
             host="127.0.0.1",

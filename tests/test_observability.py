@@ -19,6 +19,8 @@ import httpx
 import orjson
 import pytest
 
+from app.runtime.embedded import free_port as free_port_number
+from tests.processes import JOBQ, ServeProcess, jobq_env
 from tests.support import LiveServer, wait_until
 
 
@@ -177,3 +179,56 @@ def _ready(base: str) -> bool:
     except httpx.HTTPError:
         time.sleep(0.1)
         return False
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.replace("\r", "").splitlines() if line.strip()]
+
+
+def test_serve_logs_text_on_a_terminal_and_json_elsewhere(database_url: str, tmp_path: Path) -> None:
+    """JOBQ_LOG_FORMAT=auto (the default): a person running `jobq serve` in a terminal reads sentences, a log
+    collector reading its output from a file or pipe gets JSON; both for lifecycle lines and request lines."""
+    env = {"JOBQ_DATABASE_URL": database_url}
+    to_file = ServeProcess("--no-migrate", log=tmp_path / "serve.log", env=env).wait_ready()
+    try:
+        to_file.enqueue("q", 1)
+    finally:
+        to_file.close()
+    docs = [orjson.loads(line) for line in _lines(to_file.output())]
+    assert any(d["msg"].startswith("jobq ready") for d in docs if "msg" in d)
+    assert any(d.get("route") == "/queues/{queue}/jobs" and d["status"] == 201 for d in docs)
+
+    leader, follower = os.openpty()
+    port = free_port_number()
+    proc = subprocess.Popen(
+        [JOBQ, "serve", "--port", str(port), "--no-migrate"], env=jobq_env(**env), stdout=follower, stderr=follower
+    )
+    os.close(follower)
+    seen = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # EIO: every writer has closed the terminal
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _ready(base), timeout=60, what="the server starting")
+        assert httpx.post(base + "/queues/q/jobs", json={"payload": 2}).status_code == 201
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        reader.join(10)
+        os.close(leader)
+    lines = _lines(seen.decode(errors="replace"))
+    assert not [line for line in lines if line.startswith("{")], lines
+    line = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} (?:\x1b\[[\d;]*m)?[A-Z]+ *(?:\x1b\[0m)? "
+    assert any(re.match(line + r"jobq: jobq ready", x) for x in lines), lines
+    assert any(re.match(line + r"POST /queues/\{queue\}/jobs 201 [\d.]+ms id=[0-9a-f]{16}$", x) for x in lines), lines

@@ -149,7 +149,14 @@ class JobService:
             raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
         return text
 
-    def _new_job(self, queue: str, req: EnqueueRequest, loc: Sequence[str | int], cfg: Effective) -> NewJob:
+    def _new_job(
+        self,
+        queue: str,
+        req: EnqueueRequest,
+        loc: Sequence[str | int],
+        cfg: Effective,
+        traceparent: str | None = None,
+    ) -> NewJob:
         return NewJob(
             queue=queue,
             payload=self._json(req.payload, self.settings.max_payload_bytes, [*loc, "payload"]),
@@ -158,6 +165,7 @@ class JobService:
             delay_seconds=req.delay_seconds,
             max_attempts=req.max_attempts or cfg.max_attempts,
             idempotency_key=req.idempotency_key,
+            traceparent=traceparent,
             group=req.group,
         )
 
@@ -186,17 +194,22 @@ class JobService:
             at += len(jobs)
         return out
 
-    async def enqueue(self, queue: str, req: EnqueueRequest) -> Inserted:
-        """The job; `created` is false when the idempotency key already named it."""
+    async def enqueue(self, queue: str, req: EnqueueRequest, traceparent: str | None = None) -> Inserted:
+        """The job; `created` is false when the idempotency key already named it. `traceparent`: the
+        enqueue's trace context, handed to the job's workers on claim."""
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
-        [inserted] = await self._insert([self._new_job(queue, req, ["body"], cfg)])
+        [inserted] = await self._insert([self._new_job(queue, req, ["body"], cfg, traceparent)])
         return inserted
 
-    async def enqueue_batch(self, queue: str, reqs: Sequence[EnqueueRequest]) -> list[Inserted]:
+    async def enqueue_batch(
+        self, queue: str, reqs: Sequence[EnqueueRequest], traceparent: str | None = None
+    ) -> list[Inserted]:
         # A key that occurs twice names one job, as it would in two requests: the later occurrence gets
         # the job of the first (store.jobs_insert).
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
-        return await self._insert([self._new_job(queue, r, ["body", "jobs", i], cfg) for i, r in enumerate(reqs)])
+        return await self._insert(
+            [self._new_job(queue, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
+        )
 
     # -- workers ------------------------------------------------------------------------------------------------
 

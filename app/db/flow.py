@@ -329,7 +329,7 @@ WITH RECURSIVE cfg AS (
   WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.id = chosen.id
   RETURNING s.ord AS slot, chosen.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
             j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
-            j.group_key AS "group"
+            j.traceparent, j.group_key AS "group"
 ), logged AS (
   -- The ledger that rate limits count: one row per group claimed from, stamped with this claim's time.
   INSERT INTO queue_claims (queue_name, group_key, claimed_at, n)
@@ -343,7 +343,7 @@ UNION ALL
 -- One summary row (slot -1): which limits held jobs back (a limit "holds back" when ready jobs were left
 -- because of it), when the earliest rate-window slot frees up, and the last group served (the next
 -- statement's `after`).
-SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        json_build_object(
          'claimed', (SELECT count(*) FROM claimed),
          'ready_beyond', CASE WHEN room.n > 0

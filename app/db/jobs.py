@@ -45,7 +45,7 @@ def job_columns(full: str = "true") -> str:
         f"CASE WHEN {full} THEN j.payload::text END AS payload, "
         "j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, "
         "j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, "
-        f"CASE WHEN {full} THEN j.result::text END AS result, j.idempotency_key, j.claim_token, "
+        f"CASE WHEN {full} THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, "
         'j.group_key AS "group"'
     )
 
@@ -107,6 +107,7 @@ class NewJob:
     delay_seconds: float | None
     max_attempts: int
     idempotency_key: str | None
+    traceparent: str | None = None  # the enqueue's W3C trace context (app/runtime/tracing.py)
     group: str | None = None
 
 
@@ -118,14 +119,15 @@ WITH input AS (
   SELECT t.*, nextval(pg_get_serial_sequence('jobs', 'id')) AS id
   FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
-         max_attempts int, idempotency_key text, group_key text)
+         max_attempts int, idempotency_key text, traceparent text, group_key text)
   ORDER BY ord
 )
-INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, group_key)
+INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
+                       group_key)
 OVERRIDING SYSTEM VALUE
 SELECT id, queue_name, coalesce(payload, 'null'), priority,  -- json_to_recordset reads JSON null as NULL
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       max_attempts, idempotency_key, group_key
+       max_attempts, idempotency_key, traceparent, group_key
 FROM input
 -- Rows are inserted in key order, not input order: every statement then takes the keys it waits on
 -- (a key inserted by a transaction still in flight) in one global order, so two batches holding the
@@ -177,6 +179,7 @@ async def _insert_round(
             "delay": j.delay_seconds,
             "max_attempts": j.max_attempts,
             "idempotency_key": j.idempotency_key,
+            "traceparent": j.traceparent,
             "group_key": j.group,
         }
         for n, j in enumerate(jobs[i] for i in todo)
@@ -264,7 +267,7 @@ WITH candidates AS (
   WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.id = ranked.id
   RETURNING s.ord AS slot, ranked.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
             j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
-            j.group_key AS "group"
+            j.traceparent, j.group_key AS "group"
 )
 SELECT * FROM claimed
 UNION ALL
@@ -274,7 +277,7 @@ UNION ALL
 -- nothing was claimed. A scalar subquery in claim order, not EXISTS (which would drop the ORDER BY): the
 -- first ready row by jobs_claim_idx, never a scan of the table.
 SELECT CASE WHEN EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND limited) THEN -2 ELSE -1 END,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT FROM claimed)
   AND (SELECT id FROM jobs
        WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()

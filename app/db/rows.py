@@ -90,6 +90,7 @@ class JobRow:
     result: str | None
     idempotency_key: str | None
     claim_token: str | None
+    traceparent: str | None
     group: str | None
 
 
@@ -110,6 +111,7 @@ class ClaimRow:
     lease_expires_at: datetime
     run_at: datetime
     created_at: datetime
+    traceparent: str | None
     group: str | None
 
 

@@ -25,6 +25,7 @@ from app.errors import (
 _TOKEN = "q7Hc2dVx9Jm3Kp0LwZtY4s"
 _AT = "2026-11-29T12:00:00.125+00:00"
 _LATER = "2026-11-29T12:05:00.125+00:00"
+_TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 _JOB: dict[str, Any] = {
     "id": 42,
@@ -43,6 +44,7 @@ _JOB: dict[str, Any] = {
     "last_error": None,
     "result": None,
     "idempotency_key": "welcome-ada",
+    "traceparent": _TRACE,
     "group": "customer-1042",
 }
 _DONE = {
@@ -65,6 +67,7 @@ _CLAIM = {
     "lease_expires_at": _LATER,
     "run_at": _AT,
     "created_at": _AT,
+    "traceparent": _TRACE,
     "group": "customer-1042",
 }
 _ENQUEUE = {"payload": _JOB["payload"], "priority": 5, "idempotency_key": "welcome-ada"}

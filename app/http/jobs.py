@@ -175,7 +175,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     @requires("produce")
     @configured(body=c.enqueue)
     async def enqueue_job(queue: QueueName, body: EnqueueRequest, request: Request) -> Response:
-        inserted = await service(request).enqueue(queue, body)
+        inserted = await service(request).enqueue(queue, body, request.app.state.job_context(request.scope))
         return json_response(job_document(inserted.job), 201 if inserted.created else 200)
 
     @router.post(
@@ -191,7 +191,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     @requires("produce")
     @configured(body=c.enqueue_batch)
     async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
-        inserted = await service(request).enqueue_batch(queue, body.jobs)
+        inserted = await service(request).enqueue_batch(queue, body.jobs, request.app.state.job_context(request.scope))
         return json_response({"jobs": [job_document(i.job) for i in inserted]}, 201)
 
     @router.post(
@@ -208,6 +208,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     async def claim_jobs(queue: QueueName, body: ClaimRequest, request: Request) -> Response:
         waiting = (lambda: _disconnected(request)) if body.wait_seconds > 0 else None
         claimed = await service(request).claim(queue, body, principal(request).queue_regex, waiting)
+        if (tracing := request.app.state.tracing) is not None:
+            tracing.link_jobs(claimed.jobs)
         return json_response(
             {
                 "jobs": [claim_document(row) for row in claimed.jobs],

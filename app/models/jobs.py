@@ -239,6 +239,10 @@ class Job(BaseModel):
     last_error: str | None
     result: Json = Field(description="What the worker completed it with; null until then.")
     idempotency_key: str | None
+    traceparent: str | None = Field(
+        description="W3C trace context of the enqueue that made the job (its request's span when the service "
+        "traces, else the producer's `traceparent` header); a worker continues this trace. Null when none."
+    )
     group: str | None = Field(description="The job's group; null: none.")
 
 
@@ -257,6 +261,10 @@ class Claim(BaseModel):
     lease_expires_at: datetime
     run_at: datetime
     created_at: datetime
+    traceparent: str | None = Field(
+        description="W3C trace context of the enqueue that made the job (its request's span when the service "
+        "traces, else the producer's `traceparent` header): start the job's span as its child. Null when none."
+    )
     group: str | None = Field(description="The job's group; null: none.")
 
 

@@ -1,5 +1,6 @@
-"""Structured logs: one JSON line per request and per lifecycle event, and the ASGI layer that times,
-counts and logs every request under a request id.
+"""Logs: one line per request and per lifecycle event, JSON for machines or text for a person at a terminal
+(JOBQ_LOG_FORMAT: `auto` picks text when stdout is a terminal), and the ASGI layer that times, counts and
+logs every request under a request id.
 
 Never logged: payloads, results, claim tokens, API keys, request bodies. A request line holds the
 request id, method, route template (not the raw path), status and duration; lifecycle lines hold what
@@ -17,12 +18,13 @@ import secrets
 import sys
 import time
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.runtime.metrics import Metrics
+from app.runtime.tracing import Tracing
 
 REQUEST_ID_HEADER = b"x-request-id"
 _SAFE_ID = re.compile(rb"^[A-Za-z0-9._:-]{1,128}$")
@@ -43,6 +45,52 @@ def _now() -> str:
     return f"{_second[1]}.{int((now - whole) * 1000):03d}+00:00"
 
 
+LogFormat = Literal["json", "text"]
+
+
+def resolve_format(setting: str, stream: IO[Any] | None = None) -> LogFormat:
+    """JOBQ_LOG_FORMAT as used: `auto` is text when `stream` (stdout) is a terminal, JSON otherwise (a file,
+    a pipe, a container's log driver)."""
+    if setting in ("json", "text"):
+        return setting  # type: ignore[return-value]
+    stream = stream if stream is not None else sys.stdout
+    try:
+        return "text" if stream.isatty() else "json"
+    except (AttributeError, ValueError):  # no stdout, or a closed one
+        return "json"
+
+
+def _text_time(rfc3339: str) -> str:
+    return rfc3339[:10] + " " + rfc3339[11:23]  # 2026-11-29 23:59:00.123 (UTC, like the JSON lines)
+
+
+_COLOURS = {"WARNING": "\x1b[33m", "ERROR": "\x1b[31m", "CRITICAL": "\x1b[31;1m"}
+
+
+class TextFormatter(logging.Formatter):
+    """`2026-11-29 23:59:00.123 INFO    jobq: message key=value`, times in UTC; the level coloured on a
+    terminal unless NO_COLOR is set."""
+
+    def __init__(self, colour: bool | None = None) -> None:
+        super().__init__()
+        if colour is None:
+            colour = not os.environ.get("NO_COLOR") and resolve_format("auto") == "text"
+        self.colour = colour
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+        level = f"{record.levelname:<7}"
+        if self.colour and record.levelname in _COLOURS:
+            level = f"{_COLOURS[record.levelname]}{level}\x1b[0m"
+        line = f"{_text_time(when)} {level} {record.name}: {record.getMessage()}"
+        extra = [f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD]
+        if extra:
+            line += "  " + " ".join(extra)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
@@ -57,14 +105,15 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(doc, default=str).decode()
 
 
-def dict_config(level: str = "info") -> dict[str, Any]:
-    """logging.config.dictConfig for `jobq serve`: JSON lines on stdout for jobq's loggers and uvicorn's.
-    Given to uvicorn as log_config, so that every worker process applies it too."""
+def dict_config(level: str = "info", fmt: LogFormat = "json") -> dict[str, Any]:
+    """logging.config.dictConfig for `jobq serve`: lines on stdout for jobq's loggers and uvicorn's, JSON or
+    text. Given to uvicorn as log_config, so that every worker process applies it too."""
+    formatter = "app.runtime.logs.TextFormatter" if fmt == "text" else "app.runtime.logs.JsonFormatter"
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "app.runtime.logs.JsonFormatter"}},
-        "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
+        "formatters": {"lines": {"()": formatter}},
+        "handlers": {"stdout": {"class": "logging.StreamHandler", "formatter": "lines", "stream": "ext://sys.stdout"}},
         "root": {"handlers": ["stdout"], "level": level.upper()},
         "loggers": {
             "uvicorn": {"handlers": [], "propagate": True},
@@ -76,10 +125,14 @@ def dict_config(level: str = "info") -> dict[str, Any]:
 
 
 class AccessLog:
-    """Request lines, buffered and written at most every `interval` seconds (or every 64 KiB)."""
+    """Request lines, buffered and written at most every `interval` seconds (or every 64 KiB): JSON, or with
+    `fmt="text"` `2026-11-29 23:59:00.123 INFO    POST /queues/{queue}/jobs 201 1.9ms id=...`."""
 
-    def __init__(self, enabled: bool, stream: IO[bytes] | None = None, interval: float = 0.2) -> None:
+    def __init__(
+        self, enabled: bool, stream: IO[bytes] | None = None, interval: float = 0.2, fmt: LogFormat = "json"
+    ) -> None:
         self.enabled = enabled
+        self.text = fmt == "text"
         self.stream = stream
         self.interval = interval
         self._buffer: list[bytes] = []
@@ -90,7 +143,13 @@ class AccessLog:
     def write(self, doc: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        line = orjson.dumps(doc) + b"\n"
+        if self.text:
+            line = (
+                f"{_text_time(doc['ts'])} INFO    {doc['method']} {doc['route']} {doc['status']} "
+                f"{doc['duration_ms']:.1f}ms id={doc['request_id']}\n"
+            ).encode()
+        else:
+            line = orjson.dumps(doc) + b"\n"
         self._buffer.append(line)
         self._size += len(line)
         if self._size > 65536 or self._closed:
@@ -123,12 +182,14 @@ class AccessLog:
 
 class Observability:
     """Outermost ASGI layer: request id (accepted from X-Request-ID when sane, else generated; always
-    returned), duration, the request metric and the access line. Works for both HTTP paths."""
+    returned), duration, the request metric, the access line and, when tracing is on, the request's span.
+    Works for both HTTP paths."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, access: AccessLog) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, access: AccessLog, tracing: Tracing | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.access = access
+        self.tracing = tracing
         self.pid = os.getpid()
         self._histograms: dict[tuple[str, str, int], Any] = {}
         # Request ids: unique, not secret. A random prefix per process and a counter; no syscall per request.
@@ -152,6 +213,9 @@ class Observability:
             request_id = self._next_id()
         scope.setdefault("state", {})["request_id"] = request_id.decode()
         status = 500
+        tracing = self.tracing
+        if tracing is not None:
+            span, token = tracing.start(scope)
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -186,3 +250,5 @@ class Observability:
                     "pid": self.pid,
                 }
             )
+            if tracing is not None:
+                tracing.finish(span, token, method, template, status, request_id.decode())

@@ -27,7 +27,9 @@ class _Supervisor(Multiprocess):
         super().handle_int()
 
 
-def serve(*, host: str, port: int, workers: int, log_level: str, graceful_timeout: int) -> bool:
+def serve(
+    *, host: str, port: int, workers: int, log_level: str, log_format: logs.LogFormat = "json", graceful_timeout: int
+) -> bool:
     """Serve until a stop signal. True when a signal stopped it after a graceful shutdown; False when it
     stopped on its own (the application or a worker failed to start)."""
     config = uvicorn.Config(
@@ -37,7 +39,7 @@ def serve(*, host: str, port: int, workers: int, log_level: str, graceful_timeou
         port=port,
         workers=workers,
         log_level=log_level,
-        log_config=logs.dict_config(log_level),
+        log_config=logs.dict_config(log_level, log_format),
         access_log=False,
         # No `server: uvicorn` on every answer: it advertises the stack, and each header costs per request.
         server_header=False,

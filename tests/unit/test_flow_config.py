@@ -8,7 +8,7 @@ from app.core.flow import changes_of, check, effective
 from app.db.flow import CONFIG_FIELDS, QueueConfigRow
 from app.errors import ValidationFailed
 from app.models.flow import QueueConfigPatch
-from app.runtime.cli_queues import patch_of
+from app.runtime.cli.queues import patch_of
 from app.settings import Settings
 
 S = Settings.defaults()

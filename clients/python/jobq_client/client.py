@@ -14,6 +14,7 @@ import httpx
 
 from jobq_client import _calls
 from jobq_client._calls import Call, RetryPolicy
+from jobq_client._tracing import inject
 from jobq_client.errors import JobqError, TransportError, error_from_response
 from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob
 
@@ -51,6 +52,7 @@ class _Base:
         headers = dict(self._headers)
         if call.body is None:
             del headers["content-type"]
+        inject(headers)  # the current trace context, when OpenTelemetry is installed and a span is current
         return {
             "method": call.method,
             "url": self.base_url + call.path,

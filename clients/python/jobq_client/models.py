@@ -41,6 +41,7 @@ class Job:
     last_error: str | None = None
     result: Any = None
     idempotency_key: str | None = None
+    traceparent: str | None = None  # W3C trace context of the enqueue (None from a server without tracing)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Job:
@@ -61,6 +62,7 @@ class Job:
             last_error=doc.get("last_error"),
             result=doc.get("result"),
             idempotency_key=doc.get("idempotency_key"),
+            traceparent=doc.get("traceparent"),
         )
 
 
@@ -78,6 +80,7 @@ class Claim:
     lease_expires_at: datetime
     run_at: datetime
     created_at: datetime
+    traceparent: str | None = None  # the enqueue's W3C trace context: a job's span continues it
 
     @property
     def last_attempt(self) -> bool:
@@ -97,6 +100,7 @@ class Claim:
             lease_expires_at=_time(doc["lease_expires_at"]),
             run_at=_time(doc["run_at"]),
             created_at=_time(doc["created_at"]),
+            traceparent=doc.get("traceparent"),
         )
 
 

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any, TypeVar, Union
 
 from jobq_client._calls import RetryPolicy
+from jobq_client._tracing import JobSpans
 from jobq_client.client import AsyncClient
 from jobq_client.errors import (
     BadRequest,
@@ -78,6 +79,7 @@ class JobContext:
         self._stopped = threading.Event()
         self._waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.stop_reason: str | None = None
+        self._span: Any = None  # the job's OpenTelemetry span, when it has one
 
     @property
     def id(self) -> int:
@@ -199,7 +201,12 @@ class Worker:
 
     A job's result is handed in on the next claim of its queue when that claim goes out at once (a slot is
     free and no claim is on its way): one request per job at full load. Otherwise, and against a server
-    that does not take completes on a claim, the job is completed by a request of its own."""
+    that does not take completes on a claim, the job is completed by a request of its own.
+
+    With `opentelemetry-api` installed, each job runs in a span, `process <queue>`, the child of the
+    trace context its enqueue stored (the claim's `traceparent`): the handler's own spans, its heartbeats
+    and its complete or fail join the producer's trace. `tracer_provider` names the provider (default:
+    the global one, which records nothing until the application configures an SDK)."""
 
     def __init__(
         self,
@@ -213,6 +220,7 @@ class Worker:
         heartbeat_interval: float | None = None,
         shutdown_grace: float = 30.0,
         retry: RetryPolicy | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -242,6 +250,7 @@ class Worker:
         self._early_stops = 0  # stop() calls before the loop started
         self._fatal: Exception | None = None
         self._hand_ins = True  # until a server says it does not take completes on a claim
+        self._spans = JobSpans(tracer_provider)
 
     # -- registration -----------------------------------------------------------------------------------
 
@@ -497,7 +506,17 @@ class Worker:
     # -- one job -------------------------------------------------------------------------------------------------
 
     async def _process(self, client: AsyncClient, q: _Queue, claim: Claim) -> None:
+        # This task's own context: the job's span is current for everything below, and only here.
+        span = self._spans.start(claim, self.name)
         ctx = JobContext(claim)
+        ctx._span = span
+        try:
+            await self._run(client, q, ctx)
+        finally:
+            self._spans.end(span)
+
+    async def _run(self, client: AsyncClient, q: _Queue, ctx: JobContext) -> None:
+        claim = ctx.claim
         assert self._forced is not None
         if self._forced.is_set():  # claimed as the worker was told to stop now: hand it straight back
             await self._hand_back(client, ctx, "before the handler started")
@@ -517,12 +536,14 @@ class Worker:
             self._active.discard(ctx)
         if ctx.stop_reason in (CLAIM_LOST, CANCEL_REQUESTED):
             log.info("job %s: %s while its handler finished; not completing it", claim.id, ctx.stop_reason)
+            self._spans.note(ctx._span, "jobq.job.stopped", ctx.stop_reason)
             return
         await self._report(client, q, ctx, work)
 
     async def _abandon(self, client: AsyncClient, q: _Queue, ctx: JobContext, work: asyncio.Future[Any]) -> None:
         """The handler was told to stop before it finished."""
         log.warning("job %s: %s; stopping its handler", ctx.id, ctx.stop_reason)
+        self._spans.note(ctx._span, "jobq.job.stopped", ctx.stop_reason or "")
         assert self._forced is not None
         work.add_done_callback(_discard_outcome)
         if q.is_async:
@@ -589,6 +610,7 @@ class Worker:
                 except JobqError as other:
                     _unrecorded(ctx, other)
                     return
+        self._spans.failed(ctx._span, exc, retried=not isinstance(exc, PermanentFailure) and not ctx.claim.last_attempt)
         if isinstance(exc, RetryLater):
             log.info("job %s: retry requested (%s)", ctx.id, exc)
             await self._retry_later(client, ctx, exc)

@@ -415,7 +415,8 @@ export interface components {
          *       },
          *       "priority": 5,
          *       "queue": "emails",
-         *       "run_at": "2026-11-29T12:00:00.125+00:00"
+         *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *     }
          */
         Claim: {
@@ -459,6 +460,11 @@ export interface components {
              * Format: date-time
              */
             run_at: string;
+            /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header): start the job's span as its child. Null when none.
+             */
+            traceparent: string | null;
         };
         /**
          * ClaimRequest
@@ -526,7 +532,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -557,7 +564,8 @@ export interface components {
          *           },
          *           "priority": 5,
          *           "queue": "emails",
-         *           "run_at": "2026-11-29T12:00:00.125+00:00"
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
          *         }
          *       ]
          *     }
@@ -993,6 +1001,7 @@ export interface components {
          *       "result": null,
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
          *       "status": "pending",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
          *     }
          * @example {
@@ -1017,6 +1026,7 @@ export interface components {
          *       },
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
          *       "status": "completed",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": "mailer-1"
          *     }
          */
@@ -1072,6 +1082,11 @@ export interface components {
             run_at: string;
             status: components["schemas"]["Status"];
             /**
+             * Traceparent
+             * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header); a worker continues this trace. Null when none.
+             */
+            traceparent: string | null;
+            /**
              * Worker
              * @description Worker of the latest claim.
              */
@@ -1101,6 +1116,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         },
          *         {
@@ -1123,6 +1139,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ]
@@ -1156,6 +1173,7 @@ export interface components {
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
          *           "status": "pending",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
          *       ],
@@ -2090,6 +2108,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2193,6 +2212,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2335,6 +2355,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2476,6 +2497,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2737,6 +2759,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -2867,6 +2890,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3105,7 +3129,8 @@ export interface operations {
                      *           },
                      *           "priority": 5,
                      *           "queue": "emails",
-                     *           "run_at": "2026-11-29T12:00:00.125+00:00"
+                     *           "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
                      *         }
                      *       ]
                      *     }
@@ -3451,6 +3476,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ],
@@ -3553,6 +3579,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3586,6 +3613,7 @@ export interface operations {
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
                      *       "status": "pending",
+                     *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
                      */
@@ -3721,6 +3749,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         },
                      *         {
@@ -3743,6 +3772,7 @@ export interface operations {
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
                      *           "status": "pending",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
                      *       ]

@@ -1,9 +1,5 @@
-"""The `jobq` command: serve, migrate, keys, queues, healthcheck, openapi.
-
-Exit codes, for scripts: 0 success (for `serve`: stopped by SIGTERM or SIGINT after a clean shutdown),
-1 runtime failure (database unreachable, migration failed, no PostgreSQL binaries, the service could not
-start or stopped on its own), 2 bad usage or configuration (the message names the flag or the JOBQ_*
-variable). Messages go to stderr and start with `jobq:`."""
+"""The commands that run and administer the service itself: serve, migrate, keys, healthcheck, openapi.
+They talk to the database (or start one), not to the HTTP API."""
 
 from __future__ import annotations
 
@@ -17,50 +13,31 @@ import signal
 import subprocess
 import sys
 import tempfile
-import textwrap
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from app.runtime import cli_queues
-from app.settings import Settings
+from app.runtime.cli.common import (
+    EXIT_CODES,
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    _fail,
+    _Formatter,
+    _int_in,
+    _seconds,
+    _settings,
+)
 
 if TYPE_CHECKING:
     import psycopg
 
     from app.db.keys import KeyInfo
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("jobq")
-
-EXIT_CODES = """exit codes:
-  0  success (serve: stopped by SIGTERM or SIGINT after a clean shutdown)
-  1  runtime failure: database unreachable, migration failed, no PostgreSQL binaries,
-     the service failed to start or stopped on its own
-  2  bad usage or configuration; the message names the flag or JOBQ_* variable"""
-
-
-def _settings() -> Settings:
-    try:
-        return Settings()
-    except ValidationError as exc:
-        for err in exc.errors():
-            if err["loc"]:
-                name = "JOBQ_" + "_".join(str(p) for p in err["loc"]).upper()
-                print(f"jobq: invalid configuration: {name}: {err['msg']}", file=sys.stderr)
-            else:  # a rule across variables; its message names them
-                print(f"jobq: invalid configuration: {err['msg'].removeprefix('Value error, ')}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE) from None
-
-
-def _fail(message: str, code: int = EXIT_FAILURE) -> int:
-    print(f"jobq: {message}", file=sys.stderr)
-    return code
 
 
 # -- serve ----------------------------------------------------------------------------------------------
@@ -80,7 +57,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from app.runtime import logs, server
 
     settings = _settings()
-    logging.config.dictConfig(logs.dict_config(args.log_level))
+    log_format = logs.resolve_format(settings.log_format)
+    logging.config.dictConfig(logs.dict_config(args.log_level, log_format))
     workers = args.workers or settings.workers
     metrics_dir = None
     if workers > 1:
@@ -119,6 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 port=args.port or settings.port,
                 workers=workers,
                 log_level=args.log_level,
+                log_format=log_format,
                 graceful_timeout=settings.graceful_timeout_seconds
                 if args.graceful_timeout is None
                 else args.graceful_timeout,
@@ -312,54 +291,7 @@ def cmd_openapi(args: argparse.Namespace) -> int:
 # -- arguments ----------------------------------------------------------------------------------------------
 
 
-def _int_in(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"{value} is outside {lo}..{hi}")
-        return value
-
-    return parse
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"{value} is outside 0..3600")
-    return value
-
-
-class _Formatter(argparse.HelpFormatter):
-    """Wraps each paragraph on its own; keeps indented blocks (exit codes, examples) as written."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        paragraphs = []
-        for para in text.split("\n\n"):
-            if "\n  " in para or para.startswith("  "):
-                paragraphs.append(para)
-            else:
-                paragraphs.append(textwrap.fill(" ".join(para.split()), width, initial_indent=indent,
-                                                subsequent_indent=indent))  # fmt: skip
-        return "\n\n".join(paragraphs)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="jobq",
-        formatter_class=_Formatter,
-        description="jobq: an HTTP job queue on PostgreSQL. Producers POST jobs; workers long-poll, claim, "
-        "heartbeat and complete them.\n\nConfiguration comes from JOBQ_* environment variables (docs/configuration.md "
-        "lists every one with its default and range); flags override them. A bad value stops the command "
-        "with exit code 2 and a message naming the variable.",
-        epilog=EXIT_CODES + "\n\nRun `jobq COMMAND --help` for the options of a command.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     serve = sub.add_parser(
         "serve",
@@ -454,8 +386,6 @@ def build_parser() -> argparse.ArgumentParser:
     hc.add_argument("--timeout", type=_seconds, default=5.0, metavar="SECONDS", help="default 5")
     hc.set_defaults(func=cmd_healthcheck)
 
-    cli_queues.add_parser(sub)  # jobq queues config (app/runtime/cli_queues.py)
-
     api = sub.add_parser(
         "openapi",
         help="print the OpenAPI document",
@@ -463,15 +393,3 @@ def build_parser() -> argparse.ArgumentParser:
     )
     api.add_argument("--output", "-o", help="file to write (default: stdout)")
     api.set_defaults(func=cmd_openapi)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    args = build_parser().parse_args(argv)
-    code: int = args.func(args)
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())
