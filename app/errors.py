@@ -9,6 +9,7 @@ AppError
  +-- Forbidden               403 forbidden           the key lacks the scope, or the queue is outside its patterns
  +-- NotFound                404 not-found           no such route
  +-- JobNotFound             404 job-not-found
+ +-- ScheduleNotFound        404 schedule-not-found
  +-- MethodNotAllowed        405 method-not-allowed
  +-- Conflict                409 (base of the lease and state conflicts)
  |    +-- ClaimLost          409 claim-lost          token stale: the lease lapsed or another worker holds it
@@ -123,6 +124,12 @@ class JobNotFound(AppError):
     """No job has this id."""
 
     status, slug, title = 404, "job-not-found", "Job not found"
+
+
+class ScheduleNotFound(AppError):
+    """No schedule has this name (or none that this key may see)."""
+
+    status, slug, title = 404, "schedule-not-found", "Schedule not found"
 
 
 class MethodNotAllowed(AppError):

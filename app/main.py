@@ -8,7 +8,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any
@@ -25,6 +25,8 @@ from app.core.dispatcher import ClaimDispatcher
 from app.core.flow import QueueConfigs
 from app.core.jobs import JobService
 from app.core.operations import OpsService
+from app.core.results import ResultWaiters
+from app.core.schedules import ScheduleService
 from app.core.wakeups import Wakeups
 from app.db import keys as store_keys
 from app.db import migrate
@@ -36,6 +38,7 @@ from app.http.jobs import JobqRoute, _problems, add_routes, install_error_handle
 from app.http.openapi import customise_openapi
 from app.http.operations import add_operator_routes
 from app.http.responses import json_response, problem_response
+from app.http.schedules import add_schedule_routes
 from app.maintenance.base import Supervisor
 from app.maintenance.gauges import Gauges
 from app.maintenance.keys import KeyUse
@@ -43,6 +46,7 @@ from app.maintenance.listener import WakeupListener
 from app.maintenance.poll import FallbackPoll
 from app.maintenance.rescuer import LeaseRescuer
 from app.maintenance.retention import Retention
+from app.maintenance.scheduler import Scheduler
 from app.maintenance.stats import StatsFlush
 from app.maintenance.vacuum import Vacuum
 from app.models.jobs import Readiness, build_contract
@@ -110,6 +114,7 @@ def create_app(settings: Settings | None = None, *, tracer_provider: Any = None)
     api.state.job_context = tracing.job_context if tracing is not None else incoming_traceparent
     add_routes(api, build_contract(settings))
     add_operator_routes(api)
+    add_schedule_routes(api)
     add_dashboard_routes(api)
 
     @api.get(
@@ -185,13 +190,14 @@ async def _wait_for_database(url: str, timeout: float) -> None:
             await asyncio.sleep(1)
 
 
-def _drain_on_stop_signal(dispatcher: ClaimDispatcher) -> Callable[[], None]:
-    """On SIGTERM/SIGINT, start draining the dispatcher at once. uvicorn runs the lifespan shutdown only after
+def _drain_on_stop_signal(drain: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
+    """On SIGTERM/SIGINT, start draining the long-polls at once. uvicorn runs the lifespan shutdown only after
     every request in flight has finished, and a waiting long-poll would hold that up for wait_seconds: so
     waiting claims are answered [] now, new ones get [] too, and nothing is handed to a connection about to
-    close. The handler is chained in front of the server's own (uvicorn's, installed before the lifespan
-    starts), which it then calls. Signals reach only the main thread: in a server on another thread
-    (tests) this does nothing. Returns the function that puts the server's handlers back."""
+    close; requests waiting for a job's result answer with the job as it is. The handler is chained in front
+    of the server's own (uvicorn's, installed before the lifespan starts), which it then calls. Signals
+    reach only the main thread: in a server on another thread (tests) this does nothing. Returns the
+    function that puts the server's handlers back."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     loop = asyncio.get_running_loop()
@@ -200,7 +206,7 @@ def _drain_on_stop_signal(dispatcher: ClaimDispatcher) -> Callable[[], None]:
     def start_drain() -> None:
         if not draining:
             log.info("stop signal: answering waiting claims, finishing requests in flight")
-            draining.append(loop.create_task(dispatcher.drain()))
+            draining.append(loop.create_task(drain()))
 
     previous: dict[int, Callable[[int, FrameType | None], Any]] = {}
 
@@ -242,39 +248,48 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     wakeups = Wakeups(db, settings.notify_min_interval_ms)
     configs = QueueConfigs(settings, db)
     dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs)
-    wakeups.attach(dispatcher)
-    jobs = JobService(settings, db, dispatcher, wakeups, metrics, configs)
+    results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
+    wakeups.attach(dispatcher, results)
+    jobs = JobService(settings, db, dispatcher, wakeups, metrics, results, configs)
+    scheduler = Scheduler(settings, db, metrics, wakeups)
     maintenance = Supervisor(
         [
             WakeupListener(url, wakeups, keys, configs),
-            FallbackPoll(dispatcher, settings.poll_interval_seconds, metrics),
+            FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
             LeaseRescuer(settings, db, metrics, wakeups),
+            scheduler,
             Retention(settings, db, metrics),
             Vacuum(settings, db, metrics),
-            Gauges(metrics, db, dispatcher, settings.gauges_interval_seconds),
+            Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds),
             StatsFlush(metrics, db),
             KeyUse(keys, metrics),
         ]
     )
     api.state.db = db
     api.state.dispatcher = dispatcher
+    api.state.results = results
     api.state.wakeups = wakeups
     api.state.maintenance = maintenance
     api.state.jobs = jobs
     api.state.ops = OpsService(settings, db, metrics, wakeups, configs)
     api.state.configs = configs
+    api.state.schedules = ScheduleService(settings, db, scheduler.poke)
     api.state.keys = keys
     async with db.connection() as conn:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))
 
     maintenance.start()
-    restore_signals = _drain_on_stop_signal(dispatcher)
+
+    async def drain() -> None:
+        await asyncio.gather(dispatcher.drain(), results.drain())
+
+    restore_signals = _drain_on_stop_signal(drain)
     log.info("jobq ready (fast path %s)", "on" if settings.fast_path else "off")
     try:
         yield
     finally:
         restore_signals()
-        await dispatcher.drain()
+        await drain()
         await jobs.aclose()
         await maintenance.stop()  # the statistics' and keys' last flush included
         await db.close()

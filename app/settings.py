@@ -51,7 +51,10 @@ class Settings(BaseSettings):
     lease_max_seconds: int = Field(43_200, ge=1, le=604_800, description="Longest lease a claim may ask.")
     wait_max_seconds: int = Field(30, ge=0, le=300, description="Longest long-poll `wait_seconds`.")
     max_waiters: int = Field(
-        10_000, ge=1, le=1_000_000, description="Long-polls waiting at once per process; past it -> 429."
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="Long-polls waiting at once per process (claims, and waits for a job's result); past it -> 429.",
     )
     poll_interval_seconds: float = Field(
         1.0,
@@ -92,6 +95,22 @@ class Settings(BaseSettings):
         1.0, ge=0.05, le=3600, description="How often the sweeper looks for expired leases."
     )
     sweep_batch_size: int = Field(1000, ge=1, le=100_000, description="Rows one sweeper statement touches.")
+
+    # -- schedules ------------------------------------------------------------------------------------------
+    schedule_interval_seconds: float = Field(
+        5.0,
+        ge=0,
+        le=3600,
+        description="Longest sleep of the scheduler between passes (it wakes for each due tick; this bounds how "
+        "long a schedule changed through another replica waits to be seen). 0: this process fires no schedules.",
+    )
+    schedule_grace_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="A schedule's tick found at most this late is still enqueued; later, it was missed (the "
+        "schedule's `missed` decides).",
+    )
 
     # -- retention, statistics and logs -------------------------------------------------------------------
     retention_completed_seconds: int = Field(
@@ -164,6 +183,8 @@ class Settings(BaseSettings):
             raise ValueError("JOBQ_BACKOFF_BASE_SECONDS must not exceed JOBQ_BACKOFF_CAP_SECONDS")
         if self.max_payload_bytes > self.max_request_bytes:
             raise ValueError("JOBQ_MAX_PAYLOAD_BYTES must not exceed JOBQ_MAX_REQUEST_BYTES")
+        if 0 < self.schedule_interval_seconds < 0.05:
+            raise ValueError("JOBQ_SCHEDULE_INTERVAL_SECONDS must be 0 (off) or at least 0.05")
         if self.api_key is not None and len(self.api_key.get_secret_value()) < 32:
             raise ValueError("JOBQ_API_KEY must be at least 32 characters (e.g. the output of `jobq keys create`)")
         return self

@@ -43,6 +43,36 @@ def record_wakeups(server: LiveServer) -> list[set[str]]:
     return woken
 
 
+def record_finishes(server: LiveServer) -> list[list[int]]:
+    """From now on, every "jobs finished" that goes through the process's wake-up seam is also appended to
+    the returned list (a waiting request is also looked at whenever its presence is renewed, every 2 s:
+    an answer alone does not show that the finishing statement woke it)."""
+    finished: list[list[int]] = []
+    wakeups = server.state.wakeups
+    original = wakeups.jobs_finished
+
+    def recorded(ids: Any) -> None:
+        finished.append(list(ids))
+        original(ids)
+
+    wakeups.jobs_finished = recorded
+    return finished
+
+
+def record_messages(server: LiveServer) -> list[str]:
+    """From now on, every message the process's LISTEN connection receives is also appended to the list."""
+    messages: list[str] = []
+    wakeups = server.state.wakeups
+    original = wakeups.received
+
+    def recorded(payload: str) -> None:
+        messages.append(payload)
+        original(payload)
+
+    wakeups.received = recorded
+    return messages
+
+
 def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
     """Wait until a parked long-poll on `queue` has nothing more under way: the queue announced to other
     processes, the wake-up sender idle (an announcement is followed by one more look for jobs), and the

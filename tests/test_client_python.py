@@ -44,6 +44,7 @@ from jobq_client import (
     TransportError,
     Unauthorized,
     ValidationError,
+    WaitTimeout,
     Worker,
 )
 from jobq_client.errors import InvalidState, error_from_response
@@ -232,6 +233,54 @@ def test_async_client(server: LiveServer) -> None:
             assert (released.id, released.status, released.attempts) == (c.id, "pending", 0)
             with pytest.raises(ClaimLost):
                 await jobq.heartbeat(claims[0].id, claims[0].claim_token)
+
+    asyncio.run(main())
+
+
+def test_enqueue_and_wait_returns_the_job_a_worker_finished(server: LiveServer) -> None:
+    worker = Worker(server.url, wait_seconds=1)
+
+    @worker.handler("math")
+    def double(job: JobContext) -> int:
+        if job.payload == "boom":
+            raise PermanentFailure("not a number")
+        return int(job.payload) * 2
+
+    with Client(server.url) as jobq, running(worker):
+        done = jobq.enqueue_and_wait("math", 21, timeout=60)
+        assert (done.status, done.result, done.finished) == ("completed", 42, True)
+        failed = jobq.enqueue_and_wait("math", "boom", timeout=60, idempotency_key="boom-1")
+        assert (failed.status, failed.last_error) == ("failed", "PermanentFailure: not a number")
+        assert jobq.wait(failed.id) == failed  # finished already: answered at once
+
+    waits: list[str] = []
+    hooks = {"request": [lambda r: waits.append(str(r.url)) if r.method == "GET" else None]}
+    with httpx.Client(event_hooks=hooks) as http, Client(server.url, http_client=http) as jobq:
+        # Nobody works on this queue: the wait gives up after its timeout, several server waits later.
+        jobq.wait_chunk = 0.2
+        nobody = jobq.enqueue("idle", "x")
+        with pytest.raises(WaitTimeout) as timed_out:
+            jobq.wait(nobody.id, timeout=0.7)
+        assert (timed_out.value.job.id, timed_out.value.job.status) == (nobody.id, "pending")
+        assert isinstance(timed_out.value, TimeoutError)
+        assert len(waits) >= 3 and f"/jobs/{nobody.id}?wait_seconds=0.2" in waits[0]
+        with pytest.raises(JobNotFound):
+            jobq.wait(10**12, timeout=5)
+
+
+def test_async_enqueue_and_wait(server: LiveServer) -> None:
+    async def main() -> None:
+        async with AsyncClient(server.url) as jobq:
+            waiting = asyncio.create_task(jobq.enqueue_and_wait("q", "ask", timeout=60))
+            claim = None
+            while claim is None:
+                claim = next(iter(await jobq.claim("q", "aw", wait_seconds=1)), None)
+            await jobq.complete(claim.id, claim.claim_token, {"answer": 42})
+            done = await waiting
+            assert (done.id, done.status, done.result) == (claim.id, "completed", {"answer": 42})
+            jobq.wait_chunk = 0.1
+            with pytest.raises(WaitTimeout):
+                await jobq.wait((await jobq.enqueue("idle", 1)).id, timeout=0.3)
 
     asyncio.run(main())
 

@@ -76,17 +76,22 @@ def test_gauges_for_waiters_pool_and_depth(server_factory) -> None:  # type: ign
     server.enqueue(queue="deep", payload=2)
     t = threading.Thread(target=lambda: server.claim(queue="idle", wait_seconds=5))
     t.start()
-    wait_until(lambda: server.state.dispatcher.parked == 1)
+    job = server.enqueue(queue="waited", payload=3)
+    w = threading.Thread(target=lambda: server.client.get(f"/jobs/{job['id']}", params={"wait_seconds": 5}))
+    w.start()
+    wait_until(lambda: server.state.dispatcher.parked == 1 and server.state.results.parked == 1)
 
     def scraped() -> str:
         return server.client.get("/metrics").text
 
     wait_until(lambda: metric(scraped(), "jobq_waiting_claims") == 1, what="the waiting gauge")
+    wait_until(lambda: metric(scraped(), "jobq_waiting_results") == 1, what="the waiting-for-results gauge")
     wait_until(lambda: metric(scraped(), "jobq_queue_ready_jobs", queue="deep") == 2, what="the depth gauge")
     text = scraped()
     assert metric(text, "jobq_pool_connections") is not None
     assert metric(text, "jobq_queue_oldest_ready_age_seconds", queue="deep") is not None
     t.join()
+    w.join()
 
 
 def test_sweeper_metrics(server: LiveServer) -> None:

@@ -117,6 +117,12 @@ def test_problem_examples_are_what_the_service_answers(server: LiveServer) -> No
         ),
         ("/queues/{queue}/claim", "post", 422, "missing-body"): server.client.post("/queues/emails/claim"),
         ("/jobs/{job_id}", "get", 422, "bad-job-id"): server.client.get("/jobs/0"),
+        ("/jobs/{job_id}", "get", 422, "bad-wait"): server.client.get("/jobs/42?wait_seconds=31"),
+        ("/schedules/{name}", "put", 422, "bad-cron"): server.client.put(
+            "/schedules/daily", json={"queue": "q", "cron": "61 * * * *", "payload": None}
+        ),
+        ("/schedules/{name}", "get", 404, "schedule-not-found"): server.client.get("/schedules/daily"),
+        ("/schedules/{name}", "delete", 422, "bad-schedule-name"): server.client.delete("/schedules/a%20b"),
     }
     for (path, method, code, name), answer in answers.items():
         documented = example(path, method, code, name)

@@ -231,6 +231,7 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         BY_ID,
     ),
     "get": (store.JOB_GET, {"id": 1901, "allowed": None}, BY_ID),
+    "jobs waited for": (store.JOBS_GET_WAITED, {"ids": list(range(1501, 1601))}, BY_ID),
     "rescue lapsed leases": (
         store.JOB_RESCUE_EXPIRED,
         {"now": "2100-01-01T00:00:00+00:00", "batch": 1000},

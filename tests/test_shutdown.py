@@ -26,6 +26,12 @@ def _long_poll(url: str, queue: str) -> tuple[int, Any]:
         return r.status_code, r.json()
 
 
+def _wait_for_result(url: str, job_id: int) -> tuple[int, Any]:
+    with httpx.Client(base_url=url, timeout=120) as c:
+        r = c.get(f"/jobs/{job_id}", params={"wait_seconds": 300})
+        return r.status_code, r.json()["status"]
+
+
 class _SlowRequest:
     """An enqueue whose body is not sent yet: in flight at the server once it has said 100 Continue."""
 
@@ -52,7 +58,8 @@ class _SlowRequest:
 
 def test_sigterm_drains_finishes_requests_and_stops_postgres(pg_data_dir: Path, tmp_path: Path) -> None:
     """At SIGTERM: waiting long-polls answer [] at once (they would wait 300 s, past the 30 s graceful
-    timeout), a request in flight completes, claimers racing the shutdown never lose a job (every job left
+    timeout), so does a request waiting for a job's result (with the job as it is), a request in flight
+    completes, claimers racing the shutdown never lose a job (every job left
     `running` was delivered to a client), the process exits 0 and its PostgreSQL is stopped."""
     env = {"JOBQ_WAIT_MAX_SECONDS": "300", "JOBQ_POLL_INTERVAL_SECONDS": "60"}
     srv = ServeProcess("--data-dir", str(pg_data_dir), "--graceful-timeout", "30", log=tmp_path / "serve.log", env=env)
@@ -62,10 +69,12 @@ def test_sigterm_drains_finishes_requests_and_stops_postgres(pg_data_dir: Path, 
             r = srv.client.post("/queues/busy/jobs/batch", json={"jobs": [{"payload": i} for i in range(1000)]})
             assert r.status_code == 201, r.text
 
+        awaited = srv.enqueue("awaited", "nobody will run it")["id"]
         announcements = Announcements(embedded_url(pg_data_dir))
-        pool = ThreadPoolExecutor(max_workers=3)
+        pool = ThreadPoolExecutor(max_workers=4)
         polls = [pool.submit(_long_poll, srv.url, f"idle-{i}") for i in range(3)]
-        announcements.wait_for({"idle-0", "idle-1", "idle-2"})
+        result = pool.submit(_wait_for_result, srv.url, awaited)
+        announcements.wait_for({"idle-0", "idle-1", "idle-2", f"#{awaited}"})
         announcements.close()
         in_flight = _SlowRequest(srv.port, "late", "sent before SIGTERM, finished after")
 
@@ -92,6 +101,7 @@ def test_sigterm_drains_finishes_requests_and_stops_postgres(pg_data_dir: Path, 
         srv.signal()
 
         assert [p.result(timeout=60) for p in polls] == [(200, {"jobs": [], "completed": []})] * 3
+        assert result.result(timeout=60) == (200, "pending")
         answer = in_flight.finish()
         assert answer.startswith(b"HTTP/1.1 201"), answer
         assert srv.wait(60) == 0, srv.output()

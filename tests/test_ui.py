@@ -304,3 +304,43 @@ def test_dashboard_asks_for_a_key_when_auth_is_on(browser: Any, server_factory, 
     expect(page.locator("#login")).to_be_visible()
     assert page.evaluate("sessionStorage.getItem('jobq.apiKey')") is None
     tab.close()
+
+
+# --- schedules ---------------------------------------------------------------------------------------------------
+
+
+def test_dashboard_shows_each_schedule_with_its_next_run(browser: Any, server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    from playwright.sync_api import expect
+
+    from tests.test_schedules import put, run_scheduler
+
+    quiet: LiveServer = server_factory(schedule_interval_seconds=0, schedule_grace_seconds=3600)
+    nightly = put(quiet, "nightly", {"queue": "reports", "cron": "0 3 * * *", "timezone": "Asia/Tokyo", "payload": 1})
+    put(quiet, "weekly", {"queue": "mail", "cron": "@weekly", "payload": None, "paused": True})
+    tab = Page(browser, quiet.url)
+    page = tab.page
+    row = page.locator('#schedules tr[data-schedule="nightly"]')
+    expect(row).to_contain_text("reports")
+    expect(row).to_contain_text("0 3 * * *")
+    expect(row).to_contain_text("Asia/Tokyo")
+    expect(row.locator('[data-col="next"] time')).to_have_attribute("datetime", nightly["next_run_at"])
+    expect(row.locator('[data-col="state"]')).to_have_text("active")
+    weekly = page.locator('#schedules tr[data-schedule="weekly"]')
+    expect(weekly.locator('[data-col="state"]')).to_have_text("paused")
+    expect(weekly.locator('[data-col="next"]')).to_have_text("—")  # paused: no next run
+    # Paused through the API: the next refresh shows it.
+    quiet.client.post("/schedules/nightly/pause")
+    expect(row.locator('[data-col="state"]')).to_have_text("paused")
+
+    # A job a schedule made names the schedule and its tick.
+    put(quiet, "hourly", {"queue": "reports", "cron": "0 * * * *", "payload": 2})
+    tick = db.execute("SELECT date_trunc('hour', now())").fetchone()[0]  # type: ignore[index]
+    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'hourly'", (tick,))
+    assert run_scheduler(quiet).enqueued == 1
+    job_id = db.execute("SELECT id FROM jobs WHERE schedule = 'hourly'").fetchone()[0]  # type: ignore[index]
+    page.goto(f"{quiet.url}/ui#/jobs/{job_id}")
+    expect(page.locator('[data-field="schedule"]')).to_have_text("hourly")
+    expect(page.locator('[data-field="scheduled for"] time')).to_have_attribute(
+        "datetime", quiet.job(job_id)["scheduled_for"]
+    )
+    tab.close()

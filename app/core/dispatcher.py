@@ -39,6 +39,24 @@ from app.settings import Settings
 log = logging.getLogger("jobq.claims")
 
 
+class WaiterCap:
+    """JOBQ_MAX_WAITERS: requests parked at once in this process, long-poll claims and waits for a job's
+    result (app/core/results.py) together. Past it, a request that would wait gets 429."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.taken = 0
+
+    def take(self) -> bool:
+        if self.taken >= self.limit:
+            return False
+        self.taken += 1
+        return True
+
+    def give(self) -> None:
+        self.taken -= 1
+
+
 class _Ticket:
     __slots__ = ("future", "parked", "slot", "wait")
 
@@ -153,7 +171,7 @@ class _QueueClaims:
                 if not t.wait or self.owner.closing:
                     t.future.set_result([])
                 elif not t.parked:
-                    if self.owner.parked >= self.owner.settings.max_waiters:
+                    if not self.owner.cap.take():
                         t.future.set_exception(TooManyWaiters())
                     else:
                         t.parked = True
@@ -174,7 +192,8 @@ class ClaimDispatcher:
         self.wakeups = wakeups  # announces this process's waiters to the others
         self.metrics = metrics
         self.max_rows = max(settings.max_claim_limit, 1000)
-        self.parked = 0
+        self.cap = WaiterCap(settings.max_waiters)
+        self.parked = 0  # claims parked here (each holds one place of `cap`)
         self.closing = False
         self._queues: dict[str, _QueueClaims] = {}
         self._background: set[asyncio.Task[Any]] = set()
@@ -215,6 +234,7 @@ class ClaimDispatcher:
             if ticket.parked:
                 ticket.parked = False
                 self.parked -= 1
+                self.cap.give()
 
     # -- wake-ups -----------------------------------------------------------------------------------------
 

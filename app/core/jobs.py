@@ -13,6 +13,7 @@ from typing import Any
 from app.core.coalesce import Coalescer
 from app.core.dispatcher import ClaimDispatcher
 from app.core.flow import Effective, QueueConfigs
+from app.core.results import ResultWaiters
 from app.core.wakeups import Wakeups
 from app.db import jobs as store
 from app.db.jobs import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome
@@ -65,6 +66,20 @@ def _raise_for(outcome: Outcome) -> None:
         raise JobCancelled()
 
 
+def json_text(value: Any, limit: int, max_depth: int, loc: Sequence[str | int]) -> str:
+    """A payload or result as stored: checked (what jsonb cannot hold, nesting, size) and serialised."""
+    try:
+        check_json_value(value, max_depth)
+    except InvalidUnicode as exc:
+        raise BadRequest(f"The request body is not valid JSON: {exc}") from None
+    except JsonValueError as exc:
+        raise invalid(loc, str(exc)) from None
+    text = dump_json(value)
+    if len(text) > limit // 4 and len(text.encode()) > limit:
+        raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
+    return text
+
+
 @dataclass(slots=True, frozen=True)
 class Renewal:
     """A heartbeat's answer (app/models/jobs.py HeartbeatResponse)."""
@@ -99,6 +114,7 @@ class JobService:
         dispatcher: ClaimDispatcher,
         wakeups: Wakeups,
         metrics: Metrics,
+        results: ResultWaiters,
         configs: QueueConfigs,
     ) -> None:
         self.settings = settings
@@ -107,6 +123,7 @@ class JobService:
         self.dispatcher = dispatcher
         self.wakeups = wakeups
         self.metrics = metrics
+        self.results = results
         # Group commit for the hot writes (see app/core/coalesce.py). An item is one request's rows, so a
         # batch stays all-or-nothing (enqueue) and in order even when it shares a statement.
         self._insert: Coalescer[list[NewJob], list[Inserted]] = Coalescer(
@@ -138,16 +155,7 @@ class JobService:
     # -- checks ------------------------------------------------------------------------------------------
 
     def _json(self, value: Any, limit: int, loc: Sequence[str | int]) -> str:
-        try:
-            check_json_value(value, self.settings.max_json_depth)
-        except InvalidUnicode as exc:
-            raise BadRequest(f"The request body is not valid JSON: {exc}") from None
-        except JsonValueError as exc:
-            raise invalid(loc, str(exc)) from None
-        text = dump_json(value)
-        if len(text) > limit // 4 and len(text.encode()) > limit:
-            raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
-        return text
+        return json_text(value, limit, self.settings.max_json_depth, loc)
 
     def _new_job(
         self,
@@ -249,6 +257,7 @@ class JobService:
         flat = [item for items in requests for item in items]
         async with self.db.connection() as conn:
             done = await store.jobs_complete(conn, flat, full=full)
+        self.wakeups.jobs_finished([d.job.id for d in done if d.changed and d.job is not None])
         self._count_completed(done)
         self._slots_freed({d.job.queue for d in done if d.changed and d.job is not None})
         out, at = [], 0
@@ -318,7 +327,9 @@ class JobService:
         assert job is not None
         if done.changed:
             self.metrics.count("failed" if job.status == "failed" else "retried", job.queue)
-            if job.status == "pending" and req.retry_in_seconds == 0:
+            if job.status == "failed":
+                self.wakeups.jobs_finished([job.id])
+            elif job.status == "pending" and req.retry_in_seconds == 0:
                 self.wakeups.jobs_available([job.queue])  # a retry asked for now: waiting long-polls take it
             else:
                 self._slots_freed({job.queue})
@@ -343,9 +354,13 @@ class JobService:
 
     # -- reads -------------------------------------------------------------------------------------------------------
 
-    async def get(self, job_id: int, allowed: str | None = None) -> JobRow:
-        async with self.db.connection() as conn:
-            job = await store.job_get(conn, job_id, allowed)
-        if job is None:
-            raise JobNotFound()
-        return job
+    async def get(
+        self,
+        job_id: int,
+        allowed: str | None = None,
+        wait_seconds: float = 0,
+        disconnected: Callable[[], Awaitable[Any]] | None = None,
+    ) -> JobRow:
+        """The job; with wait_seconds, once it has finished or else as it is at the deadline (a waiting
+        request holds no connection: app/core/results.py)."""
+        return await self.results.wait(job_id, allowed, wait_seconds, disconnected)

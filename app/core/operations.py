@@ -133,6 +133,7 @@ class OpsService:
         if not found.written:
             raise InvalidState(f"The job is {job.status}; only pending and running jobs can be cancelled.")
         self.metrics.count("cancelled", job.queue)
+        self.wakeups.jobs_finished([job.id])
         cfg = self.configs.cached(job.queue)
         if cfg is not None and cfg.limited:
             self.wakeups.jobs_available([job.queue])  # a running job cancelled frees a slot

@@ -1,9 +1,12 @@
-"""Wake-ups: the one seam through which "jobs may be claimable on these queues" travels, within this
-process and to the others.
+"""Wake-ups: the one seam through which "jobs may be claimable on these queues" and "these jobs have
+finished" travel, within this process and to the others.
 
-Built once per process and shared: the enqueue path, fails and releases, admin actions and the lease
-rescuer call `jobs_available()`; the claim dispatcher calls `waiter_parked()` when a claim starts
-waiting; the LISTEN connection (app/maintenance/listener.py) hands every message it receives to
+Built once per process and shared: the enqueue path, fails and releases, admin actions, the scheduler
+and the lease rescuer call `jobs_available()`; every statement that finishes jobs (complete, batch
+complete, the completes a claim carries, a fail for good, cancel, the rescuer's terminal fail) is
+followed by `jobs_finished()`; the claim dispatcher calls `waiter_parked()` when a claim starts waiting,
+and the result waiters (app/core/results.py) `job_waiter_parked()` when a request starts waiting for a
+job; the LISTEN connection (app/maintenance/listener.py) hands every message it receives to
 `received()`.
 
 An enqueue never carries a NOTIFY in its own transaction: NOTIFY takes a cluster-wide lock at commit,
@@ -19,10 +22,15 @@ listener: INSERT + COMMIT 5.2k tps, with pg_notify 1.7k). Three rules keep wake-
 A wake-up lost anyway (a listener reconnecting, a presence announcement still in flight) costs at most
 one fallback poll interval (app/core/dispatcher.py).
 
-Messages on CHANNEL: "<sender> w q1 q2 ..." jobs arrived; "<sender> p q1 ..." I have waiters on these;
-"<sender> h" I (re)started listening, tell me your presence; "keys k" API keys changed (sent by the SQL
-that changes them, app/db/keys.py) and "config <queue>" a queue's configuration changed (app/db/flow.py),
-both handled by the listener.
+A wait for a job's result is a waiter like a claim, on the job rather than a queue: its presence is
+announced under the name "#<id>" (no queue name holds "#"), and a finish sends a wake-up only to a
+process that announced it. So a finished job costs a NOTIFY only when a request on another process is
+waiting for exactly that job.
+
+Messages on CHANNEL: "<sender> w q1 q2 ... #id ..." jobs arrived on queues q1, q2, job id finished;
+"<sender> p q1 ... #id ..." I have waiters on these; "<sender> h" I (re)started listening, tell me your
+presence; "keys k" API keys changed (sent by the SQL that changes them, app/db/keys.py) and "config
+<queue>" a queue's configuration changed (app/db/flow.py), both handled by the listener.
 """
 
 from __future__ import annotations
@@ -31,8 +39,8 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from app.db.pool import Database
 
@@ -44,6 +52,7 @@ RENEW_INTERVAL = PRESENCE_TTL / 3
 _MAX_PAYLOAD = 7900  # PostgreSQL's NOTIFY payload limit is 8000 bytes
 KEYS_CHANGED = "keys k"
 CONFIG_CHANGED = "config"  # + " <queue>"
+JOB = "#"  # the name of a job in presence and wake-up messages is "#<id>"
 
 
 class LocalWaiters(Protocol):
@@ -54,11 +63,25 @@ class LocalWaiters(Protocol):
     def waiting_queues(self) -> list[str]: ...
 
 
+class LocalResultWaiters(Protocol):
+    """What the seam needs from the requests waiting for jobs to finish in this process."""
+
+    def wake_jobs(self, ids: Iterable[int] | None = None) -> None: ...
+
+    def waited_jobs(self) -> list[int]: ...
+
+
 class _Nobody:
     def wake(self, queues: Iterable[str] | None = None) -> None:
         pass
 
     def waiting_queues(self) -> list[str]:
+        return []
+
+    def wake_jobs(self, ids: Iterable[int] | None = None) -> None:
+        pass
+
+    def waited_jobs(self) -> list[int]:
         return []
 
 
@@ -68,11 +91,13 @@ class Wakeups:
         self.sender = secrets.token_hex(6)
         self.min_interval = min_interval_ms / 1000
         self.local: LocalWaiters = _Nobody()
+        self.results: LocalResultWaiters = _Nobody()
         self.connected = asyncio.Event()  # the LISTEN connection is up
         self.connections = 0  # LISTEN sessions opened so far (reconnects included)
         self.sent = 0
         self.received_count = 0
         self._remote: dict[str, dict[str, float]] = {}  # queue -> sender -> presence expiry (monotonic)
+        self._remote_jobs: dict[int, dict[str, float]] = {}  # job id -> sender -> presence expiry
         self._announced: dict[str, float] = {}  # queue -> when this process last announced it
         self._wake: set[str] = set()
         self._present: set[str] = set()
@@ -80,9 +105,11 @@ class Wakeups:
         self._sender_task: asyncio.Task[None] | None = None
         self._last_send = 0.0
 
-    def attach(self, local: LocalWaiters) -> None:
-        """The claim dispatcher whose waiters this process wakes (once, when the process is wired)."""
+    def attach(self, local: LocalWaiters, results: LocalResultWaiters | None = None) -> None:
+        """The claim dispatcher and the result waiters this process wakes (once, when it is wired)."""
         self.local = local
+        if results is not None:
+            self.results = results
 
     # -- outgoing -----------------------------------------------------------------------------------------
 
@@ -97,6 +124,24 @@ class Wakeups:
             if waiting and any(expiry > now for expiry in waiting.values()):
                 self._wake.add(q)
         self._kick()
+
+    def jobs_finished(self, ids: Sequence[int]) -> None:
+        """These jobs reached a final status (completed, failed or cancelled): wake the requests waiting for
+        them here, and in the processes that announced waiters on them."""
+        if not ids:
+            return
+        self.results.wake_jobs(ids)
+        if self._remote_jobs:
+            now = time.monotonic()
+            for i in ids:
+                waiting = self._remote_jobs.get(i)
+                if waiting and any(expiry > now for expiry in waiting.values()):
+                    self._wake.add(f"{JOB}{i}")
+            self._kick()
+
+    def job_waiter_parked(self, job_id: int) -> None:
+        """A request started waiting for this job here; make sure the other processes know."""
+        self.waiter_parked(f"{JOB}{job_id}")
 
     def waiter_parked(self, queue: str) -> None:
         """A claim on `queue` started waiting here; make sure the other processes know."""
@@ -150,24 +195,32 @@ class Wakeups:
             for q in present:
                 self._announced[q] = now
             if present:
-                # Jobs enqueued elsewhere before our announcement arrived got no wake-up: look once more.
-                self.local.wake(present)
+                # Jobs enqueued (or finished) elsewhere before our announcement arrived got no wake-up:
+                # look once more.
+                self._wake_here(present)
 
     def renew(self) -> None:
         """Every RENEW_INTERVAL: announce again the queues still waited on here, forget stale presence."""
         now = time.monotonic()
-        for q in self.local.waiting_queues():
+        for q in self._waited_here():
             if now - self._announced.get(q, -1e9) > RENEW_INTERVAL * 0.9:
                 self._present.add(q)
         for q in [q for q, t in self._announced.items() if now - t > PRESENCE_TTL]:
             del self._announced[q]
-        for q in list(self._remote):
-            live = {s: e for s, e in self._remote[q].items() if e > now}
-            if live:
-                self._remote[q] = live
-            else:
-                del self._remote[q]
+        _forget_expired(self._remote, now)
+        _forget_expired(self._remote_jobs, now)
         self._kick()
+
+    def _waited_here(self) -> list[str]:
+        """The names this process has waiters on: queues, and "#<id>" for jobs."""
+        return [*self.local.waiting_queues(), *(f"{JOB}{i}" for i in self.results.waited_jobs())]
+
+    def _wake_here(self, names: Iterable[str]) -> None:
+        queues, ids = _split(names)
+        if queues:
+            self.local.wake(queues)
+        if ids:
+            self.results.wake_jobs(ids)
 
     # -- incoming ---------------------------------------------------------------------------------------------
 
@@ -177,9 +230,10 @@ class Wakeups:
         self.connections += 1
         self.connected.set()
         self._hello = True
-        self._present.update(self.local.waiting_queues())
+        self._present.update(self._waited_here())
         self._kick()
         self.local.wake(None)
+        self.results.wake_jobs(None)
 
     def deaf(self) -> None:
         self.connected.clear()
@@ -190,20 +244,48 @@ class Wakeups:
         if sender == self.sender:
             return
         kind, _, names = rest.partition(" ")
-        queues = names.split(" ") if names else []
+        listed = names.split(" ") if names else []
         if kind == "w":
-            self.local.wake(queues)
+            self._wake_here(listed)
         elif kind == "p":
             expiry = time.monotonic() + PRESENCE_TTL
+            queues, ids = _split(listed)
             for q in queues:
                 self._remote.setdefault(q, {})[sender] = expiry
+            for i in ids:
+                self._remote_jobs.setdefault(i, {})[sender] = expiry
         elif kind == "h":
-            self._present.update(self.local.waiting_queues())
+            self._present.update(self._waited_here())
             self._kick()
 
     async def aclose(self) -> None:
         if self._sender_task is not None:
             await asyncio.gather(self._sender_task, return_exceptions=True)
+
+
+K = TypeVar("K")
+
+
+def _forget_expired(presence: dict[K, dict[str, float]], now: float) -> None:
+    for key in list(presence):
+        live = {sender: expiry for sender, expiry in presence[key].items() if expiry > now}
+        if live:
+            presence[key] = live
+        else:
+            del presence[key]
+
+
+def _split(names: Iterable[str]) -> tuple[list[str], list[int]]:
+    """Names of a message: queue names, and the ids of the "#<id>" names (anything else under "#" is not
+    ours and is dropped)."""
+    queues: list[str] = []
+    ids: list[int] = []
+    for name in names:
+        if not name.startswith(JOB):
+            queues.append(name)
+        elif name[1:].isdigit():
+            ids.append(int(name[1:]))
+    return queues, ids
 
 
 def _payloads(prefix: str, queues: list[str]) -> list[str]:

@@ -46,7 +46,7 @@ def job_columns(full: str = "true") -> str:
         "j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, "
         "j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, "
         f"CASE WHEN {full} THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, "
-        'j.group_key AS "group"'
+        'j.schedule, j.scheduled_for, j.group_key AS "group"'
     )
 
 
@@ -93,6 +93,21 @@ async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str 
     cur = conn.cursor(row_factory=rows_of(JobRow))
     await cur.execute(JOB_GET, {"id": job_id, "allowed": allowed})
     return await cur.fetchone()
+
+
+FINISHED = "('completed', 'failed', 'cancelled')"
+
+JOBS_GET_WAITED = f"""
+-- Jobs that requests wait for (app/core/results.py), each as it is now: with payload and result only when
+-- it has finished, since only then is it an answer. A job that is gone is not in the result.
+SELECT {job_columns(f"j.status IN {FINISHED}")} FROM jobs j WHERE j.id = ANY(%(ids)s)
+"""
+
+
+async def jobs_get_waited(conn: psycopg.AsyncConnection[Any], ids: Sequence[int]) -> list[JobRow]:
+    cur = conn.cursor(row_factory=rows_of(JobRow))
+    await cur.execute(JOBS_GET_WAITED, {"ids": list(ids)})
+    return await cur.fetchall()
 
 
 # --- enqueue ------------------------------------------------------------------------------------------------
@@ -646,10 +661,10 @@ WITH exhausted AS (
       last_error = 'lease expired on the last attempt'
   FROM exhausted
   WHERE j.id = ANY(ARRAY(SELECT id FROM exhausted)) AND j.id = exhausted.id
-  RETURNING j.queue_name AS queue, j.status
+  RETURNING j.queue_name AS queue, j.status, j.id
 ), counted AS ({count_finished("failed")}
 )
-SELECT queue FROM failed
+SELECT queue, id FROM failed
 """
 
 
@@ -659,6 +674,9 @@ async def jobs_rescue_expired(conn: psycopg.AsyncConnection[Any], now: datetime 
     return [r[0] for r in await cur.fetchall()]
 
 
-async def jobs_fail_exhausted(conn: psycopg.AsyncConnection[Any], now: datetime | None, batch: int) -> list[str]:
+async def jobs_fail_exhausted(
+    conn: psycopg.AsyncConnection[Any], now: datetime | None, batch: int
+) -> list[tuple[str, int]]:
+    """One batch of lapsed leases on their last attempt failed; returns (queue, id) of each."""
     cur = await conn.execute(JOB_FAIL_EXHAUSTED, {"now": now, "batch": batch})
-    return [r[0] for r in await cur.fetchall()]
+    return [(r[0], r[1]) for r in await cur.fetchall()]

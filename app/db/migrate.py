@@ -142,12 +142,14 @@ def migrate(database_url: str, directory: Path | None = None) -> list[str]:
 
 
 async def schema_is_current(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """True when the database has applied every migration this code ships (used by /readyz)."""
-    latest = max((m.version for m in load_migrations()), default=0)
+    """True when the database has applied every migration this code ships (used by /readyz): each one,
+    not only one numbered as high as the last, since migrations are applied by presence and a database
+    may have one of a higher number applied before one of a lower number."""
+    shipped = {m.version for m in load_migrations()}
     cur = await conn.execute("SELECT to_regclass('jobq_migrations') IS NOT NULL")
     row = await cur.fetchone()
     if not row or not row[0]:
-        return latest == 0
-    cur = await conn.execute("SELECT coalesce(max(version), 0) FROM jobq_migrations")
-    row = await cur.fetchone()
-    return bool(row and row[0] >= latest)
+        return not shipped
+    cur = await conn.execute("SELECT version FROM jobq_migrations")
+    applied = {r[0] for r in await cur.fetchall()}
+    return shipped <= applied

@@ -91,6 +91,8 @@ class JobRow:
     idempotency_key: str | None
     claim_token: str | None
     traceparent: str | None
+    schedule: str | None  # the schedule that made it, and the tick it stands for
+    scheduled_for: datetime | None
     group: str | None
 
 
@@ -142,6 +144,51 @@ class Beat:
     lease_expires_at: datetime | None
     status: str | None
     claim_token: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class ScheduleRow:
+    """A schedule as the API shows it (app/models/schedules.py Schedule): next_run_at is None while paused.
+    `revision` and `next_tick` (the next tick, paused or not) are the service's."""
+
+    name: str
+    queue: str
+    cron: str
+    timezone: str
+    payload: str
+    priority: int | None
+    max_attempts: int | None
+    missed: str
+    paused: bool
+    next_run_at: datetime | None
+    last_run_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    revision: int
+    next_tick: datetime | None
+
+
+@dataclass(slots=True, frozen=True)
+class DueSchedule:
+    """A schedule whose next tick has come, as the scheduler reads it, with the database clock."""
+
+    name: str
+    cron: str
+    timezone: str
+    missed: str
+    next_run_at: datetime
+    revision: int
+    now: datetime
+
+
+@dataclass(slots=True, frozen=True)
+class Fired:
+    """A job a schedule made."""
+
+    id: int
+    queue: str
+    schedule: str
+    scheduled_for: datetime
 
 
 @dataclass(slots=True, frozen=True)

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from app.db.flow import QueueConfigRow
 from app.models.jobs import Claim, CompleteOutcome, HeartbeatResponse, Job
+from app.models.schedules import Schedule
 
 JSON_FIELDS = frozenset({"payload", "result"})
 
@@ -39,6 +40,7 @@ job_document = documenter(Job)
 claim_document = documenter(Claim)
 renewal_document = documenter(HeartbeatResponse)
 outcome_document = documenter(CompleteOutcome)
+schedule_document = documenter(Schedule)
 
 
 def _rate(limit: int | None, per_seconds: int | None) -> Document | None:

@@ -16,6 +16,7 @@ from app.errors import (
     JobNotFound,
     NotReady,
     PayloadTooLarge,
+    ScheduleNotFound,
     TooManyWaiters,
     Unauthorized,
     UnsupportedMediaType,
@@ -45,6 +46,8 @@ _JOB: dict[str, Any] = {
     "result": None,
     "idempotency_key": "welcome-ada",
     "traceparent": _TRACE,
+    "schedule": None,
+    "scheduled_for": None,
     "group": "customer-1042",
 }
 _DONE = {
@@ -71,6 +74,33 @@ _CLAIM = {
     "group": "customer-1042",
 }
 _ENQUEUE = {"payload": _JOB["payload"], "priority": 5, "idempotency_key": "welcome-ada"}
+_SCHEDULED = {
+    **_DONE,
+    "id": 77,
+    "queue": "reports",
+    "payload": {"report": "daily"},
+    "priority": 0,
+    "idempotency_key": None,
+    "result": {"rows": 1520},
+    "traceparent": None,
+    "schedule": "daily-report",
+    "scheduled_for": "2026-11-29T06:00:00+00:00",
+}
+_SCHEDULE = {
+    "name": "daily-report",
+    "queue": "reports",
+    "cron": "0 7 * * MON-FRI",
+    "timezone": "Europe/Paris",
+    "payload": {"report": "daily"},
+    "priority": None,
+    "max_attempts": 3,
+    "missed": "skip",
+    "paused": False,
+    "next_run_at": "2026-11-30T06:00:00+00:00",
+    "last_run_at": "2026-11-27T06:00:00+00:00",
+    "created_at": "2026-11-01T09:12:00.5+00:00",
+    "updated_at": "2026-11-01T09:12:00.5+00:00",
+}
 
 _COUNTS = {"ready": 120, "scheduled": 8, "pending": 128, "running": 16, "completed": 48211, "failed": 3, "cancelled": 0}
 _HELD = {"concurrency": 120, "rate": 0, "group_concurrency": 14, "group_rate": 0, "ordered": 0}
@@ -139,7 +169,7 @@ SCHEMAS: dict[str, list[Any]] = {
     "CompleteBatchRequest": [
         {"jobs": [{"id": 42, "claim_token": _TOKEN, "result": "sent"}, {"id": 43, "claim_token": _TOKEN}]}
     ],
-    "Job": [_JOB, _DONE],
+    "Job": [_JOB, _DONE, _SCHEDULED],
     "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
     "Claim": [_CLAIM],
     "ClaimResponse": [
@@ -204,6 +234,13 @@ SCHEMAS: dict[str, list[Any]] = {
     "RedriveRequest": [{"error_contains": "SMTP 451", "dry_run": True}, {"limit": 1000}],
     "RedriveResult": [{"queue": "emails", "dry_run": True, "jobs": 17}],
     "QueueState": [{"queue": "emails", "paused": True}],
+    # schedules
+    "ScheduleRequest": [
+        {"queue": "reports", "cron": "0 7 * * MON-FRI", "timezone": "Europe/Paris", "payload": {"report": "daily"}},
+        {"queue": "metrics", "cron": "*/10 * * * * *", "payload": None, "missed": "catch_up", "max_attempts": 1},
+    ],
+    "Schedule": [_SCHEDULE, {**_SCHEDULE, "paused": True, "next_run_at": None}],
+    "ScheduleList": [{"schedules": [_SCHEDULE]}],
 }
 
 METRICS_EXAMPLE = """# HELP jobq_jobs_completed_total Jobs completed.
@@ -217,7 +254,7 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
     400: {"malformed-request": BadRequest("The request body is not valid JSON: EOF while parsing a value")},
     401: {"unauthorized": Unauthorized("Send an API key: `Authorization: Bearer <key>`.")},
     403: {"forbidden": Forbidden("This API key lacks the `consume` scope.")},
-    404: {"job-not-found": JobNotFound()},
+    404: {"job-not-found": JobNotFound(), "schedule-not-found": ScheduleNotFound()},
     409: {
         "claim-lost": ClaimLost(),
         "job-cancelled": JobCancelled(),
@@ -239,6 +276,32 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
                 }
             ],
         ),
+        "bad-cron": ValidationFailed(
+            "body.cron: Value error, minute: 61 is out of range 0-59",
+            errors=[
+                {"loc": ["body", "cron"], "msg": "Value error, minute: 61 is out of range 0-59", "type": "value_error"}
+            ],
+        ),
+        "bad-schedule-name": ValidationFailed(
+            "path.name: String should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
+            errors=[
+                {
+                    "loc": ["path", "name"],
+                    "msg": "String should match pattern '^[A-Za-z0-9_.:-]{1,128}$'",
+                    "type": "string_pattern_mismatch",
+                }
+            ],
+        ),
+        "bad-wait": ValidationFailed(
+            "query.wait_seconds: Input should be less than or equal to 30",
+            errors=[
+                {
+                    "loc": ["query", "wait_seconds"],
+                    "msg": "Input should be less than or equal to 30",
+                    "type": "less_than_equal",
+                }
+            ],
+        ),
         "bad-job-id": ValidationFailed(
             "path.job_id: Input should be greater than or equal to 1",
             errors=[
@@ -256,11 +319,20 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
 
 _WORKER_WRITES = {"heartbeatJob", "completeJob", "failJob", "releaseJob"}
 _JOB_ROUTES = {"getJob", "cancelJob", "retryJob", *_WORKER_WRITES}
+_SCHEDULE_ROUTES = {"putSchedule", "getSchedule", "deleteSchedule", "pauseSchedule", "resumeSchedule"}
 
 # Problems that only some operations give: by operationId or HTTP method.
 ONLY_ON: dict[str, set[str]] = {
     "not-ready": {"readyz"},
-    "missing-body": {"enqueueJob", "enqueueJobs", "claimJobs", "completeJobs", "setQueueConfig", *_WORKER_WRITES},
+    "missing-body": {
+        "enqueueJob",
+        "enqueueJobs",
+        "claimJobs",
+        "completeJobs",
+        "putSchedule",
+        "setQueueConfig",
+        *_WORKER_WRITES,
+    },
     "bad-job-id": _JOB_ROUTES,
     "bad-queue-name": {
         "enqueueJob",
@@ -275,6 +347,10 @@ ONLY_ON: dict[str, set[str]] = {
         "setQueueConfig",
     },
     "job-not-found": _JOB_ROUTES,
+    "schedule-not-found": _SCHEDULE_ROUTES - {"putSchedule"},
+    "bad-schedule-name": _SCHEDULE_ROUTES,
+    "bad-cron": {"putSchedule"},
+    "bad-wait": {"getJob"},
     "claim-lost": _WORKER_WRITES,
     "job-cancelled": {"completeJob", "failJob", "releaseJob"},
     "invalid-state": {"cancelJob", "retryJob"},

@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
 import pydantic_core
-from fastapi import FastAPI, Path, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
@@ -315,16 +315,34 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     @router.get(
         "/jobs/{job_id:int}",
         operation_id="getJob",
-        summary="Get a job",
+        summary="Get a job, or wait for its result",
         tags=["operators"],
         response_model=Job,
         description="Any key with a job scope (produce, consume or admin) may read the jobs of the queues it "
-        "may use; other jobs are 404. A key with only the `metrics` scope gets 403.",
-        responses=_problems(401, 403, 404, 422, 503),
+        "may use; other jobs are 404. A key with only the `metrics` scope gets 403. With `wait_seconds`, the "
+        "answer comes as soon as the job is finished (`completed`, `failed` or `cancelled`, with its `result` "
+        "or `last_error`), or at the deadline with the job as it is then: 200 either way, so look at "
+        "`status`. A waiting request holds no database connection; waits count against JOBQ_MAX_WAITERS "
+        "with waiting claims (429 past it).",
+        responses=_problems(401, 403, 404, 422, 429, 503),
     )
     @requires(None)
-    async def get_job(job_id: JobIdPath, request: Request) -> Response:
-        job = await service(request).get(job_id, principal(request).queue_regex)
+    async def get_job(
+        job_id: JobIdPath,
+        request: Request,
+        wait_seconds: Annotated[
+            float,
+            Query(
+                ge=0,
+                le=c.wait_max_seconds,
+                allow_inf_nan=False,
+                description="Wait up to this long for the job to finish (max JOBQ_WAIT_MAX_SECONDS); 0 answers "
+                "at once.",
+            ),
+        ] = 0,
+    ) -> Response:
+        waiting = (lambda: _disconnected(request)) if wait_seconds > 0 else None
+        job = await service(request).get(job_id, principal(request).queue_regex, wait_seconds, waiting)
         return json_response(job_document(job))
 
     @router.get(

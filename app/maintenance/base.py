@@ -2,7 +2,9 @@
 that starts them in the lifespan and stops them in reverse order.
 
 A ticking service does one pass in `run_once()`, which tests call directly; `start()` runs it every
-`interval` seconds (jittered, so replicas started together do not tick in lockstep) until `stop()`. A
+`interval` seconds (jittered, so replicas started together do not tick in lockstep) until `stop()`;
+`poke()` brings the next pass forward, and a service that knows when it is next due says so in
+`next_delay()`. A
 pass that fails is logged with its traceback and counted (`jobq_maintenance_errors_total{service}`);
 the next tick tries again. Passes that work in batches take a connection per batch and pause between
 batches, so a large backlog never holds a pooled connection for long or starves requests."""
@@ -10,6 +12,7 @@ batches, so a large backlog never holds a pooled connection for long or starves 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Iterator, Sequence
@@ -42,21 +45,32 @@ class Ticking:
         self.first_delay = first_delay  # None: one (jittered) interval
         self.passes = 0  # completed passes, for diagnostics and tests
         self._task: asyncio.Task[None] | None = None
+        self._poked = asyncio.Event()
 
     async def run_once(self) -> Any:
         raise NotImplementedError
 
+    def next_delay(self) -> float:
+        """Seconds from the end of a pass to the next one."""
+        return self.interval * random.uniform(0.8, 1.2)
+
+    def poke(self) -> None:
+        """Run the next pass now rather than at its time (something it must see has changed)."""
+        self._poked.set()
+
     async def _loop(self) -> None:
-        delay = self.first_delay if self.first_delay is not None else self.interval
+        delay = (self.first_delay if self.first_delay is not None else self.interval) * random.uniform(0.8, 1.2)
         while True:
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-            delay = self.interval
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), delay)
+            self._poked.clear()
             try:
                 await self.run_once()
                 self.passes += 1
             except Exception:
                 self.metrics.maintenance_errors.labels(self.name).inc()
                 log.exception("%s: a pass failed; trying again in %.1fs", self.name, self.interval)
+            delay = self.next_delay()
 
     def start(self) -> None:
         if self.interval > 0 and self._task is None:

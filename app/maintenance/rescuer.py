@@ -51,11 +51,12 @@ class LeaseRescuer(Ticking):
             await between_batches()
         while True:
             async with self.db.connection() as conn:
-                queues = await store.jobs_fail_exhausted(conn, now, self.batch)
-            failed.extend(queues)
-            if queues:
-                self.wakeups.jobs_available(set(queues))  # a slot freed under a concurrency limit
-            if len(queues) < self.batch:
+                gone = await store.jobs_fail_exhausted(conn, now, self.batch)
+            failed.extend(queue for queue, _ in gone)
+            self.wakeups.jobs_finished([job_id for _, job_id in gone])  # requests waiting for their result
+            if gone:
+                self.wakeups.jobs_available({queue for queue, _ in gone})  # a slot freed under a concurrency limit
+            if len(gone) < self.batch:
                 break
             await between_batches()
         self.metrics.sweeps.inc()

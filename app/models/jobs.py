@@ -243,6 +243,10 @@ class Job(BaseModel):
         description="W3C trace context of the enqueue that made the job (its request's span when the service "
         "traces, else the producer's `traceparent` header); a worker continues this trace. Null when none."
     )
+    schedule: str | None = Field(description="The schedule that enqueued this job; null for other jobs.")
+    scheduled_for: datetime | None = Field(
+        description="The schedule's tick this job stands for (its cron time); null for other jobs."
+    )
     group: str | None = Field(description="The job's group; null: none.")
 
 
@@ -328,8 +332,8 @@ class Problem(BaseModel):
 
 @dataclass(frozen=True)
 class Contract:
-    """Request models whose bounds come from the settings, so that the published OpenAPI schema states
-    the limits this server really enforces (client generators and fuzzers rely on it)."""
+    """Request models (and query bounds) whose limits come from the settings, so that the published OpenAPI
+    schema states the limits this server really enforces (client generators and fuzzers rely on it)."""
 
     enqueue: type[EnqueueRequest]
     enqueue_batch: type[EnqueueBatchRequest]
@@ -338,6 +342,7 @@ class Contract:
     fail: type[FailRequest]
     release: type[ReleaseRequest]
     complete_batch: type[CompleteBatchRequest]
+    wait_max_seconds: int  # the longest wait_seconds of a claim or a GET /jobs/{id}
 
 
 def build_contract(s: Settings) -> Contract:
@@ -400,6 +405,7 @@ def build_contract(s: Settings) -> Contract:
         FailRequest,
         ReleaseRequest,
         CompleteBatchRequest,
+        s.wait_max_seconds,
     )
 
 

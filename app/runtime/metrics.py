@@ -117,6 +117,12 @@ class Metrics:
         mode: dict[str, Any] = {"multiprocess_mode": "livesum"} if self.multiprocess else {}
         latest: dict[str, Any] = {"multiprocess_mode": "mostrecent"} if self.multiprocess else {}
         self.waiting = Gauge("jobq_waiting_claims", "Long-polls waiting for a job.", registry=reg, **mode)
+        self.waiting_results = Gauge(
+            "jobq_waiting_results",
+            "Requests waiting for a job to finish (GET /jobs/{id}?wait_seconds).",
+            registry=reg,
+            **mode,
+        )
         self.pool_size = Gauge("jobq_pool_connections", "Open pooled connections.", registry=reg, **mode)
         self.pool_busy = Gauge("jobq_pool_connections_in_use", "Pooled connections lent out.", registry=reg, **mode)
         self.pool_waiting = Gauge(
@@ -132,6 +138,13 @@ class Metrics:
             "jobq_maintenance_errors_total", "Background passes that failed, by service.", ["service"], registry=reg
         )
         self.swept = Counter("jobq_sweeper_rows_total", "Rows the sweeper changed.", ["action"], registry=reg)
+        self.schedule_ticks = Counter(
+            "jobq_schedule_ticks_total",
+            "Schedule ticks by outcome: `enqueued` by this process, `missed` (found later than "
+            "JOBQ_SCHEDULE_GRACE_SECONDS: passes that found missed ticks, each schedule counted once).",
+            ["outcome"],
+            registry=reg,
+        )
         self._minutes: dict[tuple[str, datetime], _Minute] = {}
         self._children: dict[tuple[str, str], Any] = {}
 

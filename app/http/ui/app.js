@@ -183,18 +183,69 @@
     panel.hidden = false;
   }
 
+  // --- schedules: next run times (a panel of the queues view) ------------------------------------------------
+
+  // The schedules the key may see, each with its next run; built once, refilled on every refresh.
+  function schedulesPanel() {
+    const body = el("div", { id: "schedules-panel" });
+    let last = "";
+    const cols = ["Schedule", "Queue", "Cron", "Time zone", "Next run", "Last run", "State"];
+    return {
+      node: el("section", { "aria-label": "Schedules" }, el("h2", {}, "Schedules"), body),
+      async load() {
+        const doc = await api("GET", "schedules");
+        const text = JSON.stringify(doc);
+        if (text === last) return;
+        last = text;
+        if (!doc.schedules.length) {
+          const how = "No schedules: PUT /schedules/{name} (or `jobq schedules put`) makes one.";
+          body.replaceChildren(el("p", { class: "muted" }, how));
+          return;
+        }
+        body.replaceChildren(
+          el(
+            "table",
+            { id: "schedules" },
+            el("thead", {}, el("tr", {}, cols.map((c) => el("th", {}, c)))),
+            el(
+              "tbody",
+              {},
+              doc.schedules.map((s) =>
+                el(
+                  "tr",
+                  { "data-schedule": s.name },
+                  el("td", {}, s.name),
+                  el("td", {}, el("a", { href: queueHref(s.queue) }, s.queue)),
+                  el("td", {}, el("code", {}, s.cron)),
+                  el("td", {}, s.timezone),
+                  el("td", { "data-col": "next" }, fmtTime(s.next_run_at)),
+                  el("td", { "data-col": "last" }, fmtTime(s.last_run_at)),
+                  el("td", { "data-col": "state" }, s.paused ? badge("paused") : badge("active")),
+                ),
+              ),
+            ),
+          ),
+        );
+      },
+    };
+  }
+
   // --- views -------------------------------------------------------------------------------------------------
   // Each view builds its frame once (mount) and fills it on every refresh (load), so that panels and
   // buttons the operator is using survive the automatic refresh.
 
   function queuesView() {
     const body = el("div");
+    const schedules = schedulesPanel();
     let last = "";
     return {
       mount(root) {
-        root.replaceChildren(el("h2", {}, "Queues"), body);
+        root.replaceChildren(el("h2", {}, "Queues"), body, schedules.node);
       },
       async load() {
+        await Promise.all([this.loadQueues(), schedules.load()]);
+      },
+      async loadQueues() {
         const doc = await api("GET", "queues");
         const text = JSON.stringify(doc);
         if (text === last) return;
@@ -534,6 +585,9 @@
           ["lease expires", fmtTime(job.lease_expires_at)], ["finished", fmtTime(job.finished_at)],
           ["idempotency key", job.idempotency_key ?? none()],
         ];
+        if (job.schedule !== null && job.schedule !== undefined) {
+          rows.push(["schedule", job.schedule], ["scheduled for", fmtTime(job.scheduled_for)]);
+        }
         fields.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
         payload.textContent = fmtJson(job.payload);
         result.textContent = fmtJson(job.result);

@@ -3,6 +3,7 @@
   service.py   run and administer the service: serve, migrate, keys, healthcheck, openapi (database side)
   jobs.py      daily work on jobs over the HTTP API: enqueue, jobs, job, retry, cancel
   queues.py    daily work on queues over the HTTP API: queues, stats, redrive, pause, resume
+  schedules.py cron schedules over the HTTP API: schedules list|get|put|delete|pause|resume
 
 remote.py is what the HTTP API commands share (JOBQ_URL / JOBQ_API_KEY, --json, errors to exit codes) on
 top of app/runtime/api_client.py; output.py prints tables; common.py holds the exit codes and argument types.
@@ -21,13 +22,13 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from app.runtime.cli import jobs, queues, service
+from app.runtime.cli import jobs, queues, schedules, service
 from app.runtime.cli.common import EXIT_CODES, _Formatter, _settings
 from app.runtime.cli.remote import API_EXIT_CODES
 
 __all__ = ["_settings", "build_parser", "main"]
 
-FAMILIES = (service, jobs, queues)
+FAMILIES = (service, jobs, queues, schedules)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,8 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
         "environment variables (docs/configuration.md lists every one with its default and range); flags "
         "override them. A bad value stops the command with exit code 2 and a message naming the variable.\n\n"
         "Daily work, over the HTTP API of a running jobq: enqueue, queues, stats, jobs, job, retry, cancel, "
-        "redrive, pause, resume. They find it at JOBQ_URL (default http://127.0.0.1:$JOBQ_PORT) and send "
-        "JOBQ_API_KEY; --url and --api-key override them. Tables by default, --json for scripts.",
+        "redrive, pause, resume, schedules. They find it at JOBQ_URL (default http://127.0.0.1:$JOBQ_PORT) and "
+        "send JOBQ_API_KEY; --url and --api-key override them. Tables by default, --json for scripts.",
         epilog=EXIT_CODES
         + "\n\n"
         + API_EXIT_CODES.replace("exit codes:", "exit codes of the HTTP API commands:")

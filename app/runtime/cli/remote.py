@@ -106,6 +106,8 @@ def subject(args: argparse.Namespace) -> str | None:
     """What a command was about, to begin its error line with: `job 42`, or the queue's name."""
     if isinstance(getattr(args, "id", None), int):
         return f"job {args.id}"
+    if isinstance(getattr(args, "schedule", None), str):
+        return f"schedule {args.schedule}"
     queue = getattr(args, "queue", None)
     return queue if isinstance(queue, str) else None
 

@@ -20,6 +20,7 @@ from jobq_client.errors import (
     Unauthorized,
     UnsupportedMediaType,
     ValidationError,
+    WaitTimeout,
 )
 from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, JobStatus, NewJob
 from jobq_client.worker import JobContext, PermanentFailure, RetryLater, Worker
@@ -56,6 +57,7 @@ __all__ = [
     "Unauthorized",
     "UnsupportedMediaType",
     "ValidationError",
+    "WaitTimeout",
     "Worker",
     "__version__",
 ]

@@ -213,8 +213,10 @@ def release(job_id: int, claim_token: str, *, delay_seconds: float) -> Call[Job]
     return Call("releaseJob", "POST", f"/jobs/{int(job_id)}/release", body, Safety.REPEATABLE, _job)
 
 
-def get_job(job_id: int) -> Call[Job]:
-    return Call("getJob", "GET", f"/jobs/{int(job_id)}", None, Safety.REPEATABLE, _job)
+def get_job(job_id: int, wait_seconds: float = 0) -> Call[Job]:
+    """The job; with wait_seconds, once it has finished or else as it is when they have passed."""
+    path = f"/jobs/{int(job_id)}" + (f"?wait_seconds={wait_seconds:g}" if wait_seconds > 0 else "")
+    return Call("getJob", "GET", path, None, Safety.REPEATABLE, _job, long_poll=wait_seconds)
 
 
 def stats(queue: str) -> Call[dict[str, Any]]:

@@ -15,7 +15,7 @@ import httpx
 from jobq_client import _calls
 from jobq_client._calls import Call, RetryPolicy
 from jobq_client._tracing import inject
-from jobq_client.errors import JobqError, TransportError, error_from_response
+from jobq_client.errors import JobqError, TransportError, WaitTimeout, error_from_response
 from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob
 
 __version__ = "0.1.0"
@@ -24,6 +24,17 @@ log = logging.getLogger("jobq_client")
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 10.0
+# How long one request of wait() waits on the server; the server's longest is JOBQ_WAIT_MAX_SECONDS (30 by
+# default). Longer waits are several requests.
+WAIT_CHUNK_SECONDS = 20.0
+
+
+def _wait_step(deadline: float | None, chunk: float) -> float:
+    return chunk if deadline is None else max(0.0, min(chunk, deadline - time.monotonic()))
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 class _Base:
@@ -39,6 +50,7 @@ class _Base:
             raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.wait_chunk = WAIT_CHUNK_SECONDS
         self.retry = retry or RetryPolicy()
         self._headers = {
             "accept": "application/json, application/problem+json",
@@ -230,6 +242,44 @@ class Client(_Base):
     def get_job(self, job_id: int) -> Job:
         return self._send(_calls.get_job(job_id))
 
+    def wait(self, job_id: int, *, timeout: float | None = None) -> Job:
+        """The job once it has finished (completed, failed or cancelled: look at `status`, `result` and
+        `last_error`). The server holds each request until the job finishes (up to `wait_chunk` seconds,
+        holding no database connection meanwhile) and answers at once when it does. WaitTimeout, with the
+        job as it was, when `timeout` seconds pass first; None waits as long as it takes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self._send(_calls.get_job(job_id, _wait_step(deadline, self.wait_chunk)))
+            if job.finished:
+                return job
+            if _past(deadline):
+                raise WaitTimeout(job)
+
+    def enqueue_and_wait(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        timeout: float | None = None,
+        priority: int | None = None,
+        run_at: datetime | str | None = None,
+        delay_seconds: float | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """enqueue() then wait(): the job once a worker has finished it. With an `idempotency_key`, calling
+        this again after a failure waits for the same job rather than making a second one."""
+        job = self.enqueue(
+            queue,
+            payload,
+            priority=priority,
+            run_at=run_at,
+            delay_seconds=delay_seconds,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+        )
+        return self.wait(job.id, timeout=timeout)
+
     def stats(self, queue: str) -> dict[str, Any]:
         """`GET /queues/{queue}/stats`, as the server answers it."""
         return self._send(_calls.stats(queue))
@@ -363,6 +413,40 @@ class AsyncClient(_Base):
 
     async def get_job(self, job_id: int) -> Job:
         return await self._send(_calls.get_job(job_id))
+
+    async def wait(self, job_id: int, *, timeout: float | None = None) -> Job:
+        """The job once it has finished; WaitTimeout when `timeout` seconds pass first (see Client.wait)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = await self._send(_calls.get_job(job_id, _wait_step(deadline, self.wait_chunk)))
+            if job.finished:
+                return job
+            if _past(deadline):
+                raise WaitTimeout(job)
+
+    async def enqueue_and_wait(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        timeout: float | None = None,
+        priority: int | None = None,
+        run_at: datetime | str | None = None,
+        delay_seconds: float | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """enqueue() then wait() (see Client.enqueue_and_wait)."""
+        job = await self.enqueue(
+            queue,
+            payload,
+            priority=priority,
+            run_at=run_at,
+            delay_seconds=delay_seconds,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+        )
+        return await self.wait(job.id, timeout=timeout)
 
     async def stats(self, queue: str) -> dict[str, Any]:
         return await self._send(_calls.stats(queue))

@@ -2,6 +2,7 @@
 
 JobqError                          every failure of a call: status, type, title, detail, problem
  +-- TransportError                no answer at all (connection refused or reset, timeout), after retries
+ +-- WaitTimeout                   wait()/enqueue_and_wait(): the job had not finished in time (`.job`)
  +-- BadRequest              400   malformed-request
  +-- Unauthorized            401   unauthorized           missing or unknown API key
  +-- Forbidden               403   forbidden              the key may not do this
@@ -28,9 +29,12 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import httpx
+
+if TYPE_CHECKING:
+    from jobq_client.models import Job
 
 PROBLEM_PREFIX = "urn:jobq:problem:"
 
@@ -71,6 +75,14 @@ class JobqError(Exception):
 
 class TransportError(JobqError):
     """No answer from the server (connection refused or reset, timeout); the retries, if any, ran out."""
+
+
+class WaitTimeout(JobqError, TimeoutError):
+    """The job had not finished when the wait's timeout passed; `.job` is the job as it was then."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"job {job.id} is still {job.status} after the wait's timeout", type="about:blank")
+        self.job = job
 
 
 class BadRequest(JobqError):

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Literal, cast
 
 JobStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
+FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "cancelled"]
 
 
@@ -42,6 +43,13 @@ class Job:
     result: Any = None
     idempotency_key: str | None = None
     traceparent: str | None = None  # W3C trace context of the enqueue (None from a server without tracing)
+    schedule: str | None = None  # the schedule that enqueued it, and the tick it stands for
+    scheduled_for: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        """completed, failed or cancelled: it will not run again (unless an operator retries it)."""
+        return self.status in FINISHED
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Job:
@@ -63,6 +71,8 @@ class Job:
             result=doc.get("result"),
             idempotency_key=doc.get("idempotency_key"),
             traceparent=doc.get("traceparent"),
+            schedule=doc.get("schedule"),
+            scheduled_for=_time_or_none(doc.get("scheduled_for")),
         )
 
 

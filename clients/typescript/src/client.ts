@@ -2,7 +2,7 @@
 // (src/openapi.ts, generated from openapi/openapi.json), problem answers as typed errors, and retries
 // where a retry is safe: the same decisions as the Python SDK (jobq_client/_calls.py).
 
-import { JobqError, RateLimited, ServerError, TransportError, errorFromAnswer } from "./errors.js";
+import { JobqError, RateLimited, ServerError, TransportError, WaitTimeout, errorFromAnswer } from "./errors.js";
 import type { components } from "./openapi.js";
 
 type Schemas = components["schemas"];
@@ -18,6 +18,21 @@ export type CompleteItem = Schemas["CompleteItem"];
 
 export const VERSION = "0.1.0";
 export const DEFAULT_TIMEOUT_SECONDS = 10;
+/** How long one request of wait() waits on the server (its longest is JOBQ_WAIT_MAX_SECONDS, 30 by default). */
+export const WAIT_CHUNK_SECONDS = 20;
+const FINISHED: ReadonlySet<string> = new Set(["completed", "failed", "cancelled"]);
+
+/** completed, failed or cancelled: the job will not run again (unless an operator retries it). */
+export function finished(job: Job): boolean {
+  return FINISHED.has(job.status);
+}
+
+export interface WaitOptions {
+  /** Give up after this many seconds with a WaitTimeout (holding the job as it was); default: wait as long as it takes. */
+  timeoutSeconds?: number | undefined;
+  /** Abort the wait (no retry then). */
+  signal?: AbortSignal | undefined;
+}
 
 /** One job of an enqueue: the payload and the optional fields, in this client's spelling. */
 export interface NewJob {
@@ -199,6 +214,8 @@ export class Client {
   readonly baseUrl: string;
   readonly timeoutSeconds: number;
   readonly retry: RetryPolicy;
+  /** Seconds one request of wait() waits on the server. */
+  waitChunkSeconds = WAIT_CHUNK_SECONDS;
   private readonly headers: Record<string, string>;
   private readonly fetch: typeof fetch;
   private readonly onRetry: ClientOptions["onRetry"];
@@ -336,6 +353,41 @@ export class Client {
 
   getJob(id: number): Promise<Job> {
     return this.send({ operation: "getJob", method: "GET", path: jobPath(id), safety: Safety.Repeatable, parse: asJob });
+  }
+
+  /**
+   * The job once it has finished (completed, failed or cancelled: look at `status`, `result`,
+   * `last_error`). The server holds each request until the job finishes (up to `waitChunkSeconds`, holding
+   * no database connection) and answers as it does: no polling. Throws WaitTimeout, with the job as it was,
+   * when `timeoutSeconds` pass first.
+   */
+  async wait(id: number, options: WaitOptions = {}): Promise<Job> {
+    const deadline = options.timeoutSeconds === undefined ? undefined : Date.now() + options.timeoutSeconds * 1000;
+    for (;;) {
+      const left = deadline === undefined ? this.waitChunkSeconds : Math.max(0, (deadline - Date.now()) / 1000);
+      const waitSeconds = Math.min(this.waitChunkSeconds, left);
+      const job = await this.send({
+        operation: "getJob",
+        method: "GET",
+        path: waitSeconds > 0 ? `${jobPath(id)}?wait_seconds=${waitSeconds}` : jobPath(id),
+        safety: Safety.Repeatable,
+        parse: asJob,
+        longPoll: waitSeconds,
+        signal: options.signal,
+      });
+      if (finished(job)) return job;
+      if (deadline !== undefined && Date.now() >= deadline) throw new WaitTimeout(job);
+    }
+  }
+
+  /**
+   * enqueue() then wait(): the job once a worker has finished it. With an `idempotencyKey`, calling this
+   * again after a failure waits for the same job rather than making a second one.
+   */
+  async enqueueAndWait(queue: string, payload: unknown, options: Omit<NewJob, "payload"> & WaitOptions = {}): Promise<Job> {
+    const { timeoutSeconds, signal, ...job } = options;
+    const enqueued = await this.enqueue(queue, payload, job);
+    return this.wait(enqueued.id, { timeoutSeconds, signal });
   }
 
   /** `GET /queues/{queue}/stats`. */

@@ -2,6 +2,7 @@
 //
 // JobqError                          every failure of a call: status, type, title, detail, problem
 //  +-- TransportError                no answer at all (connection refused or reset, timeout), after retries
+//  +-- WaitTimeout                   wait()/enqueueAndWait(): the job had not finished in time (`.job`)
 //  +-- BadRequest              400   malformed-request
 //  +-- Unauthorized            401   unauthorized           missing or unknown API key
 //  +-- Forbidden               403   forbidden              the key may not do this
@@ -75,6 +76,16 @@ export class JobqError extends Error {
 
 /** No answer from the server (connection refused or reset, timeout); the retries, if any, ran out. */
 export class TransportError extends JobqError {}
+
+/** The job had not finished when the wait's timeout passed; `.job` is the job as it was then. */
+export class WaitTimeout extends JobqError {
+  readonly job: components["schemas"]["Job"];
+
+  constructor(job: components["schemas"]["Job"]) {
+    super(`job ${job.id} is still ${job.status} after the wait's timeout`);
+    this.job = job;
+  }
+}
 
 export class BadRequest extends JobqError {
   static override readonly statusCode = 400;

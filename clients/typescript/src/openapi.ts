@@ -46,8 +46,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Get a job
-         * @description Any key with a job scope (produce, consume or admin) may read the jobs of the queues it may use; other jobs are 404. A key with only the `metrics` scope gets 403.
+         * Get a job, or wait for its result
+         * @description Any key with a job scope (produce, consume or admin) may read the jobs of the queues it may use; other jobs are 404. A key with only the `metrics` scope gets 403. With `wait_seconds`, the answer comes as soon as the job is finished (`completed`, `failed` or `cancelled`, with its `result` or `last_error`), or at the deadline with the job as it is then: 200 either way, so look at `status`. A waiting request holds no database connection; waits count against JOBQ_MAX_WAITERS with waiting claims (429 past it).
          */
         get: operations["getJob"];
         put?: never;
@@ -376,6 +376,88 @@ export interface paths {
         get: operations["readyz"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every schedule, with its next run
+         * @description With a key limited to some queues, the schedules of those queues only.
+         */
+        get: operations["listSchedules"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get a schedule and its next run */
+        get: operations["getSchedule"];
+        /**
+         * Create or replace a schedule
+         * @description Creates the schedule (201) or replaces it (200). From then on, each tick of `cron` in `timezone`, by the database clock, enqueues one job with `payload`, `priority` and `max_attempts` on `queue`, whatever the number of replicas; the job shows `schedule` and `scheduled_for` (the tick). Replacing keeps the next tick when `cron` and `timezone` are unchanged (applying the same definition again neither skips nor repeats a tick), and keeps the paused state unless `paused` is given. A bad `cron` or `timezone` is 422 with what is wrong.
+         */
+        put: operations["putSchedule"];
+        post?: never;
+        /**
+         * Delete a schedule
+         * @description No more jobs are enqueued for it; the jobs it made stay as they are.
+         */
+        delete: operations["deleteSchedule"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{name}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Pause a schedule: no jobs until it is resumed */
+        post: operations["pauseSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/schedules/{name}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused schedule from its next tick after now
+         * @description The ticks that came while it was paused are not enqueued. Resuming a running schedule changes nothing.
+         */
+        post: operations["resumeSchedule"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1000,6 +1082,8 @@ export interface components {
          *       "queue": "emails",
          *       "result": null,
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "schedule": null,
+         *       "scheduled_for": null,
          *       "status": "pending",
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
@@ -1025,8 +1109,36 @@ export interface components {
          *         "message_id": "abc"
          *       },
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "schedule": null,
+         *       "scheduled_for": null,
          *       "status": "completed",
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *       "worker": "mailer-1"
+         *     }
+         * @example {
+         *       "attempts": 1,
+         *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
+         *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "finished_at": "2026-11-29T12:00:01.5+00:00",
+         *       "group": "customer-1042",
+         *       "id": 77,
+         *       "idempotency_key": null,
+         *       "last_error": null,
+         *       "lease_expires_at": null,
+         *       "max_attempts": 5,
+         *       "payload": {
+         *         "report": "daily"
+         *       },
+         *       "priority": 0,
+         *       "queue": "reports",
+         *       "result": {
+         *         "rows": 1520
+         *       },
+         *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "schedule": "daily-report",
+         *       "scheduled_for": "2026-11-29T06:00:00+00:00",
+         *       "status": "completed",
+         *       "traceparent": null,
          *       "worker": "mailer-1"
          *     }
          */
@@ -1080,6 +1192,16 @@ export interface components {
              * @description Earliest time the job may be claimed (next retry when pending).
              */
             run_at: string;
+            /**
+             * Schedule
+             * @description The schedule that enqueued this job; null for other jobs.
+             */
+            schedule: string | null;
+            /**
+             * Scheduled For
+             * @description The schedule's tick this job stands for (its cron time); null for other jobs.
+             */
+            scheduled_for: string | null;
             status: components["schemas"]["Status"];
             /**
              * Traceparent
@@ -1115,6 +1237,8 @@ export interface components {
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "schedule": null,
+         *           "scheduled_for": null,
          *           "status": "pending",
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
@@ -1138,6 +1262,8 @@ export interface components {
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "schedule": null,
+         *           "scheduled_for": null,
          *           "status": "pending",
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
@@ -1172,6 +1298,8 @@ export interface components {
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "schedule": null,
+         *           "scheduled_for": null,
          *           "status": "pending",
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
@@ -1793,6 +1921,187 @@ export interface components {
             failed?: number | null;
         };
         /**
+         * Schedule
+         * @example {
+         *       "created_at": "2026-11-01T09:12:00.5+00:00",
+         *       "cron": "0 7 * * MON-FRI",
+         *       "last_run_at": "2026-11-27T06:00:00+00:00",
+         *       "max_attempts": 3,
+         *       "missed": "skip",
+         *       "name": "daily-report",
+         *       "next_run_at": "2026-11-30T06:00:00+00:00",
+         *       "paused": false,
+         *       "payload": {
+         *         "report": "daily"
+         *       },
+         *       "priority": null,
+         *       "queue": "reports",
+         *       "timezone": "Europe/Paris",
+         *       "updated_at": "2026-11-01T09:12:00.5+00:00"
+         *     }
+         * @example {
+         *       "created_at": "2026-11-01T09:12:00.5+00:00",
+         *       "cron": "0 7 * * MON-FRI",
+         *       "last_run_at": "2026-11-27T06:00:00+00:00",
+         *       "max_attempts": 3,
+         *       "missed": "skip",
+         *       "name": "daily-report",
+         *       "next_run_at": null,
+         *       "paused": true,
+         *       "payload": {
+         *         "report": "daily"
+         *       },
+         *       "priority": null,
+         *       "queue": "reports",
+         *       "timezone": "Europe/Paris",
+         *       "updated_at": "2026-11-01T09:12:00.5+00:00"
+         *     }
+         */
+        Schedule: {
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Cron */
+            cron: string;
+            /**
+             * Last Run At
+             * @description The latest tick that enqueued a job; null before the first.
+             */
+            last_run_at: string | null;
+            /**
+             * Max Attempts
+             * @description Each job's max_attempts; null: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made.
+             */
+            max_attempts: number | null;
+            /**
+             * Missed
+             * @enum {string}
+             */
+            missed: "skip" | "catch_up";
+            /** Name */
+            name: string;
+            /**
+             * Next Run At
+             * @description When the next job will be enqueued (the next tick); null while paused, or when the expression fires no more.
+             */
+            next_run_at: string | null;
+            /**
+             * Paused
+             * @description A paused schedule enqueues nothing; resume skips the ticks of the pause.
+             */
+            paused: boolean;
+            /** Payload */
+            payload: components["schemas"]["JsonValue"];
+            /**
+             * Priority
+             * @description Each job's priority; null: the default (0).
+             */
+            priority: number | null;
+            /** Queue */
+            queue: string;
+            /** Timezone */
+            timezone: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+        };
+        /**
+         * ScheduleList
+         * @example {
+         *       "schedules": [
+         *         {
+         *           "created_at": "2026-11-01T09:12:00.5+00:00",
+         *           "cron": "0 7 * * MON-FRI",
+         *           "last_run_at": "2026-11-27T06:00:00+00:00",
+         *           "max_attempts": 3,
+         *           "missed": "skip",
+         *           "name": "daily-report",
+         *           "next_run_at": "2026-11-30T06:00:00+00:00",
+         *           "paused": false,
+         *           "payload": {
+         *             "report": "daily"
+         *           },
+         *           "priority": null,
+         *           "queue": "reports",
+         *           "timezone": "Europe/Paris",
+         *           "updated_at": "2026-11-01T09:12:00.5+00:00"
+         *         }
+         *       ]
+         *     }
+         */
+        ScheduleList: {
+            /**
+             * Schedules
+             * @description By name.
+             */
+            schedules: components["schemas"]["Schedule"][];
+        };
+        /**
+         * ScheduleRequest
+         * @example {
+         *       "cron": "0 7 * * MON-FRI",
+         *       "payload": {
+         *         "report": "daily"
+         *       },
+         *       "queue": "reports",
+         *       "timezone": "Europe/Paris"
+         *     }
+         * @example {
+         *       "cron": "*\/10 * * * * *",
+         *       "max_attempts": 1,
+         *       "missed": "catch_up",
+         *       "payload": null,
+         *       "queue": "metrics"
+         *     }
+         */
+        ScheduleRequest: {
+            /**
+             * Cron
+             * @description 5 fields (minute hour day-of-month month day-of-week), or 6 with the second first: `*`, `N`, `A-B`, `*\/S`, `A-B/S`, lists with commas, JAN-DEC and SUN-SAT; @hourly, @daily, @weekly, @monthly, @yearly. When both day fields are restricted, a day matching either runs (as in Vixie cron).
+             */
+            cron: string;
+            /**
+             * Max Attempts
+             * @description Each job's max_attempts; left out: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made.
+             */
+            max_attempts?: number;
+            /**
+             * Missed
+             * @description Ticks found more than JOBQ_SCHEDULE_GRACE_SECONDS late (no replica was running): `skip` (default) enqueues none of them, `catch_up` enqueues one job for the latest of them. Default: "skip".
+             * @enum {string}
+             */
+            missed?: "skip" | "catch_up";
+            /**
+             * Paused
+             * @description Create or replace it paused (true) or running (false); left out: a new schedule runs, a replaced one keeps its state.
+             */
+            paused?: boolean;
+            /**
+             * Payload
+             * @description The payload of each job; any JSON value.
+             */
+            payload: components["schemas"]["JsonValue"];
+            /**
+             * Priority
+             * @description Each job's priority; default 0.
+             */
+            priority?: number;
+            /**
+             * Queue
+             * @description Where each tick's job goes.
+             */
+            queue: string;
+            /**
+             * Timezone
+             * @description IANA time zone of the cron's wall-clock times (default UTC). Across DST changes each local time runs once: a time the clocks skip runs when the gap ends, a repeated time at its first occurrence.
+             */
+            timezone?: string;
+        };
+        /**
          * Status
          * @enum {string}
          */
@@ -2071,7 +2380,10 @@ export interface operations {
     };
     getJob: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Wait up to this long for the job to finish (max JOBQ_WAIT_MAX_SECONDS); 0 answers at once. */
+                wait_seconds?: number;
+            };
             header?: never;
             path: {
                 /** @description Job id. */
@@ -2107,6 +2419,8 @@ export interface operations {
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "schedule": null,
+                     *       "scheduled_for": null,
                      *       "status": "pending",
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
@@ -2145,6 +2459,17 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too many long-polls waiting: retry after Retry-After. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -2211,6 +2536,8 @@ export interface operations {
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "schedule": null,
+                     *       "scheduled_for": null,
                      *       "status": "pending",
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
@@ -2354,6 +2681,8 @@ export interface operations {
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "schedule": null,
+                     *       "scheduled_for": null,
                      *       "status": "pending",
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
@@ -2496,6 +2825,8 @@ export interface operations {
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "schedule": null,
+                     *       "scheduled_for": null,
                      *       "status": "pending",
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
@@ -2758,6 +3089,8 @@ export interface operations {
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "schedule": null,
+                     *       "scheduled_for": null,
                      *       "status": "pending",
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
@@ -2889,6 +3222,8 @@ export interface operations {
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "schedule": null,
+                     *       "scheduled_for": null,
                      *       "status": "pending",
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
@@ -3475,6 +3810,8 @@ export interface operations {
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "schedule": null,
+                     *           "scheduled_for": null,
                      *           "status": "pending",
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
@@ -3578,6 +3915,8 @@ export interface operations {
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "schedule": null,
+                     *       "scheduled_for": null,
                      *       "status": "pending",
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
@@ -3612,6 +3951,8 @@ export interface operations {
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "schedule": null,
+                     *       "scheduled_for": null,
                      *       "status": "pending",
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
@@ -3748,6 +4089,8 @@ export interface operations {
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "schedule": null,
+                     *           "scheduled_for": null,
                      *           "status": "pending",
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
@@ -3771,6 +4114,8 @@ export interface operations {
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "schedule": null,
+                     *           "scheduled_for": null,
                      *           "status": "pending",
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
@@ -4252,6 +4597,580 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["Readiness"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listSchedules: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "schedules": [
+                     *         {
+                     *           "created_at": "2026-11-01T09:12:00.5+00:00",
+                     *           "cron": "0 7 * * MON-FRI",
+                     *           "last_run_at": "2026-11-27T06:00:00+00:00",
+                     *           "max_attempts": 3,
+                     *           "missed": "skip",
+                     *           "name": "daily-report",
+                     *           "next_run_at": "2026-11-30T06:00:00+00:00",
+                     *           "paused": false,
+                     *           "payload": {
+                     *             "report": "daily"
+                     *           },
+                     *           "priority": null,
+                     *           "queue": "reports",
+                     *           "timezone": "Europe/Paris",
+                     *           "updated_at": "2026-11-01T09:12:00.5+00:00"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ScheduleList"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule's name: `[A-Za-z0-9_.:-]{1,128}`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "created_at": "2026-11-01T09:12:00.5+00:00",
+                     *       "cron": "0 7 * * MON-FRI",
+                     *       "last_run_at": "2026-11-27T06:00:00+00:00",
+                     *       "max_attempts": 3,
+                     *       "missed": "skip",
+                     *       "name": "daily-report",
+                     *       "next_run_at": "2026-11-30T06:00:00+00:00",
+                     *       "paused": false,
+                     *       "payload": {
+                     *         "report": "daily"
+                     *       },
+                     *       "priority": null,
+                     *       "queue": "reports",
+                     *       "timezone": "Europe/Paris",
+                     *       "updated_at": "2026-11-01T09:12:00.5+00:00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job (or none that this key may see). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    putSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule's name: `[A-Za-z0-9_.:-]{1,128}`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "cron": "0 7 * * MON-FRI",
+                 *       "payload": {
+                 *         "report": "daily"
+                 *       },
+                 *       "queue": "reports",
+                 *       "timezone": "Europe/Paris"
+                 *     }
+                 */
+                "application/json": components["schemas"]["ScheduleRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "created_at": "2026-11-01T09:12:00.5+00:00",
+                     *       "cron": "0 7 * * MON-FRI",
+                     *       "last_run_at": "2026-11-27T06:00:00+00:00",
+                     *       "max_attempts": 3,
+                     *       "missed": "skip",
+                     *       "name": "daily-report",
+                     *       "next_run_at": "2026-11-30T06:00:00+00:00",
+                     *       "paused": false,
+                     *       "payload": {
+                     *         "report": "daily"
+                     *       },
+                     *       "priority": null,
+                     *       "queue": "reports",
+                     *       "timezone": "Europe/Paris",
+                     *       "updated_at": "2026-11-01T09:12:00.5+00:00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description Created. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "created_at": "2026-11-01T09:12:00.5+00:00",
+                     *       "cron": "0 7 * * MON-FRI",
+                     *       "last_run_at": "2026-11-27T06:00:00+00:00",
+                     *       "max_attempts": 3,
+                     *       "missed": "skip",
+                     *       "name": "daily-report",
+                     *       "next_run_at": "2026-11-30T06:00:00+00:00",
+                     *       "paused": false,
+                     *       "payload": {
+                     *         "report": "daily"
+                     *       },
+                     *       "priority": null,
+                     *       "queue": "reports",
+                     *       "timezone": "Europe/Paris",
+                     *       "updated_at": "2026-11-01T09:12:00.5+00:00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description Body is not valid JSON. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body larger than the server accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule's name: `[A-Za-z0-9_.:-]{1,128}`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job (or none that this key may see). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    pauseSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule's name: `[A-Za-z0-9_.:-]{1,128}`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "created_at": "2026-11-01T09:12:00.5+00:00",
+                     *       "cron": "0 7 * * MON-FRI",
+                     *       "last_run_at": "2026-11-27T06:00:00+00:00",
+                     *       "max_attempts": 3,
+                     *       "missed": "skip",
+                     *       "name": "daily-report",
+                     *       "next_run_at": "2026-11-30T06:00:00+00:00",
+                     *       "paused": false,
+                     *       "payload": {
+                     *         "report": "daily"
+                     *       },
+                     *       "priority": null,
+                     *       "queue": "reports",
+                     *       "timezone": "Europe/Paris",
+                     *       "updated_at": "2026-11-01T09:12:00.5+00:00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job (or none that this key may see). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    resumeSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The schedule's name: `[A-Za-z0-9_.:-]{1,128}`. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "created_at": "2026-11-01T09:12:00.5+00:00",
+                     *       "cron": "0 7 * * MON-FRI",
+                     *       "last_run_at": "2026-11-27T06:00:00+00:00",
+                     *       "max_attempts": 3,
+                     *       "missed": "skip",
+                     *       "name": "daily-report",
+                     *       "next_run_at": "2026-11-30T06:00:00+00:00",
+                     *       "paused": false,
+                     *       "payload": {
+                     *         "report": "daily"
+                     *       },
+                     *       "priority": null,
+                     *       "queue": "reports",
+                     *       "timezone": "Europe/Paris",
+                     *       "updated_at": "2026-11-01T09:12:00.5+00:00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job (or none that this key may see). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */

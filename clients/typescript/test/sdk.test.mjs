@@ -18,7 +18,9 @@ import {
   ServiceUnavailable,
   TransportError,
   ValidationError,
+  WaitTimeout,
   Worker,
+  finished,
 } from "../dist/index.js";
 
 const URL = process.env.JOBQ_URL ?? "http://127.0.0.1:8000";
@@ -109,6 +111,30 @@ describe("Client against jobq", () => {
     await fetch(`${URL}/jobs/${claim.id}/cancel`, { method: "POST" });
     await assert.rejects(jobq.complete(claim.id, claim.claim_token), JobCancelled);
     await assert.rejects(jobq.enqueue(q, Number.NaN), TypeError); // strict JSON, refused before sending
+  });
+
+  test("enqueueAndWait answers with the job once a worker finished it; wait gives up after its timeout", async () => {
+    const q = queueName("wait");
+    const waiting = jobq.enqueueAndWait(q, { n: 21 }, { timeoutSeconds: 60, idempotencyKey: "ask-1" });
+    let claim;
+    while (!claim) [claim] = await jobq.claim(q, "ts-test", { waitSeconds: 1 });
+    await jobq.complete(claim.id, claim.claim_token, { n: 42 });
+    const done = await waiting;
+    assert.equal(done.id, claim.id);
+    assert.equal(done.status, "completed");
+    assert.deepEqual(done.result, { n: 42 });
+    assert.ok(finished(done));
+    assert.equal((await jobq.wait(done.id)).status, "completed"); // finished already: at once
+
+    const { client, requests } = recording();
+    client.waitChunkSeconds = 0.2;
+    const idle = await client.enqueue(q + "-idle", "nobody works here");
+    const timedOut = await client.wait(idle.id, { timeoutSeconds: 0.7 }).catch((e) => e);
+    assert.ok(timedOut instanceof WaitTimeout, timedOut);
+    assert.equal(timedOut.job.id, idle.id);
+    assert.equal(timedOut.job.status, "pending");
+    assert.ok(requests.filter(([method]) => method === "GET").length >= 3, "several server waits");
+    await assert.rejects(jobq.wait(2 ** 52, { timeoutSeconds: 5 }), JobNotFound);
   });
 });
 
