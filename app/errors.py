@@ -3,6 +3,7 @@
 AppError
  +-- BadRequest              400 malformed-request   body is not JSON / not decodable
  +-- ValidationFailed        422 validation-error    JSON that breaks the contract (with `errors`)
+ +-- SearchTooBroad          422 search-too-broad    a search that did not finish in its time limit
  +-- UnsupportedMediaType    415 unsupported-media-type
  +-- PayloadTooLarge         413 payload-too-large
  +-- Unauthorized            401 unauthorized        no API key, or one that is unknown, revoked or malformed
@@ -17,6 +18,7 @@ AppError
  |    +-- InvalidState       409 invalid-state       the job is not in a state that allows the action
  +-- TooManyWaiters          429 too-many-waiters    long-poll cap reached (Retry-After)
  +-- DatabaseUnavailable     503 database-unavailable (Retry-After)
+ |    +-- StatementTimeout   503 database-unavailable  a statement ran past its statement_timeout
  +-- ShuttingDown            503 shutting-down       (Retry-After)
  +-- NotReady                503 not-ready           migrations pending (readyz)
  +-- InternalError           500 internal-error
@@ -80,6 +82,13 @@ class ValidationFailed(AppError):
     """The request does not match the API contract; see `errors`."""
 
     status, slug, title = 422, "validation-error", "Validation failed"
+
+
+class SearchTooBroad(AppError):
+    """The search did not finish within its time limit: narrow it (a queue and a status, or a more specific
+    filter)."""
+
+    status, slug, title = 422, "search-too-broad", "Search too broad"
 
 
 class UnsupportedMediaType(AppError):
@@ -180,6 +189,10 @@ class DatabaseUnavailable(AppError):
     """The database cannot be reached right now; retry after a pause."""
 
     status, slug, title, retry_after = 503, "database-unavailable", "Database unavailable", 2
+
+
+class StatementTimeout(DatabaseUnavailable):
+    """The database did not answer within the statement timeout; retry after a pause."""
 
 
 class ShuttingDown(AppError):

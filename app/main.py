@@ -23,10 +23,12 @@ from app.auth.middleware import Authenticate, Authenticator
 from app.auth.policy import OPEN_OPERATIONS
 from app.core.dispatcher import ClaimDispatcher
 from app.core.flow import QueueConfigs
+from app.core.history import HistoryService
 from app.core.jobs import JobService
 from app.core.operations import OpsService
 from app.core.results import ResultWaiters
 from app.core.schedules import ScheduleService
+from app.core.search import SearchService
 from app.core.wakeups import Wakeups
 from app.db import keys as store_keys
 from app.db import migrate
@@ -34,11 +36,13 @@ from app.db.pool import Database
 from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
 from app.http.dashboard import add_dashboard_routes
 from app.http.fastpath import FastPath, RequestGuard
+from app.http.history import add_history_routes
 from app.http.jobs import JobqRoute, _problems, add_routes, install_error_handlers
 from app.http.openapi import customise_openapi
 from app.http.operations import add_operator_routes
 from app.http.responses import json_response, problem_response
 from app.http.schedules import add_schedule_routes
+from app.http.search import add_search_routes
 from app.maintenance.base import Supervisor
 from app.maintenance.gauges import Gauges
 from app.maintenance.keys import KeyUse
@@ -46,6 +50,7 @@ from app.maintenance.listener import WakeupListener
 from app.maintenance.poll import FallbackPoll
 from app.maintenance.rescuer import LeaseRescuer
 from app.maintenance.retention import Retention
+from app.maintenance.samples import BacklogSampler
 from app.maintenance.scheduler import Scheduler
 from app.maintenance.stats import StatsFlush
 from app.maintenance.vacuum import Vacuum
@@ -114,6 +119,8 @@ def create_app(settings: Settings | None = None, *, tracer_provider: Any = None)
     api.state.job_context = tracing.job_context if tracing is not None else incoming_traceparent
     add_routes(api, build_contract(settings))
     add_operator_routes(api)
+    add_history_routes(api)
+    add_search_routes(api)
     add_schedule_routes(api)
     add_dashboard_routes(api)
 
@@ -261,6 +268,7 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
             Retention(settings, db, metrics),
             Vacuum(settings, db, metrics),
             Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds),
+            BacklogSampler(db, metrics),
             StatsFlush(metrics, db),
             KeyUse(keys, metrics),
         ]
@@ -273,6 +281,8 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     api.state.jobs = jobs
     api.state.ops = OpsService(settings, db, metrics, wakeups, configs)
     api.state.configs = configs
+    api.state.history = HistoryService(db)
+    api.state.search = SearchService(settings, db, metrics, wakeups)
     api.state.schedules = ScheduleService(settings, db, scheduler.poke)
     api.state.keys = keys
     async with db.connection() as conn:

@@ -137,6 +137,16 @@ class Settings(BaseSettings):
     gauges_interval_seconds: float = Field(
         15.0, ge=1, le=3600, description="How often queue depth gauges for /metrics are refreshed."
     )
+    search_scan_rows: int = Field(
+        10_000,
+        ge=100,
+        le=1_000_000,
+        description="Most jobs one page of a search (and one bulk action by filter) examines; past it the page "
+        "stops and says where to go on.",
+    )
+    search_timeout_ms: int = Field(
+        5_000, ge=100, le=3_600_000, description="statement_timeout of a search; past it -> 422 search-too-broad."
+    )
     access_log: bool = Field(True, description="Write one line per request.")
     log_format: Literal["auto", "json", "text"] = Field(
         "auto",

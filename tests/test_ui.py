@@ -6,7 +6,10 @@ from __future__ import annotations
 import http.client
 import os
 import re
+import struct
+import zlib
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +307,173 @@ def test_dashboard_asks_for_a_key_when_auth_is_on(browser: Any, server_factory, 
     expect(page.locator("#login")).to_be_visible()
     assert page.evaluate("sessionStorage.getItem('jobq.apiKey')") is None
     tab.close()
+
+
+# --- charts, search, bulk actions, enqueue -----------------------------------------------------------------
+
+
+def png_pixels(data: bytes) -> list[tuple[int, int, int]]:
+    """The RGB pixels of a PNG as Chromium writes screenshots (8-bit RGB or RGBA, not interlaced)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat += body
+    width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert (depth, interlace) == (8, 0) and color in (2, 6), (depth, color, interlace)
+    bpp = 3 if color == 2 else 4
+    raw, stride = zlib.decompress(idat), width * bpp
+    prev, pixels = bytearray(stride), []
+    for y in range(height):
+        start = y * (stride + 1)
+        kind, line = raw[start], bytearray(raw[start + 1 : start + 1 + stride])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        pixels += [(line[i], line[i + 1], line[i + 2]) for i in range(0, stride, bpp)]
+        prev = line
+    return pixels
+
+
+def near(pixel: tuple[int, int, int], colour: tuple[int, int, int]) -> bool:
+    return sum(abs(a - b) for a, b in zip(pixel, colour, strict=True)) < 60
+
+
+COMPLETED_GREEN = (0x2E, 0x8B, 0x57)  # --completed in app.css
+
+
+def vertices(path_d: str | None) -> int:
+    """Points of a chart line: each vertex is an M (a run starts) or an L (it goes on)."""
+    return len(re.findall(r"[ML]", path_d or ""))
+
+
+@pytest.mark.slow  # a real browser: charts are drawn by the page's script, so only a browser can check them
+def test_dashboard_charts_draw_the_history_in_a_browser(
+    browser: Any, server: LiveServer, db: psycopg.Connection
+) -> None:
+    from playwright.sync_api import expect
+
+    server.enqueue("charted", {"n": 1})
+    now = db.execute("SELECT date_trunc('minute', now())").fetchone()[0]  # type: ignore[index]
+    completions = [now - timedelta(minutes=m) for m in (50, 40, 30, 20, 10)]  # a known series: five minutes
+    for i, minute in enumerate(completions):
+        durations = [0] * 19
+        durations[4 + i % 3] = 20 + 10 * i
+        db.execute(
+            "INSERT INTO queue_stats (queue_name, minute, completed, durations_ms, duration_max_ms)"
+            " VALUES ('charted', %s, %s, %s, 1000)",
+            (minute, 20 + 10 * i, durations),
+        )
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    # The overview: a sparkline per queue, a vertex per minute of the last hour.
+    spark = page.locator('#queues tr[data-queue="charted"] svg.sparkline path[data-series="completed"]')
+    expect(spark).to_have_count(1)
+    assert vertices(spark.get_attribute("d")) == 60
+    expect(page.locator("#chart-throughput")).to_be_visible()  # every queue's history
+
+    page.locator('#queues tr[data-queue="charted"]').get_by_role("link", name="charted").click()
+    throughput = page.locator("#chart-throughput")
+    p95 = page.locator('#chart-durations path[data-series="p95_ms"]')
+    expect(p95).to_have_attribute("d", re.compile(r"M"))
+    assert vertices(p95.get_attribute("d")) == 5  # one per minute with completions, gaps elsewhere
+    completed = throughput.locator('path[data-series="completed"]')
+    assert vertices(completed.get_attribute("d")) == 60
+
+    # Not blank: the completed line is drawn in its colour.
+    pixels = png_pixels(throughput.screenshot())
+    assert sum(near(p, COMPLETED_GREEN) for p in pixels) >= 50
+    assert len(set(pixels)) > 5
+
+    # Hovering shows a bucket's values; a week is drawn by the hour.
+    box = throughput.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    expect(page.locator('[data-chart="throughput"] .when')).not_to_have_text("latest")
+    page.get_by_role("button", name="last week").click()
+    expect(throughput).to_have_attribute("data-buckets", "168")
+    assert vertices(page.locator('#chart-throughput path[data-series="completed"]').get_attribute("d")) == 168
+    tab.close()
+
+
+@pytest.mark.slow  # a real browser: selection, confirmation and forms live in the page's script
+def test_dashboard_searches_acts_in_bulk_and_enqueues_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    dead = []
+    for n in range(3):
+        server.enqueue("reports", {"batch": 7, "n": n}, max_attempts=1)
+        dead.append(fail_for_good(server, "reports", f"timeout {XSS}"))
+    other = server.enqueue("reports", {"batch": 8}, max_attempts=1)
+    assert fail_for_good(server, "reports", "timeout") == other["id"]
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    page.get_by_role("link", name="Search", exact=True).click()
+    page.get_by_label("Payload contains (JSON)").fill('{"batch": 7}')
+    page.get_by_label("Status").select_option("failed")
+    page.get_by_role("button", name="Search", exact=True).click()
+    results = page.locator("#search-results tbody tr")
+    expect(results).to_have_count(3)
+    expect(page.locator("#search-summary")).to_contain_text("3 jobs found")
+    expect(results.first).to_contain_text(f"timeout {XSS}")  # as text
+    assert page.locator("img").count() == 0
+
+    page.get_by_label("Select every job on this page").check()
+    expect(page.locator("#search-results-selected")).to_have_text("3 jobs selected")
+    page.get_by_role("button", name="Retry selected…").click()
+    expect(page.locator("#confirm")).to_contain_text("3 jobs would be retried.")
+    assert server.job(dead[0])["status"] == "failed"  # the dry run moved nothing
+    page.get_by_role("button", name="Retry 3 jobs").click()
+    expect(page.locator("#banner")).to_contain_text("3 jobs retried.")
+    assert [server.job(i)["status"] for i in dead] == ["pending"] * 3
+    assert server.job(other["id"])["status"] == "failed"
+    expect(page.locator("#search-summary")).to_contain_text("0 jobs found")  # the search ran again: none failed
+
+    # Enqueue from the dashboard: a payload with a typo is pointed out before anything is sent.
+    page.get_by_role("link", name="Queues", exact=True).click()
+    page.get_by_role("button", name="Enqueue a job…").click()
+    page.get_by_label("Queue", exact=True).fill("made-here")
+    page.get_by_label("Payload (JSON)").fill('{"hello": ')
+    page.get_by_role("button", name="Enqueue", exact=True).click()
+    expect(page.locator("#banner")).to_contain_text("The payload is not valid JSON")
+    page.get_by_label("Payload (JSON)").fill(f'{{"hello": "{XSS}"}}')
+    page.get_by_label("Priority").fill("5")
+    page.get_by_label("Delay (seconds)").fill("60")
+    page.get_by_role("button", name="Enqueue", exact=True).click()
+    expect(page.locator("#banner")).to_contain_text("enqueued on made-here")
+    made = server.client.post("/jobs/search", json={"queue": "made-here"}).json()["jobs"]
+    assert [(j["payload"], j["priority"], j["status"]) for j in made] == [({"hello": XSS}, 5, "pending")]
+    assert server.client.get("/queues/made-here/stats").json()["counts"]["scheduled"] == 1  # the delay held
+
+    # Select on a queue's page and cancel: the retried jobs are pending again.
+    page.locator('#queues tr[data-queue="reports"]').get_by_role("link", name="reports").click()
+    page.get_by_role("button", name="pending", exact=True).click()
+    rows = page.locator("#job-list tbody tr")
+    expect(rows).to_have_count(3)
+    rows.nth(0).get_by_role("checkbox").check()
+    rows.nth(1).get_by_role("checkbox").check()
+    page.get_by_role("button", name="Cancel selected…").click()
+    page.get_by_role("button", name="Cancel 2 jobs").click()
+    expect(page.locator("#banner")).to_contain_text("2 jobs cancelled.")
+    expect(rows).to_have_count(1)
+    assert sorted(server.job(i)["status"] for i in dead) == ["cancelled", "cancelled", "pending"]
 
 
 # --- schedules ---------------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ class BadCursor(ValueError):
     """Not a cursor of this listing."""
 
 
-# The sort keys a cursor carries, per listing (app/db/operations.py SORT_KEYS): smallint priority,
+# The sort keys a cursor carries, per listing (app/db/operations.py LISTINGS): smallint priority,
 # bigint id, timestamps as RFC 3339 text.
 _SMALLINT, _BIGINT, _TIME = (-(2**15), 2**15 - 1), (-(2**63), 2**63 - 1), "time"
 _CURSOR_KEYS: dict[str | None, tuple[Any, ...]] = {

@@ -5,6 +5,7 @@ into an impossible state, and keeps queue_counts exact in the same statement."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ import psycopg
 
 from app.auth.policy import queue_allowed
 from app.db.flow import RUNNING_C
-from app.db.jobs import JOB_COLUMNS, as_json, count_finished, job_get
+from app.db.jobs import JOB_COLUMNS, as_json, count_finished, job_columns, job_get
 from app.db.rows import GroupRow, JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
 
 # --- statistics -------------------------------------------------------------------------------------------
@@ -29,6 +30,9 @@ FROM json_to_recordset(%(rows)s::json) AS t(queue_name text, minute timestamptz,
      completed bigint, failed bigint, retried bigint, lease_expired bigint, cancelled bigint, released bigint,
      empty_claims bigint, duration_max_ms float8, durations_ms bigint[], held_concurrency bigint,
      held_rate bigint, held_group_concurrency bigint, held_group_rate bigint, held_ordered bigint)
+-- Rows in one global order, as the backlog sample (app/db/history.py) takes them: flushes of several
+-- replicas, and a flush beside a sample, update the same rows without waiting on each other in a cycle.
+ORDER BY queue_name COLLATE "C", minute
 ON CONFLICT (queue_name, minute) DO UPDATE SET
   held_concurrency = s.held_concurrency + EXCLUDED.held_concurrency,
   held_rate = s.held_rate + EXCLUDED.held_rate,
@@ -187,68 +191,70 @@ async def queues_list(conn: psycopg.AsyncConnection[Any]) -> list[QueueRow]:
 # --- listing (keyset pagination: a cursor, never an offset) ------------------------------------------------
 
 # Each status is listed in the order its own index keeps, so every page is an index range scan and a
-# page never shifts when jobs are inserted or change state elsewhere in the list.
-JOBS_LIST_PENDING = f"""
-SELECT {JOB_COLUMNS} FROM jobs j
-WHERE j.queue_name = %(queue)s AND j.status = 'pending'
+# page never shifts when jobs are inserted or change state elsewhere in the list. A listing is its WHERE
+# (the cursor's keyset condition included) and its ORDER BY; search (app/db/search.py) walks the same.
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    where: str
+    order: str
+    keys: tuple[str, ...]  # the sort key, in order: a page's cursor holds the last row's (JobRow fields)
+
+
+LISTINGS: dict[str | None, Listing] = {
+    "pending": Listing(
+        """j.queue_name = %(queue)s AND j.status = 'pending'
   AND (%(after)s::boolean IS NOT TRUE
        OR j.priority < %(k1)s::int
-       OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint)))
-ORDER BY j.priority DESC, j.run_at, j.id
-LIMIT %(limit)s
-"""
+       OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint)))""",
+        "j.priority DESC, j.run_at, j.id",
+        ("priority", "run_at", "id"),
+    ),
+    "running": Listing(
+        """j.queue_name = %(queue)s AND j.status = 'running'
+  AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint))""",
+        "j.lease_expires_at, j.id",
+        ("lease_expires_at", "id"),
+    ),
+    **{
+        status: Listing(
+            """j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))""",
+            "j.finished_at DESC, j.id DESC",
+            ("finished_at", "id"),
+        )
+        for status in ("completed", "failed", "cancelled")
+    },
+    None: Listing(
+        "j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)",
+        "j.id DESC",
+        ("id",),
+    ),
+}
 
-JOBS_LIST_RUNNING = f"""
+
+JOBS_LIST = {
+    status: f"""
 SELECT {JOB_COLUMNS} FROM jobs j
-WHERE j.queue_name = %(queue)s AND j.status = 'running'
-  AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint))
-ORDER BY j.lease_expires_at, j.id
+WHERE {listing.where}
+ORDER BY {listing.order}
 LIMIT %(limit)s
 """
-
-JOBS_LIST_FINISHED = f"""
-SELECT {JOB_COLUMNS} FROM jobs j
-WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
-  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
-ORDER BY j.finished_at DESC, j.id DESC
-LIMIT %(limit)s
-"""
-
-JOBS_LIST_ANY = f"""
-SELECT {JOB_COLUMNS} FROM jobs j
-WHERE j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)
-ORDER BY j.id DESC
-LIMIT %(limit)s
-"""
-
-
-# The sort key of each listing, in its order: a page's cursor holds the last row's.
-SORT_KEYS: dict[str | None, tuple[str, ...]] = {
-    "pending": ("priority", "run_at", "id"),
-    "running": ("lease_expires_at", "id"),
-    "completed": ("finished_at", "id"),
-    "failed": ("finished_at", "id"),
-    "cancelled": ("finished_at", "id"),
-    None: ("id",),
+    for status, listing in LISTINGS.items()
 }
 
 
 def list_statement(status: str | None) -> str:
     """The listing SQL for a status filter (None: every status)."""
-    if status == "pending":
-        return JOBS_LIST_PENDING
-    if status == "running":
-        return JOBS_LIST_RUNNING
-    if status in ("completed", "failed", "cancelled"):
-        return JOBS_LIST_FINISHED
-    return JOBS_LIST_ANY
+    return JOBS_LIST[status]
 
 
 async def jobs_list(
     conn: psycopg.AsyncConnection[Any], queue: str, status: str | None, limit: int, after: Sequence[Any] | None
 ) -> tuple[list[JobRow], list[Any] | None]:
     """One page; returns the rows and the sort key of the last one (None on the last page)."""
-    names = SORT_KEYS[status]
+    names = LISTINGS[status].keys
     keys = list(after or [None] * len(names))
     params = {"queue": queue, "status": status, "limit": limit + 1, "after": after is not None}
     params.update({f"k{i + 1}": v for i, v in enumerate(keys)})
@@ -263,11 +269,18 @@ async def jobs_list(
 
 # --- admin actions ----------------------------------------------------------------------------------------
 
-JOB_CANCEL = f"""
+# Each action is one template: for one job (by id, the whole row back) and for many (ids, the rows
+# without payload and result), so that a bulk action is guarded exactly as the single one.
+
+
+def _job_cancel(target: str, columns: str) -> str:
+    """Cancel the jobs `target` (a condition on j.id) names, returning each as changed or as found."""
+    return f"""
 WITH target AS (
-  SELECT id FROM jobs
-  WHERE id = %(id)s AND status IN ('pending', 'running')
-    AND {queue_allowed("queue_name", "%(allowed)s::text")}  -- the caller's queues
+  SELECT j.id FROM jobs j
+  WHERE {target} AND j.status IN ('pending', 'running')
+    AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
+  ORDER BY j.id  -- rows locked in one order: two bulk actions never wait on each other in a cycle
   FOR UPDATE
 ), cancelled AS (
   -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
@@ -276,15 +289,49 @@ WITH target AS (
   SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = coalesce(%(reason)s, j.last_error)
   FROM target t WHERE j.id = t.id
-  RETURNING {JOB_COLUMNS}
+  RETURNING {columns}
 ), counted AS ({count_finished("cancelled")}
 )
 SELECT 0 AS ord, true AS written, * FROM cancelled
 UNION ALL
-SELECT 0, false, {JOB_COLUMNS} FROM jobs j
-WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
-  AND NOT EXISTS (SELECT FROM cancelled)
+SELECT 0, false, {columns} FROM jobs j
+WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+  AND j.id NOT IN (SELECT id FROM cancelled)
 """
+
+
+def _job_retry(target: str, columns: str) -> str:
+    """Send the failed or cancelled jobs `target` names back to pending, returning each as changed or
+    as found."""
+    return f"""
+WITH target AS (
+  SELECT j.id, j.queue_name AS queue, j.status FROM jobs j
+  WHERE {target} AND j.status IN ('failed', 'cancelled')
+    AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
+  ORDER BY j.id
+  FOR UPDATE
+), retried AS (
+  -- Back to pending with a fresh set of attempts; result and token of the old run are dropped.
+  UPDATE jobs AS j
+  SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
+      lease_expires_at = NULL, result = NULL
+  FROM target t WHERE j.id = t.id
+  RETURNING {columns}
+), counted AS ({count_finished("target", "status", "-1")}
+)
+SELECT 0 AS ord, true AS written, * FROM retried
+UNION ALL
+SELECT 0, false, {columns} FROM jobs j
+WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+  AND j.id NOT IN (SELECT id FROM retried)
+"""
+
+
+ONE, MANY = "j.id = %(id)s", "j.id = ANY(%(ids)s::bigint[])"
+BRIEF = job_columns("false")  # a bulk action's rows: no payload, no result
+JOB_CANCEL, JOB_CANCEL_MANY = _job_cancel(ONE, JOB_COLUMNS), _job_cancel(MANY, BRIEF)
+JOB_RETRY, JOB_RETRY_MANY = _job_retry(ONE, JOB_COLUMNS), _job_retry(MANY, BRIEF)
+CANCELLABLE, RETRYABLE = ("pending", "running"), ("failed", "cancelled")
 
 
 async def job_cancel(
@@ -295,34 +342,21 @@ async def job_cancel(
     return await _admin_write(conn, JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed}, CANCELLABLE)
 
 
-JOB_RETRY = f"""
-WITH target AS (
-  SELECT id, queue_name AS queue, status FROM jobs
-  WHERE id = %(id)s AND status IN ('failed', 'cancelled')
-    AND {queue_allowed("queue_name", "%(allowed)s::text")}  -- the caller's queues
-  FOR UPDATE
-), retried AS (
-  -- Back to pending with a fresh set of attempts; result and token of the old run are dropped.
-  UPDATE jobs AS j
-  SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
-      lease_expires_at = NULL, result = NULL
-  FROM target t WHERE j.id = t.id
-  RETURNING {JOB_COLUMNS}
-), counted AS ({count_finished("target", "status", "-1")}
-)
-SELECT 0 AS ord, true AS written, * FROM retried
-UNION ALL
-SELECT 0, false, {JOB_COLUMNS} FROM jobs j
-WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
-  AND NOT EXISTS (SELECT FROM retried)
-"""
-
-
 async def job_retry(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> Written | None:
     return await _admin_write(conn, JOB_RETRY, {"id": job_id, "allowed": allowed}, RETRYABLE)
 
 
-CANCELLABLE, RETRYABLE = ("pending", "running"), ("failed", "cancelled")
+async def jobs_cancel_many(
+    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], reason: str | None, allowed: str | None
+) -> list[Written]:
+    """One outcome per job found among `ids` (payload and result left out); the others do not exist for
+    the caller."""
+    params = {"ids": list(ids), "reason": reason, "allowed": allowed}
+    return await _admin_write_many(conn, JOB_CANCEL_MANY, params, CANCELLABLE)
+
+
+async def jobs_retry_many(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> list[Written]:
+    return await _admin_write_many(conn, JOB_RETRY_MANY, {"ids": list(ids), "allowed": allowed}, RETRYABLE)
 
 
 async def _admin_write(
@@ -340,6 +374,41 @@ async def _admin_write(
         return row
     now = await job_get(conn, params["id"], params["allowed"])
     return None if now is None else Written(0, False, now)
+
+
+JOBS_GET_BRIEF = f"""
+SELECT {BRIEF} FROM jobs j
+WHERE {MANY} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+ORDER BY j.id
+"""
+
+
+async def jobs_get_brief(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> list[JobRow]:
+    """The jobs among `ids` that the caller may see, without payload and result."""
+    cur = conn.cursor(row_factory=rows_of(JobRow))
+    await cur.execute(JOBS_GET_BRIEF, {"ids": list(ids), "allowed": allowed})
+    return await cur.fetchall()
+
+
+async def _admin_write_many(
+    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], could: tuple[str, ...]
+) -> list[Written]:
+    """The outcomes of a bulk action, each job's refusal naming its real state as in _admin_write."""
+    cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+    await cur.execute(query, params)
+    rows = [r for r in await cur.fetchall() if r.job is not None]
+    stale = {r.job.id for r in rows if r.job is not None and not r.written and r.job.status in could}
+    if not stale:
+        return rows
+    fresh = {j.id: j for j in await jobs_get_brief(conn, sorted(stale), params["allowed"])}
+    out = []
+    for r in rows:
+        job_id = r.job.id if r.job is not None else 0
+        if job_id not in stale:
+            out.append(r)
+        elif job_id in fresh:  # (gone meanwhile: deleted by retention, so not found)
+            out.append(Written(0, False, fresh[job_id]))
+    return out
 
 
 REDRIVE_COUNT = """
@@ -424,8 +493,6 @@ WITH doomed AS (
 SELECT count(*) FROM deleted
 """
 
-STATS_DELETE_OLD = "DELETE FROM queue_stats WHERE minute < now() - make_interval(secs => %(age)s)"
-
 
 async def finished_queues(conn: psycopg.AsyncConnection[Any]) -> list[str]:
     cur = await conn.execute(FINISHED_QUEUES)
@@ -440,10 +507,6 @@ async def jobs_delete_finished(
     )
     row = await cur.fetchone()
     return int(row[0]) if row else 0
-
-
-async def stats_delete_old(conn: psycopg.AsyncConnection[Any], age_seconds: float) -> None:
-    await conn.execute(STATS_DELETE_OLD, {"age": age_seconds})
 
 
 # --- vacuum ---------------------------------------------------------------------------------------------------

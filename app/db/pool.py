@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager, contextmanager
 import psycopg
 import psycopg_pool
 
-from app.errors import AppError, DatabaseUnavailable, ValidationFailed
+from app.errors import AppError, DatabaseUnavailable, StatementTimeout, ValidationFailed
 from app.settings import Settings
 
 log = logging.getLogger("jobq.db")
@@ -26,6 +26,9 @@ def translate_errors() -> Iterator[None]:
         raise
     except psycopg_pool.PoolTimeout as exc:
         raise DatabaseUnavailable("No database connection became free in time.") from exc
+    except psycopg.errors.QueryCanceled as exc:
+        # statement_timeout (also an operator's pg_cancel_backend): still a 503 unless the caller knows better.
+        raise StatementTimeout() from exc
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         # Includes QueryCanceled (statement_timeout), admin shutdown and lost connections.
         raise DatabaseUnavailable() from exc
@@ -92,6 +95,8 @@ class Database:
             with translate_errors():
                 async with self.pool.connection(timeout=timeout) as conn:
                     yield conn
+        except StatementTimeout:
+            raise  # the statement was slow, the connection is fine
         except DatabaseUnavailable:
             self._purge_broken()
             raise

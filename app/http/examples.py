@@ -17,6 +17,7 @@ from app.errors import (
     NotReady,
     PayloadTooLarge,
     ScheduleNotFound,
+    SearchTooBroad,
     TooManyWaiters,
     Unauthorized,
     UnsupportedMediaType,
@@ -142,6 +143,40 @@ _WINDOW = {
     "duration": _DURATION,
 }
 _SUMMARY = {"queue": "emails", "paused": False, "counts": _COUNTS, "oldest_ready_age_seconds": 2.4}
+_POINT = {
+    "at": "2026-11-29T12:00:00+00:00",
+    "enqueued": 1810,
+    "completed": 1795,
+    "failed": 1,
+    "p50_ms": 180.2,
+    "p95_ms": 1450.0,
+    "ready": 120.0,
+    "oldest_ready_age_seconds": 2.4,
+}
+_IDLE_POINT = {
+    "at": "2026-11-29T11:59:00+00:00",
+    "enqueued": 0,
+    "completed": 0,
+    "failed": 0,
+    "p50_ms": None,
+    "p95_ms": None,
+    "ready": None,
+    "oldest_ready_age_seconds": None,
+}
+_SPARKLINE = {
+    "queue": "emails",
+    "enqueued": [0, 1810],
+    "completed": [0, 1795],
+    "failed": [0, 1],
+    "ready": [None, 120.0],
+}
+_FAILED = {
+    **_DONE,
+    "status": "failed",
+    "attempts": 5,
+    "result": None,
+    "last_error": "SMTP 550: no such recipient",
+}
 
 # Component schema name -> examples (JSON Schema `examples`; the first also becomes the media type's).
 SCHEMAS: dict[str, list[Any]] = {
@@ -234,6 +269,64 @@ SCHEMAS: dict[str, list[Any]] = {
     "RedriveRequest": [{"error_contains": "SMTP 451", "dry_run": True}, {"limit": 1000}],
     "RedriveResult": [{"queue": "emails", "dry_run": True, "jobs": 17}],
     "QueueState": [{"queue": "emails", "paused": True}],
+    # history
+    "SeriesPoint": [_POINT, _IDLE_POINT],
+    "Series": [
+        {
+            "queue": "emails",
+            "range": "hour",
+            "bucket_seconds": 60,
+            "since": "2026-11-29T11:01:00+00:00",
+            "as_of": _AT,
+            "points": [_IDLE_POINT, _POINT],
+        }
+    ],
+    "QueueSparkline": [_SPARKLINE],
+    "Sparklines": [
+        {
+            "range": "hour",
+            "bucket_seconds": 60,
+            "since": "2026-11-29T11:01:00+00:00",
+            "as_of": _AT,
+            "queues": [_SPARKLINE],
+        }
+    ],
+    # search and bulk actions
+    "JobFilter": [{"queue": "emails", "status": "failed", "payload_contains": {"to": "ada@example.com"}}],
+    "SearchRequest": [
+        {"queue": "emails", "status": "failed", "payload_contains": {"to": "ada@example.com"}},
+        {"idempotency_key": "welcome-ada"},
+        {"error_contains": "SMTP 451", "limit": 20},
+    ],
+    "SearchResult": [
+        {"jobs": [_FAILED], "next_cursor": None, "examined": 1, "partial": False},
+        {"jobs": [], "next_cursor": "eyJzIjpudWxsLCJrIjpbMzEwMDBdfQ", "examined": 10000, "partial": True},
+    ],
+    "BulkRequest": [
+        {"action": "retry", "ids": [42, 43, 44], "dry_run": True},
+        {
+            "action": "cancel",
+            "filter": {"queue": "emails", "status": "pending", "payload_contains": {"batch": 7}},
+            "reason": "batch 7 withdrawn",
+        },
+    ],
+    "BulkOutcome": [{"id": 42, "outcome": "done", "status": "pending"}],
+    "BulkResult": [
+        {
+            "action": "retry",
+            "dry_run": False,
+            "jobs": [
+                {"id": 42, "outcome": "done", "status": "pending"},
+                {"id": 43, "outcome": "skipped", "status": "completed"},
+                {"id": 44, "outcome": "not_found", "status": None},
+            ],
+            "done": 1,
+            "skipped": 1,
+            "not_found": 1,
+            "next_cursor": None,
+            "partial": False,
+        }
+    ],
     # schedules
     "ScheduleRequest": [
         {"queue": "reports", "cron": "0 7 * * MON-FRI", "timezone": "Europe/Paris", "payload": {"report": "daily"}},
@@ -312,6 +405,15 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
                 }
             ],
         ),
+        "bad-range": ValidationFailed(
+            "query.range: Input should be 'hour', 'day' or 'week'",
+            errors=[
+                {"loc": ["query", "range"], "msg": "Input should be 'hour', 'day' or 'week'", "type": "literal_error"}
+            ],
+        ),
+        "search-too-broad": SearchTooBroad(
+            "The search did not finish within 5000 ms: narrow it (a queue and a status, or a more specific filter)."
+        ),
     },
     429: {"too-many-waiters": TooManyWaiters()},
     503: {"database-unavailable": DatabaseUnavailable(), "not-ready": NotReady()},
@@ -324,12 +426,16 @@ _SCHEDULE_ROUTES = {"putSchedule", "getSchedule", "deleteSchedule", "pauseSchedu
 # Problems that only some operations give: by operationId or HTTP method.
 ONLY_ON: dict[str, set[str]] = {
     "not-ready": {"readyz"},
+    "search-too-broad": {"searchJobs", "bulkJobs"},
+    "bad-range": {"getSeries", "getQueueSeries", "getSparklines"},
     "missing-body": {
         "enqueueJob",
         "enqueueJobs",
         "claimJobs",
         "completeJobs",
         "putSchedule",
+        "searchJobs",
+        "bulkJobs",
         "setQueueConfig",
         *_WORKER_WRITES,
     },
@@ -339,6 +445,7 @@ ONLY_ON: dict[str, set[str]] = {
         "enqueueJobs",
         "claimJobs",
         "getQueueStats",
+        "getQueueSeries",
         "listJobs",
         "redriveQueue",
         "pauseQueue",

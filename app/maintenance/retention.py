@@ -1,7 +1,8 @@
 """Retention: finished jobs are deleted once older than their status's retention age (the queue's own,
 PATCH /queues/{queue}/config, else the global one), queue by queue, a batch at a time (each batch its own
-short transaction); per-minute statistics once older than any stats window; rate-limit ledger rows once
-older than every window of their queue."""
+short transaction); per-minute statistics older than a day are rolled up into hours, a batch at a time
+too, and hours older than eight days deleted (app/db/history.py); rate-limit ledger rows once older than
+every window of their queue."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from app.db import flow as store_flow
+from app.db import history as store_history
 from app.db import operations as store_ops
 from app.db.pool import Database
 from app.maintenance.base import Ticking, between_batches
@@ -18,12 +20,11 @@ from app.settings import Settings
 
 log = logging.getLogger("jobq.retention")
 
-STATS_KEEP_SECONDS = 2 * 3600  # per-minute statistics outlive the longest stats window (1 h)
-
 
 @dataclass
 class RetentionResult:
     deleted: dict[str, int] = field(default_factory=dict)  # status -> rows
+    minutes_rolled_up: int = 0
 
 
 class Retention(Ticking):
@@ -62,8 +63,15 @@ class Retention(Ticking):
                     if n < self.batch:
                         break
                     await between_batches()
+        while True:
+            async with self.db.connection() as conn:
+                n = await store_history.stats_roll_up(conn, self.batch, now)
+            result.minutes_rolled_up += n
+            if n < self.batch:
+                break
+            await between_batches()
         async with self.db.connection() as conn:
-            await store_ops.stats_delete_old(conn, STATS_KEEP_SECONDS)
+            await store_history.history_delete_old(conn, now)
             await store_flow.queue_claims_prune(conn)
         total = sum(result.deleted.values())
         if total:

@@ -63,6 +63,207 @@
     );
   }
 
+  function fmtCount(n) {
+    if (n === null || n === undefined) return "—";
+    const abs = Math.abs(n);
+    if (abs >= 1e6) return `${(n / 1e6).toFixed(abs >= 1e7 ? 0 : 1)}M`;
+    if (abs >= 1e3) return `${(n / 1e3).toFixed(abs >= 1e4 ? 0 : 1)}k`;
+    return Number.isInteger(n) ? String(n) : n.toFixed(1);
+  }
+
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+  // --- charts: plain SVG built here, coloured by app.css (no inline style, no markup parsed) -----------------
+
+  const SVG_NS = "http://www.w3.org/2000/svg";
+
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+      else node.setAttribute(name, String(value));
+    }
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  const RANGES = { hour: "last hour", day: "last day", week: "last week" };
+  const BY = { hour: "by the minute", day: "by 15 minutes", week: "by the hour" };
+  const PER = { hour: "per minute", day: "per 15 minutes", week: "per hour" };
+  // Each chart: its lines (a field of the series' points, and the class that colours it) and its units.
+  const CHARTS = [
+    { id: "throughput", title: "Throughput", unit: "jobs", format: fmtCount,
+      lines: [["enqueued", "enqueued"], ["completed", "completed"], ["failed", "failed"]] },
+    { id: "durations", title: "Claim to completion", unit: "p50 and p95", format: (v) => (v === null ? "—" : fmtMs(v)),
+      lines: [["p50_ms", "p50"], ["p95_ms", "p95"]] },
+    { id: "backlog", title: "Ready backlog", unit: "ready jobs", format: fmtCount, lines: [["ready", "ready"]] },
+    { id: "oldest", title: "Oldest ready job", unit: "waiting for", format: (v) => (v === null ? "—" : fmtAge(v)),
+      lines: [["oldest_ready_age_seconds", "oldest"]] },
+  ];
+  const W = 320;
+  const H = 130;
+  const PAD = { left: 4, right: 4, top: 14, bottom: 16 };
+
+  // The top of a chart's scale: the largest value rounded up to 1, 2, 2.5 or 5 times a power of ten.
+  function niceCeil(v) {
+    if (!(v > 0)) return 1;
+    const power = 10 ** Math.floor(Math.log10(v));
+    return power * [1, 2, 2.5, 5, 10].find((m) => m * power >= v);
+  }
+
+  function bucketLabel(iso, range) {
+    const d = new Date(iso);
+    return range === "week"
+      ? d.toLocaleString([], { weekday: "short", hour: "2-digit", minute: "2-digit" })
+      : d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  }
+
+  // One line per series: a vertex per bucket that has a value ("M" starts a run after a gap, "L" continues
+  // it; a lone vertex gets a zero-length segment, which the round line caps draw as a dot).
+  function linePath(values, x, y) {
+    let d = "";
+    values.forEach((v, i) => {
+      if (v === null || v === undefined) return;
+      const joined = i > 0 && values[i - 1] !== null && values[i - 1] !== undefined;
+      d += `${joined ? "L" : "M"}${x(i).toFixed(1)},${y(v).toFixed(1)}`;
+      const next = values[i + 1];
+      if (!joined && (next === null || next === undefined)) d += "h0";
+    });
+    return d;
+  }
+
+  function drawChart(spec, doc) {
+    const points = doc.points;
+    const n = points.length;
+    const values = spec.lines.map(([key]) => points.map((p) => p[key]));
+    const max = niceCeil(Math.max(0, ...values.flat().filter((v) => v !== null && v !== undefined)));
+    const x = (i) => PAD.left + (n <= 1 ? 0 : (i * (W - PAD.left - PAD.right)) / (n - 1));
+    const y = (v) => PAD.top + (H - PAD.top - PAD.bottom) * (1 - v / max);
+    const guide = svg("line", { class: "guide", x1: 0, x2: 0, y1: PAD.top, y2: H - PAD.bottom, visibility: "hidden" });
+    const legend = el("div", { class: "legend" });
+    const when = el("span", { class: "muted when" });
+
+    function show(i) {
+      const at = i === null ? n - 1 : i;
+      when.textContent = i === null ? "latest" : bucketLabel(points[at].at, doc.range);
+      legend.replaceChildren(
+        ...spec.lines.map(([key, cls]) =>
+          el("span", { class: "item", "data-series": key }, el("span", { class: `swatch ${cls}` }), `${cls} `,
+            el("strong", {}, spec.format(points[at][key]))),
+        ),
+        when,
+      );
+      guide.setAttribute("visibility", i === null ? "hidden" : "visible");
+      if (i !== null) {
+        guide.setAttribute("x1", x(i).toFixed(1));
+        guide.setAttribute("x2", x(i).toFixed(1));
+      }
+    }
+
+    function hover(event) {
+      const box = event.currentTarget.getBoundingClientRect();
+      const vx = ((event.clientX - box.left) / box.width) * W;
+      const i = Math.round(((vx - PAD.left) / (W - PAD.left - PAD.right)) * (n - 1));
+      show(Math.min(n - 1, Math.max(0, i)));
+    }
+
+    const grid = [0, 0.5, 1].map((f) => {
+      const gy = y(max * f);
+      return [
+        svg("line", { class: "grid", x1: PAD.left, x2: W - PAD.right, y1: gy.toFixed(1), y2: gy.toFixed(1) }),
+        f > 0 ? svg("text", { class: "tick", x: PAD.left + 2, y: (gy - 3).toFixed(1) }, spec.format(max * f)) : null,
+      ];
+    });
+    const chart = svg(
+      "svg",
+      { class: "chart", id: `chart-${spec.id}`, viewBox: `0 0 ${W} ${H}`, role: "img",
+        "aria-label": `${spec.title}, ${RANGES[doc.range]}`, "data-buckets": n,
+        onpointermove: hover, onpointerleave: () => show(null) },
+      svg("title", {}, `${spec.title} (${spec.unit}), ${RANGES[doc.range]}, ${BY[doc.range]}`),
+      grid,
+      spec.lines.map(([key, cls], k) =>
+        svg("path", { class: `series ${cls}`, "data-series": key, d: linePath(values[k], x, y) }),
+      ),
+      guide,
+      svg("text", { class: "tick", x: PAD.left, y: H - 4 }, bucketLabel(points[0].at, doc.range)),
+      svg("text", { class: "tick end", x: W - PAD.right, y: H - 4 }, "now"),
+    );
+    show(null);
+    const unit = spec.id === "throughput" ? `${spec.unit} ${PER[doc.range]}` : spec.unit;
+    return el("figure", { class: "chart-box", "data-chart": spec.id },
+      el("figcaption", {}, el("strong", {}, spec.title), ` ${unit}`), chart, legend);
+  }
+
+  // A chart panel over a series endpoint: range buttons, four charts, reloaded at most every 15 s (an hour
+  // by the minute) or minute (a day, a week), and at once when the range changes.
+  function chartsPanel(label, pathFor) {
+    let range = "hour";
+    let fetched = 0;
+    let fetchedRange = null;
+    let last = "";
+    const grid = el("div", { class: "chart-grid" });
+    const buttons = Object.entries(RANGES).map(([r, text]) =>
+      el("button", { type: "button", "data-range": r, "aria-pressed": String(r === range) }, text),
+    );
+    const node = el(
+      "section",
+      { class: "charts", "aria-label": label },
+      el("div", { class: "toolbar tabs", role: "group", "aria-label": "Range" }, el("strong", {}, label), buttons),
+      grid,
+    );
+
+    async function load(force) {
+      const fresh = Date.now() - fetched < (range === "hour" ? 15_000 : 60_000);
+      if (!force && fetchedRange === range && fresh) return;
+      const doc = await api("GET", pathFor(range));
+      fetched = Date.now();
+      fetchedRange = range;
+      const text = JSON.stringify(doc.points);
+      if (text === last) return;
+      last = text;
+      grid.replaceChildren(...CHARTS.map((spec) => drawChart(spec, doc)));
+    }
+
+    for (const button of buttons) {
+      button.addEventListener("click", async () => {
+        range = button.dataset.range;
+        for (const b of buttons) b.setAttribute("aria-pressed", String(b === button));
+        try {
+          await load(true);
+        } catch (err) {
+          loadFailed(err);
+        }
+      });
+    }
+    return { node, load };
+  }
+
+  function sparkline(line) {
+    const w = 120;
+    const h = 24;
+    const completed = line ? line.completed : [0];
+    const failed = line ? line.failed : [0];
+    const n = completed.length;
+    const max = Math.max(1, ...completed, ...failed);
+    const x = (i) => (n <= 1 ? 0 : (i * w) / (n - 1));
+    const y = (v) => 2 + (h - 4) * (1 - v / max);
+    const sum = (a) => (a || []).reduce((t, v) => t + v, 0);
+    const text = line
+      ? `last hour: ${sum(line.enqueued)} enqueued, ${sum(completed)} completed, ${sum(failed)} failed`
+      : "last hour: no activity";
+    return svg(
+      "svg",
+      { class: "sparkline", viewBox: `0 0 ${w} ${h}`, role: "img", "aria-label": text },
+      svg("title", {}, text),
+      svg("path", { class: "series completed", "data-series": "completed", d: linePath(completed, x, y) }),
+      sum(failed) ? svg("path", { class: "series failed", "data-series": "failed", d: linePath(failed, x, y) }) : null,
+    );
+  }
+
   // --- the API -----------------------------------------------------------------------------------------------
 
   class ApiError extends Error {
@@ -183,6 +384,170 @@
     panel.hidden = false;
   }
 
+  // --- shared pieces of the views ----------------------------------------------------------------------------
+
+  // A table of jobs whose rows can be selected, and the bulk actions on the selection: a dry run first
+  // (what would change, what would be skipped), then the real thing once confirmed. The selection survives
+  // refreshes and pages; `onDone` runs after an action.
+  function selectableJobs(tableId, panel, onDone) {
+    const selected = new Set();
+    const count = el("span", { class: "muted", id: `${tableId}-selected` });
+    const cancel = el("button", { type: "button", class: "bulk", "data-action": "cancel" }, "Cancel selected…");
+    const retry = el("button", { type: "button", class: "bulk", "data-action": "retry" }, "Retry selected…");
+    const holder = el("div");
+    let boxes = [];
+    let all = null;
+
+    function sync() {
+      count.textContent = selected.size ? `${plural(selected.size, "job")} selected` : "";
+      cancel.disabled = retry.disabled = selected.size === 0;
+      for (const box of boxes) box.checked = selected.has(box.value);
+      if (all) all.checked = boxes.length > 0 && boxes.every((b) => b.checked);
+    }
+
+    async function bulk(button) {
+      const action = button.dataset.action;
+      const ids = [...selected].map(Number);
+      button.disabled = true;
+      try {
+        const dry = await api("POST", "jobs/bulk", { action, ids, dry_run: true });
+        const verb = action === "cancel" ? "cancelled" : "retried";
+        const skipped = dry.skipped ? `; ${dry.skipped} skipped (${action === "cancel"
+          ? "already finished" : "not failed or cancelled"})` : "";
+        const missing = dry.not_found ? `; ${dry.not_found} no longer exist` : "";
+        if (!dry.done) {
+          confirmInline(panel, `None of the selected jobs can be ${verb}${skipped}${missing}.`, "OK", async () => {});
+          return;
+        }
+        confirmInline(
+          panel,
+          `${plural(dry.done, "job")} would be ${verb}${skipped}${missing}.`,
+          `${action === "cancel" ? "Cancel" : "Retry"} ${plural(dry.done, "job")}`,
+          (yes) =>
+            act(
+              yes,
+              async () => {
+                const done = await api("POST", "jobs/bulk", { action, ids });
+                selected.clear();
+                onDone();
+                return done;
+              },
+              (r) => `${plural(r.done, "job")} ${verb}${r.skipped ? `; ${r.skipped} skipped` : ""}.`,
+            ),
+        );
+      } catch (err) {
+        banner(describe(err), "action");
+      } finally {
+        button.disabled = false;
+        sync();
+      }
+    }
+    cancel.addEventListener("click", () => bulk(cancel));
+    retry.addEventListener("click", () => bulk(retry));
+
+    function render(jobs, empty) {
+      if (!jobs.length) {
+        boxes = [];
+        all = null;
+        holder.replaceChildren(el("p", { class: "muted" }, empty));
+        sync();
+        return;
+      }
+      const pick = (ids, on) => {
+        for (const id of ids) {
+          if (on) selected.add(id);
+          else selected.delete(id);
+        }
+        sync();
+      };
+      boxes = jobs.map((job) =>
+        el("input", { type: "checkbox", value: String(job.id), "aria-label": `Select job ${job.id}`,
+          onchange: (e) => pick([e.target.value], e.target.checked) }),
+      );
+      all = el("input", { type: "checkbox", "aria-label": "Select every job on this page",
+        onchange: (e) => pick(boxes.map((b) => b.value), e.target.checked) });
+      holder.replaceChildren(
+        el(
+          "table",
+          { id: tableId },
+          el("thead", {}, el("tr", {}, el("th", {}, all), ["id", "queue", "status", "attempts", "priority", "run at",
+            "created", "finished", "last error"].map((h) => el("th", {}, h)))),
+          el(
+            "tbody",
+            {},
+            jobs.map((job, i) =>
+              el(
+                "tr",
+                { "data-job": job.id },
+                el("td", {}, boxes[i]),
+                el("td", {}, el("a", { href: jobHref(job.id) }, job.id)),
+                el("td", {}, el("a", { href: queueHref(job.queue) }, job.queue)),
+                el("td", {}, badge(job.status)),
+                el("td", { class: "num" }, `${job.attempts}/${job.max_attempts}`),
+                el("td", { class: "num" }, job.priority),
+                el("td", {}, fmtTime(job.run_at)),
+                el("td", {}, fmtTime(job.created_at)),
+                el("td", {}, fmtTime(job.finished_at)),
+                el("td", { class: "error" }, job.last_error === null ? none() : job.last_error.slice(0, 200)),
+              ),
+            ),
+          ),
+        ),
+      );
+      sync();
+    }
+
+    sync();
+    return { toolbar: el("div", { class: "toolbar" }, cancel, retry, count), holder, render };
+  }
+
+  // Enqueue a job from the dashboard: queue, JSON payload, priority, delay. The payload is parsed here so
+  // that a typo is pointed out before anything is sent; the API checks everything else.
+  function enqueueForm(queue) {
+    const form = el("form", { class: "panel enqueue", id: "enqueue-form", hidden: true,
+      "aria-label": "Enqueue a job" });
+    const field = (label, input) => el("label", {}, el("span", {}, label), input);
+    const queueInput = el("input", { name: "queue", required: true, pattern: "[A-Za-z0-9_.:\\-]{1,128}",
+      spellcheck: "false", value: queue || "" });
+    const payload = el("textarea", { name: "payload", rows: 4, spellcheck: "false" });
+    payload.value = "{}";
+    const priority = el("input", { name: "priority", type: "number", step: 1, min: -32768, max: 32767, value: 0 });
+    const delay = el("input", { name: "delay", type: "number", step: "any", min: 0, placeholder: "0" });
+    const submit = el("button", { type: "submit" }, "Enqueue");
+    const close = el("button", { type: "button" }, "Close");
+    const open = el("button", { type: "button", id: "enqueue-open" }, "Enqueue a job…");
+    form.append(
+      ...(queue ? [] : [field("Queue", queueInput)]),
+      field("Payload (JSON)", payload),
+      field("Priority", priority),
+      field("Delay (seconds)", delay),
+      el("div", { class: "toolbar" }, submit, close),
+    );
+    open.addEventListener("click", () => {
+      form.hidden = false;
+      (queue ? payload : queueInput).focus();
+    });
+    close.addEventListener("click", () => {
+      form.hidden = true;
+    });
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      let value;
+      try {
+        value = JSON.parse(payload.value);
+      } catch (err) {
+        banner(`The payload is not valid JSON: ${err.message}`, "action");
+        payload.focus();
+        return;
+      }
+      const target = queue || queueInput.value.trim();
+      const body = { payload: value, priority: Number(priority.value || 0) };
+      if (delay.value !== "") body.delay_seconds = Number(delay.value);
+      act(submit, () => api("POST", `${q(target)}/jobs`, body), (job) => `Job ${job.id} enqueued on ${job.queue}.`);
+    });
+    return { open, form };
+  }
+
   // --- schedules: next run times (a panel of the queues view) ------------------------------------------------
 
   // The schedules the key may see, each with its next run; built once, refilled on every refresh.
@@ -236,18 +601,38 @@
 
   function queuesView() {
     const body = el("div");
+    const charts = chartsPanel("All queues", (range) => `stats/series?range=${range}`);
+    const enqueue = enqueueForm(null);
     const schedules = schedulesPanel();
+    let lines = new Map();
+    let linesAt = 0;
     let last = "";
     return {
       mount(root) {
-        root.replaceChildren(el("h2", {}, "Queues"), body, schedules.node);
+        root.replaceChildren(
+          el("h2", {}, "Queues"),
+          el("div", { class: "toolbar" }, enqueue.open, el("a", { href: "#/search" }, "Search jobs…")),
+          enqueue.form,
+          body,
+          charts.node,
+          schedules.node,
+        );
       },
       async load() {
         await Promise.all([this.loadQueues(), schedules.load()]);
       },
       async loadQueues() {
-        const doc = await api("GET", "queues");
-        const text = JSON.stringify(doc);
+        const stale = Date.now() - linesAt >= 15_000;
+        const [doc, sparks] = await Promise.all([
+          api("GET", "queues"),
+          stale ? api("GET", "stats/sparklines?range=hour") : null,
+          charts.load(false),
+        ]);
+        if (sparks) {
+          lines = new Map(sparks.queues.map((line) => [line.queue, line]));
+          linesAt = Date.now();
+        }
+        const text = JSON.stringify([doc, [...lines.values()]]);
         if (text === last) return;
         last = text;
         if (!doc.queues.length) {
@@ -262,8 +647,8 @@
             el(
               "thead",
               {},
-              el("tr", {}, el("th", {}, "Queue"), el("th", {}, "State"), cols.map((c) => el("th", { class: "num" }, c)),
-                el("th", { class: "num" }, "oldest ready")),
+              el("tr", {}, el("th", {}, "Queue"), el("th", {}, "State"), el("th", {}, "Completed, last hour"),
+                cols.map((c) => el("th", { class: "num" }, c)), el("th", { class: "num" }, "oldest ready")),
             ),
             el(
               "tbody",
@@ -274,6 +659,7 @@
                   { "data-queue": item.queue },
                   el("td", {}, el("a", { href: queueHref(item.queue) }, item.queue)),
                   el("td", { "data-col": "state" }, item.paused ? badge("paused") : badge("active")),
+                  el("td", { "data-col": "sparkline" }, sparkline(lines.get(item.queue))),
                   cols.map((c) => el("td", { class: "num", "data-col": c }, item.counts[c])),
                   el("td", { class: "num", "data-col": "oldest" }, fmtAge(item.oldest_ready_age_seconds)),
                 ),
@@ -292,14 +678,18 @@
     const panel = el("div", { class: "panel", id: "confirm", hidden: true });
     const stats = el("div", { class: "grid", id: "stats" });
     const config = queueConfigPanel(queue);
-    const jobs = el("div", { id: "jobs" });
+    const charts = chartsPanel(`History of ${queue}`, (range) => `${q(queue)}/stats/series?range=${range}`);
+    const enqueue = enqueueForm(queue);
+    let lastJobs = "";
+    const jobs = selectableJobs("job-list", panel, () => {
+      lastJobs = "";
+    });
     const prev = el("button", { type: "button", id: "prev-page" }, "Previous page");
     const next = el("button", { type: "button", id: "next-page" }, "Next page");
     const cursors = []; // cursors of the pages before this one ("" for the first)
     let cursor = "";
     let nextCursor = null;
     let paused = null;
-    let lastJobs = "";
 
     pause.addEventListener("click", () =>
       act(
@@ -378,34 +768,7 @@
       const text = JSON.stringify(page);
       if (text !== lastJobs) {
         lastJobs = text;
-        jobs.replaceChildren(
-          page.jobs.length
-            ? el(
-                "table",
-                { id: "job-list" },
-                el("thead", {}, el("tr", {}, ["id", "status", "attempts", "priority", "run at", "created", "finished",
-                  "last error"].map((h) => el("th", {}, h)))),
-                el(
-                  "tbody",
-                  {},
-                  page.jobs.map((job) =>
-                    el(
-                      "tr",
-                      { "data-job": job.id },
-                      el("td", {}, el("a", { href: jobHref(job.id) }, job.id)),
-                      el("td", {}, badge(job.status)),
-                      el("td", { class: "num" }, `${job.attempts}/${job.max_attempts}`),
-                      el("td", { class: "num" }, job.priority),
-                      el("td", {}, fmtTime(job.run_at)),
-                      el("td", {}, fmtTime(job.created_at)),
-                      el("td", {}, fmtTime(job.finished_at)),
-                      el("td", { class: "error" }, job.last_error === null ? none() : job.last_error.slice(0, 200)),
-                    ),
-                  ),
-                ),
-              )
-            : el("p", { class: "muted" }, cursor ? "No more jobs." : "No jobs with this status."),
-        );
+        jobs.render(page.jobs, cursor ? "No more jobs." : "No jobs with this status.");
       }
       nextCursor = page.next_cursor;
       next.disabled = nextCursor === null;
@@ -434,13 +797,16 @@
         root.replaceChildren(
           el("p", {}, el("a", { href: "#/" }, "← All queues")),
           el("h2", {}, `Queue ${queue} `, state),
-          el("div", { class: "toolbar" }, pause, redrive),
+          el("div", { class: "toolbar" }, pause, redrive, enqueue.open),
+          enqueue.form,
           panel,
           stats,
+          charts.node,
           config.node,
           el("h3", {}, "Jobs"),
           tabs,
-          jobs,
+          jobs.toolbar,
+          jobs.holder,
           el("div", { class: "toolbar" }, prev, next),
         );
       },
@@ -448,7 +814,11 @@
         const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
         if (status) params.set("status", status);
         if (cursor) params.set("cursor", cursor);
-        const [s, page] = await Promise.all([api("GET", `${q(queue)}/stats`), api("GET", `${q(queue)}/jobs?${params}`)]);
+        const [s, page] = await Promise.all([
+          api("GET", `${q(queue)}/stats`),
+          api("GET", `${q(queue)}/jobs?${params}`),
+          charts.load(false),
+        ]);
         paused = s.paused;
         state.replaceChildren(paused ? badge("paused") : badge("active"));
         pause.textContent = paused ? "Resume" : "Pause";
@@ -596,6 +966,111 @@
     };
   }
 
+  // Search: the form's fields live in the address (#/search?...), so a search can be bookmarked and the back
+  // button works. A search runs when the view opens, on "Search further", and after an action, not on every
+  // automatic refresh: each page may examine thousands of jobs.
+  const SEARCH_FIELDS = [
+    ["id", "Job id", "id", { type: "number", min: 1, step: 1 }],
+    ["key", "Idempotency key", "idempotency_key", {}],
+    ["error", "Error contains", "error_contains", {}],
+    ["payload", "Payload contains (JSON)", "payload_contains", { placeholder: '{"customer": 42}' }],
+    ["queue", "Queue", "queue", {}],
+  ];
+
+  function searchView(params) {
+    const panel = el("div", { class: "panel", id: "confirm", hidden: true });
+    const summary = el("p", { id: "search-summary", class: "muted" });
+    const further = el("button", { type: "button", id: "search-further", hidden: true }, "Search further");
+    const inputs = {};
+    let stale = true;
+    let results = [];
+    let cursor = null;
+    let nextCursor = null;
+    let examined = 0;
+    const table = selectableJobs("search-results", panel, () => {
+      stale = true; // start again: the statuses changed, and so may the matches
+      cursor = null;
+    });
+
+    const form = el("form", { class: "panel search", id: "search-form", role: "search", "aria-label": "Search jobs" });
+    for (const [name, label, , attrs] of SEARCH_FIELDS) {
+      inputs[name] = el("input", { name, spellcheck: "false", ...attrs, value: params.get(name) || "" });
+      form.append(el("label", {}, el("span", {}, label), inputs[name]));
+    }
+    inputs.status = el("select", { name: "status" }, el("option", { value: "" }, "any"),
+      STATUSES.map((st) => el("option", { value: st, selected: params.get("status") === st }, st)));
+    form.append(el("label", {}, el("span", {}, "Status"), inputs.status), el("button", { type: "submit" }, "Search"));
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const next = new URLSearchParams();
+      for (const [name, input] of Object.entries(inputs)) if (input.value.trim()) next.set(name, input.value.trim());
+      const hash = `#/search?${next}`;
+      if (location.hash === hash) {
+        cursor = null;
+        stale = true;
+        refresh();
+      } else location.hash = hash;
+    });
+    further.addEventListener("click", () => {
+      cursor = nextCursor;
+      stale = true;
+      refresh();
+    });
+
+    function request() {
+      const body = { limit: PAGE_SIZE };
+      for (const [name, , field] of SEARCH_FIELDS) {
+        const text = params.get(name);
+        if (!text) continue;
+        if (name === "id") body.id = Number(text);
+        else if (name === "payload") {
+          try {
+            body.payload_contains = JSON.parse(text);
+          } catch (err) {
+            throw new ApiError(422, { title: "Payload filter", detail: `Not valid JSON: ${err.message}` });
+          }
+        } else body[field] = text;
+      }
+      if (params.get("status")) body.status = params.get("status");
+      if (cursor) body.cursor = cursor;
+      return body;
+    }
+
+    return {
+      mount(root) {
+        root.replaceChildren(
+          el("p", {}, el("a", { href: "#/" }, "← All queues")),
+          el("h2", {}, "Search jobs"),
+          form,
+          panel,
+          summary,
+          table.toolbar,
+          table.holder,
+          el("div", { class: "toolbar" }, further),
+        );
+      },
+      async load() {
+        if (!stale) return;
+        if (![...params.keys()].length) {
+          stale = false;
+          summary.textContent = "Find jobs by id, idempotency key, text in their last error or JSON in their payload.";
+          table.render([], "");
+          return;
+        }
+        const page = await api("POST", "jobs/search", request());
+        stale = false;
+        // "Search further" adds a page to what is shown; an action reloads the pages shown so far.
+        results = cursor ? [...results, ...page.jobs] : page.jobs;
+        examined = (cursor ? examined : 0) + page.examined;
+        nextCursor = page.next_cursor;
+        further.hidden = nextCursor === null;
+        const more = page.partial ? " Stopped at the scan limit: more jobs may match further on." : "";
+        summary.textContent = `${plural(results.length, "job")} found; ${plural(examined, "job")} examined.${more}`;
+        table.render(results, "No job matches.");
+      },
+    };
+  }
+
   function notFoundView() {
     return {
       mount(root) {
@@ -617,6 +1092,7 @@
       return queueView(parts[1], STATUSES.includes(status) ? status : null);
     }
     if (parts[0] === "jobs" && parts.length === 2 && /^[0-9]+$/.test(parts[1])) return jobView(parts[1]);
+    if (parts[0] === "search" && parts.length === 1) return searchView(new URLSearchParams(query || ""));
     return notFoundView();
   }
 

@@ -21,6 +21,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/bulk": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel or retry many jobs
+         * @description Cancel or retry many jobs in one request: the jobs named in `ids`, or up to `limit` of those a search with `filter` finds among the statuses the action applies to. Each job is guarded by its status exactly as POST /jobs/{id}/cancel and /retry are, in one statement: a job that finished meanwhile is `skipped`, never forced. `dry_run` answers what would be done and changes nothing. At most 1000 jobs a call; with `filter`, follow `next_cursor` for more.
+         */
+        post: operations["bulkJobs"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/complete": {
         parameters: {
             query?: never;
@@ -32,6 +52,26 @@ export interface paths {
         put?: never;
         /** Complete several claimed jobs, each on its own */
         post: operations["completeJobs"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Search jobs
+         * @description Find jobs by `id`, by `idempotency_key`, by text in `last_error` (`error_contains`), by JSON containment on the payload (`payload_contains`), narrowed by `queue` and `status`; the conditions given all hold. A page is bounded: it examines at most JOBQ_SEARCH_SCAN_ROWS jobs (`examined`), in one index's order, and stops there (`partial: true`) with a `next_cursor` to go on, so a rare match in a big table takes more pages rather than one long query; it runs within JOBQ_SEARCH_TIMEOUT_MS (422 `search-too-broad` past it). Order: with a `queue` and one `status`, the listing's (GET /queues/{queue}/jobs); otherwise newest first. Payload filters are indexed for failed and cancelled jobs; on other statuses they are checked on each job examined.
+         */
+        post: operations["searchJobs"];
         delete?: never;
         options?: never;
         head?: never;
@@ -365,6 +405,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/queues/{queue}/stats/series": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Throughput, durations and backlog of one queue over time */
+        get: operations["getQueueSeries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/readyz": {
         parameters: {
             query?: never;
@@ -464,10 +521,196 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/stats/series": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Throughput, durations and backlog over time, all queues together
+         * @description The sum over every queue this key may see, a point per bucket: jobs enqueued, completed and failed, claim-to-completion p50 and p95, and the ready backlog sampled once a minute. Minutes are kept a day and hours a week (docs/operations.md, History).
+         */
+        get: operations["getSeries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/stats/sparklines": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Per queue: enqueued, completed, failed and backlog per bucket
+         * @description For an overview of many queues: each queue with statistics in the range, its figures as plain lists (a number per bucket).
+         */
+        get: operations["getSparklines"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * BulkOutcome
+         * @example {
+         *       "id": 42,
+         *       "outcome": "done",
+         *       "status": "pending"
+         *     }
+         */
+        BulkOutcome: {
+            /** Id */
+            id: number;
+            /**
+             * Outcome
+             * @description `done`: the action changed the job (with dry_run: would change it); `skipped`: its status does not allow the action; `not_found`: no such job (or none this key may see).
+             * @enum {string}
+             */
+            outcome: "done" | "skipped" | "not_found";
+            /** @description The job's status after the call; null when not found. */
+            status: components["schemas"]["Status"] | null;
+        };
+        /**
+         * BulkRequest
+         * @example {
+         *       "action": "retry",
+         *       "dry_run": true,
+         *       "ids": [
+         *         42,
+         *         43,
+         *         44
+         *       ]
+         *     }
+         * @example {
+         *       "action": "cancel",
+         *       "filter": {
+         *         "payload_contains": {
+         *           "batch": 7
+         *         },
+         *         "queue": "emails",
+         *         "status": "pending"
+         *       },
+         *       "reason": "batch 7 withdrawn"
+         *     }
+         */
+        BulkRequest: {
+            /**
+             * Action
+             * @description `cancel`: pending and running jobs, as POST /jobs/{id}/cancel; `retry`: failed and cancelled jobs, as POST /jobs/{id}/retry.
+             * @enum {string}
+             */
+            action: "cancel" | "retry";
+            /**
+             * Cursor
+             * @description With `filter`: next_cursor of the previous call, to go on where it stopped.
+             */
+            cursor?: string;
+            /**
+             * Dry Run
+             * @description Change nothing: answer what would be done. Default: false.
+             */
+            dry_run?: boolean;
+            /** @description Act on the jobs a search with this filter finds, among those the action applies to (a `status`, if given, must be one of them); at least one condition. Give `ids` or `filter`. */
+            filter?: components["schemas"]["JobFilter"];
+            /**
+             * Ids
+             * @description The jobs to act on (at most 1000). Give `ids` or `filter`.
+             */
+            ids?: number[];
+            /**
+             * Limit
+             * @description With `filter`: act on at most this many jobs (default and most: 1000).
+             */
+            limit?: number;
+            /**
+             * Reason
+             * @description With `cancel`: kept as each job's last_error.
+             */
+            reason?: string;
+        };
+        /**
+         * BulkResult
+         * @example {
+         *       "action": "retry",
+         *       "done": 1,
+         *       "dry_run": false,
+         *       "jobs": [
+         *         {
+         *           "id": 42,
+         *           "outcome": "done",
+         *           "status": "pending"
+         *         },
+         *         {
+         *           "id": 43,
+         *           "outcome": "skipped",
+         *           "status": "completed"
+         *         },
+         *         {
+         *           "id": 44,
+         *           "outcome": "not_found",
+         *           "status": null
+         *         }
+         *       ],
+         *       "next_cursor": null,
+         *       "not_found": 1,
+         *       "partial": false,
+         *       "skipped": 1
+         *     }
+         */
+        BulkResult: {
+            /**
+             * Action
+             * @enum {string}
+             */
+            action: "cancel" | "retry";
+            /**
+             * Done
+             * @description Jobs changed (with dry_run: that would be).
+             */
+            done: number;
+            /** Dry Run */
+            dry_run: boolean;
+            /**
+             * Jobs
+             * @description One per job named or found, in that order.
+             */
+            jobs: components["schemas"]["BulkOutcome"][];
+            /**
+             * Next Cursor
+             * @description With `filter`: pass as `cursor` to go on; null when done.
+             */
+            next_cursor: string | null;
+            /**
+             * Not Found
+             * @description Ids that name no job this key may see.
+             */
+            not_found: number;
+            /**
+             * Partial
+             * @description With `filter`: the search stopped at its scan limit before finding `limit` jobs; more may match further on (follow next_cursor).
+             */
+            partial: boolean;
+            /**
+             * Skipped
+             * @description Jobs whose status does not allow the action.
+             */
+            skipped: number;
+        };
         /**
          * CancelRequest
          * @example {
@@ -1215,6 +1458,46 @@ export interface components {
             worker: string | null;
         };
         /**
+         * JobFilter
+         * @example {
+         *       "payload_contains": {
+         *         "to": "ada@example.com"
+         *       },
+         *       "queue": "emails",
+         *       "status": "failed"
+         *     }
+         */
+        JobFilter: {
+            /**
+             * Error Contains
+             * @description Jobs whose last_error contains this text (case-sensitive).
+             */
+            error_contains?: string;
+            /**
+             * Id
+             * Format: int64
+             * @description The job with this id.
+             */
+            id?: number;
+            /**
+             * Idempotency Key
+             * @description Jobs enqueued with this idempotency key (one per queue at most).
+             */
+            idempotency_key?: string;
+            /**
+             * Payload Contains
+             * @description Jobs whose payload contains this JSON value (PostgreSQL `@>`: an object matches when it holds these keys with these values, an array when it holds these elements). Indexed for failed and cancelled jobs.
+             */
+            payload_contains?: components["schemas"]["JsonValue"];
+            /**
+             * Queue
+             * @description Only jobs of this queue.
+             */
+            queue?: string;
+            /** @description Only jobs in this status. */
+            status?: components["schemas"]["Status"];
+        };
+        /**
          * JobList
          * @example {
          *       "jobs": [
@@ -1595,6 +1878,52 @@ export interface components {
         QueueList: {
             /** Queues */
             queues: components["schemas"]["QueueSummary"][];
+        };
+        /**
+         * QueueSparkline
+         * @example {
+         *       "completed": [
+         *         0,
+         *         1795
+         *       ],
+         *       "enqueued": [
+         *         0,
+         *         1810
+         *       ],
+         *       "failed": [
+         *         0,
+         *         1
+         *       ],
+         *       "queue": "emails",
+         *       "ready": [
+         *         null,
+         *         120
+         *       ]
+         *     }
+         */
+        QueueSparkline: {
+            /**
+             * Completed
+             * @description Jobs completed, per bucket.
+             */
+            completed: number[];
+            /**
+             * Enqueued
+             * @description Jobs enqueued, per bucket.
+             */
+            enqueued: number[];
+            /**
+             * Failed
+             * @description Jobs failed for good, per bucket.
+             */
+            failed: number[];
+            /** Queue */
+            queue: string;
+            /**
+             * Ready
+             * @description Average sampled ready jobs per bucket (null: not sampled).
+             */
+            ready: (number | null)[];
         };
         /**
          * QueueState
@@ -2102,6 +2431,314 @@ export interface components {
             timezone?: string;
         };
         /**
+         * SearchRequest
+         * @example {
+         *       "payload_contains": {
+         *         "to": "ada@example.com"
+         *       },
+         *       "queue": "emails",
+         *       "status": "failed"
+         *     }
+         * @example {
+         *       "idempotency_key": "welcome-ada"
+         *     }
+         * @example {
+         *       "error_contains": "SMTP 451",
+         *       "limit": 20
+         *     }
+         */
+        SearchRequest: {
+            /**
+             * Cursor
+             * @description next_cursor of the previous page of the same search.
+             */
+            cursor?: string;
+            /**
+             * Error Contains
+             * @description Jobs whose last_error contains this text (case-sensitive).
+             */
+            error_contains?: string;
+            /**
+             * Id
+             * Format: int64
+             * @description The job with this id.
+             */
+            id?: number;
+            /**
+             * Idempotency Key
+             * @description Jobs enqueued with this idempotency key (one per queue at most).
+             */
+            idempotency_key?: string;
+            /**
+             * Limit
+             * @description Page size. Default: 50.
+             */
+            limit?: number;
+            /**
+             * Payload Contains
+             * @description Jobs whose payload contains this JSON value (PostgreSQL `@>`: an object matches when it holds these keys with these values, an array when it holds these elements). Indexed for failed and cancelled jobs.
+             */
+            payload_contains?: components["schemas"]["JsonValue"];
+            /**
+             * Queue
+             * @description Only jobs of this queue.
+             */
+            queue?: string;
+            /** @description Only jobs in this status. */
+            status?: components["schemas"]["Status"];
+        };
+        /**
+         * SearchResult
+         * @example {
+         *       "examined": 1,
+         *       "jobs": [
+         *         {
+         *           "attempts": 5,
+         *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
+         *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "finished_at": "2026-11-29T12:00:01.5+00:00",
+         *           "group": "customer-1042",
+         *           "id": 42,
+         *           "idempotency_key": "welcome-ada",
+         *           "last_error": "SMTP 550: no such recipient",
+         *           "lease_expires_at": null,
+         *           "max_attempts": 5,
+         *           "payload": {
+         *             "template": "welcome",
+         *             "to": "ada@example.com"
+         *           },
+         *           "priority": 5,
+         *           "queue": "emails",
+         *           "result": null,
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "schedule": null,
+         *           "scheduled_for": null,
+         *           "status": "failed",
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *           "worker": "mailer-1"
+         *         }
+         *       ],
+         *       "next_cursor": null,
+         *       "partial": false
+         *     }
+         * @example {
+         *       "examined": 10000,
+         *       "jobs": [],
+         *       "next_cursor": "eyJzIjpudWxsLCJrIjpbMzEwMDBdfQ",
+         *       "partial": true
+         *     }
+         */
+        SearchResult: {
+            /**
+             * Examined
+             * @description Jobs this page looked at.
+             */
+            examined: number;
+            /**
+             * Jobs
+             * @description The matches of this page, in the order searched (see the operation).
+             */
+            jobs: components["schemas"]["Job"][];
+            /**
+             * Next Cursor
+             * @description Pass as `cursor` for the next page; null when nothing is left.
+             */
+            next_cursor: string | null;
+            /**
+             * Partial
+             * @description The page stopped at the search's scan limit (JOBQ_SEARCH_SCAN_ROWS) before it was full: more jobs may match further on. Follow next_cursor.
+             */
+            partial: boolean;
+        };
+        /**
+         * Series
+         * @example {
+         *       "as_of": "2026-11-29T12:00:00.125+00:00",
+         *       "bucket_seconds": 60,
+         *       "points": [
+         *         {
+         *           "at": "2026-11-29T11:59:00+00:00",
+         *           "completed": 0,
+         *           "enqueued": 0,
+         *           "failed": 0,
+         *           "oldest_ready_age_seconds": null,
+         *           "p50_ms": null,
+         *           "p95_ms": null,
+         *           "ready": null
+         *         },
+         *         {
+         *           "at": "2026-11-29T12:00:00+00:00",
+         *           "completed": 1795,
+         *           "enqueued": 1810,
+         *           "failed": 1,
+         *           "oldest_ready_age_seconds": 2.4,
+         *           "p50_ms": 180.2,
+         *           "p95_ms": 1450,
+         *           "ready": 120
+         *         }
+         *       ],
+         *       "queue": "emails",
+         *       "range": "hour",
+         *       "since": "2026-11-29T11:01:00+00:00"
+         *     }
+         */
+        Series: {
+            /**
+             * As Of
+             * Format: date-time
+             * @description Database time of the figures.
+             */
+            as_of: string;
+            /**
+             * Bucket Seconds
+             * @description Length of a bucket.
+             */
+            bucket_seconds: number;
+            /**
+             * Points
+             * @description One per bucket, oldest first, empty buckets included.
+             */
+            points: components["schemas"]["SeriesPoint"][];
+            /**
+             * Queue
+             * @description The queue; null for the sum over every queue the key may see.
+             */
+            queue: string | null;
+            /**
+             * Range
+             * @enum {string}
+             */
+            range: "hour" | "day" | "week";
+            /**
+             * Since
+             * Format: date-time
+             * @description Start of the first bucket.
+             */
+            since: string;
+        };
+        /**
+         * SeriesPoint
+         * @example {
+         *       "at": "2026-11-29T12:00:00+00:00",
+         *       "completed": 1795,
+         *       "enqueued": 1810,
+         *       "failed": 1,
+         *       "oldest_ready_age_seconds": 2.4,
+         *       "p50_ms": 180.2,
+         *       "p95_ms": 1450,
+         *       "ready": 120
+         *     }
+         * @example {
+         *       "at": "2026-11-29T11:59:00+00:00",
+         *       "completed": 0,
+         *       "enqueued": 0,
+         *       "failed": 0,
+         *       "oldest_ready_age_seconds": null,
+         *       "p50_ms": null,
+         *       "p95_ms": null,
+         *       "ready": null
+         *     }
+         */
+        SeriesPoint: {
+            /**
+             * At
+             * Format: date-time
+             * @description Start of the bucket.
+             */
+            at: string;
+            /**
+             * Completed
+             * @description Jobs completed in the bucket.
+             */
+            completed: number;
+            /**
+             * Enqueued
+             * @description Jobs enqueued in the bucket.
+             */
+            enqueued: number;
+            /**
+             * Failed
+             * @description Jobs that failed for good in the bucket.
+             */
+            failed: number;
+            /**
+             * Oldest Ready Age Seconds
+             * @description The largest sampled age of the oldest ready job (0 when none was ready); null when no minute of the bucket was sampled.
+             */
+            oldest_ready_age_seconds: number | null;
+            /**
+             * P50 Ms
+             * @description Median claim-to-completion time of the bucket's completions (histogram estimate); null without completions.
+             */
+            p50_ms: number | null;
+            /**
+             * P95 Ms
+             * @description 95th percentile claim-to-completion time; null without completions.
+             */
+            p95_ms: number | null;
+            /**
+             * Ready
+             * @description Ready jobs: the average of the bucket's once-a-minute samples; null when no minute of the bucket was sampled (no replica was running).
+             */
+            ready: number | null;
+        };
+        /**
+         * Sparklines
+         * @example {
+         *       "as_of": "2026-11-29T12:00:00.125+00:00",
+         *       "bucket_seconds": 60,
+         *       "queues": [
+         *         {
+         *           "completed": [
+         *             0,
+         *             1795
+         *           ],
+         *           "enqueued": [
+         *             0,
+         *             1810
+         *           ],
+         *           "failed": [
+         *             0,
+         *             1
+         *           ],
+         *           "queue": "emails",
+         *           "ready": [
+         *             null,
+         *             120
+         *           ]
+         *         }
+         *       ],
+         *       "range": "hour",
+         *       "since": "2026-11-29T11:01:00+00:00"
+         *     }
+         */
+        Sparklines: {
+            /**
+             * As Of
+             * Format: date-time
+             * @description Database time of the figures.
+             */
+            as_of: string;
+            /** Bucket Seconds */
+            bucket_seconds: number;
+            /**
+             * Queues
+             * @description The queues with statistics in the range, by name; a queue that is absent had none (all zero, backlog included).
+             */
+            queues: components["schemas"]["QueueSparkline"][];
+            /**
+             * Range
+             * @enum {string}
+             */
+            range: "hour" | "day" | "week";
+            /**
+             * Since
+             * Format: date-time
+             * @description Start of the first bucket.
+             */
+            since: string;
+        };
+        /**
          * Status
          * @enum {string}
          */
@@ -2248,6 +2885,134 @@ export interface operations {
             };
         };
     };
+    bulkJobs: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "action": "retry",
+                 *       "dry_run": true,
+                 *       "ids": [
+                 *         42,
+                 *         43,
+                 *         44
+                 *       ]
+                 *     }
+                 */
+                "application/json": components["schemas"]["BulkRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "action": "retry",
+                     *       "done": 1,
+                     *       "dry_run": false,
+                     *       "jobs": [
+                     *         {
+                     *           "id": 42,
+                     *           "outcome": "done",
+                     *           "status": "pending"
+                     *         },
+                     *         {
+                     *           "id": 43,
+                     *           "outcome": "skipped",
+                     *           "status": "completed"
+                     *         },
+                     *         {
+                     *           "id": 44,
+                     *           "outcome": "not_found",
+                     *           "status": null
+                     *         }
+                     *       ],
+                     *       "next_cursor": null,
+                     *       "not_found": 1,
+                     *       "partial": false,
+                     *       "skipped": 1
+                     *     }
+                     */
+                    "application/json": components["schemas"]["BulkResult"];
+                };
+            };
+            /** @description Body is not valid JSON. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body larger than the server accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     completeJobs: {
         parameters: {
             query?: never;
@@ -2309,6 +3074,138 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["CompleteBatchResponse"];
+                };
+            };
+            /** @description Body is not valid JSON. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body larger than the server accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    searchJobs: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "payload_contains": {
+                 *         "to": "ada@example.com"
+                 *       },
+                 *       "queue": "emails",
+                 *       "status": "failed"
+                 *     }
+                 */
+                "application/json": components["schemas"]["SearchRequest"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "examined": 1,
+                     *       "jobs": [
+                     *         {
+                     *           "attempts": 5,
+                     *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "finished_at": "2026-11-29T12:00:01.5+00:00",
+                     *           "group": "customer-1042",
+                     *           "id": 42,
+                     *           "idempotency_key": "welcome-ada",
+                     *           "last_error": "SMTP 550: no such recipient",
+                     *           "lease_expires_at": null,
+                     *           "max_attempts": 5,
+                     *           "payload": {
+                     *             "template": "welcome",
+                     *             "to": "ada@example.com"
+                     *           },
+                     *           "priority": 5,
+                     *           "queue": "emails",
+                     *           "result": null,
+                     *           "run_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "schedule": null,
+                     *           "scheduled_for": null,
+                     *           "status": "failed",
+                     *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *           "worker": "mailer-1"
+                     *         }
+                     *       ],
+                     *       "next_cursor": null,
+                     *       "partial": false
+                     *     }
+                     */
+                    "application/json": components["schemas"]["SearchResult"];
                 };
             };
             /** @description Body is not valid JSON. */
@@ -4576,6 +5473,101 @@ export interface operations {
             };
         };
     };
+    getQueueSeries: {
+        parameters: {
+            query?: {
+                /** @description `hour`: 60 buckets of a minute; `day`: 96 buckets of 15 minutes; `week`: 168 buckets of an hour. Buckets are aligned to multiples of their length (UTC); the last one holds now and is still filling. */
+                range?: "hour" | "day" | "week";
+            };
+            header?: never;
+            path: {
+                /** @description `[A-Za-z0-9_.:-]{1,128}` */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "as_of": "2026-11-29T12:00:00.125+00:00",
+                     *       "bucket_seconds": 60,
+                     *       "points": [
+                     *         {
+                     *           "at": "2026-11-29T11:59:00+00:00",
+                     *           "completed": 0,
+                     *           "enqueued": 0,
+                     *           "failed": 0,
+                     *           "oldest_ready_age_seconds": null,
+                     *           "p50_ms": null,
+                     *           "p95_ms": null,
+                     *           "ready": null
+                     *         },
+                     *         {
+                     *           "at": "2026-11-29T12:00:00+00:00",
+                     *           "completed": 1795,
+                     *           "enqueued": 1810,
+                     *           "failed": 1,
+                     *           "oldest_ready_age_seconds": 2.4,
+                     *           "p50_ms": 180.2,
+                     *           "p95_ms": 1450,
+                     *           "ready": 120
+                     *         }
+                     *       ],
+                     *       "queue": "emails",
+                     *       "range": "hour",
+                     *       "since": "2026-11-29T11:01:00+00:00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Series"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     readyz: {
         parameters: {
             query?: never;
@@ -5157,6 +6149,188 @@ export interface operations {
             };
             /** @description Body is not application/json. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getSeries: {
+        parameters: {
+            query?: {
+                /** @description `hour`: 60 buckets of a minute; `day`: 96 buckets of 15 minutes; `week`: 168 buckets of an hour. Buckets are aligned to multiples of their length (UTC); the last one holds now and is still filling. */
+                range?: "hour" | "day" | "week";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "as_of": "2026-11-29T12:00:00.125+00:00",
+                     *       "bucket_seconds": 60,
+                     *       "points": [
+                     *         {
+                     *           "at": "2026-11-29T11:59:00+00:00",
+                     *           "completed": 0,
+                     *           "enqueued": 0,
+                     *           "failed": 0,
+                     *           "oldest_ready_age_seconds": null,
+                     *           "p50_ms": null,
+                     *           "p95_ms": null,
+                     *           "ready": null
+                     *         },
+                     *         {
+                     *           "at": "2026-11-29T12:00:00+00:00",
+                     *           "completed": 1795,
+                     *           "enqueued": 1810,
+                     *           "failed": 1,
+                     *           "oldest_ready_age_seconds": 2.4,
+                     *           "p50_ms": 180.2,
+                     *           "p95_ms": 1450,
+                     *           "ready": 120
+                     *         }
+                     *       ],
+                     *       "queue": "emails",
+                     *       "range": "hour",
+                     *       "since": "2026-11-29T11:01:00+00:00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Series"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getSparklines: {
+        parameters: {
+            query?: {
+                /** @description `hour`: 60 buckets of a minute; `day`: 96 buckets of 15 minutes; `week`: 168 buckets of an hour. Buckets are aligned to multiples of their length (UTC); the last one holds now and is still filling. */
+                range?: "hour" | "day" | "week";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "as_of": "2026-11-29T12:00:00.125+00:00",
+                     *       "bucket_seconds": 60,
+                     *       "queues": [
+                     *         {
+                     *           "completed": [
+                     *             0,
+                     *             1795
+                     *           ],
+                     *           "enqueued": [
+                     *             0,
+                     *             1810
+                     *           ],
+                     *           "failed": [
+                     *             0,
+                     *             1
+                     *           ],
+                     *           "queue": "emails",
+                     *           "ready": [
+                     *             null,
+                     *             120
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "range": "hour",
+                     *       "since": "2026-11-29T11:01:00+00:00"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Sparklines"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

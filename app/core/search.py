@@ -1,0 +1,151 @@
+"""Job search and bulk actions: a filter becomes a bounded walk of one index (app/db/search.py), a page
+of matches and where to go on; a bulk action cancels or retries the jobs named, or a page of those a
+filter finds, in one statement guarded by each job's status exactly as the single cancel and retry."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.cursors import BadCursor, decode_cursor, encode_cursor
+from app.core.jobs import invalid, json_text, sanitise_error
+from app.core.wakeups import Wakeups
+from app.db import operations as store_ops
+from app.db import search as store_search
+from app.db.operations import CANCELLABLE, RETRYABLE
+from app.db.pool import Database
+from app.db.rows import JobRow
+from app.db.search import Criteria, Plan, SearchRow
+from app.errors import SearchTooBroad, StatementTimeout
+from app.models.search import BULK_MAX_JOBS, BulkRequest, JobFilter
+from app.runtime.metrics import Metrics
+from app.settings import Settings
+
+Doc = dict[str, Any]
+APPLIES_TO = {"cancel": CANCELLABLE, "retry": RETRYABLE}
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    jobs: list[JobRow]
+    next_cursor: str | None
+    examined: int
+    partial: bool
+
+
+class SearchService:
+    def __init__(self, settings: Settings, db: Database, metrics: Metrics, wakeups: Wakeups) -> None:
+        self.settings = settings
+        self.db = db
+        self.metrics = metrics
+        self.wakeups = wakeups
+
+    def criteria(self, f: JobFilter, statuses: tuple[str, ...] | None, loc: Sequence[str]) -> Criteria:
+        payload = None
+        if f.payload_contains is not None:
+            limit = self.settings.max_payload_bytes
+            payload = json_text(f.payload_contains, limit, self.settings.max_json_depth, [*loc, "payload_contains"])
+        return Criteria(
+            queue=f.queue,
+            statuses=statuses,
+            id=f.id,
+            idempotency_key=f.idempotency_key,
+            error_contains=f.error_contains,
+            payload=payload,
+        )
+
+    async def search(
+        self, c: Criteria, allowed: str | None, limit: int, cursor: str | None, loc: Sequence[str] = ("body",)
+    ) -> Found:
+        """A page of at most `limit` matches, newest first or in the listing's order (app/db/search.py)."""
+        how = store_search.plan(c)
+        after = None
+        if cursor is not None:
+            try:
+                after = decode_cursor(cursor, how.cursor_kind)
+            except BadCursor:
+                raise invalid([*loc, "cursor"], "not a cursor of this search; start again without one") from None
+        if c.error_contains is not None and "\x00" in c.error_contains:
+            return Found([], None, 0, False)  # stored errors never hold NUL (PostgreSQL text cannot)
+        budget = self.settings.search_scan_rows
+        try:
+            async with self.db.connection() as conn:
+                rows = await store_search.jobs_search(
+                    conn, how, c, allowed, after, limit + 1, budget, self.settings.search_timeout_ms
+                )
+        except StatementTimeout:
+            raise SearchTooBroad(
+                f"The search did not finish within {self.settings.search_timeout_ms} ms: narrow it (a queue and a "
+                "status, or a more specific filter)."
+            ) from None
+        return _page(how, rows, limit, budget)
+
+    async def bulk(self, req: BulkRequest, allowed: str | None) -> Doc:
+        applies = APPLIES_TO[req.action]
+        if req.ids is not None:
+            ids = list(dict.fromkeys(req.ids))  # each once, in the order given
+            found = Found([], None, 0, False)
+        else:
+            assert req.filter is not None
+            status = req.filter.status
+            if status is not None and status not in applies:
+                msg = f"`{req.action}` applies to {' and '.join(applies)} jobs, not {status} ones"
+                raise invalid(["body", "filter", "status"], msg)
+            statuses = (status.value,) if status is not None else applies
+            c = self.criteria(req.filter, statuses, ["body", "filter"])
+            found = await self.search(c, allowed, req.limit or BULK_MAX_JOBS, req.cursor)
+            ids = [j.id for j in found.jobs]
+        outcomes = await self._act(req, ids, applies, allowed) if ids else []
+        counts = {kind: sum(o["outcome"] == kind for o in outcomes) for kind in ("done", "skipped", "not_found")}
+        return {
+            "action": req.action,
+            "dry_run": req.dry_run,
+            "jobs": outcomes,
+            **counts,
+            "next_cursor": found.next_cursor,
+            "partial": found.partial,
+        }
+
+    async def _act(self, req: BulkRequest, ids: list[int], applies: tuple[str, ...], allowed: str | None) -> list[Doc]:
+        async with self.db.connection() as conn:
+            if req.dry_run:
+                seen = {j.id: (j.status in applies, j) for j in await store_ops.jobs_get_brief(conn, ids, allowed)}
+            elif req.action == "cancel":
+                reason = sanitise_error(req.reason, self.settings.max_error_bytes) if req.reason is not None else None
+                written = await store_ops.jobs_cancel_many(conn, ids, reason, allowed)
+                seen = {w.job.id: (w.written, w.job) for w in written if w.job is not None}
+            else:
+                written = await store_ops.jobs_retry_many(conn, ids, allowed)
+                seen = {w.job.id: (w.written, w.job) for w in written if w.job is not None}
+        changed = [job.queue for done, job in seen.values() if done]
+        if changed and not req.dry_run:
+            if req.action == "cancel":
+                self.metrics.count_many("cancelled", changed)
+            else:
+                self.wakeups.jobs_available(set(changed))
+        out = []
+        for job_id in ids:
+            if job_id not in seen:
+                out.append({"id": job_id, "outcome": "not_found", "status": None})
+            else:
+                done, job = seen[job_id]
+                out.append({"id": job_id, "outcome": "done" if done else "skipped", "status": job.status})
+        return out
+
+
+def _page(how: Plan, rows: list[SearchRow], limit: int, budget: int) -> Found:
+    """The page of matches, and where the next one starts: after the last match shown when there are more
+    matches than `limit`, after the last job examined when the walk stopped at its budget."""
+    jobs = [r.job for r in rows if r.job is not None]
+    examined = rows[0].examined if rows else 0
+    last_key = rows[0].last_key if rows else None
+    kind = how.cursor_kind
+    if not how.pages:
+        return Found(jobs[:limit], None, examined, False)
+    if len(jobs) > limit:
+        jobs = jobs[:limit]
+        return Found(jobs, encode_cursor(kind, [getattr(jobs[-1], k) for k in how.keys]), examined, False)
+    if examined >= budget and last_key is not None:
+        return Found(jobs, encode_cursor(kind, last_key), examined, True)
+    return Found(jobs, None, examined, False)

@@ -1,0 +1,299 @@
+"""SQL of the statistics' history: the backlog sampled once a minute for the whole cluster, minutes rolled
+up into hours after a day, and the series the dashboard draws (per queue, all queues, sparklines).
+
+A series is cut into equal buckets aligned to multiples of their length since the epoch, the last one
+holding now. Each bucket adds up the rows that fall in it, minute rows and hour rows alike: an hour that
+a roll-up has half moved still counts once. The backlog of a bucket is the average of its sampled
+minutes (stats_samples); a bucket with none has no backlog figure rather than a made-up zero."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from app.auth.policy import queue_allowed
+from app.db.rows import rows_of
+from app.runtime.metrics import DURATION_BOUNDS_MS
+
+MINUTES_KEEP_SECONDS = 86_400  # minute rows older than this (rounded down to the hour) become hour rows
+HOURS_KEEP_SECONDS = 8 * 86_400  # hour rows and sampled minutes: a week of charts, and a day to spare
+
+NOW = "coalesce(%(now)s::timestamptz, now())"  # tests move time forward instead of waiting
+HISTOGRAM_BUCKETS = len(DURATION_BOUNDS_MS) + 1
+
+
+def histogram_sum(column: str) -> str:
+    """The element-wise sum of a group's histograms, one aggregate per bucket: a single pass over the rows,
+    where unnesting them would make a row per bucket of every histogram first. Empty histograms ('{}',
+    a minute without completions) add nothing; a group without any gives '{}'."""
+    parts = ", ".join(f"coalesce(sum({column}[{i}]), 0)" for i in range(1, HISTOGRAM_BUCKETS + 1))
+    return f"CASE WHEN max(cardinality({column})) > 0 THEN ARRAY[{parts}]::bigint[] ELSE '{{}}' END"
+
+
+# --- the backlog sample ----------------------------------------------------------------------------------
+
+BACKLOG_SAMPLE = f"""
+WITH mark AS (
+  -- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing.
+  INSERT INTO stats_samples (minute) VALUES (date_trunc('minute', {NOW}))
+  ON CONFLICT DO NOTHING
+  RETURNING minute
+), backlog AS (
+  -- Index-only over jobs_claim_idx. Skipped (a one-time filter) once the minute has been sampled, so a
+  -- replica that comes later in the minute reads one row of stats_samples and nothing else.
+  SELECT j.queue_name, count(*) AS ready, min(j.run_at) AS oldest
+  FROM jobs j
+  WHERE j.status = 'pending' AND j.run_at <= {NOW}
+    AND NOT EXISTS (SELECT FROM stats_samples s WHERE s.minute = date_trunc('minute', {NOW}))
+  GROUP BY j.queue_name
+), written AS (
+  INSERT INTO queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
+  SELECT b.queue_name, m.minute, b.ready, extract(epoch FROM {NOW} - b.oldest)::float8
+  FROM mark m CROSS JOIN backlog b
+  -- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
+  ORDER BY b.queue_name COLLATE "C"
+  ON CONFLICT (queue_name, minute) DO UPDATE
+    SET ready = EXCLUDED.ready, oldest_ready_seconds = EXCLUDED.oldest_ready_seconds
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM mark) AS sampled, (SELECT count(*) FROM written) AS queues
+"""
+
+
+@dataclass(slots=True, frozen=True)
+class Sampled:
+    """sampled: this call took the minute (1) or found it taken (0); queues: samples it wrote."""
+
+    sampled: int
+    queues: int
+
+
+async def backlog_sample(conn: psycopg.AsyncConnection[Any], now: datetime | None = None) -> Sampled:
+    cur = conn.cursor(row_factory=rows_of(Sampled))
+    async with conn.transaction():
+        # Counts of live jobs read the partial index, never the table (app/db/operations.py NO_SEQSCAN).
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        await cur.execute(BACKLOG_SAMPLE, {"now": now})
+        row = await cur.fetchone()
+    assert row is not None
+    return row
+
+
+# --- roll-up and pruning ----------------------------------------------------------------------------------
+
+COUNTERS = (
+    "enqueued", "claimed", "completed", "failed", "retried", "lease_expired", "cancelled", "released", "empty_claims",
+)  # fmt: skip
+
+
+def _added(column: str) -> str:
+    return f"{column} = h.{column} + EXCLUDED.{column}"
+
+
+STATS_ROLL_UP = f"""
+WITH old AS (
+  -- Minutes before the hour that began a day ago, oldest first, a batch at a time. SKIP LOCKED: a row
+  -- a late flush is adding to is left for the next pass, which also moves any minute a flush adds
+  -- after its hour was rolled up, so the hours stay exact.
+  SELECT queue_name, minute FROM queue_stats
+  WHERE minute < date_trunc('hour', {NOW} - make_interval(secs => %(keep)s))
+  ORDER BY minute
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), moved AS (
+  DELETE FROM queue_stats s USING old
+  WHERE s.queue_name = old.queue_name AND s.minute = old.minute
+  RETURNING s.*
+), hours AS (
+  SELECT queue_name, date_trunc('hour', minute) AS hour,
+         {", ".join(f"sum({c})::bigint AS {c}" for c in COUNTERS)},
+         max(duration_max_ms) AS duration_max_ms, {histogram_sum("durations_ms")} AS durations_ms,
+         sum(coalesce(ready, 0))::bigint AS ready_sum, max(oldest_ready_seconds) AS oldest_ready_seconds
+  FROM moved
+  GROUP BY 1, 2
+), added AS (
+  INSERT INTO queue_stats_hourly AS h (queue_name, hour, {", ".join(COUNTERS)}, duration_max_ms, durations_ms,
+                                       ready_sum, oldest_ready_seconds)
+  SELECT hs.queue_name, hs.hour, {", ".join(f"hs.{c}" for c in COUNTERS)}, hs.duration_max_ms, hs.durations_ms,
+         hs.ready_sum, hs.oldest_ready_seconds
+  FROM hours hs
+  ORDER BY hs.queue_name COLLATE "C", hs.hour
+  ON CONFLICT (queue_name, hour) DO UPDATE SET
+    {", ".join(_added(c) for c in COUNTERS)},
+    duration_max_ms = greatest(h.duration_max_ms, EXCLUDED.duration_max_ms),
+    durations_ms = coalesce((SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
+                             FROM unnest(h.durations_ms, EXCLUDED.durations_ms) WITH ORDINALITY AS x(a, b, i)), '{{}}'),
+    ready_sum = h.ready_sum + EXCLUDED.ready_sum,
+    oldest_ready_seconds = greatest(h.oldest_ready_seconds, EXCLUDED.oldest_ready_seconds)
+)
+SELECT count(*) FROM moved
+"""
+
+HISTORY_DELETE_OLD = f"""
+WITH hours AS (
+  DELETE FROM queue_stats_hourly WHERE hour < {NOW} - make_interval(secs => %(keep)s)
+)
+DELETE FROM stats_samples WHERE minute < {NOW} - make_interval(secs => %(keep)s)
+"""
+
+
+async def stats_roll_up(conn: psycopg.AsyncConnection[Any], batch: int, now: datetime | None = None) -> int:
+    """Move one batch of minute rows older than a day into hour rows; returns the minutes moved."""
+    cur = await conn.execute(STATS_ROLL_UP, {"now": now, "keep": MINUTES_KEEP_SECONDS, "batch": batch})
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def history_delete_old(conn: psycopg.AsyncConnection[Any], now: datetime | None = None) -> None:
+    await conn.execute(HISTORY_DELETE_OLD, {"now": now, "keep": HOURS_KEEP_SECONDS})
+
+
+# --- series ---------------------------------------------------------------------------------------------------
+
+# The first bucket's start and the statement's now; %(bucket)s seconds long, %(buckets)s of them.
+_BOUNDS = """
+bounds AS (
+  SELECT to_timestamp((floor(extract(epoch FROM now()) / %(bucket)s) - (%(buckets)s - 1)) * %(bucket)s) AS since,
+         now() AS as_of
+)"""
+
+
+def _bucket(column: str) -> str:
+    return f"floor(extract(epoch FROM {column} - b.since) / %(bucket)s)::int"
+
+
+def _series(which: str) -> str:
+    """The series of one queue (`which` = "queue": the primary key's range) or of every queue the caller
+    may see ("all": queue_stats_minute_idx)."""
+    mine = (
+        "{t}.queue_name = %(queue)s"
+        if which == "queue"
+        else queue_allowed("{t}.queue_name", "%(allowed)s::text")  # the caller's queues
+    )
+    return f"""
+WITH {_BOUNDS}, sources AS (
+  SELECT s.minute AS at, s.enqueued, s.completed, s.failed, s.duration_max_ms, s.durations_ms,
+         coalesce(s.ready, 0) AS ready, s.oldest_ready_seconds
+  FROM queue_stats s, bounds b
+  WHERE {mine.format(t="s")} AND s.minute >= b.since
+  UNION ALL
+  SELECT h.hour, h.enqueued, h.completed, h.failed, h.duration_max_ms, h.durations_ms, h.ready_sum,
+         h.oldest_ready_seconds
+  FROM queue_stats_hourly h, bounds b
+  WHERE {mine.format(t="h")} AND h.hour >= b.since
+), binned AS (
+  SELECT {_bucket("r.at")} AS i, r.* FROM sources r, bounds b
+), totals AS (
+  SELECT i, sum(enqueued)::bigint AS enqueued, sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
+         max(duration_max_ms) FILTER (WHERE completed > 0) AS duration_max_ms,
+         {histogram_sum("durations_ms")} AS durations_ms, sum(ready)::bigint AS ready_sum,
+         max(oldest_ready_seconds) AS oldest_ready_seconds
+  FROM binned GROUP BY i
+), sampled AS (
+  SELECT {_bucket("m.minute")} AS i, count(*) AS minutes
+  FROM stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
+)
+SELECT g.i AS bucket, b.since + make_interval(secs => g.i * %(bucket)s) AS at,
+       coalesce(t.enqueued, 0) AS enqueued, coalesce(t.completed, 0) AS completed, coalesce(t.failed, 0) AS failed,
+       t.duration_max_ms, t.durations_ms, coalesce(s.minutes, 0) AS sampled, coalesce(t.ready_sum, 0) AS ready_sum,
+       t.oldest_ready_seconds, b.as_of
+FROM bounds b
+CROSS JOIN generate_series(0, %(buckets)s - 1) AS g(i)
+LEFT JOIN totals t ON t.i = g.i
+LEFT JOIN sampled s ON s.i = g.i
+ORDER BY g.i
+"""
+
+
+SERIES_QUEUE = _series("queue")
+SERIES_ALL = _series("all")
+
+
+@dataclass(slots=True, frozen=True)
+class BucketRow:
+    """One bucket of a series: its event counts, its claim-to-completion histogram, and its backlog
+    samples (`sampled` minutes whose ready counts add up to `ready_sum`)."""
+
+    bucket: int
+    at: datetime
+    enqueued: int
+    completed: int
+    failed: int
+    duration_max_ms: float | None
+    durations_ms: list[int] | None
+    sampled: int
+    ready_sum: int
+    oldest_ready_seconds: float | None
+    as_of: datetime
+
+
+async def series(
+    conn: psycopg.AsyncConnection[Any], queue: str | None, allowed: str | None, bucket: int, buckets: int
+) -> list[BucketRow]:
+    """The buckets of one queue's series (`queue`), or of every queue matching `allowed` (None: all)."""
+    cur = conn.cursor(row_factory=rows_of(BucketRow))
+    params = {"queue": queue, "allowed": allowed, "bucket": bucket, "buckets": buckets}
+    await cur.execute(SERIES_QUEUE if queue is not None else SERIES_ALL, params)
+    return await cur.fetchall()
+
+
+SPARKLINES = f"""
+WITH {_BOUNDS}, sources AS (
+  SELECT s.queue_name, s.minute AS at, s.enqueued, s.completed, s.failed, coalesce(s.ready, 0) AS ready
+  FROM queue_stats s, bounds b
+  WHERE s.minute >= b.since AND {queue_allowed("s.queue_name", "%(allowed)s::text")}
+  UNION ALL
+  SELECT h.queue_name, h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
+  FROM queue_stats_hourly h, bounds b
+  WHERE h.hour >= b.since AND {queue_allowed("h.queue_name", "%(allowed)s::text")}
+)
+SELECT r.queue_name AS queue, {_bucket("r.at")} AS bucket, sum(r.enqueued)::bigint AS enqueued,
+       sum(r.completed)::bigint AS completed, sum(r.failed)::bigint AS failed, sum(r.ready)::bigint AS ready_sum
+FROM sources r, bounds b
+GROUP BY 1, 2
+ORDER BY 1, 2
+"""
+
+SAMPLED_MINUTES = f"""
+WITH {_BOUNDS}
+SELECT {_bucket("m.minute")} AS bucket, count(m.minute) AS minutes, min(b.since) AS since, min(b.as_of) AS as_of
+FROM bounds b LEFT JOIN stats_samples m ON m.minute >= b.since
+GROUP BY 1
+"""
+
+
+@dataclass(slots=True, frozen=True)
+class QueueBucketRow:
+    queue: str
+    bucket: int
+    enqueued: int
+    completed: int
+    failed: int
+    ready_sum: int
+
+
+@dataclass(slots=True, frozen=True)
+class SampledRow:
+    """Sampled minutes per bucket (bucket None: the window has none), and the window's frame."""
+
+    bucket: int | None
+    minutes: int
+    since: datetime
+    as_of: datetime
+
+
+async def sparklines(
+    conn: psycopg.AsyncConnection[Any], allowed: str | None, bucket: int, buckets: int
+) -> tuple[list[SampledRow], list[QueueBucketRow]]:
+    """Per queue and bucket, the non-empty buckets; and the sampled minutes per bucket. One transaction,
+    so both statements see the same now()."""
+    params = {"allowed": allowed, "bucket": bucket, "buckets": buckets}
+    frame = conn.cursor(row_factory=rows_of(SampledRow))
+    per_queue = conn.cursor(row_factory=rows_of(QueueBucketRow))
+    async with conn.transaction():
+        await frame.execute(SAMPLED_MINUTES, params)
+        await per_queue.execute(SPARKLINES, params)
+        return await frame.fetchall(), await per_queue.fetchall()
