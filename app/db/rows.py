@@ -158,6 +158,7 @@ class ScheduleRow:
     payload: str
     priority: int | None
     max_attempts: int | None
+    group: str | None
     missed: str
     paused: bool
     next_run_at: datetime | None

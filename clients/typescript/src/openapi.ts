@@ -2295,13 +2295,18 @@ export interface components {
             /** Cron */
             cron: string;
             /**
+             * Group
+             * @description Each job's group; null: none.
+             */
+            group: string | null;
+            /**
              * Last Run At
              * @description The latest tick that enqueued a job; null before the first.
              */
             last_run_at: string | null;
             /**
              * Max Attempts
-             * @description Each job's max_attempts; null: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made.
+             * @description Each job's max_attempts; null: the queue's max_attempts when each job is made, else JOBQ_DEFAULT_MAX_ATTEMPTS.
              */
             max_attempts: number | null;
             /**
@@ -2325,7 +2330,7 @@ export interface components {
             payload: components["schemas"]["JsonValue"];
             /**
              * Priority
-             * @description Each job's priority; null: the default (0).
+             * @description Each job's priority; null: the queue's default_priority, else 0.
              */
             priority: number | null;
             /** Queue */
@@ -2394,8 +2399,13 @@ export interface components {
              */
             cron: string;
             /**
+             * Group
+             * @description Each job's group (flow control: per-group limits, fairness and order, docs/flow-control.md); left out: none.
+             */
+            group?: string;
+            /**
              * Max Attempts
-             * @description Each job's max_attempts; left out: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made.
+             * @description Each job's max_attempts; left out: the queue's max_attempts when each job is made, else JOBQ_DEFAULT_MAX_ATTEMPTS.
              */
             max_attempts?: number;
             /**
@@ -2416,7 +2426,7 @@ export interface components {
             payload: components["schemas"]["JsonValue"];
             /**
              * Priority
-             * @description Each job's priority; default 0.
+             * @description Each job's priority; left out: the queue's default_priority when each job is made, else 0.
              */
             priority?: number;
             /**
