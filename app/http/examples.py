@@ -95,6 +95,7 @@ _SCHEDULE = {
     "payload": {"report": "daily"},
     "priority": None,
     "max_attempts": 3,
+    "group": None,
     "missed": "skip",
     "paused": False,
     "next_run_at": "2026-11-30T06:00:00+00:00",

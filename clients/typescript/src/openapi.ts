@@ -2254,6 +2254,7 @@ export interface components {
          * @example {
          *       "created_at": "2026-11-01T09:12:00.5+00:00",
          *       "cron": "0 7 * * MON-FRI",
+         *       "group": null,
          *       "last_run_at": "2026-11-27T06:00:00+00:00",
          *       "max_attempts": 3,
          *       "missed": "skip",
@@ -2271,6 +2272,7 @@ export interface components {
          * @example {
          *       "created_at": "2026-11-01T09:12:00.5+00:00",
          *       "cron": "0 7 * * MON-FRI",
+         *       "group": null,
          *       "last_run_at": "2026-11-27T06:00:00+00:00",
          *       "max_attempts": 3,
          *       "missed": "skip",
@@ -2350,6 +2352,7 @@ export interface components {
          *         {
          *           "created_at": "2026-11-01T09:12:00.5+00:00",
          *           "cron": "0 7 * * MON-FRI",
+         *           "group": null,
          *           "last_run_at": "2026-11-27T06:00:00+00:00",
          *           "max_attempts": 3,
          *           "missed": "skip",
@@ -5635,6 +5638,7 @@ export interface operations {
                      *         {
                      *           "created_at": "2026-11-01T09:12:00.5+00:00",
                      *           "cron": "0 7 * * MON-FRI",
+                     *           "group": null,
                      *           "last_run_at": "2026-11-27T06:00:00+00:00",
                      *           "max_attempts": 3,
                      *           "missed": "skip",
@@ -5708,6 +5712,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",
@@ -5811,6 +5816,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",
@@ -5839,6 +5845,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",
@@ -6014,6 +6021,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",
@@ -6112,6 +6120,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",
