@@ -23,6 +23,7 @@ from app.auth.keyring import KeyRing
 from app.auth.middleware import Authenticate, Authenticator
 from app.auth.policy import OPEN_OPERATIONS
 from app.core.dispatcher import ClaimDispatcher
+from app.core.flow import QueueConfigs
 from app.core.history import HistoryService
 from app.core.jobs import JobService
 from app.core.operations import OpsService
@@ -267,14 +268,15 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     # its waiters through it), the services that make jobs claimable, and the listener that feeds it.
     keys = KeyRing(db, settings.auth_cache_seconds, settings.api_key.get_secret_value() if settings.api_key else None)
     wakeups = Wakeups(db, settings.notify_min_interval_ms)
-    dispatcher = ClaimDispatcher(settings, db, wakeups, metrics)
+    configs = QueueConfigs(settings, db)
+    dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs)
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
-    jobs = JobService(settings, db, dispatcher, wakeups, metrics, results)
+    jobs = JobService(settings, db, dispatcher, wakeups, metrics, results, configs)
     scheduler = Scheduler(settings, db, metrics, wakeups)
     maintenance = Supervisor(
         [
-            WakeupListener(url, wakeups, keys),
+            WakeupListener(url, wakeups, keys, configs),
             FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
             LeaseRescuer(settings, db, metrics, wakeups),
             scheduler,
@@ -292,7 +294,8 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     api.state.wakeups = wakeups
     api.state.maintenance = maintenance
     api.state.jobs = jobs
-    api.state.ops = OpsService(settings, db, metrics, wakeups)
+    api.state.ops = OpsService(settings, db, metrics, wakeups, configs)
+    api.state.configs = configs
     api.state.history = HistoryService(db)
     api.state.search = SearchService(settings, db, metrics, wakeups)
     api.state.schedules = ScheduleService(settings, db, scheduler.poke)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 import psycopg
@@ -149,6 +149,35 @@ def rss_mib(pid: int) -> float:
 
 _INSERT = "INSERT INTO jobs (queue_name, payload) SELECT 'bench', %s::jsonb FROM generate_series(1, %s)"
 
+# Flow control in the drain phases (bench/run.py --flow, --groups): the bench queue's configuration
+# (queue_state columns, e.g. {"concurrency": 1000, "fair": true}) and how many groups its jobs spread over.
+FLOW: dict[str, object] = {}
+GROUPS = 0
+
+
+def _load(conn: psycopg.Connection[Any], n: int) -> None:
+    if GROUPS:
+        conn.execute(
+            "INSERT INTO jobs (queue_name, payload, group_key)"
+            " SELECT 'bench', %s::jsonb, 'g' || (g %% %s) FROM generate_series(1, %s) g",
+            (orjson.dumps(PAYLOAD).decode(), GROUPS, n),
+        )
+    else:
+        conn.execute(_INSERT, (orjson.dumps(PAYLOAD).decode(), n))
+    if FLOW:
+        cols = sql.SQL(", ").join(sql.Identifier(c) for c in FLOW)
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO queue_state (queue_name, {}) VALUES ('bench', {})"
+                " ON CONFLICT (queue_name) DO UPDATE SET ({}) = ROW({})"
+            ).format(
+                cols,
+                sql.SQL(", ").join(sql.Literal(v) for v in FLOW.values()),
+                cols,
+                sql.SQL(", ").join(sql.Literal(v) for v in FLOW.values()),
+            )
+        )
+
 
 def preload(url: str, n: int) -> None:
     """`n` pending jobs on a freshly vacuumed and analyzed table (the reference's starting point)."""
@@ -167,7 +196,7 @@ def load_unanalyzed(url: str, n: int) -> list[str] | None:
         conn.execute("TRUNCATE jobs")
         conn.execute("ANALYZE jobs")
         conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
-        conn.execute(_INSERT, (orjson.dumps(PAYLOAD).decode(), n))
+        _load(conn, n)
     return row[0] if row else None
 
 
@@ -184,7 +213,7 @@ def load_analyzed(url: str, n: int) -> None:
     """The same load, then `ANALYZE jobs` (and nothing else: no VACUUM, so only the statistics differ)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE jobs")
-        conn.execute(_INSERT, (orjson.dumps(PAYLOAD).decode(), n))
+        _load(conn, n)
         conn.execute("ANALYZE jobs")
 
 

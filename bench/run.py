@@ -309,6 +309,12 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10, help="measured seconds per phase (default 10)")
     p.add_argument("--warmup", type=float, default=2, help="seconds of load before each measurement (default 2)")
     p.add_argument("--preload", type=int, help="jobs loaded before each drain phase (default 400k/1M; PgQueuer 400k)")
+    p.add_argument(
+        "--flow",
+        help="drain phases: the bench queue's configuration, queue_state columns as JSON, "
+        'e.g. \'{"concurrency": 1000, "fair": true}\' (flow control; default: none)',
+    )
+    p.add_argument("--groups", type=int, default=0, help="drain phases: spread the jobs over this many groups")
     p.add_argument("--latency-samples", type=int, default=1000)
     p.add_argument("--idle-ms", type=float, default=20, help="the consumer idles this long before each sample")
     p.add_argument("--waiters", type=int, default=1000)
@@ -326,6 +332,11 @@ def main() -> None:
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--auth", action="store_true", help="JOBQ_AUTH=on, every request with an API key")
     args = p.parse_args()
+    if args.flow or args.groups:
+        from bench import harness
+
+        harness.FLOW.update(json.loads(args.flow or "{}"))
+        harness.GROUPS = args.groups
 
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -31,7 +31,7 @@ def test_claim_shape_and_lease(server: LiveServer, db: psycopg.Connection) -> No
     before = db.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
     c = server.claim_one(worker="w-1", lease_seconds=120)
     assert set(c) == {"id", "queue", "payload", "priority", "attempts", "max_attempts", "claim_token",
-                      "lease_expires_at", "run_at", "created_at", "traceparent"}  # fmt: skip
+                      "lease_expires_at", "run_at", "created_at", "traceparent", "group"}  # fmt: skip
     assert c["traceparent"] is None  # the enqueue carried no trace context
     assert (c["id"], c["queue"], c["payload"], c["priority"]) == (job["id"], "q", {"x": 1}, 2)
     assert (c["attempts"], c["max_attempts"]) == (1, 3)

@@ -1,11 +1,12 @@
 """Plans that cannot fall off a cliff: every statement on a hot path reaches `jobs` by its primary key or by
 the partial index it was written for, whatever the statistics say.
 
-Slow (about 10 s): it builds a 300,000-row table whose statistics are stale in the two ways seen in the
-field, on the same table (autovacuum off for it, no ANALYZE after the load):
+Slow (about 10 s): it builds 300,000-row tables whose statistics are stale in the ways seen in the field
+(autovacuum off, no ANALYZE after the load):
   * the column statistics were taken while the table held 100 pending jobs, so the planner believes
     nothing else exists (no running job, one queue) and a partial index over running jobs looks empty;
-  * a VACUUM after the load updated the table's size but not the indexes' statistics.
+  * on one table a VACUUM after the load updated the table's size but not the indexes' statistics; on
+    the other nothing did, and the planner reads the sizes off the files.
 Then 5,000 jobs are running. Each statement is planned with its real parameters, both as a custom plan
 (EXPLAIN ANALYZE, in a transaction rolled back) and as the generic plan a prepared statement may switch to,
 on a session configured like the service's pool (app/db/pool.py)."""
@@ -20,6 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from app.db import flow
 from app.db import jobs as store
 from app.db import operations as store_ops
 from app.db.pool import SESSION_SETTINGS
@@ -29,17 +31,20 @@ pytestmark = pytest.mark.slow
 RUNNING = 5_000
 
 
-def stale_table(url: str, rows: int, running: int) -> None:
+def stale_table(url: str, rows: int, running: int, vacuum: bool = True) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
         conn.execute("INSERT INTO jobs (queue_name, payload) SELECT 'q', '{\"n\": 1}' FROM generate_series(1, 100)")
         conn.execute("ANALYZE jobs")
         conn.execute(
-            "INSERT INTO jobs (queue_name, payload, idempotency_key)"
-            " SELECT 'q', '{\"n\": 1}', CASE WHEN g %% 100 = 0 THEN 'k' || g END FROM generate_series(1, %s) g",
-            (rows - 100,),
+            "INSERT INTO jobs (queue_name, payload, idempotency_key, group_key)"
+            " SELECT 'q', '{\"n\": 1}', CASE WHEN g %% 100 = 0 THEN 'k' || g END,"
+            "        CASE WHEN g > %s * 0.8 THEN 'g' || g %% 50 END"  # the newest fifth in 50 groups
+            " FROM generate_series(1, %s) g",
+            (rows, rows - 100),
         )
-        conn.execute("VACUUM jobs")
+        if vacuum:
+            conn.execute("VACUUM jobs")
         # Running jobs, as claims leave them; some on their last attempt; a few finished ones.
         conn.execute(
             """UPDATE jobs SET status = 'running', attempts = 1, claimed_at = now(), lease_seconds = 60,
@@ -54,9 +59,12 @@ def stale_table(url: str, rows: int, running: int) -> None:
         )
 
 
-@pytest.fixture(scope="module")
-def stale_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
-    name = "jobq_plans_stale"
+@pytest.fixture(scope="module", params=["vacuumed after the load", "not vacuumed"])
+def stale_url(request: pytest.FixtureRequest, pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """The 300,000-row table, in the two states: a VACUUM after the load (the table's size known, the
+    indexes' not, no column statistics), or none (the planner reads the sizes off the files)."""
+    vacuum = request.param == "vacuumed after the load"
+    name = "jobq_plans_stale" if vacuum else "jobq_plans_stale_unvacuumed"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
         conn.execute(
@@ -65,7 +73,7 @@ def stale_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
     info = psycopg.conninfo.conninfo_to_dict(pg_admin_url)
     info["dbname"] = name
     url = psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
-    stale_table(url, 300_000, RUNNING)
+    stale_table(url, 300_000, RUNNING, vacuum)
     yield url
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -182,6 +190,16 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         },
         {"jobs_claim_idx", "jobs_pkey"},
     ),
+    "claim 10, concurrency limit": (
+        flow.JOB_CLAIM_LIMITED,
+        {"queue": "q", "total": 10, "slots": slots(1), "after": None, "window": flow.LANE_WINDOW},
+        {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx", "jobs_pkey"},  # the group walk: planned, not run
+    ),
+    "claim 100, fair groups": (
+        flow.JOB_CLAIM_LIMITED,
+        {"queue": "q", "total": 100, "slots": slots(10), "after": "g7", "window": flow.LANE_WINDOW},
+        {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx", "jobs_pkey"},
+    ),
     "heartbeat": (
         store.JOB_HEARTBEAT_MANY,
         {"beats": j([{"ord": 0, "id": 1501, "token": "t1501", "lease": None, "allowed": None}])},
@@ -241,8 +259,20 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     ),
     "queues": (store_ops.QUEUES_LIST, {}, {"jobs_claim_idx", "jobs_lease_idx"}),
 }
-# Statements that run after a SET LOCAL of their own (app/db/operations.py).
-PRELUDE = {"stats": store_ops.NO_SEQSCAN, "queues": store_ops.NO_SEQSCAN}
+HOT["stats, top groups"] = (
+    store_ops.QUEUE_GROUPS,
+    {"queue": "q", "top": 20},
+    {"jobs_group_idx", "jobs_running_idx"},
+)
+# Statements that run after a SET LOCAL of their own (app/db/operations.py), or on a configured queue.
+PRELUDE = {
+    "stats": store_ops.NO_SEQSCAN,
+    "queues": store_ops.NO_SEQSCAN,
+    "stats, top groups": store_ops.NO_SEQSCAN,
+    "claim 10, concurrency limit": "INSERT INTO queue_state (queue_name, concurrency) VALUES ('q', 6000)",
+    "claim 100, fair groups": "INSERT INTO queue_state (queue_name, concurrency, fair, group_concurrency,"
+    " group_rate_limit, group_rate_per_seconds) VALUES ('q', 6000, true, 3, 100, 60)",
+}
 
 
 @pytest.mark.parametrize("name", list(HOT))

@@ -63,6 +63,7 @@ def test_a_schedule_is_created_read_listed_replaced_and_deleted(quiet: LiveServe
         "payload": {"report": "hourly"},
         "priority": None,
         "max_attempts": None,
+        "group": None,
         "missed": "skip",
         "paused": False,
         "next_run_at": created["next_run_at"],
@@ -201,6 +202,21 @@ def test_a_due_tick_makes_one_job_that_names_its_schedule_and_tick(quiet: LiveSe
     # Jobs not made by a schedule say so.
     other = quiet.enqueue(payload=1)
     assert (other["schedule"], other["scheduled_for"]) == (None, None)
+
+
+def test_a_schedule_gives_its_jobs_a_group_and_the_queues_defaults(quiet: LiveServer, db: psycopg.Connection) -> None:
+    """`group` rides on every job of the schedule; what the schedule leaves out comes from the queue's
+    configuration as it is when each job is made (a change in between counts), else the service's defaults."""
+    put(quiet, "grouped", {**HOURLY, "group": "tenant-7"})
+    assert quiet.client.get("/schedules/grouped").json()["group"] == "tenant-7"
+    r = quiet.client.patch("/queues/reports/config", json={"default_priority": 9, "max_attempts": 3})
+    assert r.status_code == 200, r.text
+    tick = db.execute("SELECT date_trunc('hour', now())").fetchone()[0]  # type: ignore[index]
+    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'grouped'", (tick,))
+    assert run_scheduler(quiet).enqueued == 1
+    [(job_id, _)] = scheduled_jobs(db, "grouped")
+    job = quiet.job(job_id)
+    assert (job["group"], job["priority"], job["max_attempts"]) == ("tenant-7", 9, 3)
 
 
 def test_a_tick_enqueued_twice_makes_one_job(quiet: LiveServer, db: psycopg.Connection) -> None:

@@ -11,6 +11,12 @@ many requests wait: no thundering herd, and under load concurrent claims share s
 Rows claimed for a ticket whose request has gone (timed out, disconnected, shutting down) are released
 at once, so a job is never handed to a connection that is closing.
 
+A queue with limits (app/core/flow.py, docs/flow-control.md) is claimed by app/db/flow.py's limited claim
+instead, chosen by the process's cached configuration; the plain claim refuses a queue whose limits this
+process has not heard of yet, and the line then claims again under them. Tickets held back by a limit
+stay parked until a slot frees up (completes, fails, releases, cancels and rescues of a limited queue
+go through the wake-up seam) or, for a full rate window, until the moment it lets the next claim through.
+
 Waiting is shared fairly: a process holds at most JOBQ_MAX_WAITERS parked requests, and one client (an API
 key; with auth off, a client address) at most JOBQ_MAX_WAITERS_PER_CLIENT of them, so one key's fleet
 cannot take every place. A statement that fails because the database went away (a terminated session, a
@@ -28,7 +34,9 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from app.core.flow import QueueConfigs
 from app.core.wakeups import Wakeups
+from app.db import flow as store_flow
 from app.db import jobs as store
 from app.db.jobs import ClaimSlot
 from app.db.pool import Database
@@ -106,6 +114,8 @@ class _QueueClaims:
         self.again = False
         self.failures = 0  # statements failed in a row (database unavailable)
         self._retry: asyncio.TimerHandle | None = None
+        self.after: str | None = None  # fair queues: the group served last, where the next round starts
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def idle(self) -> bool:
@@ -130,9 +140,15 @@ class _QueueClaims:
                     break
                 batch.append(t)
                 total += t.slot.limit
+            slots = [t.slot for t in batch]
+            held: list[str] = []
             try:
+                cfg = self.owner.configs.cached(self.queue) or await self.owner.configs.get(self.queue)
                 async with self.owner.db.connection() as conn:
-                    result = await store.jobs_claim(conn, self.queue, [t.slot for t in batch])
+                    if cfg.limited:
+                        limited = await store_flow.jobs_claim_limited(conn, self.queue, slots, self.after)
+                    else:
+                        result = await store.jobs_claim(conn, self.queue, slots)
             except DatabaseUnavailable as exc:
                 # Transient: the next statement, on a new connection, will likely succeed. Requests that
                 # would not wait answer 503 now; waiting ones stay parked and are tried again later.
@@ -160,12 +176,42 @@ class _QueueClaims:
             self.failures = 0
             for t in batch:
                 t.error = None
-            claimed = self._hand_out(batch, result.rows)
+            if cfg.limited:
+                if not limited.limited:
+                    self.owner.configs.invalidate(self.queue)  # the limits were lifted: cached ones are stale
+                self.after = limited.last_group or self.after
+                rows, held = limited.rows, limited.held
+                self._wake_after(limited.wake_in)
+            elif result.limited:
+                # Limits this process had not heard of yet: read the configuration again, claim under them.
+                self.owner.configs.invalidate(self.queue)
+                self.again = True
+                continue
+            else:
+                rows = result.rows
+                self.owner.metrics.count("empty_claims", self.queue, len(batch) if result.ready_left_behind else 0)
+            claimed = self._hand_out(batch, rows)
             self.owner.metrics.count("claimed", self.queue, claimed)
-            self.owner.metrics.count("empty_claims", self.queue, len(batch) if result.ready_left_behind else 0)
+            if held:
+                short = sum(1 for t, got in zip(batch, rows, strict=True) if len(got) < t.slot.limit)
+                for limit in held:
+                    self.owner.metrics.count(f"held_{limit}", self.queue, short)
             # Go again for tickets that did not fit in this statement, or after a wake-up during it.
             if not (self.again or len(batch) < len(self.tickets)):
                 return
+
+    def _wake_after(self, seconds: float | None) -> None:
+        """A rate limit is full: look again when its window lets the next claim through (no event says so)."""
+        if seconds is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(max(seconds, 0.0) + 0.002, self._timed_kick)
+
+    def _timed_kick(self) -> None:
+        self._timer = None
+        if any(not t.future.done() for t in self.tickets):
+            self.kick()
 
     def _hand_out(self, batch: list[_Ticket], per_ticket: list[list[ClaimRow]]) -> int:
         undeliverable: list[ClaimRow] = []
@@ -197,8 +243,11 @@ class _QueueClaims:
 
 
 class ClaimDispatcher:
-    def __init__(self, settings: Settings, db: Database, wakeups: Wakeups, metrics: Metrics) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, wakeups: Wakeups, metrics: Metrics, configs: QueueConfigs
+    ) -> None:
         self.settings = settings
+        self.configs = configs  # which statement claims for a queue: with or without limits
         self.db = db
         self.wakeups = wakeups  # announces this process's waiters to the others
         self.metrics = metrics

@@ -12,6 +12,7 @@ from typing import Any
 
 from app.core.coalesce import Coalescer
 from app.core.dispatcher import ClaimDispatcher
+from app.core.flow import Effective, QueueConfigs
 from app.core.results import ResultWaiters
 from app.core.wakeups import Wakeups
 from app.db import jobs as store
@@ -114,8 +115,10 @@ class JobService:
         wakeups: Wakeups,
         metrics: Metrics,
         results: ResultWaiters,
+        configs: QueueConfigs,
     ) -> None:
         self.settings = settings
+        self.configs = configs
         self.db = db
         self.dispatcher = dispatcher
         self.wakeups = wakeups
@@ -155,17 +158,23 @@ class JobService:
         return json_text(value, limit, self.settings.max_json_depth, loc)
 
     def _new_job(
-        self, queue: str, req: EnqueueRequest, loc: Sequence[str | int], traceparent: str | None = None
+        self,
+        queue: str,
+        req: EnqueueRequest,
+        loc: Sequence[str | int],
+        cfg: Effective,
+        traceparent: str | None = None,
     ) -> NewJob:
         return NewJob(
             queue=queue,
             payload=self._json(req.payload, self.settings.max_payload_bytes, [*loc, "payload"]),
-            priority=req.priority,
+            priority=cfg.default_priority if req.priority is None else req.priority,
             run_at=req.run_at,
             delay_seconds=req.delay_seconds,
-            max_attempts=req.max_attempts or self.settings.default_max_attempts,
+            max_attempts=req.max_attempts or cfg.max_attempts,
             idempotency_key=req.idempotency_key,
             traceparent=traceparent,
+            group=req.group,
         )
 
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
@@ -196,7 +205,8 @@ class JobService:
     async def enqueue(self, queue: str, req: EnqueueRequest, traceparent: str | None = None) -> Inserted:
         """The job; `created` is false when the idempotency key already named it. `traceparent`: the
         enqueue's trace context, handed to the job's workers on claim."""
-        [inserted] = await self._insert([self._new_job(queue, req, ["body"], traceparent)])
+        cfg = self.configs.cached(queue) or await self.configs.get(queue)
+        [inserted] = await self._insert([self._new_job(queue, req, ["body"], cfg, traceparent)])
         return inserted
 
     async def enqueue_batch(
@@ -204,8 +214,9 @@ class JobService:
     ) -> list[Inserted]:
         # A key that occurs twice names one job, as it would in two requests: the later occurrence gets
         # the job of the first (store.jobs_insert).
+        cfg = self.configs.cached(queue) or await self.configs.get(queue)
         return await self._insert(
-            [self._new_job(queue, r, ["body", "jobs", i], traceparent) for i, r in enumerate(reqs)]
+            [self._new_job(queue, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
         )
 
     # -- workers ------------------------------------------------------------------------------------------------
@@ -230,7 +241,8 @@ class JobService:
         completed: list[ItemOutcome] = []
         if req.complete:
             completed = await self._complete_outcomes(self._completions(req.complete, allowed, "complete"))
-        slot = ClaimSlot(req.worker, req.lease_seconds or self.settings.lease_default_seconds, req.limit)
+        lease = req.lease_seconds or (self.configs.cached(queue) or await self.configs.get(queue)).lease_seconds
+        slot = ClaimSlot(req.worker, lease, req.limit)
         rows = await self.dispatcher.claim(
             queue, slot, req.wait_seconds, disconnected, client=client, still_authorized=still_authorized
         )
@@ -254,11 +266,25 @@ class JobService:
             done = await store.jobs_complete(conn, flat, full=full)
         self.wakeups.jobs_finished([d.job.id for d in done if d.changed and d.job is not None])
         self._count_completed(done)
+        self._slots_freed({d.job.queue for d in done if d.changed and d.job is not None})
         out, at = [], 0
         for items in requests:
             out.append(done[at : at + len(items)])
             at += len(items)
         return out
+
+    def _slots_freed(self, queues: set[str]) -> None:
+        """Jobs of these queues left `running`: claims waiting on a queue with limits may proceed now (a
+        slot under its concurrency limit freed up). Queues without limits gain nothing claimable, so they
+        are left alone; a queue this process has not read the configuration of is woken only when another
+        process waits on it."""
+        woken = []
+        for queue in queues:
+            cfg = self.configs.cached(queue)
+            if cfg.limited if cfg is not None else self.wakeups.remote_waiters(queue):
+                woken.append(queue)
+        if woken:
+            self.wakeups.jobs_available(woken)
 
     def _count_completed(self, done: Sequence[Done]) -> None:
         per_queue: dict[str, list[float]] = {}
@@ -312,6 +338,8 @@ class JobService:
                 self.wakeups.jobs_finished([job.id])
             elif job.status == "pending" and req.retry_in_seconds == 0:
                 self.wakeups.jobs_available([job.queue])  # a retry asked for now: waiting long-polls take it
+            else:
+                self._slots_freed({job.queue})
         return job
 
     async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> JobRow:
@@ -327,6 +355,8 @@ class JobService:
             self.metrics.count("released", job.queue)
             if req.delay_seconds == 0:
                 self.wakeups.jobs_available([job.queue])  # claimable now (later: the fallback poll)
+            else:
+                self._slots_freed({job.queue})
         return job
 
     # -- reads -------------------------------------------------------------------------------------------------------

@@ -7,12 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.cursors import BadCursor, decode_cursor, encode_cursor
+from app.core.flow import QueueConfigs, changes_of
 from app.core.jobs import invalid, sanitise_error
 from app.core.wakeups import Wakeups
+from app.db import flow as store_flow
 from app.db import operations as store_ops
+from app.db.flow import QueueConfigRow
 from app.db.pool import Database
 from app.db.rows import JobRow
 from app.errors import InvalidState, JobNotFound
+from app.models.flow import QueueConfigPatch
 from app.runtime.metrics import Metrics, percentile_ms
 from app.settings import Settings
 
@@ -38,16 +42,20 @@ def _counts(ready: int, scheduled: int, running: int, completed: int, failed: in
 
 
 class OpsService:
-    def __init__(self, settings: Settings, db: Database, metrics: Metrics, wakeups: Wakeups) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, metrics: Metrics, wakeups: Wakeups, configs: QueueConfigs
+    ) -> None:
         self.settings = settings
         self.db = db
         self.metrics = metrics
         self.wakeups = wakeups
+        self.configs = configs
 
     async def stats(self, queue: str, window: int | None) -> Doc:
         seconds = window or self.settings.stats_window_seconds
         async with self.db.connection() as conn:
-            r = await store_ops.queue_stats(conn, queue, seconds)
+            r, groups = await store_ops.queue_stats(conn, queue, seconds)
+            config = await store_flow.queue_config_get(conn, queue)
             health = await store_ops.database_health(conn)
         done = r.w_completed
         max_ms = round(r.w_duration_max_ms, 3) if r.w_duration_max_ms is not None and done else None
@@ -70,6 +78,13 @@ class OpsService:
                 "cancelled": r.w_cancelled,
                 "released": r.w_released,
                 "empty_claims_with_ready_jobs": r.w_empty_claims,
+                "held_back": {
+                    "concurrency": r.w_held_concurrency,
+                    "rate": r.w_held_rate,
+                    "group_concurrency": r.w_held_group_concurrency,
+                    "group_rate": r.w_held_group_rate,
+                    "ordered": r.w_held_ordered,
+                },
                 "duration": {
                     "count": done,
                     "p50_ms": percentile_ms(r.w_durations_ms, 0.50, max_ms),
@@ -83,6 +98,8 @@ class OpsService:
                 "oldest_xmin_age_transactions": health.oldest_xmin_age_transactions,
             },
             "as_of": r.as_of,
+            "config": config,
+            "groups": [{"group": g.group, "ready": g.ready, "running": g.running} for g in groups],
         }
 
     async def queues(self) -> list[Doc]:
@@ -123,6 +140,9 @@ class OpsService:
             raise InvalidState(f"The job is {job.status}; only pending and running jobs can be cancelled.")
         self.metrics.count("cancelled", job.queue)
         self.wakeups.jobs_finished([job.id])
+        cfg = self.configs.cached(job.queue)
+        if cfg is not None and cfg.limited:
+            self.wakeups.jobs_available([job.queue])  # a running job cancelled frees a slot
         return job
 
     async def retry(self, job_id: int, allowed: str | None = None) -> JobRow:
@@ -152,3 +172,16 @@ class OpsService:
         if not paused:
             self.wakeups.jobs_available([queue])  # waiting workers get what piled up
         return {"queue": queue, "paused": paused}
+
+    # -- configuration ----------------------------------------------------------------------------------------
+
+    async def config(self, queue: str) -> QueueConfigRow | None:
+        """The stored configuration (None: the queue has none: every setting is the global one)."""
+        async with self.db.connection() as conn:
+            return await store_flow.queue_config_get(conn, queue)
+
+    async def configure(self, queue: str, patch: QueueConfigPatch) -> QueueConfigRow:
+        row = await self.configs.update(queue, changes_of(patch))
+        # A limit raised or lifted may let waiting claims take jobs now.
+        self.wakeups.jobs_available([queue])
+        return row

@@ -72,6 +72,7 @@ class ScheduleService:
                 payload=payload,
                 priority=req.priority,
                 max_attempts=req.max_attempts,
+                group=req.group,
                 missed=req.missed,
                 paused=req.paused,
                 next_run_at=first,

@@ -29,8 +29,8 @@ waiting for exactly that job.
 
 Messages on CHANNEL: "<sender> w q1 q2 ... #id ..." jobs arrived on queues q1, q2, job id finished;
 "<sender> p q1 ... #id ..." I have waiters on these; "<sender> h" I (re)started listening, tell me your
-presence; "keys k" API keys changed (sent by the SQL that changes them, app/db/keys.py), handled by the
-listener.
+presence; "keys k" API keys changed (sent by the SQL that changes them, app/db/keys.py) and "config
+<queue>" a queue's configuration changed (app/db/flow.py), both handled by the listener.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ PRESENCE_TTL = 6.0  # seconds a presence announcement counts for
 RENEW_INTERVAL = PRESENCE_TTL / 3
 _MAX_PAYLOAD = 7900  # PostgreSQL's NOTIFY payload limit is 8000 bytes
 KEYS_CHANGED = "keys k"
+CONFIG_CHANGED = "config"  # + " <queue>"
 JOB = "#"  # the name of a job in presence and wake-up messages is "#<id>"
 
 

@@ -46,7 +46,7 @@ def job_columns(full: str = "true") -> str:
         "j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, "
         "j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, "
         f"CASE WHEN {full} THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, "
-        "j.schedule, j.scheduled_for"
+        'j.schedule, j.scheduled_for, j.group_key AS "group"'
     )
 
 
@@ -123,6 +123,7 @@ class NewJob:
     max_attempts: int
     idempotency_key: str | None
     traceparent: str | None = None  # the enqueue's W3C trace context (app/runtime/tracing.py)
+    group: str | None = None
 
 
 JOB_INSERT_MANY = f"""
@@ -133,14 +134,15 @@ WITH input AS (
   SELECT t.*, nextval(pg_get_serial_sequence('jobs', 'id')) AS id
   FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
-         max_attempts int, idempotency_key text, traceparent text)
+         max_attempts int, idempotency_key text, traceparent text, group_key text)
   ORDER BY ord
 )
-INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent)
+INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
+                       group_key)
 OVERRIDING SYSTEM VALUE
 SELECT id, queue_name, coalesce(payload, 'null'), priority,  -- json_to_recordset reads JSON null as NULL
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       max_attempts, idempotency_key, traceparent
+       max_attempts, idempotency_key, traceparent, group_key
 FROM input
 -- Rows are inserted in key order, not input order: every statement then takes the keys it waits on
 -- (a key inserted by a transaction still in flight) in one global order, so two batches holding the
@@ -193,6 +195,7 @@ async def _insert_round(
             "max_attempts": j.max_attempts,
             "idempotency_key": j.idempotency_key,
             "traceparent": j.traceparent,
+            "group_key": j.group,
         }
         for n, j in enumerate(jobs[i] for i in todo)
     ]
@@ -242,13 +245,15 @@ WITH candidates AS (
   -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY
   -- its key order, so this is an ordered index scan that stops after `total` rows it could lock.
   -- Locked rows are skipped, not waited for. Pending jobs always have an attempt left (CHECK
-  -- jobs_pending_shape), so no attempts filter is needed. A paused queue yields nothing.
+  -- jobs_pending_shape), so no attempts filter is needed. A paused queue yields nothing, and so does a
+  -- queue with limits (`limited`, read from the same row): those are claimed by JOB_CLAIM_LIMITED
+  -- (app/db/flow.py), and a process that did not know yet learns it from the marker row below.
   SELECT id, priority, run_at
   FROM jobs
   WHERE queue_name = %(queue)s
     AND status = 'pending'
     AND run_at <= clock_timestamp()
-    AND NOT EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND paused)
+    AND NOT EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND (paused OR limited))
   ORDER BY priority DESC, run_at, id
   LIMIT %(total)s
   FOR UPDATE SKIP LOCKED
@@ -277,15 +282,17 @@ WITH candidates AS (
   WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.id = ranked.id
   RETURNING s.ord AS slot, ranked.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
             j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
-            j.traceparent
+            j.traceparent, j.group_key AS "group"
 )
 SELECT * FROM claimed
 UNION ALL
 -- Nothing claimed: one marker row (slot -1) telling whether ready jobs existed anyway (all locked by
--- other claims, or the queue paused): the "empty claims while ready jobs exist" signal of the article.
--- A scalar subquery in claim order, not EXISTS (which would drop the ORDER BY): the first ready row by
--- jobs_claim_idx, never a scan of the table.
-SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+-- other claims, or the queue paused): the "empty claims while ready jobs exist" signal of the article;
+-- slot -2 when the queue has limits (the caller then claims with JOB_CLAIM_LIMITED). Only evaluated when
+-- nothing was claimed. A scalar subquery in claim order, not EXISTS (which would drop the ORDER BY): the
+-- first ready row by jobs_claim_idx, never a scan of the table.
+SELECT CASE WHEN EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND limited) THEN -2 ELSE -1 END,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 WHERE NOT EXISTS (SELECT FROM claimed)
   AND (SELECT id FROM jobs
        WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
@@ -297,20 +304,31 @@ WHERE NOT EXISTS (SELECT FROM claimed)
 class ClaimResult:
     rows: list[list[ClaimRow]]  # per request, best job first
     ready_left_behind: bool  # nothing was claimed although ready jobs existed
+    limited: bool = False  # the queue has limits: nothing was claimed, claim with JOB_CLAIM_LIMITED
+
+
+def slots_doc(slots: Sequence[ClaimSlot]) -> str:
+    return as_json(
+        [{"ord": n, "worker": s.worker, "lease": s.lease_seconds, "lim": s.limit} for n, s in enumerate(slots)]
+    )
+
+
+def per_slot(rows: Sequence[ClaimRow], n: int) -> list[list[ClaimRow]]:
+    """Claimed rows by request, best job first."""
+    out: list[list[ClaimRow]] = [[] for _ in range(n)]
+    for row in sorted(rows, key=lambda r: r.rank):
+        out[row.slot].append(row)
+    return out
 
 
 async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]) -> ClaimResult:
     """Claim jobs for several requests in one statement; returns each request's rows, best job first."""
-    doc = [{"ord": n, "worker": s.worker, "lease": s.lease_seconds, "lim": s.limit} for n, s in enumerate(slots)]
     cur = conn.cursor(row_factory=rows_of(ClaimRow))
-    await cur.execute(JOB_CLAIM, {"queue": queue, "total": sum(s.limit for s in slots), "slots": as_json(doc)})
-    per_slot: list[list[ClaimRow]] = [[] for _ in slots]
+    await cur.execute(JOB_CLAIM, {"queue": queue, "total": sum(s.limit for s in slots), "slots": slots_doc(slots)})
     rows = await cur.fetchall()
-    if len(rows) == 1 and rows[0].slot == -1:
-        return ClaimResult(per_slot, ready_left_behind=True)
-    for row in sorted(rows, key=lambda r: r.rank):
-        per_slot[row.slot].append(row)
-    return ClaimResult(per_slot, ready_left_behind=False)
+    if len(rows) == 1 and rows[0].slot < 0:
+        return ClaimResult(per_slot([], len(slots)), ready_left_behind=rows[0].slot == -1, limited=rows[0].slot == -2)
+    return ClaimResult(per_slot(rows, len(slots)), ready_left_behind=False)
 
 
 JOB_RELEASE = f"""
@@ -508,10 +526,14 @@ WITH failed AS (
   UPDATE jobs AS j
   SET status = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
       -- Retry later: the caller's delay, else exponential backoff with "equal jitter" (half fixed,
-      -- half random) so that jobs failed together do not come back together.
+      -- half random) so that jobs failed together do not come back together; the queue's backoff
+      -- settings (queue_state, one lookup by key) else the global ones.
       run_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts
                     THEN clock_timestamp() + make_interval(secs => coalesce(%(retry_in)s::float8,
-                         least(%(cap)s::float8, %(base)s::float8 * power(2, least(j.attempts - 1, 60)))
+                         least(coalesce((SELECT backoff_max_seconds FROM queue_state WHERE queue_name = j.queue_name),
+                                        %(cap)s::float8),
+                               coalesce((SELECT backoff_base_seconds FROM queue_state WHERE queue_name = j.queue_name),
+                                        %(base)s::float8) * power(2, least(j.attempts - 1, 60)))
                          * (0.5 + random() / 2)))
                     ELSE j.run_at END,
       finished_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN NULL ELSE clock_timestamp() END,

@@ -12,8 +12,9 @@ from typing import Any
 import psycopg
 
 from app.auth.policy import queue_allowed
+from app.db.flow import RUNNING_C
 from app.db.jobs import JOB_COLUMNS, as_json, count_finished, job_columns, job_get
-from app.db.rows import DatabaseHealthRow, JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
+from app.db.rows import DatabaseHealthRow, GroupRow, JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
 
 # --- statistics -------------------------------------------------------------------------------------------
 
@@ -22,17 +23,25 @@ STATS_ADD = """
 -- from replicas add up. The minute is the database's: an API host whose clock is off files nothing under
 -- a minute that the windows of /stats, which read now(), would never look at.
 INSERT INTO queue_stats AS s (queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired,
-                              cancelled, released, empty_claims, duration_max_ms, durations_ms)
+                              cancelled, released, empty_claims, duration_max_ms, durations_ms, held_concurrency,
+                              held_rate, held_group_concurrency, held_group_rate, held_ordered)
 SELECT queue_name, date_trunc('minute', now()), enqueued, claimed, completed, failed, retried, lease_expired,
-       cancelled, released, empty_claims, duration_max_ms, durations_ms
+       cancelled, released, empty_claims, duration_max_ms, durations_ms, held_concurrency, held_rate,
+       held_group_concurrency, held_group_rate, held_ordered
 FROM json_to_recordset(%(rows)s::json) AS t(queue_name text, enqueued bigint, claimed bigint,
      completed bigint, failed bigint, retried bigint, lease_expired bigint, cancelled bigint, released bigint,
-     empty_claims bigint, duration_max_ms float8, durations_ms bigint[])
+     empty_claims bigint, duration_max_ms float8, durations_ms bigint[], held_concurrency bigint,
+     held_rate bigint, held_group_concurrency bigint, held_group_rate bigint, held_ordered bigint)
 -- Rows in one global order, as the backlog sample (app/db/history.py) takes them: flushes of several
 -- replicas, and a flush beside a sample, update the same rows without waiting on each other in a cycle.
 -- (One flush files every row under the same minute: the queue name is the whole order.)
 ORDER BY queue_name COLLATE "C"
 ON CONFLICT (queue_name, minute) DO UPDATE SET
+  held_concurrency = s.held_concurrency + EXCLUDED.held_concurrency,
+  held_rate = s.held_rate + EXCLUDED.held_rate,
+  held_group_concurrency = s.held_group_concurrency + EXCLUDED.held_group_concurrency,
+  held_group_rate = s.held_group_rate + EXCLUDED.held_group_rate,
+  held_ordered = s.held_ordered + EXCLUDED.held_ordered,
   enqueued = s.enqueued + EXCLUDED.enqueued,
   claimed = s.claimed + EXCLUDED.claimed,
   completed = s.completed + EXCLUDED.completed,
@@ -79,6 +88,9 @@ WITH pending AS (
          coalesce(sum(retried), 0) AS retried, coalesce(sum(lease_expired), 0) AS lease_expired,
          coalesce(sum(cancelled), 0) AS cancelled, coalesce(sum(released), 0) AS released,
          coalesce(sum(empty_claims), 0) AS empty_claims,
+         coalesce(sum(held_concurrency), 0) AS held_concurrency, coalesce(sum(held_rate), 0) AS held_rate,
+         coalesce(sum(held_group_concurrency), 0) AS held_group_concurrency,
+         coalesce(sum(held_group_rate), 0) AS held_group_rate, coalesce(sum(held_ordered), 0) AS held_ordered,
          max(duration_max_ms) AS duration_max_ms,
          (SELECT array_agg(total ORDER BY i) FROM (
             SELECT i, sum(v)::bigint AS total FROM queue_stats q2, unnest(q2.durations_ms) WITH ORDINALITY AS u(v, i)
@@ -95,8 +107,27 @@ SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 
        w.empty_claims::bigint AS w_empty_claims, w.duration_max_ms AS w_duration_max_ms,
        w.durations_ms AS w_durations_ms,
        coalesce((SELECT paused FROM queue_state WHERE queue_name = %(queue)s), false) AS paused,
-       now() AS as_of
+       now() AS as_of,
+       w.held_concurrency::bigint AS w_held_concurrency, w.held_rate::bigint AS w_held_rate,
+       w.held_group_concurrency::bigint AS w_held_group_concurrency,
+       w.held_group_rate::bigint AS w_held_group_rate, w.held_ordered::bigint AS w_held_ordered
 FROM pending p, running r, finished f, last_attempts l, window_ w
+"""
+
+QUEUE_GROUPS = f"""
+-- The groups with the most ready jobs (index-only over jobs_group_idx, whose last key is run_at), with
+-- their running jobs (jobs_running_idx).
+SELECT t.group_key AS "group", t.ready,
+       (SELECT count(*) FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = {RUNNING_C}
+                                      AND r.group_key = t.group_key) AS running
+FROM (
+  SELECT group_key, count(*) AS ready FROM jobs
+  WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL AND run_at <= now()
+  GROUP BY group_key
+  ORDER BY ready DESC, group_key
+  LIMIT %(top)s
+) t
+ORDER BY t.ready DESC, t.group_key
 """
 
 
@@ -106,14 +137,19 @@ FROM pending p, running r, finished f, last_attempts l, window_ w
 NO_SEQSCAN = "SET LOCAL enable_seqscan = off"
 
 
-async def queue_stats(conn: psycopg.AsyncConnection[Any], queue: str, window_seconds: int) -> QueueStatsRow:
+async def queue_stats(
+    conn: psycopg.AsyncConnection[Any], queue: str, window_seconds: int, top_groups: int = 20
+) -> tuple[QueueStatsRow, list[GroupRow]]:
     cur = conn.cursor(row_factory=rows_of(QueueStatsRow))
+    groups = conn.cursor(row_factory=rows_of(GroupRow))
     async with conn.transaction():
         await conn.execute(NO_SEQSCAN)
         await cur.execute(QUEUE_STATS, {"queue": queue, "window": window_seconds})
         row = await cur.fetchone()
+        await groups.execute(QUEUE_GROUPS, {"queue": queue, "top": top_groups})
+        top = await groups.fetchall()
     assert row is not None
-    return row
+    return row, top
 
 
 QUEUES_LIST = """

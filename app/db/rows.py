@@ -93,6 +93,7 @@ class JobRow:
     traceparent: str | None
     schedule: str | None  # the schedule that made it, and the tick it stands for
     scheduled_for: datetime | None
+    group: str | None
 
 
 @dataclass(slots=True, frozen=True)
@@ -113,6 +114,7 @@ class ClaimRow:
     run_at: datetime
     created_at: datetime
     traceparent: str | None
+    group: str | None
 
 
 @dataclass(slots=True, frozen=True)
@@ -156,6 +158,7 @@ class ScheduleRow:
     payload: str
     priority: int | None
     max_attempts: int | None
+    group: str | None
     missed: str
     paused: bool
     next_run_at: datetime | None
@@ -230,6 +233,20 @@ class QueueStatsRow:
     w_durations_ms: list[int] | None
     paused: bool
     as_of: datetime
+    w_held_concurrency: int
+    w_held_rate: int
+    w_held_group_concurrency: int
+    w_held_group_rate: int
+    w_held_ordered: int
+
+
+@dataclass(slots=True, frozen=True)
+class GroupRow:
+    """One of a queue's groups in GET /queues/{queue}/stats."""
+
+    group: str
+    ready: int
+    running: int
 
 
 @dataclass(slots=True, frozen=True)

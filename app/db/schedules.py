@@ -22,8 +22,8 @@ from app.db.rows import DueSchedule, Fired, ScheduleRow, outcome_rows, rows_of
 
 SCHEDULE_COLUMNS = """
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
-  s.missed, s.paused, CASE WHEN s.paused THEN NULL ELSE s.next_run_at END AS next_run_at, s.last_run_at,
-  s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick"""
+  s.job_group AS group, s.missed, s.paused, CASE WHEN s.paused THEN NULL ELSE s.next_run_at END AS next_run_at,
+  s.last_run_at, s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick"""
 
 # The database clock, for computing a new schedule's first tick.
 CLOCK = "SELECT clock_timestamp()"
@@ -51,20 +51,21 @@ class Definition:
     payload: str  # serialised JSON
     priority: int | None  # None: the default when each job is made
     max_attempts: int | None
+    group: str | None
     missed: str
     paused: bool | None  # None: as it was (not paused when new)
     next_run_at: datetime | None
 
 
 SCHEDULE_PUT = f"""
-INSERT INTO schedules AS s (name, queue_name, cron, timezone, payload, priority, max_attempts, missed, paused,
-                            next_run_at)
-VALUES (%(name)s, %(queue)s, %(cron)s, %(timezone)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s, %(missed)s,
-        coalesce(%(paused)s::boolean, false), %(next)s)
+INSERT INTO schedules AS s (name, queue_name, cron, timezone, payload, priority, max_attempts, job_group, missed,
+                            paused, next_run_at)
+VALUES (%(name)s, %(queue)s, %(cron)s, %(timezone)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s, %(group)s,
+        %(missed)s, coalesce(%(paused)s::boolean, false), %(next)s)
 ON CONFLICT (name) DO UPDATE SET
   queue_name = EXCLUDED.queue_name, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
   payload = EXCLUDED.payload, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
-  missed = EXCLUDED.missed,
+  job_group = EXCLUDED.job_group, missed = EXCLUDED.missed,
   paused = coalesce(%(paused)s::boolean, s.paused),
   -- The same cron in the same zone keeps its next tick: a definition applied again (a deploy script)
   -- neither skips a tick that is due nor repeats one. A new expression, or a resume, starts from now.
@@ -97,6 +98,7 @@ async def schedule_put(conn: psycopg.AsyncConnection[Any], d: Definition, allowe
         "payload": d.payload,
         "priority": d.priority,
         "max_attempts": d.max_attempts,
+        "group": d.group,
         "missed": d.missed,
         "paused": d.paused,
         "next": d.next_run_at,
@@ -218,13 +220,17 @@ WITH advance AS (
   SET next_run_at = a.next, last_run_at = coalesce(a.last, s.last_run_at)
   FROM advance a
   WHERE s.name = a.name AND s.revision = a.revision AND s.next_run_at = a.due AND NOT s.paused
-  RETURNING s.name, s.queue_name, s.payload, s.priority, s.max_attempts
+  RETURNING s.name, s.queue_name, s.payload, s.priority, s.max_attempts, s.job_group
 ), ticks AS (
   SELECT * FROM json_to_recordset(%(ticks)s::json) AS t(name text, tick timestamptz)
 )
-INSERT INTO jobs (queue_name, payload, priority, max_attempts, schedule, scheduled_for)
-SELECT s.queue_name, s.payload, coalesce(s.priority, 0), coalesce(s.max_attempts, %(max_attempts)s), s.name, t.tick
+INSERT INTO jobs (queue_name, payload, priority, max_attempts, group_key, schedule, scheduled_for)
+-- What the schedule leaves out comes from the queue's configuration (GET /queues/{queue}/config) as it is
+-- when the job is made, else the service's defaults, as for any enqueue.
+SELECT s.queue_name, s.payload, coalesce(s.priority, q.default_priority, 0),
+       coalesce(s.max_attempts, q.max_attempts, %(max_attempts)s), s.job_group, s.name, t.tick
 FROM advanced s JOIN ticks t USING (name)
+LEFT JOIN queue_state q ON q.queue_name = s.queue_name
 ORDER BY t.tick, s.name
 -- One job per (schedule, tick), whatever else happened: the last word on duplicates.
 ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING

@@ -11,6 +11,7 @@ from typing import Any
 from orjson import Fragment
 from pydantic import BaseModel
 
+from app.db.flow import QueueConfigRow
 from app.models.jobs import Claim, CompleteOutcome, HeartbeatResponse, Job
 from app.models.schedules import Schedule
 
@@ -40,3 +41,31 @@ claim_document = documenter(Claim)
 renewal_document = documenter(HeartbeatResponse)
 outcome_document = documenter(CompleteOutcome)
 schedule_document = documenter(Schedule)
+
+
+def _rate(limit: int | None, per_seconds: int | None) -> Document | None:
+    return None if limit is None or per_seconds is None else {"limit": limit, "per_seconds": per_seconds}
+
+
+def config_document(queue: str, row: QueueConfigRow | None) -> Document:
+    """GET /queues/{queue}/config (app/models/flow.py QueueConfig); no row: every field is the global one."""
+
+    def get(name: str) -> Any:
+        return getattr(row, name) if row is not None else None
+
+    return {
+        "queue": queue,
+        "max_attempts": get("max_attempts"),
+        "backoff_base_seconds": get("backoff_base_seconds"),
+        "backoff_max_seconds": get("backoff_max_seconds"),
+        "lease_seconds": get("lease_seconds"),
+        "default_priority": get("default_priority"),
+        "retention": {s: get(f"retention_{s}_seconds") for s in ("completed", "failed", "cancelled")},
+        "concurrency": get("concurrency"),
+        "rate": _rate(get("rate_limit"), get("rate_per_seconds")),
+        "group_concurrency": get("group_concurrency"),
+        "group_rate": _rate(get("group_rate_limit"), get("group_rate_per_seconds")),
+        "fair": get("fair"),
+        "ordered": get("ordered"),
+        "changed_at": get("changed_at"),
+    }

@@ -52,6 +52,7 @@ _JOB: dict[str, Any] = {
     "traceparent": _TRACE,
     "schedule": None,
     "scheduled_for": None,
+    "group": "customer-1042",
 }
 _DONE = {
     **_JOB,
@@ -74,6 +75,7 @@ _CLAIM = {
     "run_at": _AT,
     "created_at": _AT,
     "traceparent": _TRACE,
+    "group": "customer-1042",
 }
 _ENQUEUE = {"payload": _JOB["payload"], "priority": 5, "idempotency_key": "welcome-ada"}
 _SCHEDULED = {
@@ -96,6 +98,7 @@ _SCHEDULE = {
     "payload": {"report": "daily"},
     "priority": None,
     "max_attempts": 3,
+    "group": None,
     "missed": "skip",
     "paused": False,
     "next_run_at": "2026-11-30T06:00:00+00:00",
@@ -105,6 +108,28 @@ _SCHEDULE = {
 }
 
 _COUNTS = {"ready": 120, "scheduled": 8, "pending": 128, "running": 16, "completed": 48211, "failed": 3, "cancelled": 0}
+_HELD = {"concurrency": 120, "rate": 0, "group_concurrency": 14, "group_rate": 0, "ordered": 0}
+_RETENTION = {"completed": 3600, "failed": None, "cancelled": None}
+_CONFIG = {
+    "queue": "emails",
+    "max_attempts": 8,
+    "backoff_base_seconds": None,
+    "backoff_max_seconds": None,
+    "lease_seconds": 120,
+    "default_priority": None,
+    "retention": _RETENTION,
+    "concurrency": 50,
+    "rate": {"limit": 100, "per_seconds": 60},
+    "group_concurrency": 2,
+    "group_rate": None,
+    "fair": True,
+    "ordered": None,
+    "changed_at": _AT,
+}
+_GROUPS = [
+    {"group": "customer-7", "ready": 20000, "running": 2},
+    {"group": "customer-1042", "ready": 100, "running": 2},
+]
 _DURATION = {"count": 8900, "p50_ms": 180.2, "p95_ms": 1450.0, "max_ms": 9800.5}
 _WINDOW = {
     "seconds": 300,
@@ -118,6 +143,7 @@ _WINDOW = {
     "cancelled": 0,
     "released": 3,
     "empty_claims_with_ready_jobs": 5,
+    "held_back": _HELD,
     "duration": _DURATION,
 }
 _HEALTH = {"jobs_dead_rows": 1840, "oldest_xmin_age_seconds": 0.0, "oldest_xmin_age_transactions": 0}
@@ -164,7 +190,10 @@ SCHEMAS: dict[str, list[Any]] = {
         {"payload": {"report": "daily"}, "run_at": "2026-11-30T06:00:00+00:00", "max_attempts": 3},
         {"payload": [1, 2, 3], "delay_seconds": 60},
     ],
-    "EnqueueBatchRequest": [{"jobs": [{"payload": {"n": 1}}, {"payload": {"n": 2}, "priority": 10}]}],
+    "EnqueueBatchRequest": [
+        {"jobs": [{"payload": {"n": 1}}, {"payload": {"n": 2}, "priority": 10}]},
+        {"jobs": [{"payload": {"n": 1}, "group": "customer-7"}, {"payload": {"n": 2}, "group": "customer-1042"}]},
+    ],
     "ClaimRequest": [
         {"worker": "mailer-1", "limit": 10, "lease_seconds": 300, "wait_seconds": 20},
         # One request per job: the results of the jobs just finished ride on the next claim.
@@ -220,9 +249,23 @@ SCHEMAS: dict[str, list[Any]] = {
             "window": _WINDOW,
             "database": _HEALTH,
             "as_of": _AT,
+            "config": _CONFIG,
+            "groups": _GROUPS,
         }
     ],
     "DatabaseHealth": [_HEALTH],
+    "HeldBack": [_HELD],
+    "GroupStats": _GROUPS,
+    "QueueConfig": [_CONFIG],
+    "QueueConfigPatch": [
+        {"concurrency": 50, "rate": {"limit": 100, "per_seconds": 60}},
+        {"group_concurrency": 2, "fair": True, "retention": {"completed": 3600}},
+        {"concurrency": None, "max_attempts": 8},
+    ],
+    "Rate": [{"limit": 100, "per_seconds": 60}],
+    "RateLimit": [{"limit": 100, "per_seconds": 60}],
+    "RetentionPatch": [{"completed": 3600, "failed": None}],
+    "Retention": [_RETENTION],
     "QueueSummary": [_SUMMARY],
     "QueueList": [{"queues": [_SUMMARY, {**_SUMMARY, "queue": "reports", "paused": True}]}],
     "JobPage": [
@@ -412,6 +455,7 @@ ONLY_ON: dict[str, set[str]] = {
         "putSchedule",
         "searchJobs",
         "bulkJobs",
+        "setQueueConfig",
         *_WORKER_WRITES,
     },
     "bad-job-id": _JOB_ROUTES,
@@ -425,6 +469,8 @@ ONLY_ON: dict[str, set[str]] = {
         "redriveQueue",
         "pauseQueue",
         "resumeQueue",
+        "getQueueConfig",
+        "setQueueConfig",
     },
     "job-not-found": _JOB_ROUTES,
     "schedule-not-found": _SCHEDULE_ROUTES - {"putSchedule"},

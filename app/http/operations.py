@@ -12,10 +12,11 @@ from pydantic import BaseModel
 from app.auth.policy import principal, requires
 from app.core.operations import OpsService
 from app.errors import Forbidden, ValidationFailed
-from app.http.documents import job_document
+from app.http.documents import config_document, job_document
 from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
+from app.models.flow import QueueConfig, QueueConfigPatch
 from app.models.jobs import Job, Status
 from app.models.operations import (
     CancelRequest,
@@ -76,7 +77,8 @@ def add_operator_routes(api: FastAPI) -> None:
             int | None, Query(ge=60, le=3600, description="Window of the windowed figures (default 300).")
         ] = None,
     ) -> Response:
-        return json_response(await ops(request).stats(queue, window_seconds))
+        stats = await ops(request).stats(queue, window_seconds)
+        return json_response({**stats, "config": config_document(queue, stats["config"])})
 
     @api.get(
         "/queues/{queue}/jobs",
@@ -168,6 +170,37 @@ def add_operator_routes(api: FastAPI) -> None:
     @requires("admin")
     async def resume_queue(queue: QueueName, request: Request) -> Response:
         return json_response(await ops(request).set_paused(queue, False))
+
+    @api.get(
+        "/queues/{queue}/config",
+        operation_id="getQueueConfig",
+        summary="A queue's configuration: defaults and limits",
+        description="Every field is null until set: the global setting applies (for the limits: no limit).",
+        tags=["operators"],
+        response_model=QueueConfig,
+        responses=_problems(401, 403, 422, 503),
+    )
+    @requires("admin")
+    async def get_queue_config(queue: QueueName, request: Request) -> Response:
+        return json_response(config_document(queue, await ops(request).config(queue)))
+
+    @api.patch(
+        "/queues/{queue}/config",
+        operation_id="setQueueConfig",
+        summary="Change a queue's configuration (partial update)",
+        description="Fields left out keep their value; `null` clears a field back to the global setting. "
+        "A change takes effect at once in every process (it commits with a notification that each one "
+        "hears), including for claims already waiting. Limits count every replica's claims together; see "
+        "docs/flow-control.md for what counts against each. 422 when a value is out of range or the fields "
+        "contradict each other (`ordered` with `group_concurrency` above 1, `backoff_base_seconds` above "
+        "`backoff_max_seconds`).",
+        tags=["operators"],
+        response_model=QueueConfig,
+        responses=_problems(*_ADMIN_WRITE),
+    )
+    @requires("admin")
+    async def set_queue_config(queue: QueueName, body: QueueConfigPatch, request: Request) -> Response:
+        return json_response(config_document(queue, await ops(request).configure(queue, body)))
 
     @api.get(
         "/metrics",

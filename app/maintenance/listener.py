@@ -1,7 +1,8 @@
 """The wake-up listener: one LISTEN connection per process that hands every message on the wake-up
 channel to the wake-up seam (app/core/wakeups.py), reconnects by itself, and renews this process's
-presence announcements. "API keys changed" messages (app/db/keys.py) empty the key cache; so does every
-reconnect, since a revocation may have gone by unheard."""
+presence announcements. "API keys changed" messages (app/db/keys.py) empty the key cache, and "config <queue>"
+messages (app/db/flow.py) drop that queue's cached configuration; a reconnect empties both, since a change
+may have gone by unheard."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import logging
 import psycopg
 
 from app.auth.keyring import KeyRing
-from app.core.wakeups import CHANNEL, KEYS_CHANGED, RENEW_INTERVAL, Wakeups
+from app.core.flow import QueueConfigs
+from app.core.wakeups import CHANNEL, CONFIG_CHANGED, KEYS_CHANGED, RENEW_INTERVAL, Wakeups
 
 log = logging.getLogger("jobq.listener")
 
@@ -19,15 +21,20 @@ log = logging.getLogger("jobq.listener")
 class WakeupListener:
     name = "listener"
 
-    def __init__(self, url: str, wakeups: Wakeups, keys: KeyRing) -> None:
+    def __init__(self, url: str, wakeups: Wakeups, keys: KeyRing, configs: QueueConfigs) -> None:
         self.url = url
         self.wakeups = wakeups
         self.keys = keys
+        self.configs = configs
         self._tasks: list[asyncio.Task[None]] = []
 
     def _received(self, payload: str) -> None:
         if payload == KEYS_CHANGED:
             self.keys.invalidate()
+        elif payload.startswith(CONFIG_CHANGED + " "):
+            queue = payload.removeprefix(CONFIG_CHANGED + " ")
+            self.configs.invalidate(queue)
+            self.wakeups.local.wake([queue])  # waiting claims go by the new limits now
         else:
             self.wakeups.received(payload)
 
@@ -54,6 +61,7 @@ class WakeupListener:
                 async with conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self.keys.invalidate()  # a revocation may have gone by while we were not listening
+                    self.configs.invalidate()  # and so may a change of configuration
                     self.wakeups.listening()
                     backoff = 0.1
                     async for note in conn.notifies():

@@ -54,6 +54,8 @@ class LeaseRescuer(Ticking):
                 gone = await store.jobs_fail_exhausted(conn, now, self.batch)
             failed.extend(queue for queue, _ in gone)
             self.wakeups.jobs_finished([job_id for _, job_id in gone])  # requests waiting for their result
+            if gone:
+                self.wakeups.jobs_available({queue for queue, _ in gone})  # a slot freed under a concurrency limit
             if len(gone) < self.batch:
                 break
             await between_batches()

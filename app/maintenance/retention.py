@@ -1,6 +1,8 @@
-"""Retention: finished jobs are deleted once older than their status's retention age, queue by queue, a
-batch at a time (each batch its own short transaction); per-minute statistics older than a day are rolled
-up into hours, a batch at a time too, and hours older than eight days deleted (app/db/history.py)."""
+"""Retention: finished jobs are deleted once older than their status's retention age (the queue's own,
+PATCH /queues/{queue}/config, else the global one), queue by queue, a batch at a time (each batch its own
+short transaction); per-minute statistics older than a day are rolled up into hours, a batch at a time
+too, and hours older than eight days deleted (app/db/history.py); rate-limit ledger rows once older than
+every window of their queue."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from app.db import flow as store_flow
 from app.db import history as store_history
 from app.db import operations as store_ops
 from app.db.pool import Database
@@ -33,20 +36,26 @@ class Retention(Ticking):
         super().__init__(interval, metrics, first_delay=interval * 0.55)
         self.db = db
         self.batch = settings.sweep_batch_size
-        ages = {
+        self.ages = {
             "completed": settings.retention_completed_seconds,
             "failed": settings.retention_failed_seconds,
             "cancelled": settings.retention_cancelled_seconds,
         }
-        self.policy = {status: age for status, age in ages.items() if age > 0}  # 0: keep
 
     async def run_once(self, now: datetime | None = None) -> RetentionResult:
         """`now` replaces the database clock for deciding what is old enough (tests move time forward)."""
         result = RetentionResult()
         async with self.db.connection() as conn:
             queues = await store_ops.finished_queues(conn)
+            overrides = await store_flow.queue_retention_overrides(conn)
         for queue in queues:
-            for status, age in self.policy.items():
+            ages = dict(self.ages)
+            for status, age in zip(ages, overrides.get(queue, ()), strict=False):
+                if age is not None:
+                    ages[status] = age
+            for status, age in ages.items():
+                if age <= 0:
+                    continue  # 0: keep
                 while True:
                     async with self.db.connection() as conn:
                         n = await store_ops.jobs_delete_finished(conn, queue, status, age, self.batch, now)
@@ -63,6 +72,7 @@ class Retention(Ticking):
             await between_batches()
         async with self.db.connection() as conn:
             await store_history.history_delete_old(conn, now)
+            await store_flow.queue_claims_prune(conn)
         total = sum(result.deleted.values())
         if total:
             self.metrics.swept.labels("deleted").inc(total)

@@ -117,6 +117,11 @@ class Body(BaseModel):
 
 # --- producers ----------------------------------------------------------------------------------------------
 
+GROUP_TEXT = (
+    "The job's group (a tenant, a customer, an ordering key): the unit of the queue's group limits, fairness "
+    "and order (GET/PATCH /queues/{queue}/config). Same rules as an idempotency key."
+)
+
 
 class _EnqueueRequest(Body):
     # run_at and delay_seconds exclude each other; the schema says so, so that generators know.
@@ -130,13 +135,14 @@ class _EnqueueRequest(Body):
     )
 
     payload: Json = Field(..., description="Any JSON value; stored as jsonb.")
-    priority: Priority = Field(0, description="Higher runs first.")
+    priority: Maybe[Priority] = omitted("Higher runs first. Default: the queue's default_priority, else 0.")
     run_at: Maybe[Timestamp] = omitted("Earliest start (RFC 3339 with offset); default: now.")
     delay_seconds: Maybe[Seconds] = omitted("Earliest start, relative to now.")
-    max_attempts: Maybe[MaxAttempts] = omitted("Default JOBQ_DEFAULT_MAX_ATTEMPTS.")
+    max_attempts: Maybe[MaxAttempts] = omitted("Default: the queue's max_attempts, else JOBQ_DEFAULT_MAX_ATTEMPTS.")
     idempotency_key: Maybe[Label] = omitted(
         "A repeat on the same queue returns the existing job (200) instead of a new one."
     )
+    group: Maybe[Label] = omitted(GROUP_TEXT)
 
     @model_validator(mode="after")
     def _one_start_time(self) -> Self:
@@ -241,6 +247,7 @@ class Job(BaseModel):
     scheduled_for: datetime | None = Field(
         description="The schedule's tick this job stands for (its cron time); null for other jobs."
     )
+    group: str | None = Field(description="The job's group; null: none.")
 
 
 class JobList(BaseModel):
@@ -262,6 +269,7 @@ class Claim(BaseModel):
         description="W3C trace context of the enqueue that made the job (its request's span when the service "
         "traces, else the producer's `traceparent` header): start the job's span as its child. Null when none."
     )
+    group: str | None = Field(description="The job's group; null: none.")
 
 
 class CompleteOutcome(BaseModel):
@@ -348,6 +356,7 @@ def build_contract(s: Settings) -> Contract:
         idempotency_key: Maybe[key_text] = omitted(
             "A repeat on the same queue returns the existing job (200) instead of a new one."
         )
+        group: Maybe[key_text] = omitted(GROUP_TEXT)
 
     class EnqueueBatchRequest(_EnqueueBatchRequest):
         jobs: list[EnqueueRequest] = Field(  # type: ignore[assignment]
@@ -360,7 +369,7 @@ def build_contract(s: Settings) -> Contract:
             1, description="Most jobs to return."
         )
         lease_seconds: Maybe[Annotated[int, Strict(), Field(ge=1, le=s.lease_max_seconds), Integral]] = omitted(
-            f"Lease length (seconds); default {s.lease_default_seconds}."
+            f"Lease length (seconds); default: the queue's lease_seconds, else {s.lease_default_seconds}."
         )
         wait_seconds: float = Field(
             0,

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, Strict, StrictBool
 
+from app.models.flow import QueueConfig
 from app.models.jobs import Body, Integral, Job, Maybe, omitted
 
 
@@ -27,6 +28,20 @@ class DurationStats(BaseModel):
     max_ms: float | None = Field(description="Longest claim-to-completion time (exact).")
 
 
+class HeldBack(BaseModel):
+    concurrency: int = Field(description="By `concurrency` (the queue's running jobs).")
+    rate: int = Field(description="By `rate` (the queue's claims in the window).")
+    group_concurrency: int = Field(description="By `group_concurrency` (a group's running jobs).")
+    group_rate: int = Field(description="By `group_rate` (a group's claims in the window).")
+    ordered: int = Field(description="By `ordered` (a group's next job waiting for its retry).")
+
+
+class GroupStats(BaseModel):
+    group: str
+    ready: int = Field(description="Pending jobs of the group that are due.")
+    running: int = Field(description="Jobs of the group held by a claim.")
+
+
 class WindowStats(BaseModel):
     seconds: int = Field(description="Length of the window these figures cover, ending now.")
     enqueued: int = Field(description="Jobs enqueued.")
@@ -44,6 +59,10 @@ class WindowStats(BaseModel):
     empty_claims_with_ready_jobs: int = Field(
         description="Claim requests answered empty while ready jobs existed (all locked by other claims, "
         "or the queue paused): a sign of contention or of a paused queue."
+    )
+    held_back: HeldBack = Field(
+        description="Claim requests answered with fewer jobs than they asked for while ready jobs were held "
+        "back by a limit of the queue's configuration, by limit."
     )
     duration: DurationStats = Field(description="Claim-to-completion times of the jobs completed in the window.")
 
@@ -76,6 +95,8 @@ class QueueStats(BaseModel):
     window: WindowStats
     database: DatabaseHealth
     as_of: datetime = Field(description="Database time of the figures.")
+    config: QueueConfig = Field(description="The queue's configuration: its defaults and limits.")
+    groups: list[GroupStats] = Field(description="The 20 groups with the most ready jobs, most first.")
 
 
 class QueueSummary(BaseModel):

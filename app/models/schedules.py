@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field, StrictBool
 
 from app.core.cron import Cron, zone
-from app.models.jobs import QUEUE_PATTERN, Body, Json, MaxAttempts, Maybe, Priority, omitted
+from app.models.jobs import QUEUE_PATTERN, Body, Json, Label, MaxAttempts, Maybe, Priority, omitted
 
 CRON_HELP = (
     "5 fields (minute hour day-of-month month day-of-week), or 6 with the second first: `*`, `N`, `A-B`, "
@@ -46,9 +46,15 @@ class ScheduleRequest(Body):
     cron: CronText = Field(..., description=CRON_HELP)
     timezone: Maybe[ZoneName] = omitted(ZONE_HELP)
     payload: Json = Field(..., description="The payload of each job; any JSON value.")
-    priority: Maybe[Priority] = omitted("Each job's priority; default 0.")
+    priority: Maybe[Priority] = omitted(
+        "Each job's priority; left out: the queue's default_priority when each job is made, else 0."
+    )
     max_attempts: Maybe[MaxAttempts] = omitted(
-        "Each job's max_attempts; left out: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made."
+        "Each job's max_attempts; left out: the queue's max_attempts when each job is made, else "
+        "JOBQ_DEFAULT_MAX_ATTEMPTS."
+    )
+    group: Maybe[Label] = omitted(
+        "Each job's group (flow control: per-group limits, fairness and order, docs/flow-control.md); left out: none."
     )
     missed: Missed = Field("skip", description=MISSED_HELP)
     paused: Maybe[StrictBool] = omitted(
@@ -63,10 +69,12 @@ class Schedule(BaseModel):
     cron: str
     timezone: str
     payload: Json
-    priority: int | None = Field(description="Each job's priority; null: the default (0).")
+    priority: int | None = Field(description="Each job's priority; null: the queue's default_priority, else 0.")
     max_attempts: int | None = Field(
-        description="Each job's max_attempts; null: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made."
+        description="Each job's max_attempts; null: the queue's max_attempts when each job is made, else "
+        "JOBQ_DEFAULT_MAX_ATTEMPTS."
     )
+    group: str | None = Field(description="Each job's group; null: none.")
     missed: Missed
     paused: bool = Field(description="A paused schedule enqueues nothing; resume skips the ticks of the pause.")
     next_run_at: datetime | None = Field(

@@ -44,6 +44,11 @@ EVENTS = (
     "enqueued", "claimed", "completed", "failed", "retried", "lease_expired", "cancelled", "released",
     "empty_claims",
 )  # fmt: skip
+# Claim requests answered short because of a limit (app/db/flow.py), by limit: jobq_claims_held_back_total
+# {queue, limit} and the held_* columns of queue_stats.
+LIMITS = ("concurrency", "rate", "group_concurrency", "group_rate", "ordered")
+HELD = tuple(f"held_{limit}" for limit in LIMITS)
+COUNTED = EVENTS + HELD
 
 
 def percentile_ms(histogram: list[int] | None, q: float, max_ms: float | None) -> float | None:
@@ -102,7 +107,7 @@ def multiprocess_dir() -> str | None:
 
 @dataclass
 class _Minute:
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(EVENTS, 0))
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
     durations: list[int] = field(default_factory=lambda: [0] * (len(DURATION_BOUNDS_MS) + 1))
     duration_max: float = 0.0
 
@@ -124,6 +129,12 @@ class Metrics:
             "jobq_claims_empty_with_ready_total",
             "Claim requests answered empty while ready jobs existed (locked by other claims, or paused).",
             labels,
+            registry=reg,
+        )
+        self.held_back = Counter(
+            "jobq_claims_held_back_total",
+            "Claim requests answered with fewer jobs than asked while ready jobs were held back by a limit.",
+            ["queue", "limit"],
             registry=reg,
         )
         self.job_duration = Histogram(
@@ -199,6 +210,9 @@ class Metrics:
             for metric in self._queue_metrics:
                 with contextlib.suppress(KeyError):
                     metric.remove(queue)
+            for limit in LIMITS:
+                with contextlib.suppress(KeyError):
+                    self.held_back.remove(queue, limit)
             for key in [k for k in self._children if k[1] == queue]:
                 del self._children[key]
         return gone
@@ -240,6 +254,9 @@ class Metrics:
         key = (event, label)
         child = self._children.get(key)
         if child is None:
+            if event in HELD:
+                child = self._children[key] = self.held_back.labels(label, event.removeprefix("held_"))
+                return child
             metric = {"empty_claims": self.empty_claims, "duration": self.job_duration}.get(event) or self.jobs[event]
             child = self._children[key] = metric.labels(label)
         return child

@@ -677,6 +677,7 @@
     const redrive = el("button", { type: "button", id: "redrive" }, "Redrive failed jobs…");
     const panel = el("div", { class: "panel", id: "confirm", hidden: true });
     const stats = el("div", { class: "grid", id: "stats" });
+    const config = queueConfigPanel(queue);
     const charts = chartsPanel(`History of ${queue}`, (range) => `${q(queue)}/stats/series?range=${range}`);
     const enqueue = enqueueForm(queue);
     let lastJobs = "";
@@ -801,6 +802,7 @@
           panel,
           stats,
           charts.node,
+          config.node,
           el("h3", {}, "Jobs"),
           tabs,
           jobs.toolbar,
@@ -821,7 +823,84 @@
         state.replaceChildren(paused ? badge("paused") : badge("active"));
         pause.textContent = paused ? "Resume" : "Pause";
         renderStats(s);
+        config.load(s);
         renderJobs(page);
+      },
+    };
+  }
+
+  // --- queue configuration panel (flow control) -------------------------------------------------------------
+  // Its own form on the queue page: shows GET /queues/{q}/stats's `config`, `window.held_back` and `groups`,
+  // and saves through PATCH /queues/{q}/config. An empty field saves as null (the global setting).
+
+  const CONFIG_FIELDS = [
+    ["concurrency", "concurrency (running jobs)"], ["rate.limit", "rate: claims"], ["rate.per_seconds", "rate: per seconds"],
+    ["group_concurrency", "group concurrency"], ["group_rate.limit", "group rate: claims"],
+    ["group_rate.per_seconds", "group rate: per seconds"], ["max_attempts", "max attempts"],
+    ["lease_seconds", "lease seconds"], ["default_priority", "default priority"],
+  ];
+
+  function queueConfigPanel(queue) {
+    const inputs = {};
+    const flags = {};
+    const save = el("button", { type: "submit", id: "config-save" }, "Save configuration");
+    const held = el("div");
+    const groups = el("div");
+    const form = el(
+      "form",
+      { class: "panel", id: "queue-config", "aria-label": "Queue configuration" },
+      el("h3", {}, "Configuration"),
+      el("div", { class: "grid" },
+        CONFIG_FIELDS.map(([name, label]) => {
+          inputs[name] = el("input", { type: "number", name, step: "any", "aria-label": label, placeholder: "global" });
+          return el("label", {}, `${label} `, inputs[name]);
+        }),
+        ["fair", "ordered"].map((name) => {
+          flags[name] = el("input", { type: "checkbox", name, "aria-label": name });
+          return el("label", {}, flags[name], ` ${name}`);
+        })),
+      el("div", { class: "toolbar" }, save),
+      held,
+      groups,
+    );
+    let editing = false;
+    form.addEventListener("input", () => { editing = true; });
+    const num = (name) => (inputs[name].value === "" ? null : Number(inputs[name].value));
+    const rate = (prefix) => {
+      const limit = num(`${prefix}.limit`);
+      const per = num(`${prefix}.per_seconds`);
+      return limit === null && per === null ? null : { limit, per_seconds: per };
+    };
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const body = {
+        concurrency: num("concurrency"), rate: rate("rate"), group_concurrency: num("group_concurrency"),
+        group_rate: rate("group_rate"), max_attempts: num("max_attempts"), lease_seconds: num("lease_seconds"),
+        default_priority: num("default_priority"), fair: flags.fair.checked || null, ordered: flags.ordered.checked || null,
+      };
+      act(save, async () => { const r = await api("PATCH", `${q(queue)}/config`, body); editing = false; return r; },
+        () => `Queue ${queue}: configuration saved; every replica applies it now.`);
+    });
+    return {
+      node: form,
+      load(stats) {
+        const c = stats.config;
+        if (!editing) {
+          for (const [name] of CONFIG_FIELDS) {
+            const [head, tail] = name.split(".");
+            const value = tail ? (c[head] ? c[head][tail] : null) : c[head];
+            inputs[name].value = value === null || value === undefined ? "" : String(value);
+          }
+          flags.fair.checked = Boolean(c.fair);
+          flags.ordered.checked = Boolean(c.ordered);
+        }
+        const h = stats.window.held_back;
+        held.replaceChildren(kvTable(Object.entries(h), "Claims held back by each limit"));
+        groups.replaceChildren(
+          stats.groups.length
+            ? kvTable(stats.groups.map((g) => [g.group, `${g.ready} ready, ${g.running} running`]), "Groups with the most ready jobs")
+            : el("p", { class: "muted" }, "No grouped jobs are ready."),
+        );
       },
     };
   }

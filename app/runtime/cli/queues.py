@@ -1,15 +1,16 @@
-"""Daily work on queues, over the HTTP API: `jobq queues`, `jobq stats QUEUE [--watch]`, `jobq redrive QUEUE`,
-`jobq pause|resume QUEUE`."""
+"""Daily work on queues, over the HTTP API: `jobq queues`, `jobq queues config QUEUE [--set key=value]`,
+`jobq stats QUEUE [--watch]`, `jobq redrive QUEUE`, `jobq pause|resume QUEUE`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from typing import Any
 
 from app.runtime.api_client import ApiClient, ApiError, segment
-from app.runtime.cli.common import EXIT_FAILURE, EXIT_OK, _int_in, _number_in
+from app.runtime.cli.common import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, _int_in, _number_in
 from app.runtime.cli.output import duration, millis, print_json, print_lines, table
 from app.runtime.cli.remote import add_api_command, exit_code, problem_line
 
@@ -137,11 +138,77 @@ def cmd_resume(args: argparse.Namespace, api: ApiClient) -> int:
 # -- arguments ------------------------------------------------------------------------------------------------
 
 
+# -- queues config ---------------------------------------------------------------------------------------------
+
+CONFIG_KEYS = (
+    "max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, "
+    "retention.completed, retention.failed, retention.cancelled, concurrency, rate (LIMIT/SECONDS), "
+    "group_concurrency, group_rate (LIMIT/SECONDS), fair, ordered"
+)
+
+
+def parse_value(key: str, text: str) -> Any:
+    """`null` clears; LIMIT/SECONDS for rates; otherwise a JSON value (a bare word stays a string, so that
+    the server's 422 names what is wrong with it)."""
+    if text == "null":
+        return None
+    if key in ("rate", "group_rate") and "/" in text:
+        limit, _, per = text.partition("/")
+        return {"limit": parse_value("", limit), "per_seconds": parse_value("", per)}
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def patch_of(settings: list[str]) -> dict[str, Any]:
+    """The PATCH /queues/{queue}/config body that `--set key=value ...` stands for."""
+    body: dict[str, Any] = {}
+    for item in settings:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected key=value")
+        value = parse_value(key, text)
+        if key.startswith("retention."):
+            body.setdefault("retention", {})[key.removeprefix("retention.")] = value
+        else:
+            body[key] = value
+    return body
+
+
+def config_lines(doc: dict[str, Any]) -> list[str]:
+    def shown(value: Any) -> str:
+        if value is None:
+            return "- (global)"
+        if isinstance(value, dict):
+            return f"{value['limit']}/{value['per_seconds']}s" if "limit" in value else json.dumps(value)
+        return json.dumps(value)
+
+    rows = [[key, shown(value)] for key, value in doc.items() if key not in ("queue", "retention")]
+    rows += [[f"retention.{k}", shown(v)] for k, v in doc["retention"].items()]
+    return [f"queue {doc['queue']}", *table(["FIELD", "VALUE"], rows)]
+
+
+def cmd_queue_config(args: argparse.Namespace, api: ApiClient) -> int:
+    path = f"/queues/{segment(args.queue)}/config"
+    try:
+        body = patch_of(args.set) if args.set else None
+    except ValueError as exc:
+        print(f"jobq: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    doc = api.patch(path, body) if body is not None else api.get(path)
+    if args.json:
+        print_json(doc)
+    else:
+        print_lines(config_lines(doc))
+    return EXIT_OK
+
+
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # Actions on one queue (`jobq queues ACTION QUEUE ...`) hang below this parser: keep it, add
     # actions = parser.add_subparsers(dest="queues_command", metavar="ACTION") and, for each,
     # add_api_command(actions, "NAME", cmd_NAME, ...); without an action, `jobq queues` still lists.
-    add_api_command(
+    queues = add_api_command(
         sub,
         "queues",
         cmd_queues,
@@ -150,6 +217,22 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "oldest ready job and whether it is paused. Needs an admin key when authentication is on.",
         examples="  jobq queues\n  jobq queues --json | jq '.queues[] | select(.counts.failed > 0) | .queue'",
     )
+    actions = queues.add_subparsers(dest="queues_command", metavar="ACTION")
+    config = add_api_command(
+        actions,
+        "config",
+        cmd_queue_config,
+        help="show a queue's configuration (defaults and limits), or change it with --set",
+        description="Show a queue's configuration, as GET /queues/{queue}/config answers, or change fields "
+        f"with --set key=value, as PATCH /queues/{{queue}}/config does. Keys: {CONFIG_KEYS}. `null` clears a "
+        "field back to the global setting. A change reaches every running jobq process at once. Needs an "
+        "admin key when authentication is on; a refused value exits 2 with the server's reason.",
+        examples="  jobq queues config emails\n  jobq queues config emails --set concurrency=20 --set rate=100/60\n"
+        "  jobq queues config emails --set group_concurrency=1 --set ordered=true\n"
+        "  jobq queues config emails --set retention.completed=3600 --set max_attempts=null",
+    )
+    config.add_argument("queue", metavar="QUEUE")
+    config.add_argument("--set", action="append", metavar="KEY=VALUE", help="repeat for several fields")
 
     stats = add_api_command(
         sub,

@@ -275,6 +275,30 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/queues/{queue}/config": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A queue's configuration: defaults and limits
+         * @description Every field is null until set: the global setting applies (for the limits: no limit).
+         */
+        get: operations["getQueueConfig"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Change a queue's configuration (partial update)
+         * @description Fields left out keep their value; `null` clears a field back to the global setting. A change takes effect at once in every process (it commits with a notification that each one hears), including for claims already waiting. Limits count every replica's claims together; see docs/flow-control.md for what counts against each. 422 when a value is out of range or the fields contradict each other (`ordered` with `group_concurrency` above 1, `backoff_base_seconds` above `backoff_max_seconds`).
+         */
+        patch: operations["setQueueConfig"];
+        trace?: never;
+    };
     "/queues/{queue}/jobs": {
         parameters: {
             query?: never;
@@ -706,6 +730,7 @@ export interface components {
          *       "attempts": 1,
          *       "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "group": "customer-1042",
          *       "id": 42,
          *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
          *       "max_attempts": 5,
@@ -735,6 +760,11 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Group
+             * @description The job's group; null: none.
+             */
+            group: string | null;
             /** Id */
             id: number;
             /**
@@ -789,7 +819,7 @@ export interface components {
             complete?: components["schemas"]["CompleteItem"][];
             /**
              * Lease Seconds
-             * @description Lease length (seconds); default 30.
+             * @description Lease length (seconds); default: the queue's lease_seconds, else 30.
              */
             lease_seconds?: number;
             /**
@@ -817,6 +847,7 @@ export interface components {
          *           "attempts": 1,
          *           "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "group": "customer-1042",
          *           "id": 42,
          *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
          *           "max_attempts": 5,
@@ -848,6 +879,7 @@ export interface components {
          *           "attempts": 1,
          *           "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "group": "customer-1042",
          *           "id": 42,
          *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
          *           "max_attempts": 5,
@@ -1055,6 +1087,22 @@ export interface components {
          *         }
          *       ]
          *     }
+         * @example {
+         *       "jobs": [
+         *         {
+         *           "group": "customer-7",
+         *           "payload": {
+         *             "n": 1
+         *           }
+         *         },
+         *         {
+         *           "group": "customer-1042",
+         *           "payload": {
+         *             "n": 2
+         *           }
+         *         }
+         *       ]
+         *     }
          */
         EnqueueBatchRequest: {
             /**
@@ -1096,13 +1144,18 @@ export interface components {
              */
             delay_seconds?: number;
             /**
+             * Group
+             * @description The job's group (a tenant, a customer, an ordering key): the unit of the queue's group limits, fairness and order (GET/PATCH /queues/{queue}/config). Same rules as an idempotency key.
+             */
+            group?: string;
+            /**
              * Idempotency Key
              * @description A repeat on the same queue returns the existing job (200) instead of a new one.
              */
             idempotency_key?: string;
             /**
              * Max Attempts
-             * @description Default JOBQ_DEFAULT_MAX_ATTEMPTS.
+             * @description Default: the queue's max_attempts, else JOBQ_DEFAULT_MAX_ATTEMPTS.
              */
             max_attempts?: number;
             /**
@@ -1112,7 +1165,7 @@ export interface components {
             payload: components["schemas"]["JsonValue"];
             /**
              * Priority
-             * @description Higher runs first. Default: 0.
+             * @description Higher runs first. Default: the queue's default_priority, else 0.
              */
             priority?: number;
             /**
@@ -1153,6 +1206,33 @@ export interface components {
              * @description Retry after this long instead of the backoff.
              */
             retry_in_seconds?: number;
+        };
+        /**
+         * GroupStats
+         * @example {
+         *       "group": "customer-7",
+         *       "ready": 20000,
+         *       "running": 2
+         *     }
+         * @example {
+         *       "group": "customer-1042",
+         *       "ready": 100,
+         *       "running": 2
+         *     }
+         */
+        GroupStats: {
+            /** Group */
+            group: string;
+            /**
+             * Ready
+             * @description Pending jobs of the group that are due.
+             */
+            ready: number;
+            /**
+             * Running
+             * @description Jobs of the group held by a claim.
+             */
+            running: number;
         };
         /**
          * Health
@@ -1214,12 +1294,50 @@ export interface components {
             lease_expires_at: string | null;
         };
         /**
+         * HeldBack
+         * @example {
+         *       "concurrency": 120,
+         *       "group_concurrency": 14,
+         *       "group_rate": 0,
+         *       "ordered": 0,
+         *       "rate": 0
+         *     }
+         */
+        HeldBack: {
+            /**
+             * Concurrency
+             * @description By `concurrency` (the queue's running jobs).
+             */
+            concurrency: number;
+            /**
+             * Group Concurrency
+             * @description By `group_concurrency` (a group's running jobs).
+             */
+            group_concurrency: number;
+            /**
+             * Group Rate
+             * @description By `group_rate` (a group's claims in the window).
+             */
+            group_rate: number;
+            /**
+             * Ordered
+             * @description By `ordered` (a group's next job waiting for its retry).
+             */
+            ordered: number;
+            /**
+             * Rate
+             * @description By `rate` (the queue's claims in the window).
+             */
+            rate: number;
+        };
+        /**
          * Job
          * @example {
          *       "attempts": 0,
          *       "claimed_at": null,
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
          *       "finished_at": null,
+         *       "group": "customer-1042",
          *       "id": 42,
          *       "idempotency_key": "welcome-ada",
          *       "last_error": null,
@@ -1244,6 +1362,7 @@ export interface components {
          *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
          *       "finished_at": "2026-11-29T12:00:01.5+00:00",
+         *       "group": "customer-1042",
          *       "id": 42,
          *       "idempotency_key": "welcome-ada",
          *       "last_error": null,
@@ -1270,6 +1389,7 @@ export interface components {
          *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
          *       "finished_at": "2026-11-29T12:00:01.5+00:00",
+         *       "group": "customer-1042",
          *       "id": 77,
          *       "idempotency_key": null,
          *       "last_error": null,
@@ -1309,6 +1429,11 @@ export interface components {
             created_at: string;
             /** Finished At */
             finished_at: string | null;
+            /**
+             * Group
+             * @description The job's group; null: none.
+             */
+            group: string | null;
             /** Id */
             id: number;
             /** Idempotency Key */
@@ -1407,6 +1532,7 @@ export interface components {
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
          *           "finished_at": null,
+         *           "group": "customer-1042",
          *           "id": 42,
          *           "idempotency_key": "welcome-ada",
          *           "last_error": null,
@@ -1431,6 +1557,7 @@ export interface components {
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
          *           "finished_at": null,
+         *           "group": "customer-1042",
          *           "id": 43,
          *           "idempotency_key": null,
          *           "last_error": null,
@@ -1466,6 +1593,7 @@ export interface components {
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
          *           "finished_at": null,
+         *           "group": "customer-1042",
          *           "id": 42,
          *           "idempotency_key": "welcome-ada",
          *           "last_error": null,
@@ -1527,6 +1655,167 @@ export interface components {
              * @description A stable URN, `urn:jobq:problem:<slug>`: branch on this, not on the text.
              */
             type: string;
+        };
+        /**
+         * QueueConfig
+         * @description A queue's configuration; null: the global setting (for the limits: no limit).
+         * @example {
+         *       "backoff_base_seconds": null,
+         *       "backoff_max_seconds": null,
+         *       "changed_at": "2026-11-29T12:00:00.125+00:00",
+         *       "concurrency": 50,
+         *       "default_priority": null,
+         *       "fair": true,
+         *       "group_concurrency": 2,
+         *       "group_rate": null,
+         *       "lease_seconds": 120,
+         *       "max_attempts": 8,
+         *       "ordered": null,
+         *       "queue": "emails",
+         *       "rate": {
+         *         "limit": 100,
+         *         "per_seconds": 60
+         *       },
+         *       "retention": {
+         *         "cancelled": null,
+         *         "completed": 3600,
+         *         "failed": null
+         *       }
+         *     }
+         */
+        QueueConfig: {
+            /**
+             * Backoff Base Seconds
+             * @description null: JOBQ_BACKOFF_BASE_SECONDS.
+             */
+            backoff_base_seconds: number | null;
+            /**
+             * Backoff Max Seconds
+             * @description null: JOBQ_BACKOFF_CAP_SECONDS.
+             */
+            backoff_max_seconds: number | null;
+            /**
+             * Changed At
+             * @description When the configuration last changed; null: never.
+             */
+            changed_at: string | null;
+            /**
+             * Concurrency
+             * @description Most running jobs of the queue; null: no limit.
+             */
+            concurrency: number | null;
+            /**
+             * Default Priority
+             * @description null: 0.
+             */
+            default_priority: number | null;
+            /**
+             * Fair
+             * @description Round-robin across groups; null: false.
+             */
+            fair: boolean | null;
+            /**
+             * Group Concurrency
+             * @description Most running jobs per group; null: no limit.
+             */
+            group_concurrency: number | null;
+            /** @description Most claims per group per window; null: no limit. */
+            group_rate: components["schemas"]["RateLimit"] | null;
+            /**
+             * Lease Seconds
+             * @description null: JOBQ_LEASE_DEFAULT_SECONDS.
+             */
+            lease_seconds: number | null;
+            /**
+             * Max Attempts
+             * @description null: JOBQ_DEFAULT_MAX_ATTEMPTS.
+             */
+            max_attempts: number | null;
+            /**
+             * Ordered
+             * @description Strict order within each group; null: false.
+             */
+            ordered: boolean | null;
+            /** Queue */
+            queue: string;
+            /** @description Most claims of the queue per window; null: no limit. */
+            rate: components["schemas"]["RateLimit"] | null;
+            retention: components["schemas"]["Retention"];
+        };
+        /**
+         * QueueConfigPatch
+         * @description Fields left out keep their value; `null` clears a field back to the global setting.
+         * @example {
+         *       "concurrency": 50,
+         *       "rate": {
+         *         "limit": 100,
+         *         "per_seconds": 60
+         *       }
+         *     }
+         * @example {
+         *       "fair": true,
+         *       "group_concurrency": 2,
+         *       "retention": {
+         *         "completed": 3600
+         *       }
+         *     }
+         * @example {
+         *       "concurrency": null,
+         *       "max_attempts": 8
+         *     }
+         */
+        QueueConfigPatch: {
+            /**
+             * Backoff Base Seconds
+             * @description First retry delay after a fail.
+             */
+            backoff_base_seconds?: number | null;
+            /**
+             * Backoff Max Seconds
+             * @description Longest retry delay.
+             */
+            backoff_max_seconds?: number | null;
+            /**
+             * Concurrency
+             * @description Most running jobs of the queue. Counts every replica's claims together: enforced inside the claim statement (see docs/flow-control.md).
+             */
+            concurrency?: number | null;
+            /**
+             * Default Priority
+             * @description Priority of a job enqueued without one.
+             */
+            default_priority?: number | null;
+            /**
+             * Fair
+             * @description Hand ready jobs out round-robin across groups instead of by age.
+             */
+            fair?: boolean | null;
+            /**
+             * Group Concurrency
+             * @description Most running jobs per group.
+             */
+            group_concurrency?: number | null;
+            /** @description Most claims per group per window. */
+            group_rate?: components["schemas"]["Rate"] | null;
+            /**
+             * Lease Seconds
+             * @description Lease of a claim that names none.
+             */
+            lease_seconds?: number | null;
+            /**
+             * Max Attempts
+             * @description Attempts of a job enqueued without max_attempts.
+             */
+            max_attempts?: number | null;
+            /**
+             * Ordered
+             * @description Within a group, a job is claimable only once the job before it has finished for good (a job waiting for its retry holds its group back); needs group_concurrency 1 or unset.
+             */
+            ordered?: boolean | null;
+            /** @description Most claims of the queue per window. Counts every replica's claims together: enforced inside the claim statement (see docs/flow-control.md). */
+            rate?: components["schemas"]["Rate"] | null;
+            /** @description Retention per status; null clears all three. */
+            retention?: components["schemas"]["RetentionPatch"] | null;
         };
         /**
          * QueueCounts
@@ -1679,6 +1968,29 @@ export interface components {
          * QueueStats
          * @example {
          *       "as_of": "2026-11-29T12:00:00.125+00:00",
+         *       "config": {
+         *         "backoff_base_seconds": null,
+         *         "backoff_max_seconds": null,
+         *         "changed_at": "2026-11-29T12:00:00.125+00:00",
+         *         "concurrency": 50,
+         *         "default_priority": null,
+         *         "fair": true,
+         *         "group_concurrency": 2,
+         *         "group_rate": null,
+         *         "lease_seconds": 120,
+         *         "max_attempts": 8,
+         *         "ordered": null,
+         *         "queue": "emails",
+         *         "rate": {
+         *           "limit": 100,
+         *           "per_seconds": 60
+         *         },
+         *         "retention": {
+         *           "cancelled": null,
+         *           "completed": 3600,
+         *           "failed": null
+         *         }
+         *       },
          *       "counts": {
          *         "cancelled": 0,
          *         "completed": 48211,
@@ -1693,6 +2005,18 @@ export interface components {
          *         "oldest_xmin_age_seconds": 0,
          *         "oldest_xmin_age_transactions": 0
          *       },
+         *       "groups": [
+         *         {
+         *           "group": "customer-7",
+         *           "ready": 20000,
+         *           "running": 2
+         *         },
+         *         {
+         *           "group": "customer-1042",
+         *           "ready": 100,
+         *           "running": 2
+         *         }
+         *       ],
          *       "jobs_on_last_attempt": 1,
          *       "jobs_one_attempt_left": 2,
          *       "oldest_ready_age_seconds": 2.4,
@@ -1712,6 +2036,13 @@ export interface components {
          *         "empty_claims_with_ready_jobs": 5,
          *         "enqueued": 9000,
          *         "failures": 1,
+         *         "held_back": {
+         *           "concurrency": 120,
+         *           "group_concurrency": 14,
+         *           "group_rate": 0,
+         *           "ordered": 0,
+         *           "rate": 0
+         *         },
          *         "lease_expired": 2,
          *         "released": 3,
          *         "retries": 40,
@@ -1726,8 +2057,15 @@ export interface components {
              * @description Database time of the figures.
              */
             as_of: string;
+            /** @description The queue's configuration: its defaults and limits. */
+            config: components["schemas"]["QueueConfig"];
             counts: components["schemas"]["QueueCounts"];
             database: components["schemas"]["DatabaseHealth"];
+            /**
+             * Groups
+             * @description The 20 groups with the most ready jobs, most first.
+             */
+            groups: components["schemas"]["GroupStats"][];
             /**
              * Jobs On Last Attempt
              * @description Pending or running jobs with no attempt left after this one.
@@ -1777,6 +2115,44 @@ export interface components {
             paused: boolean;
             /** Queue */
             queue: string;
+        };
+        /**
+         * Rate
+         * @example {
+         *       "limit": 100,
+         *       "per_seconds": 60
+         *     }
+         */
+        Rate: {
+            /**
+             * Limit
+             * @description Most claims in any window of `per_seconds`.
+             */
+            limit: number;
+            /**
+             * Per Seconds
+             * @description The window, in seconds (by the database clock).
+             */
+            per_seconds: number;
+        };
+        /**
+         * RateLimit
+         * @example {
+         *       "limit": 100,
+         *       "per_seconds": 60
+         *     }
+         */
+        RateLimit: {
+            /**
+             * Limit
+             * @description Most claims in any window of `per_seconds`.
+             */
+            limit: number;
+            /**
+             * Per Seconds
+             * @description The window, in seconds.
+             */
+            per_seconds: number;
         };
         /**
          * Readiness
@@ -1857,10 +2233,60 @@ export interface components {
             delay_seconds?: number;
         };
         /**
+         * Retention
+         * @example {
+         *       "cancelled": null,
+         *       "completed": 3600,
+         *       "failed": null
+         *     }
+         */
+        Retention: {
+            /**
+             * Cancelled
+             * @description Seconds; null: JOBQ_RETENTION_CANCELLED_SECONDS.
+             */
+            cancelled: number | null;
+            /**
+             * Completed
+             * @description Seconds; null: JOBQ_RETENTION_COMPLETED_SECONDS.
+             */
+            completed: number | null;
+            /**
+             * Failed
+             * @description Seconds; null: JOBQ_RETENTION_FAILED_SECONDS.
+             */
+            failed: number | null;
+        };
+        /**
+         * RetentionPatch
+         * @example {
+         *       "completed": 3600,
+         *       "failed": null
+         *     }
+         */
+        RetentionPatch: {
+            /**
+             * Cancelled
+             * @description Delete cancelled jobs this long after (0: keep).
+             */
+            cancelled?: number | null;
+            /**
+             * Completed
+             * @description Delete completed jobs this long after they finished (0: keep).
+             */
+            completed?: number | null;
+            /**
+             * Failed
+             * @description Delete failed jobs this long after they failed (0: keep).
+             */
+            failed?: number | null;
+        };
+        /**
          * Schedule
          * @example {
          *       "created_at": "2026-11-01T09:12:00.5+00:00",
          *       "cron": "0 7 * * MON-FRI",
+         *       "group": null,
          *       "last_run_at": "2026-11-27T06:00:00+00:00",
          *       "max_attempts": 3,
          *       "missed": "skip",
@@ -1878,6 +2304,7 @@ export interface components {
          * @example {
          *       "created_at": "2026-11-01T09:12:00.5+00:00",
          *       "cron": "0 7 * * MON-FRI",
+         *       "group": null,
          *       "last_run_at": "2026-11-27T06:00:00+00:00",
          *       "max_attempts": 3,
          *       "missed": "skip",
@@ -1902,13 +2329,18 @@ export interface components {
             /** Cron */
             cron: string;
             /**
+             * Group
+             * @description Each job's group; null: none.
+             */
+            group: string | null;
+            /**
              * Last Run At
              * @description The latest tick that enqueued a job; null before the first.
              */
             last_run_at: string | null;
             /**
              * Max Attempts
-             * @description Each job's max_attempts; null: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made.
+             * @description Each job's max_attempts; null: the queue's max_attempts when each job is made, else JOBQ_DEFAULT_MAX_ATTEMPTS.
              */
             max_attempts: number | null;
             /**
@@ -1932,7 +2364,7 @@ export interface components {
             payload: components["schemas"]["JsonValue"];
             /**
              * Priority
-             * @description Each job's priority; null: the default (0).
+             * @description Each job's priority; null: the queue's default_priority, else 0.
              */
             priority: number | null;
             /** Queue */
@@ -1952,6 +2384,7 @@ export interface components {
          *         {
          *           "created_at": "2026-11-01T09:12:00.5+00:00",
          *           "cron": "0 7 * * MON-FRI",
+         *           "group": null,
          *           "last_run_at": "2026-11-27T06:00:00+00:00",
          *           "max_attempts": 3,
          *           "missed": "skip",
@@ -2001,8 +2434,13 @@ export interface components {
              */
             cron: string;
             /**
+             * Group
+             * @description Each job's group (flow control: per-group limits, fairness and order, docs/flow-control.md); left out: none.
+             */
+            group?: string;
+            /**
              * Max Attempts
-             * @description Each job's max_attempts; left out: JOBQ_DEFAULT_MAX_ATTEMPTS when each job is made.
+             * @description Each job's max_attempts; left out: the queue's max_attempts when each job is made, else JOBQ_DEFAULT_MAX_ATTEMPTS.
              */
             max_attempts?: number;
             /**
@@ -2023,7 +2461,7 @@ export interface components {
             payload: components["schemas"]["JsonValue"];
             /**
              * Priority
-             * @description Each job's priority; default 0.
+             * @description Each job's priority; left out: the queue's default_priority when each job is made, else 0.
              */
             priority?: number;
             /**
@@ -2104,6 +2542,7 @@ export interface components {
          *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
          *           "finished_at": "2026-11-29T12:00:01.5+00:00",
+         *           "group": "customer-1042",
          *           "id": 42,
          *           "idempotency_key": "welcome-ada",
          *           "last_error": "SMTP 550: no such recipient",
@@ -2383,6 +2822,13 @@ export interface components {
          *       "empty_claims_with_ready_jobs": 5,
          *       "enqueued": 9000,
          *       "failures": 1,
+         *       "held_back": {
+         *         "concurrency": 120,
+         *         "group_concurrency": 14,
+         *         "group_rate": 0,
+         *         "ordered": 0,
+         *         "rate": 0
+         *       },
          *       "lease_expired": 2,
          *       "released": 3,
          *       "retries": 40,
@@ -2427,6 +2873,8 @@ export interface components {
              * @description Jobs that failed for good (terminal), by a worker or the sweeper.
              */
             failures: number;
+            /** @description Claim requests answered with fewer jobs than they asked for while ready jobs were held back by a limit of the queue's configuration, by limit. */
+            held_back: components["schemas"]["HeldBack"];
             /**
              * Lease Expired
              * @description Claims whose lease lapsed and that the sweeper recovered.
@@ -2777,6 +3225,7 @@ export interface operations {
                      *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
                      *           "finished_at": "2026-11-29T12:00:01.5+00:00",
+                     *           "group": "customer-1042",
                      *           "id": 42,
                      *           "idempotency_key": "welcome-ada",
                      *           "last_error": "SMTP 550: no such recipient",
@@ -2898,6 +3347,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -3014,6 +3464,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -3158,6 +3609,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -3301,6 +3753,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -3564,6 +4017,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -3696,6 +4150,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -3941,6 +4396,7 @@ export interface operations {
                      *           "attempts": 1,
                      *           "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "group": "customer-1042",
                      *           "id": 42,
                      *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
                      *           "max_attempts": 5,
@@ -4037,6 +4493,218 @@ export interface operations {
             };
         };
     };
+    getQueueConfig: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description `[A-Za-z0-9_.:-]{1,128}` */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "backoff_base_seconds": null,
+                     *       "backoff_max_seconds": null,
+                     *       "changed_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "concurrency": 50,
+                     *       "default_priority": null,
+                     *       "fair": true,
+                     *       "group_concurrency": 2,
+                     *       "group_rate": null,
+                     *       "lease_seconds": 120,
+                     *       "max_attempts": 8,
+                     *       "ordered": null,
+                     *       "queue": "emails",
+                     *       "rate": {
+                     *         "limit": 100,
+                     *         "per_seconds": 60
+                     *       },
+                     *       "retention": {
+                     *         "cancelled": null,
+                     *         "completed": 3600,
+                     *         "failed": null
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QueueConfig"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    setQueueConfig: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description `[A-Za-z0-9_.:-]{1,128}` */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "concurrency": 50,
+                 *       "rate": {
+                 *         "limit": 100,
+                 *         "per_seconds": 60
+                 *       }
+                 *     }
+                 */
+                "application/json": components["schemas"]["QueueConfigPatch"];
+            };
+        };
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "backoff_base_seconds": null,
+                     *       "backoff_max_seconds": null,
+                     *       "changed_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "concurrency": 50,
+                     *       "default_priority": null,
+                     *       "fair": true,
+                     *       "group_concurrency": 2,
+                     *       "group_rate": null,
+                     *       "lease_seconds": 120,
+                     *       "max_attempts": 8,
+                     *       "ordered": null,
+                     *       "queue": "emails",
+                     *       "rate": {
+                     *         "limit": 100,
+                     *         "per_seconds": 60
+                     *       },
+                     *       "retention": {
+                     *         "cancelled": null,
+                     *         "completed": 3600,
+                     *         "failed": null
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QueueConfig"];
+                };
+            };
+            /** @description Body is not valid JSON. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body larger than the server accepts. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Body is not application/json. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     listJobs: {
         parameters: {
             query?: {
@@ -4070,6 +4738,7 @@ export interface operations {
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
                      *           "finished_at": null,
+                     *           "group": "customer-1042",
                      *           "id": 42,
                      *           "idempotency_key": "welcome-ada",
                      *           "last_error": null,
@@ -4174,6 +4843,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -4209,6 +4879,7 @@ export interface operations {
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
                      *       "finished_at": null,
+                     *       "group": "customer-1042",
                      *       "id": 42,
                      *       "idempotency_key": "welcome-ada",
                      *       "last_error": null,
@@ -4346,6 +5017,7 @@ export interface operations {
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
                      *           "finished_at": null,
+                     *           "group": "customer-1042",
                      *           "id": 42,
                      *           "idempotency_key": "welcome-ada",
                      *           "last_error": null,
@@ -4370,6 +5042,7 @@ export interface operations {
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
                      *           "finished_at": null,
+                     *           "group": "customer-1042",
                      *           "id": 43,
                      *           "idempotency_key": null,
                      *           "last_error": null,
@@ -4725,6 +5398,29 @@ export interface operations {
                     /**
                      * @example {
                      *       "as_of": "2026-11-29T12:00:00.125+00:00",
+                     *       "config": {
+                     *         "backoff_base_seconds": null,
+                     *         "backoff_max_seconds": null,
+                     *         "changed_at": "2026-11-29T12:00:00.125+00:00",
+                     *         "concurrency": 50,
+                     *         "default_priority": null,
+                     *         "fair": true,
+                     *         "group_concurrency": 2,
+                     *         "group_rate": null,
+                     *         "lease_seconds": 120,
+                     *         "max_attempts": 8,
+                     *         "ordered": null,
+                     *         "queue": "emails",
+                     *         "rate": {
+                     *           "limit": 100,
+                     *           "per_seconds": 60
+                     *         },
+                     *         "retention": {
+                     *           "cancelled": null,
+                     *           "completed": 3600,
+                     *           "failed": null
+                     *         }
+                     *       },
                      *       "counts": {
                      *         "cancelled": 0,
                      *         "completed": 48211,
@@ -4739,6 +5435,18 @@ export interface operations {
                      *         "oldest_xmin_age_seconds": 0,
                      *         "oldest_xmin_age_transactions": 0
                      *       },
+                     *       "groups": [
+                     *         {
+                     *           "group": "customer-7",
+                     *           "ready": 20000,
+                     *           "running": 2
+                     *         },
+                     *         {
+                     *           "group": "customer-1042",
+                     *           "ready": 100,
+                     *           "running": 2
+                     *         }
+                     *       ],
                      *       "jobs_on_last_attempt": 1,
                      *       "jobs_one_attempt_left": 2,
                      *       "oldest_ready_age_seconds": 2.4,
@@ -4758,6 +5466,13 @@ export interface operations {
                      *         "empty_claims_with_ready_jobs": 5,
                      *         "enqueued": 9000,
                      *         "failures": 1,
+                     *         "held_back": {
+                     *           "concurrency": 120,
+                     *           "group_concurrency": 14,
+                     *           "group_rate": 0,
+                     *           "ordered": 0,
+                     *           "rate": 0
+                     *         },
                      *         "lease_expired": 2,
                      *         "released": 3,
                      *         "retries": 40,
@@ -4960,6 +5675,7 @@ export interface operations {
                      *         {
                      *           "created_at": "2026-11-01T09:12:00.5+00:00",
                      *           "cron": "0 7 * * MON-FRI",
+                     *           "group": null,
                      *           "last_run_at": "2026-11-27T06:00:00+00:00",
                      *           "max_attempts": 3,
                      *           "missed": "skip",
@@ -5033,6 +5749,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",
@@ -5136,6 +5853,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",
@@ -5164,6 +5882,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",
@@ -5339,6 +6058,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",
@@ -5437,6 +6157,7 @@ export interface operations {
                      * @example {
                      *       "created_at": "2026-11-01T09:12:00.5+00:00",
                      *       "cron": "0 7 * * MON-FRI",
+                     *       "group": null,
                      *       "last_run_at": "2026-11-27T06:00:00+00:00",
                      *       "max_attempts": 3,
                      *       "missed": "skip",

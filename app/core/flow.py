@@ -1,0 +1,191 @@
+"""Queue configuration: read and changed through the API, cached per process, and the defaults it gives
+enqueue, fail, claim and retention.
+
+Every process keeps the configuration of the queues it has served, read once from PostgreSQL. A change
+commits together with a NOTIFY ("config <queue>", app/db/flow.py) that app/maintenance/listener.py turns
+into invalidate() in every process, so a change takes effect everywhere as soon as it is durable. A
+listener that reconnects forgets everything (a message may have gone by unheard), and an entry is read
+again after CACHE_SECONDS at the latest. Limits never rely on the cache alone: the claim of an unlimited
+queue refuses to claim from a queue that has limits (app/db/jobs.py JOB_CLAIM), and the limited claim
+reads the limits in its own statement (app/db/flow.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.db import flow as store_flow
+from app.db.flow import CONFIG_FIELDS, QueueConfigRow
+from app.db.pool import Database
+from app.errors import ValidationFailed
+from app.models.flow import QueueConfigPatch
+from app.settings import Settings
+
+CACHE_SECONDS = 10.0
+MAX_ENTRIES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Effective:
+    """A queue's settings with the global ones filled in."""
+
+    max_attempts: int
+    backoff_base_seconds: float
+    backoff_max_seconds: float
+    lease_seconds: int
+    default_priority: int
+    retention: dict[str, int]  # status -> seconds (0: keep)
+    limited: bool
+
+
+def effective(s: Settings, row: QueueConfigRow | None) -> Effective:
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    r = row
+    return Effective(
+        max_attempts=pick(r and r.max_attempts, s.default_max_attempts),
+        backoff_base_seconds=pick(r and r.backoff_base_seconds, s.backoff_base_seconds),
+        backoff_max_seconds=pick(r and r.backoff_max_seconds, s.backoff_cap_seconds),
+        lease_seconds=pick(r and r.lease_seconds, s.lease_default_seconds),
+        default_priority=pick(r and r.default_priority, 0),
+        retention={
+            "completed": pick(r and r.retention_completed_seconds, s.retention_completed_seconds),
+            "failed": pick(r and r.retention_failed_seconds, s.retention_failed_seconds),
+            "cancelled": pick(r and r.retention_cancelled_seconds, s.retention_cancelled_seconds),
+        },
+        limited=bool(r and r.limited),
+    )
+
+
+def changes_of(patch: QueueConfigPatch) -> dict[str, Any]:
+    """The stored fields a PATCH sets or clears (None), from the fields it names."""
+    out: dict[str, Any] = {}
+    for name in patch.model_fields_set:
+        value = getattr(patch, name)
+        if name == "retention":
+            kept = value.model_fields_set if value is not None else {"completed", "failed", "cancelled"}
+            for status in kept:
+                out[f"retention_{status}_seconds"] = getattr(value, status) if value is not None else None
+        elif name in ("rate", "group_rate"):
+            out[f"{name}_limit"] = value.limit if value is not None else None
+            out[f"{name}_per_seconds"] = value.per_seconds if value is not None else None
+        else:
+            out[name] = value
+    return out
+
+
+def merged(current: QueueConfigRow, changes: dict[str, Any]) -> dict[str, Any]:
+    """The stored fields after a partial update (a None in `changes` clears the field)."""
+    values = {f: getattr(current, f) for f in CONFIG_FIELDS}
+    values.update(changes)
+    return values
+
+
+def check(s: Settings, values: dict[str, Any]) -> None:
+    """Rules across fields, on the configuration as it would be stored (422 when broken). Ranges of single
+    fields are the request model's (app/models/flow.py)."""
+    problems: list[tuple[str, str]] = []
+    if values.get("ordered") and (values.get("group_concurrency") or 1) != 1:
+        problems.append(("ordered", "strict order within a group runs one job of the group at a time: "
+                         "group_concurrency must be 1 or unset"))  # fmt: skip
+    base = values.get("backoff_base_seconds") or s.backoff_base_seconds
+    cap = values.get("backoff_max_seconds") or s.backoff_cap_seconds
+    if base > cap:
+        problems.append(("backoff_base_seconds", f"{base} exceeds backoff_max_seconds ({cap})"))
+    lease = values.get("lease_seconds")
+    if lease is not None and lease > s.lease_max_seconds:
+        problems.append(("lease_seconds", f"exceeds the longest lease a claim may ask (JOBQ_LEASE_MAX_SECONDS, "
+                         f"{s.lease_max_seconds})"))  # fmt: skip
+    if problems:
+        errors = [{"loc": ["body", f], "msg": m, "type": "value_error"} for f, m in problems]
+        raise ValidationFailed("; ".join(f"body.{f}: {m}" for f, m in problems), errors=errors)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    expires: float  # monotonic
+    row: QueueConfigRow | None
+    effective: Effective
+
+
+class QueueConfigs:
+    """The per-process cache of queue configurations."""
+
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self.settings = settings
+        self.db = db
+        self._entries: dict[str, _Entry] = {}
+        self._loading: dict[str, asyncio.Future[_Entry]] = {}
+        self._generation = 0
+        self.lookups = 0  # database reads so far (tests, diagnostics)
+
+    def cached(self, queue: str) -> Effective | None:
+        """The queue's settings when cached and fresh, without waiting; None: call `get`."""
+        entry = self._entries.get(queue)
+        if entry is None or entry.expires < time.monotonic():
+            return None
+        return entry.effective
+
+    async def get(self, queue: str) -> Effective:
+        return self.cached(queue) or (await self._load(queue)).effective
+
+    async def row(self, queue: str) -> QueueConfigRow | None:
+        entry = self._entries.get(queue)
+        if entry is None or entry.expires < time.monotonic():
+            entry = await self._load(queue)
+        return entry.row
+
+    def invalidate(self, queue: str | None = None) -> None:
+        """Forget one queue's configuration (it changed), or every one (we may have missed a change)."""
+        self._generation += 1
+        if queue is None:
+            self._entries.clear()
+        else:
+            self._entries.pop(queue, None)
+
+    def remember(self, row: QueueConfigRow) -> None:
+        """A configuration this process has just written (its own NOTIFY will arrive too)."""
+        self._put(row.queue, row)
+
+    async def _load(self, queue: str) -> _Entry:
+        # Concurrent first uses of one queue share one read.
+        pending = self._loading.get(queue)
+        if pending is None:
+            pending = asyncio.ensure_future(self._fetch(queue))
+            self._loading[queue] = pending
+            pending.add_done_callback(lambda _: self._loading.pop(queue, None))
+        return await asyncio.shield(pending)
+
+    async def _fetch(self, queue: str) -> _Entry:
+        generation = self._generation
+        async with self.db.connection() as conn:
+            row = await store_flow.queue_config_get(conn, queue)
+        self.lookups += 1
+        if generation != self._generation:  # changed while we read: answer, but do not keep it
+            return _Entry(0.0, row, effective(self.settings, row))
+        return self._put(queue, row)
+
+    def _put(self, queue: str, row: QueueConfigRow | None) -> _Entry:
+        if len(self._entries) >= MAX_ENTRIES:
+            self._entries.clear()
+        entry = _Entry(time.monotonic() + CACHE_SECONDS, row, effective(self.settings, row))
+        self._entries[queue] = entry
+        return entry
+
+    # -- changes ------------------------------------------------------------------------------------------
+
+    async def update(self, queue: str, changes: dict[str, Any]) -> QueueConfigRow:
+        """Apply a partial update (None clears a field) and tell every process. Rules across fields are
+        checked on the result, under the row's lock, so two concurrent changes cannot combine into a
+        configuration that either alone would have been refused for."""
+        async with self.db.connection() as conn, conn.transaction():
+            current = await store_flow.queue_config_lock(conn, queue)
+            values = merged(current, changes)
+            check(self.settings, values)
+            row = await store_flow.queue_config_set(conn, queue, values)
+        self.invalidate(queue)
+        self.remember(row)
+        return row

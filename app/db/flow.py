@@ -1,0 +1,413 @@
+"""Queue configuration and flow control: the per-queue settings (stored on queue_state), and the claim of a
+queue with limits.
+
+How limits hold across processes and replicas with no coordinator. Concurrent claim statements cannot
+see each other's claims: under READ COMMITTED each statement reads a snapshot taken when it started, so
+two statements that count the running jobs of a queue at the same moment both see room for the same
+slot. A row lock taken inside the claim statement does not help either: the statement's snapshot was
+taken before it waited for the lock, so it still misses what the lock holder claimed. So a limited queue
+is claimed by two statements in one short transaction: the first takes the queue's claim lock (a
+transaction-scoped advisory lock on the queue's name, FLOW_LOCK), the second (JOB_CLAIM_LIMITED) starts
+after it has the lock, and its snapshot therefore holds every claim that an earlier lock holder
+committed. Completes, fails, releases and rescues never take the lock: they only make room, and a claim
+that misses them sees less room than there is, never more. Only limited queues pay for this; the claim
+of a queue without limits (app/db/jobs.py JOB_CLAIM) is unchanged and checks, in the row it reads
+anyway for `paused`, that the queue has no limits (`limited`, a generated column).
+
+What counts: running jobs (status `running`, through jobs_running_idx, until completed, failed,
+released, cancelled, or their lapsed lease is rescued), and claims inside a rate window (queue_claims,
+one row per claim statement and group, written by the same statement, stamped with its clock)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+import psycopg
+
+from app.core.wakeups import CHANNEL, CONFIG_CHANGED
+from app.db.jobs import ClaimSlot, per_slot, slots_doc
+from app.db.rows import ClaimRow, rows_of
+
+# pg_advisory_xact_lock(FLOW_LOCK_CLASS, hashtext(queue)): the two-key space, apart from the one-key locks
+# of migrations and vacuum. Two queues whose names hash alike share a lock: harmless, rarely slower.
+FLOW_LOCK_CLASS = 0x6A6F6271
+
+# --- configuration ------------------------------------------------------------------------------------------
+
+CONFIG_FIELDS = (
+    "max_attempts",
+    "backoff_base_seconds",
+    "backoff_max_seconds",
+    "lease_seconds",
+    "default_priority",
+    "retention_completed_seconds",
+    "retention_failed_seconds",
+    "retention_cancelled_seconds",
+    "concurrency",
+    "rate_limit",
+    "rate_per_seconds",
+    "group_concurrency",
+    "group_rate_limit",
+    "group_rate_per_seconds",
+    "fair",
+    "ordered",
+)
+
+
+@dataclass(slots=True, frozen=True)
+class QueueConfigRow:
+    """A queue's configuration as stored; None: the global setting."""
+
+    queue: str
+    max_attempts: int | None
+    backoff_base_seconds: float | None
+    backoff_max_seconds: float | None
+    lease_seconds: int | None
+    default_priority: int | None
+    retention_completed_seconds: int | None
+    retention_failed_seconds: int | None
+    retention_cancelled_seconds: int | None
+    concurrency: int | None
+    rate_limit: int | None
+    rate_per_seconds: int | None
+    group_concurrency: int | None
+    group_rate_limit: int | None
+    group_rate_per_seconds: int | None
+    fair: bool | None
+    ordered: bool | None
+    limited: bool
+    grouped: bool
+    changed_at: datetime | None
+
+
+_COLUMNS = "queue_name AS queue, " + ", ".join(CONFIG_FIELDS) + ", limited, grouped, changed_at"
+
+QUEUE_CONFIG_GET = f"SELECT {_COLUMNS} FROM queue_state WHERE queue_name = %(queue)s"
+
+
+async def queue_config_get(conn: psycopg.AsyncConnection[Any], queue: str) -> QueueConfigRow | None:
+    cur = conn.cursor(row_factory=rows_of(QueueConfigRow))
+    await cur.execute(QUEUE_CONFIG_GET, {"queue": queue})
+    return await cur.fetchone()
+
+
+QUEUE_CONFIG_LOCK = f"""
+-- The row to change, created when the queue has none, and locked until the change commits (DO UPDATE
+-- locks the row it finds): two changes of one queue apply one after the other, each to what the other left.
+INSERT INTO queue_state AS s (queue_name) VALUES (%(queue)s)
+ON CONFLICT (queue_name) DO UPDATE SET queue_name = s.queue_name
+RETURNING {_COLUMNS}
+"""
+
+QUEUE_CONFIG_SET = f"""
+-- Delivered at commit: every process drops its cached configuration of this queue as soon as the change
+-- is durable (app/maintenance/listener.py).
+WITH changed AS (
+  UPDATE queue_state SET {", ".join(f"{f} = %({f})s" for f in CONFIG_FIELDS)}, changed_at = now()
+  WHERE queue_name = %(queue)s
+  RETURNING {_COLUMNS}
+)
+SELECT c.*, pg_notify('{CHANNEL}', '{CONFIG_CHANGED} ' || c.queue) IS NULL AS notified FROM changed c
+"""
+
+
+async def queue_config_lock(conn: psycopg.AsyncConnection[Any], queue: str) -> QueueConfigRow:
+    """In a transaction: the queue's configuration, locked for a change."""
+    cur = conn.cursor(row_factory=rows_of(QueueConfigRow))
+    await cur.execute(QUEUE_CONFIG_LOCK, {"queue": queue})
+    row = await cur.fetchone()
+    assert row is not None
+    return row
+
+
+async def queue_config_set(conn: psycopg.AsyncConnection[Any], queue: str, values: dict[str, Any]) -> QueueConfigRow:
+    """In the transaction of queue_config_lock: write every field (None clears it) and tell every process."""
+    cur = await conn.execute(QUEUE_CONFIG_SET, {"queue": queue, **{f: values.get(f) for f in CONFIG_FIELDS}})
+    row = await cur.fetchone()
+    assert row is not None
+    return QueueConfigRow(*row[:-1])
+
+
+QUEUE_CONFIGS_RETENTION = """
+-- Queues whose retention differs from the global setting in some status.
+SELECT queue_name, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds
+FROM queue_state
+WHERE retention_completed_seconds IS NOT NULL OR retention_failed_seconds IS NOT NULL
+   OR retention_cancelled_seconds IS NOT NULL
+"""
+
+
+async def queue_retention_overrides(conn: psycopg.AsyncConnection[Any]) -> dict[str, tuple[int | None, ...]]:
+    cur = await conn.execute(QUEUE_CONFIGS_RETENTION)
+    return {r[0]: (r[1], r[2], r[3]) for r in await cur.fetchall()}
+
+
+QUEUE_CLAIMS_PRUNE = """
+-- Ledger rows older than every rate window of their queue (a day when the queue has none any more).
+DELETE FROM queue_claims c
+WHERE c.claimed_at < now() - make_interval(secs => coalesce(
+  (SELECT greatest(coalesce(s.rate_per_seconds, 0), coalesce(s.group_rate_per_seconds, 0))
+   FROM queue_state s WHERE s.queue_name = c.queue_name), 86400))
+"""
+
+
+async def queue_claims_prune(conn: psycopg.AsyncConnection[Any]) -> int:
+    cur = await conn.execute(QUEUE_CLAIMS_PRUNE)
+    return cur.rowcount
+
+
+# --- the limited claim ------------------------------------------------------------------------------------------
+
+# The queue's claim lock, and a generic plan for the claim that follows in this transaction: its plan does
+# not depend on the parameters, and planning it costs more than running it (measured: 8.8 ms to plan, 6 ms
+# to run a 60-job claim), while PostgreSQL keeps re-planning a prepared statement whose generic plan's
+# estimate looks worse than its custom plans', as this one's does on fresh statistics (LIMIT $n is planned
+# as a tenth of the table). The generic plan reads the same indexes (tests/test_plans.py checks both).
+FLOW_LOCK = (
+    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
+    f" pg_advisory_xact_lock({FLOW_LOCK_CLASS}, hashtext(%(queue)s))"
+)
+
+# A status the planner cannot see (see app/db/jobs.py): the lock on picked jobs goes by primary key.
+PENDING = "(SELECT 'pending'::text)"
+# Running, as jobs_running_idx's predicate says it (migrations/0008_flow_control.sql): only statements that
+# write it this way may read that index.
+RUNNING_C = "'running' COLLATE \"C\""
+
+# A group `g.g` has a due job: the group's first by jobs_group_idx's order (a scalar subquery with ORDER BY, not
+# EXISTS, which the planner may answer with a sequential scan on stale statistics).
+DUE_IN_GROUP = """(SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
+                AND run_at <= clock_timestamp() ORDER BY priority DESC, id LIMIT 1) IS NOT NULL"""
+
+JOB_CLAIM_LIMITED = f"""
+WITH RECURSIVE cfg AS (
+  -- The queue's limits as they are now: this statement started after the queue's claim lock was taken.
+  -- No row (the configuration was just removed): no limits.
+  SELECT coalesce(s.paused, false) AS paused, s.concurrency, s.rate_limit, s.rate_per_seconds,
+         coalesce(s.group_concurrency, CASE WHEN s.ordered THEN 1 END) AS group_concurrency,
+         s.group_rate_limit, s.group_rate_per_seconds, coalesce(s.fair, false) AS fair,
+         coalesce(s.ordered, false) AS ordered, coalesce(s.grouped, false) AS grouped
+  FROM (SELECT) one LEFT JOIN queue_state s ON s.queue_name = %(queue)s
+), stamp AS (
+  SELECT clock_timestamp() AS now
+), running AS (
+  -- Running jobs of this queue by group (jobs_running_idx): what the concurrency limits count.
+  SELECT group_key, count(*) AS n FROM jobs
+  WHERE queue_name = %(queue)s AND status = {RUNNING_C}
+    AND (SELECT concurrency IS NOT NULL OR group_concurrency IS NOT NULL FROM cfg)
+  GROUP BY group_key
+), recent AS (
+  -- Claims of this queue inside its rate window, and when the oldest of them leaves it.
+  SELECT coalesce(sum(c.n), 0) AS n, min(c.claimed_at) + make_interval(secs => cfg.rate_per_seconds) AS frees_at
+  FROM cfg CROSS JOIN stamp
+  JOIN queue_claims c ON c.queue_name = %(queue)s
+   AND c.claimed_at > stamp.now - make_interval(secs => cfg.rate_per_seconds)
+  WHERE cfg.rate_limit IS NOT NULL
+  GROUP BY cfg.rate_per_seconds
+), room AS (
+  -- How many jobs this statement may claim, and what each queue-wide limit alone would allow.
+  SELECT CASE WHEN cfg.paused THEN 0 ELSE greatest(0, least(%(total)s::int, by_concurrency, by_rate)) END AS n,
+         by_concurrency, by_rate
+  FROM cfg, LATERAL (
+    SELECT cfg.concurrency - (SELECT coalesce(sum(n), 0) FROM running)::int AS by_concurrency,
+           cfg.rate_limit - coalesce((SELECT n FROM recent), 0)::int AS by_rate
+  ) l
+), plain AS (
+  -- No group limits: the queue's first ready jobs in claim order, of which `room` are taken below. The
+  -- LIMIT is the request's total, a parameter as in JOB_CLAIM, rather than `room` (a subquery, which the
+  -- planner can only guess at). Read without locking; `locked` locks what is taken.
+  SELECT id, priority, run_at, group_key, 1::bigint AS k
+  FROM jobs
+  WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
+    AND NOT (SELECT grouped FROM cfg) AND (SELECT n FROM room) > 0
+  ORDER BY priority DESC, run_at, id
+  LIMIT %(total)s
+), walk(g) AS (
+  -- Group limits, fairness, order: every group with pending jobs, once, in key order: a skip scan of
+  -- jobs_group_idx, one index probe per group. ORDER BY ... LIMIT 1, not min(): with stale statistics
+  -- the planner would compute min() by a sequential scan, while the only other way to an ordered LIMIT
+  -- is a sort of the whole table, which never looks cheap.
+  SELECT (SELECT group_key FROM jobs
+          WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL
+          ORDER BY group_key LIMIT 1)
+  WHERE (SELECT grouped FROM cfg) AND (SELECT n FROM room) > 0
+  UNION ALL
+  SELECT (SELECT group_key FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key > w.g
+          ORDER BY group_key LIMIT 1)
+  FROM walk w WHERE w.g IS NOT NULL
+), groups AS (
+  -- Each group's room: its concurrency limit less its running jobs, its rate limit less its recent claims.
+  SELECT w.g, greatest(0, least(%(total)s::int, cfg.group_concurrency - coalesce(r.n, 0)::int,
+                                cfg.group_rate_limit - coalesce(gr.n, 0)::int)) AS room,
+         cfg.group_concurrency - coalesce(r.n, 0) <= 0 AS full_running,
+         cfg.group_rate_limit - coalesce(gr.n, 0) <= 0 AS full_rate, gr.frees_at
+  FROM walk w CROSS JOIN cfg
+  LEFT JOIN running r ON r.group_key = w.g
+  LEFT JOIN LATERAL (
+    SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
+    FROM queue_claims c, stamp
+    WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
+      AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
+  ) gr ON true
+  WHERE w.g IS NOT NULL
+), heads AS (
+  -- Each group's next jobs, up to its room: in the group's order (priority, then enqueue order), due ones.
+  -- An ordered group offers its first pending job only, and only once it is due: a job waiting for its
+  -- retry holds the group back, and one running fills the group's single slot.
+  SELECT g.g AS group_key, h.id, h.priority, h.run_at, h.k
+  FROM groups g CROSS JOIN cfg
+  CROSS JOIN LATERAL (
+    SELECT q.id, q.priority, q.run_at, row_number() OVER (ORDER BY q.priority DESC, q.id) AS k
+    FROM (
+      SELECT id, priority, run_at FROM jobs
+      WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
+        AND (cfg.ordered OR run_at <= clock_timestamp())
+      ORDER BY priority DESC, id
+      LIMIT CASE WHEN cfg.ordered THEN least(g.room, 1) ELSE g.room END
+    ) q
+    WHERE q.run_at <= clock_timestamp()
+  ) h
+  WHERE g.room > 0
+), lane AS (
+  -- Jobs without a group in such a queue: no group limit holds them back, and a fair queue gives them one
+  -- turn per round, like a group. They are looked for among the queue's first ready jobs in claim order.
+  SELECT id, priority, run_at, NULL::text AS group_key, row_number() OVER (ORDER BY priority DESC, run_at, id) AS k
+  FROM (
+    SELECT id, priority, run_at, group_key FROM jobs
+    WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
+      AND (SELECT grouped FROM cfg) AND (SELECT n FROM room) > 0
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(window)s
+  ) w
+  WHERE group_key IS NULL
+), offered AS (
+  SELECT id, priority, run_at, group_key, k,
+         -- Round-robin position: the groups after the last one served (the caller's `after`), then the rest.
+         CASE WHEN coalesce(group_key, '') > coalesce(%(after)s::text, '') THEN '0' ELSE '1' END
+         || coalesce(group_key, '') AS pos
+  FROM (SELECT group_key, id, priority, run_at, k FROM heads
+        UNION ALL SELECT group_key, id, priority, run_at, k FROM lane
+        UNION ALL SELECT group_key, id, priority, run_at, k FROM plain) o
+), picked AS (
+  -- Fair: the first job of every group, then the second of every group, ...; otherwise claim order.
+  SELECT o.id, o.group_key,
+         row_number() OVER (ORDER BY CASE WHEN cfg.fair THEN o.k END, CASE WHEN cfg.fair THEN o.pos END,
+                                     o.priority DESC, o.run_at, o.id) AS ord
+  FROM offered o CROSS JOIN cfg
+  ORDER BY ord
+  LIMIT (SELECT n FROM room)
+), locked AS (
+  -- Picked jobs, locked; one an admin action holds right now is left out (SKIP LOCKED), and one that is
+  -- no longer pending when its lock is granted is dropped (READ COMMITTED re-checks the locked row).
+  SELECT j.id FROM jobs j
+  WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = {PENDING}
+  FOR UPDATE SKIP LOCKED
+), chosen AS (
+  SELECT p.id, row_number() OVER (ORDER BY p.ord) AS rn FROM picked p WHERE p.id IN (SELECT id FROM locked)
+), slots AS (
+  SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
+  FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
+  CROSS JOIN LATERAL generate_series(1, r.lim) AS g
+), claimed AS (
+  UPDATE jobs AS j
+  SET status = 'running',
+      attempts = j.attempts + 1,
+      claimed_at = stamp.now,
+      lease_seconds = s.lease,
+      lease_expires_at = stamp.now + make_interval(secs => s.lease),
+      locked_by = s.worker,
+      claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
+                                           'base64'), '+/', '-_'), '=')
+  FROM chosen
+  JOIN slots s USING (rn)
+  CROSS JOIN stamp
+  WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.id = chosen.id
+  RETURNING s.ord AS slot, chosen.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
+            j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
+            j.traceparent, j.group_key AS "group"
+), logged AS (
+  -- The ledger that rate limits count: one row per group claimed from, stamped with this claim's time.
+  INSERT INTO queue_claims (queue_name, group_key, claimed_at, n)
+  SELECT %(queue)s, c."group", stamp.now, count(*)
+  FROM claimed c CROSS JOIN stamp CROSS JOIN cfg
+  WHERE cfg.rate_limit IS NOT NULL OR (cfg.group_rate_limit IS NOT NULL AND c."group" IS NOT NULL)
+  GROUP BY c."group", stamp.now
+)
+SELECT *, NULL::text AS info FROM claimed
+UNION ALL
+-- One summary row (slot -1): which limits held jobs back (a limit "holds back" when ready jobs were left
+-- because of it), when the earliest rate-window slot frees up, and the last group served (the next
+-- statement's `after`).
+SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       json_build_object(
+         'claimed', (SELECT count(*) FROM claimed),
+         'ready_beyond', CASE WHEN room.n > 0
+                              THEN (SELECT count(*) FROM offered) > (SELECT count(*) FROM chosen)
+                              ELSE EXISTS (
+               SELECT FROM (SELECT 1 FROM jobs
+                            WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
+                            ORDER BY priority DESC, run_at, id
+                            OFFSET (SELECT count(*) FROM chosen) LIMIT 1) x) END,
+         'by_concurrency', room.by_concurrency, 'by_rate', room.by_rate,
+         'group_running', EXISTS (SELECT FROM groups g WHERE g.full_running AND {DUE_IN_GROUP}),
+         'group_rate', EXISTS (SELECT FROM groups g WHERE g.full_rate AND NOT g.full_running AND {DUE_IN_GROUP}),
+         'ordered', cfg.ordered AND EXISTS (SELECT FROM groups g WHERE g.room > 0
+             AND NOT EXISTS (SELECT FROM heads h WHERE h.group_key = g.g) AND {DUE_IN_GROUP}),
+         'wake_in', extract(epoch FROM least(
+             CASE WHEN room.by_rate <= 0 THEN (SELECT frees_at FROM recent) END,
+             (SELECT min(frees_at) FROM groups WHERE full_rate)) - stamp.now),
+         'last_group', (SELECT c."group" FROM claimed c ORDER BY c.rank DESC LIMIT 1),
+         'limited', (SELECT limited FROM queue_state WHERE queue_name = %(queue)s)
+       )::text
+FROM cfg, room, stamp
+"""
+
+# How deep a grouped queue's claim looks for jobs without a group, in claim order.
+LANE_WINDOW = 100
+
+
+@dataclass(slots=True, frozen=True)
+class LimitedClaimRow(ClaimRow):
+    info: str | None
+
+
+@dataclass(slots=True)
+class LimitedClaim:
+    rows: list[list[ClaimRow]]  # per request, best job first
+    held: list[str]  # the limits that held ready jobs back: concurrency, rate, group_concurrency, ...
+    wake_in: float | None  # seconds until a rate-window slot frees up (None: no rate limit is full)
+    last_group: str | None  # of the last job handed out: where a fair queue's next round starts
+    limited: bool  # the queue still has limits
+
+
+async def jobs_claim_limited(
+    conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot], after: str | None
+) -> LimitedClaim:
+    """Claim from a queue with limits: take the queue's claim lock, then claim within them, in one short
+    transaction (see the module docstring). `after`: the group this process served last (fair queues)."""
+    total = sum(s.limit for s in slots)
+    params = {"queue": queue, "total": total, "slots": slots_doc(slots), "after": after, "window": LANE_WINDOW}
+    cur = conn.cursor(row_factory=rows_of(LimitedClaimRow))
+    async with conn.transaction():
+        await conn.execute(FLOW_LOCK, {"queue": queue})
+        await cur.execute(JOB_CLAIM_LIMITED, params)
+        rows = await cur.fetchall()
+    summary = next(r for r in rows if r.slot == -1)
+    claimed = [r for r in rows if r.slot >= 0]
+    info = orjson.loads(summary.info or "{}")
+    held: list[str] = []
+    if info["ready_beyond"]:
+        bound = [v for v in (info["by_concurrency"], info["by_rate"]) if v is not None]
+        if bound and min(bound) < total:
+            if info["by_concurrency"] is not None and info["by_concurrency"] == min(bound):
+                held.append("concurrency")
+            if info["by_rate"] is not None and info["by_rate"] == min(bound):
+                held.append("rate")
+    for name in ("group_running", "group_rate", "ordered"):
+        if info[name]:
+            held.append({"group_running": "group_concurrency"}.get(name, name))
+    return LimitedClaim(per_slot(claimed, len(slots)), held, info["wake_in"], info["last_group"], bool(info["limited"]))
