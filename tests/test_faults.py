@@ -90,11 +90,32 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98]
 
 
-# The budget while xmin is pinned: the p99 of a claim of 100 stays within this many times the p99 measured just
-# before on the same machine, plus PIN_SLACK_MS; and the jobs table holds at most DEAD_ROWS_PER_JOB dead rows
-# per job churned (a job leaves two: its pending and its running versions).
-PIN_P99_FACTOR = 5
-PIN_SLACK_MS = 100
+def claim_buffers(url: str, queue: str) -> int:
+    """Shared buffers one claim of 100 touches (EXPLAIN ANALYZE in a transaction rolled back, on a session
+    set up like the pool's): the claim's work, counted the same whatever else the machine does."""
+    from app.db import jobs as store
+    from app.db.pool import SESSION_SETTINGS
+
+    slots = store.as_json([{"ord": 0, "worker": "w", "lease": 60, "lim": 100}])
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SESSION_SETTINGS, ("30000",))
+        conn.execute("BEGIN")
+        row = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.JOB_CLAIM,
+            {"queue": queue, "total": 100, "slots": slots},
+        ).fetchone()
+        conn.execute("ROLLBACK")
+    assert row is not None
+    plan = row[0][0]["Plan"]
+    return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
+
+
+# The budget while xmin is pinned. A claim of 100 walks past the dead entries the pin keeps at the head of
+# jobs_claim_idx (and their heap pages), so its work grows with them: at most one more buffer per
+# DEAD_ROWS_PER_BUFFER dead rows than it touched just before (measured here: about one per 70). The jobs
+# table holds at most DEAD_ROWS_PER_JOB dead rows per job churned (a job leaves two: its pending and its
+# running versions). Claim latency is printed beside it; on a shared machine it is a figure, not an assertion.
+DEAD_ROWS_PER_BUFFER = 20
 DEAD_ROWS_PER_JOB = 3
 
 
@@ -109,11 +130,15 @@ def test_a_pinned_xmin_shows_in_stats_and_claims_stay_within_budget(
     server: LiveServer = server_factory(vacuum_interval_seconds=0, gauges_interval_seconds=1)
     churn(server, 5)  # warm up
     baseline = churn(server, 20)
+    server.enqueue("churn", payload=0)
+    buffers_before = claim_buffers(database_url, "churn")
     with psycopg.connect(database_url) as pin:
         pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         pin.execute("SELECT count(*) FROM jobs").fetchone()  # the snapshot is taken: xmin pinned from here
         pinned_at = time.monotonic()
         pinned = churn(server, PIN_ROUNDS)
+        server.enqueue("churn", payload=0)
+        buffers_pinned = claim_buffers(database_url, "churn")
         stats = server.client.get("/queues/churn/stats").json()["database"]
         held = time.monotonic() - pinned_at
         wait_until(lambda: "jobq_database_oldest_xmin_age_seconds 0.0" not in server.client.get("/metrics").text,
@@ -121,13 +146,17 @@ def test_a_pinned_xmin_shows_in_stats_and_claims_stay_within_budget(
         metrics = server.client.get("/metrics").text
         pin.rollback()
     print(f"\nclaim of 100, p99 ms: {p99(baseline):.1f} before, {p99(pinned):.1f} pinned "
-          f"(median {statistics.median(pinned):.1f}); {held:.1f} s pinned; stats {stats}")  # fmt: skip
+          f"(median {statistics.median(pinned):.1f}); buffers {buffers_before} before, {buffers_pinned} pinned; "
+          f"{held:.1f} s pinned; stats {stats}")  # fmt: skip
     churned = 100 * (5 + 20 + PIN_ROUNDS)
     assert held - 1 <= stats["oldest_xmin_age_seconds"] <= held + 60
     assert stats["oldest_xmin_age_transactions"] >= PIN_ROUNDS  # every round committed several transactions
     assert 100 * PIN_ROUNDS <= stats["jobs_dead_rows"] <= DEAD_ROWS_PER_JOB * churned
     assert re.search(r"^jobq_jobs_dead_rows [1-9]", metrics, re.M)
-    assert p99(pinned) <= PIN_P99_FACTOR * p99(baseline) + PIN_SLACK_MS
+    assert buffers_pinned <= buffers_before + stats["jobs_dead_rows"] / DEAD_ROWS_PER_BUFFER, (
+        buffers_before,
+        buffers_pinned,
+    )
 
 
 # --- the data directory's disk fills up ----------------------------------------------------------------------
