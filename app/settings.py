@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     max_result_bytes: int = Field(1_048_576, ge=64, le=64 * 1_048_576, description="Largest job result.")
     max_request_bytes: int = Field(16 * 1_048_576, ge=1024, le=1024 * 1_048_576, description="Largest request body.")
     max_batch_jobs: int = Field(1000, ge=1, le=10_000, description="Most jobs in one batch enqueue.")
+    max_dependencies: int = Field(
+        100, ge=1, le=10_000, description="Most entries in one job's `depends_on` (dependencies between jobs)."
+    )
     max_batch_complete: int = Field(1000, ge=1, le=10_000, description="Most items in one batch complete.")
     max_claim_limit: int = Field(100, ge=1, le=1000, description="Largest `limit` of one claim.")
     max_error_bytes: int = Field(

@@ -24,6 +24,7 @@ _SMALLINT, _BIGINT, _TIME = (-(2**15), 2**15 - 1), (-(2**63), 2**63 - 1), "time"
 _CURSOR_KEYS: dict[str | None, tuple[Any, ...]] = {
     "pending": (_SMALLINT, _TIME, _BIGINT),
     "running": (_TIME, _BIGINT),
+    "waiting": (_BIGINT,),
     **{status: (_TIME, _BIGINT) for status in FINISHED},
     None: (_BIGINT,),
 }

@@ -16,11 +16,13 @@ from app.core.flow import Effective, QueueConfigs
 from app.core.results import ResultWaiters
 from app.core.wakeups import Wakeups
 from app.db import jobs as store
+from app.db.dependencies import Parent, UnknownJobs, jobs_insert_dependent
 from app.db.jobs import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome
 from app.db.pool import Database
 from app.db.rows import ClaimRow, Inserted, JobRow
 from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, ValidationFailed
 from app.models.jobs import (
+    BatchRef,
     ClaimRequest,
     CompleteBatchRequest,
     CompleteItem,
@@ -78,6 +80,46 @@ def json_text(value: Any, limit: int, max_depth: int, loc: Sequence[str | int]) 
     if len(text) > limit // 4 and len(text.encode()) > limit:
         raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
     return text
+
+
+def _parents(reqs: Sequence[EnqueueRequest], loc: list[str | int], batch: bool) -> list[list[Parent]]:
+    """Each item's depends_on resolved: job ids, and earlier items of the batch named by `ref` or index.
+    A name that is not an earlier item's (unknown, later, the item itself) is a 422 naming the entry."""
+    refs: dict[str, int] = {}
+    out: list[list[Parent]] = []
+    for n, req in enumerate(reqs):
+        where: list[str | int] = [*loc, n] if batch else list(loc)
+        found: list[Parent] = []
+        for k, entry in enumerate(req.depends_on or ()):
+            ref = entry.ref if isinstance(entry, BatchRef) else entry
+            if isinstance(entry, int):
+                found.append(Parent(job_id=entry))
+            elif isinstance(ref, int):
+                if ref >= n or not batch:
+                    msg = f"item {ref} is not an earlier item of this batch" if batch else "no batch to refer to"
+                    raise invalid([*where, "depends_on", k], msg)
+                found.append(Parent(item=ref))
+            elif ref in refs:
+                found.append(Parent(item=refs[ref]))
+            else:
+                msg = f"no earlier item of this batch has ref {ref!r}" if batch else "no batch to refer to"
+                raise invalid([*where, "depends_on", k], msg)
+        out.append(found)
+        if req.ref is not None:
+            if req.ref in refs:
+                raise invalid([*where, "ref"], f"ref {req.ref!r} is already used by item {refs[req.ref]}")
+            refs[req.ref] = n
+    return out
+
+
+def _unknown(reqs: Sequence[EnqueueRequest], loc: list[str | int], batch: bool, ids: set[int]) -> ValidationFailed:
+    """The 422 for parent ids that name no job the caller may use, at the first entry naming one."""
+    for n, req in enumerate(reqs):
+        for k, entry in enumerate(req.depends_on or ()):
+            if isinstance(entry, int) and entry in ids:
+                where = [*loc, n, "depends_on", k] if batch else [*loc, "depends_on", k]
+                return invalid(where, f"no job {entry} (in a queue this key may use)", "unknown_job")
+    return invalid(loc, "unknown job ids")
 
 
 @dataclass(slots=True, frozen=True)
@@ -202,22 +244,51 @@ class JobService:
             at += len(jobs)
         return out
 
-    async def enqueue(self, queue: str, req: EnqueueRequest, traceparent: str | None = None) -> Inserted:
+    async def enqueue(
+        self, queue: str, req: EnqueueRequest, traceparent: str | None = None, allowed: str | None = None
+    ) -> Inserted:
         """The job; `created` is false when the idempotency key already named it. `traceparent`: the
-        enqueue's trace context, handed to the job's workers on claim."""
+        enqueue's trace context, handed to the job's workers on claim. `allowed`: the caller's queue regex,
+        which the jobs it depends on must be in."""
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
-        [inserted] = await self._insert([self._new_job(queue, req, ["body"], cfg, traceparent)])
+        job = self._new_job(queue, req, ["body"], cfg, traceparent)
+        if req.depends_on:
+            [inserted] = await self._insert_dependent([job], [req], ["body"], allowed)
+            return inserted
+        [inserted] = await self._insert([job])
         return inserted
 
     async def enqueue_batch(
-        self, queue: str, reqs: Sequence[EnqueueRequest], traceparent: str | None = None
+        self, queue: str, reqs: Sequence[EnqueueRequest], traceparent: str | None = None, allowed: str | None = None
     ) -> list[Inserted]:
         # A key that occurs twice names one job, as it would in two requests: the later occurrence gets
         # the job of the first (store.jobs_insert).
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
-        return await self._insert(
-            [self._new_job(queue, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
-        )
+        jobs = [self._new_job(queue, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
+        if any(r.depends_on for r in reqs):
+            return await self._insert_dependent(jobs, reqs, ["body", "jobs"], allowed)
+        if any(r.ref is not None for r in reqs):
+            _parents(reqs, ["body", "jobs"], True)  # refs unique, even when no item names one
+        return await self._insert(jobs)
+
+    async def _insert_dependent(
+        self, jobs: list[NewJob], reqs: Sequence[EnqueueRequest], loc: list[str | int], allowed: str | None
+    ) -> list[Inserted]:
+        """Jobs of which some depend on others: their own transaction, not the shared insert statement."""
+        batch = loc[-1] == "jobs"
+        parents = _parents(reqs, loc, batch)
+        policies = [r.on_dependency_failure for r in reqs]
+        try:
+            async with self.db.connection() as conn:
+                rows = await jobs_insert_dependent(conn, jobs, parents, policies, allowed)
+        except UnknownJobs as exc:
+            raise _unknown(reqs, loc, batch, set(exc.ids)) from None
+        ready = {r.job.queue for r in rows if r.created and r.job.status == "pending"}
+        if ready:
+            self.wakeups.jobs_available(ready)
+        self.metrics.count_many("enqueued", (r.job.queue for r in rows if r.created))
+        self.metrics.count_many("cancelled", (r.job.queue for r in rows if r.created and r.job.status == "cancelled"))
+        return rows
 
     # -- workers ------------------------------------------------------------------------------------------------
 

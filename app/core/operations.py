@@ -29,11 +29,12 @@ class Page:
     next_cursor: str | None
 
 
-def _counts(ready: int, scheduled: int, running: int, completed: int, failed: int, cancelled: int) -> Doc:
+def _counts(ready: int, scheduled: int, running: int, completed: int, failed: int, cancelled: int, waiting: int) -> Doc:
     return {
         "ready": ready,
         "scheduled": scheduled,
         "pending": ready + scheduled,
+        "waiting": waiting,
         "running": running,
         "completed": int(completed),
         "failed": int(failed),
@@ -62,7 +63,7 @@ class OpsService:
         return {
             "queue": queue,
             "paused": r.paused,
-            "counts": _counts(r.ready, r.scheduled, r.running, r.completed, r.failed, r.cancelled),
+            "counts": _counts(r.ready, r.scheduled, r.running, r.completed, r.failed, r.cancelled, r.waiting),
             "oldest_ready_age_seconds": r.oldest_ready_age,
             "jobs_on_last_attempt": r.on_last,
             "jobs_one_attempt_left": r.one_left,
@@ -109,7 +110,7 @@ class OpsService:
             {
                 "queue": q.queue,
                 "paused": q.paused,
-                "counts": _counts(q.ready, q.scheduled, q.running, q.completed, q.failed, q.cancelled),
+                "counts": _counts(q.ready, q.scheduled, q.running, q.completed, q.failed, q.cancelled, q.waiting),
                 "oldest_ready_age_seconds": q.oldest_ready_age,
             }
             for q in rows
@@ -137,7 +138,7 @@ class OpsService:
             raise JobNotFound()
         job = found.job
         if not found.written:
-            raise InvalidState(f"The job is {job.status}; only pending and running jobs can be cancelled.")
+            raise InvalidState(f"The job is {job.status}; only pending, waiting and running jobs can be cancelled.")
         self.metrics.count("cancelled", job.queue)
         self.wakeups.jobs_finished([job.id])
         cfg = self.configs.cached(job.queue)

@@ -46,7 +46,11 @@ def job_columns(full: str = "true") -> str:
         "j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, "
         "j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, "
         f"CASE WHEN {full} THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, "
-        'j.schedule, j.scheduled_for, j.group_key AS "group"'
+        'j.schedule, j.scheduled_for, j.group_key AS "group", j.depends_on, '
+        # NULL means cancel, and says nothing for a job without dependencies; the count only while waiting.
+        "CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END "
+        "AS on_dependency_failure, "
+        "CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies"
     )
 
 

@@ -70,6 +70,9 @@ WITH pending AS (
   FROM jobs WHERE queue_name = %(queue)s AND status = 'pending'
 ), running AS (
   SELECT count(*) AS running FROM jobs WHERE queue_name = %(queue)s AND status = 'running'
+), waiting AS (
+  -- Index-only over jobs_waiting_idx: jobs waiting for their dependencies.
+  SELECT count(*) AS waiting FROM jobs WHERE queue_name = %(queue)s AND status = 'waiting'
 ), finished AS (
   -- Kept exact by the statements that finish jobs (see app/db/jobs.py count_finished): no scan of history.
   SELECT coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
@@ -110,8 +113,9 @@ SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 
        now() AS as_of,
        w.held_concurrency::bigint AS w_held_concurrency, w.held_rate::bigint AS w_held_rate,
        w.held_group_concurrency::bigint AS w_held_group_concurrency,
-       w.held_group_rate::bigint AS w_held_group_rate, w.held_ordered::bigint AS w_held_ordered
-FROM pending p, running r, finished f, last_attempts l, window_ w
+       w.held_group_rate::bigint AS w_held_group_rate, w.held_ordered::bigint AS w_held_ordered,
+       wt.waiting
+FROM pending p, running r, finished f, last_attempts l, window_ w, waiting wt
 """
 
 QUEUE_GROUPS = f"""
@@ -160,23 +164,26 @@ WITH pending AS (
   FROM jobs WHERE status = 'pending' GROUP BY queue_name
 ), running AS (
   SELECT queue_name, count(*) AS running FROM jobs WHERE status = 'running' GROUP BY queue_name
+), waiting AS (
+  SELECT queue_name, count(*) AS waiting FROM jobs WHERE status = 'waiting' GROUP BY queue_name
 ), finished AS (
   SELECT queue_name, sum(n) FILTER (WHERE status = 'completed') AS completed,
          sum(n) FILTER (WHERE status = 'failed') AS failed,
          sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
   FROM queue_counts GROUP BY queue_name
 ), names AS (
-  SELECT queue_name FROM pending UNION SELECT queue_name FROM running
+  SELECT queue_name FROM pending UNION SELECT queue_name FROM running UNION SELECT queue_name FROM waiting
   UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM queue_state
 )
 SELECT n.queue_name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
        coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
        coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
        extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       coalesce(s.paused, false) AS paused
+       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting
 FROM names n
 LEFT JOIN pending p USING (queue_name)
 LEFT JOIN running r USING (queue_name)
+LEFT JOIN waiting w USING (queue_name)
 LEFT JOIN finished f USING (queue_name)
 LEFT JOIN queue_state s USING (queue_name)
 ORDER BY n.queue_name
@@ -213,6 +220,13 @@ LISTINGS: dict[str | None, Listing] = {
        OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint)))""",
         "j.priority DESC, j.run_at, j.id",
         ("priority", "run_at", "id"),
+    ),
+    # Waiting for dependencies: oldest first, through jobs_waiting_idx.
+    "waiting": Listing(
+        """j.queue_name = %(queue)s AND j.status = 'waiting'
+  AND (%(after)s::boolean IS NOT TRUE OR j.id > %(k1)s::bigint)""",
+        "j.id",
+        ("id",),
     ),
     "running": Listing(
         """j.queue_name = %(queue)s AND j.status = 'running'
@@ -281,13 +295,14 @@ def _job_cancel(target: str, columns: str) -> str:
     return f"""
 WITH target AS (
   SELECT j.id FROM jobs j
-  WHERE {target} AND j.status IN ('pending', 'running')
+  WHERE {target} AND j.status IN ('pending', 'running', 'waiting')
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
   ORDER BY j.id  -- rows locked in one order: two bulk actions never wait on each other in a cycle
   FOR UPDATE
 ), cancelled AS (
   -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
-  -- learns of it (cancel_requested) and its complete or fail is refused with job-cancelled.
+  -- learns of it (cancel_requested) and its complete or fail is refused with job-cancelled. The jobs
+  -- that depend on a cancelled one are cancelled too, by the trigger jobs_release_dependants.
   UPDATE jobs AS j
   SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = coalesce(%(reason)s, j.last_error)
@@ -314,7 +329,8 @@ WITH target AS (
   ORDER BY j.id
   FOR UPDATE
 ), retried AS (
-  -- Back to pending with a fresh set of attempts; result and token of the old run are dropped.
+  -- Back to pending with a fresh set of attempts; result and token of the old run are dropped. A job
+  -- cancelled because a dependency failed runs now, whatever its dependencies (docs/workflows.md).
   UPDATE jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
       lease_expires_at = NULL, result = NULL
@@ -334,14 +350,14 @@ ONE, MANY = "j.id = %(id)s", "j.id = ANY(%(ids)s::bigint[])"
 BRIEF = job_columns("false")  # a bulk action's rows: no payload, no result
 JOB_CANCEL, JOB_CANCEL_MANY = _job_cancel(ONE, JOB_COLUMNS), _job_cancel(MANY, BRIEF)
 JOB_RETRY, JOB_RETRY_MANY = _job_retry(ONE, JOB_COLUMNS), _job_retry(MANY, BRIEF)
-CANCELLABLE, RETRYABLE = ("pending", "running"), ("failed", "cancelled")
+CANCELLABLE, RETRYABLE = ("pending", "running", "waiting"), ("failed", "cancelled")
 
 
 async def job_cancel(
     conn: psycopg.AsyncConnection[Any], job_id: int, reason: str | None, allowed: str | None = None
 ) -> Written | None:
     """The outcome; None when there is no such job (or none in the caller's queues, `allowed`). Only
-    pending and running jobs change."""
+    pending, waiting and running jobs change."""
     return await _admin_write(conn, JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed}, CANCELLABLE)
 
 

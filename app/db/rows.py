@@ -94,6 +94,9 @@ class JobRow:
     schedule: str | None  # the schedule that made it, and the tick it stands for
     scheduled_for: datetime | None
     group: str | None
+    depends_on: list[int] | None  # dependencies between jobs (app/db/dependencies.py)
+    on_dependency_failure: str | None
+    pending_dependencies: int | None
 
 
 @dataclass(slots=True, frozen=True)
@@ -205,6 +208,7 @@ class QueueRow:
     cancelled: int
     oldest_ready_age: float | None
     paused: bool
+    waiting: int
 
 
 @dataclass(slots=True, frozen=True)
@@ -238,6 +242,7 @@ class QueueStatsRow:
     w_held_group_concurrency: int
     w_held_group_rate: int
     w_held_ordered: int
+    waiting: int
 
 
 @dataclass(slots=True, frozen=True)

@@ -38,17 +38,23 @@ MATCHES = f"""(%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
 # Newest first across every queue and status: the primary key, backwards.
 BY_ID = Listing("(%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)", "j.id DESC", ("id",))
 
-# With no queue given: every queue that holds a job. Pending jobs by a loose scan of jobs_claim_idx (one
-# index descent per queue, however long the queue); running jobs are few (one per busy worker); a queue
-# whose jobs all finished has its rows in queue_counts.
+# With no queue given: every queue that holds a job. Pending and waiting jobs by loose scans of
+# jobs_claim_idx and jobs_waiting_idx (one index descent per queue, however long the queue); running jobs
+# are few (one per busy worker); a queue whose jobs all finished has its rows in queue_counts.
 QUEUES_WITH_JOBS = """
 RECURSIVE pending_queues(name) AS (
   (SELECT queue_name FROM jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
   UNION ALL
   SELECT (SELECT queue_name FROM jobs WHERE status = 'pending' AND queue_name > p.name ORDER BY queue_name LIMIT 1)
   FROM pending_queues p WHERE p.name IS NOT NULL
+), waiting_queues(name) AS (
+  (SELECT queue_name FROM jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
+  UNION ALL
+  SELECT (SELECT queue_name FROM jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1)
+  FROM waiting_queues w WHERE w.name IS NOT NULL
 ), queues AS (
   SELECT name FROM pending_queues WHERE name IS NOT NULL
+  UNION SELECT name FROM waiting_queues WHERE name IS NOT NULL
   UNION SELECT queue_name FROM jobs WHERE status = 'running'
   UNION SELECT queue_name FROM queue_counts
 ),"""

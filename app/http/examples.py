@@ -364,7 +364,7 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
     409: {
         "claim-lost": ClaimLost(),
         "job-cancelled": JobCancelled(),
-        "invalid-state": InvalidState("The job is completed; only pending and running jobs can be cancelled."),
+        "invalid-state": InvalidState("The job is completed; only pending, waiting and running jobs can be cancelled."),
     },
     413: {"payload-too-large": PayloadTooLarge("The request body is larger than 16777216 bytes.")},
     415: {

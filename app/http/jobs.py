@@ -175,7 +175,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     @requires("produce")
     @configured(body=c.enqueue)
     async def enqueue_job(queue: QueueName, body: EnqueueRequest, request: Request) -> Response:
-        inserted = await service(request).enqueue(queue, body, request.app.state.job_context(request.scope))
+        context, allowed = request.app.state.job_context(request.scope), principal(request).queue_regex
+        inserted = await service(request).enqueue(queue, body, context, allowed)
         return json_response(job_document(inserted.job), 201 if inserted.created else 200)
 
     @router.post(
@@ -191,7 +192,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     @requires("produce")
     @configured(body=c.enqueue_batch)
     async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
-        inserted = await service(request).enqueue_batch(queue, body.jobs, request.app.state.job_context(request.scope))
+        context, allowed = request.app.state.job_context(request.scope), principal(request).queue_regex
+        inserted = await service(request).enqueue_batch(queue, body.jobs, context, allowed)
         return json_response({"jobs": [job_document(i.job) for i in inserted]}, 201)
 
     @router.post(

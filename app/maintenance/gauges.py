@@ -41,5 +41,7 @@ class Gauges(Ticking):
                 health = await store_ops.database_health(conn)
             self.metrics.dead_rows.set(health.jobs_dead_rows)
             self.metrics.xmin_age.set(health.oldest_xmin_age_seconds)
-            self.metrics.set_depths((q.queue, q.ready, q.scheduled, q.oldest_ready_age or 0.0) for q in queues)
+            self.metrics.set_depths(
+                (q.queue, q.ready, q.scheduled, q.oldest_ready_age or 0.0, q.waiting) for q in queues
+            )
         self.metrics.forget_idle_queues()

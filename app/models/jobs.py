@@ -109,6 +109,7 @@ class Status(StrEnum):
     completed = "completed"
     failed = "failed"
     cancelled = "cancelled"
+    waiting = "waiting"
 
 
 class Body(BaseModel):
@@ -121,6 +122,31 @@ GROUP_TEXT = (
     "The job's group (a tenant, a customer, an ordering key): the unit of the queue's group limits, fairness "
     "and order (GET/PATCH /queues/{queue}/config). Same rules as an idempotency key."
 )
+
+
+DEPENDS_ON_TEXT = (
+    "Jobs this one runs after: it is `waiting` until each of them is `completed`. An entry is a job id (of "
+    "any queue this key may enqueue to), or, in a batch, an earlier item of the same batch: its `ref` as a "
+    'string, or `{"ref": n}` with its index (0-based) or its `ref`. Unknown ids -> 422. See '
+    "docs/workflows.md."
+)
+ON_DEPENDENCY_FAILURE_TEXT = (
+    "When a dependency ends `failed` or `cancelled`: `cancel` (default) cancels this job, with `last_error` "
+    "naming that dependency; `run` counts that dependency as done. Only with `depends_on`."
+)
+REF_TEXT = "A name for this item, unique in the batch, by which later items of the batch name it in `depends_on`."
+
+
+class BatchRef(Body):
+    """An earlier item of the same batch, by index or by its `ref`."""
+
+    ref: Annotated[int, Strict(), Field(ge=0), Integral] | Label = Field(
+        ..., description="The index (0-based) of an earlier item of the batch, or its `ref`."
+    )
+
+
+Dependency = JobId | Label | BatchRef
+OnDependencyFailure = Literal["cancel", "run"]
 
 
 class _EnqueueRequest(Body):
@@ -143,11 +169,16 @@ class _EnqueueRequest(Body):
         "A repeat on the same queue returns the existing job (200) instead of a new one."
     )
     group: Maybe[Label] = omitted(GROUP_TEXT)
+    depends_on: Maybe[list[Dependency]] = omitted(DEPENDS_ON_TEXT)
+    on_dependency_failure: Maybe[OnDependencyFailure] = omitted(ON_DEPENDENCY_FAILURE_TEXT)
+    ref: Maybe[Label] = omitted(REF_TEXT)
 
     @model_validator(mode="after")
     def _one_start_time(self) -> Self:
         if self.run_at is not None and self.delay_seconds is not None:
             raise ValueError("give run_at or delay_seconds, not both")
+        if self.on_dependency_failure is not None and not self.depends_on:
+            raise ValueError("on_dependency_failure applies to a job with depends_on")
         return self
 
 
@@ -248,6 +279,13 @@ class Job(BaseModel):
         description="The schedule's tick this job stands for (its cron time); null for other jobs."
     )
     group: str | None = Field(description="The job's group; null: none.")
+    depends_on: list[int] | None = Field(description="The jobs this one runs after, as enqueued; null: none.")
+    on_dependency_failure: OnDependencyFailure | None = Field(
+        description="What a failed or cancelled dependency does to this job; null for a job without dependencies."
+    )
+    pending_dependencies: int | None = Field(
+        description="While `waiting`: how many of its dependencies have not finished yet; null otherwise."
+    )
 
 
 class JobList(BaseModel):
@@ -357,6 +395,9 @@ def build_contract(s: Settings) -> Contract:
             "A repeat on the same queue returns the existing job (200) instead of a new one."
         )
         group: Maybe[key_text] = omitted(GROUP_TEXT)
+        depends_on: Maybe[Annotated[list[Dependency], Field(max_length=s.max_dependencies)]] = omitted(
+            DEPENDS_ON_TEXT + f" At most {s.max_dependencies} entries."
+        )
 
     class EnqueueBatchRequest(_EnqueueBatchRequest):
         jobs: list[EnqueueRequest] = Field(  # type: ignore[assignment]

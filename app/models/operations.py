@@ -15,6 +15,7 @@ class QueueCounts(BaseModel):
     ready: int = Field(description="Pending jobs that are due: what a claim would get now.")
     scheduled: int = Field(description="Pending jobs whose run_at is in the future (delayed or backing off).")
     pending: int = Field(description="ready + scheduled.")
+    waiting: int = Field(description="Jobs waiting for the jobs they depend on to finish (`depends_on`).")
     running: int = Field(description="Jobs held by a claim.")
     completed: int = Field(description="Completed jobs still kept (see retention).")
     failed: int = Field(description="Failed jobs (the dead-letter set) still kept.")

@@ -49,8 +49,8 @@ class SearchResult(BaseModel):
 
 class BulkRequest(Body):
     action: Literal["cancel", "retry"] = Field(
-        description="`cancel`: pending and running jobs, as POST /jobs/{id}/cancel; `retry`: failed and cancelled "
-        "jobs, as POST /jobs/{id}/retry."
+        description="`cancel`: pending, waiting and running jobs, as POST /jobs/{id}/cancel; `retry`: failed and "
+        "cancelled jobs, as POST /jobs/{id}/retry."
     )
     ids: Maybe[Annotated[list[JobId], Field(min_length=1, max_length=BULK_MAX_JOBS)]] = omitted(
         f"The jobs to act on (at most {BULK_MAX_JOBS}). Give `ids` or `filter`."

@@ -167,6 +167,9 @@ class Metrics:
         )
         self.depth = Gauge("jobq_queue_ready_jobs", "Ready jobs (due, pending).", labels, registry=reg, **latest)
         self.scheduled = Gauge("jobq_queue_scheduled_jobs", "Pending jobs not yet due.", labels, registry=reg, **latest)
+        self.waiting_jobs = Gauge(
+            "jobq_queue_waiting_jobs", "Jobs waiting for their dependencies.", labels, registry=reg, **latest
+        )
         self.oldest = Gauge(
             "jobq_queue_oldest_ready_age_seconds", "Age of the oldest ready job.", labels, registry=reg, **latest
         )
@@ -199,7 +202,15 @@ class Metrics:
 
     @property
     def _queue_metrics(self) -> list[Any]:
-        return [*self.jobs.values(), self.empty_claims, self.job_duration, self.depth, self.scheduled, self.oldest]
+        return [
+            *self.jobs.values(),
+            self.empty_claims,
+            self.job_duration,
+            self.depth,
+            self.scheduled,
+            self.oldest,
+            self.waiting_jobs,
+        ]
 
     def forget_idle_queues(self) -> list[str]:
         """Remove the series of queues idle past JOBQ_METRICS_QUEUE_IDLE_SECONDS (one process only)."""
@@ -217,28 +228,30 @@ class Metrics:
                 del self._children[key]
         return gone
 
-    def set_depths(self, depths: Iterable[tuple[str, float, float, float]]) -> None:
-        """(queue, ready, scheduled, oldest ready age) of every queue. A queue with jobs waiting counts as
+    def set_depths(self, depths: Iterable[tuple[str, float, float, float, float]]) -> None:
+        """(queue, ready, scheduled, oldest ready age, waiting) of every queue. A queue with jobs counts as
         active; an empty one keeps the series it has (at 0) until it goes idle, and gets none otherwise.
         Queues past the cap are summed (the oldest age: the largest) under `(other)`."""
         # (other), once set, is set at every refresh: left alone, it would keep a sum its queues no longer have.
-        values: dict[str, list[float]] = {OTHER_QUEUE: [0.0, 0.0, 0.0]} if self._other_depths else {}
-        for queue, ready, scheduled, oldest in depths:
-            if ready or scheduled:
+        values: dict[str, list[float]] = {OTHER_QUEUE: [0.0, 0.0, 0.0, 0.0]} if self._other_depths else {}
+        for queue, ready, scheduled, oldest, waiting in depths:
+            if ready or scheduled or waiting:
                 label = self.queue_labels.label(queue)
             elif self.queue_labels.has(queue):
                 label = queue
             else:
                 continue
-            mine = values.setdefault(label, [0.0, 0.0, 0.0])
+            mine = values.setdefault(label, [0.0, 0.0, 0.0, 0.0])
             mine[0] += ready
             mine[1] += scheduled
             mine[2] = max(mine[2], oldest)
+            mine[3] += waiting
         self._other_depths = OTHER_QUEUE in values
-        for label, (ready, scheduled, oldest) in values.items():
+        for label, (ready, scheduled, oldest, waiting) in values.items():
             self.depth.labels(label).set(ready)
             self.scheduled.labels(label).set(scheduled)
             self.oldest.labels(label).set(oldest)
+            self.waiting_jobs.labels(label).set(waiting)
 
     # -- events ---------------------------------------------------------------------------------------------
 

@@ -23,9 +23,9 @@ def test_folded_depths_are_summed_and_go_back_to_zero() -> None:
     from app.runtime.metrics import Metrics
 
     metrics = Metrics(max_queues=1)
-    metrics.set_depths([("a", 1, 0, 2.0), ("b", 3, 1, 5.0), ("c", 4, 0, 1.0)])
+    metrics.set_depths([("a", 1, 0, 2.0, 0), ("b", 3, 1, 5.0, 0), ("c", 4, 0, 1.0, 0)])
     assert metrics.registry.get_sample_value("jobq_queue_ready_jobs", {"queue": OTHER_QUEUE}) == 7
     assert metrics.registry.get_sample_value("jobq_queue_oldest_ready_age_seconds", {"queue": OTHER_QUEUE}) == 5.0
-    metrics.set_depths([("a", 0, 0, 0.0), ("b", 0, 0, 0.0), ("c", 0, 0, 0.0)])
+    metrics.set_depths([("a", 0, 0, 0.0, 0), ("b", 0, 0, 0.0, 0), ("c", 0, 0, 0.0, 0)])
     assert metrics.registry.get_sample_value("jobq_queue_ready_jobs", {"queue": OTHER_QUEUE}) == 0
     assert metrics.registry.get_sample_value("jobq_queue_ready_jobs", {"queue": "a"}) == 0

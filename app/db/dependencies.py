@@ -1,0 +1,176 @@
+"""Dependencies between jobs: the enqueue of jobs that run after others (`depends_on`), in one transaction
+of a few statements. Jobs without dependencies never come here: their enqueue is JOB_INSERT_MANY alone.
+
+The life of a dependant:
+  * enqueued `waiting` with `pending_dependencies` = its parents not finished yet, one job_dependencies row
+    (parent, dependant) for each; `pending` at once when every parent has completed already; `cancelled`
+    at once when a parent has failed or was cancelled (unless on_dependency_failure = 'run', which counts
+    such a parent as done);
+  * released by the trigger jobs_release_dependants (migrations/0010_dependencies.sql) when its parents
+    finish: it consumes the parent's rows, counts the dependant down, makes it `pending` at zero, or
+    cancels it (and, in the same loop, that job's own dependants) when the parent did not complete.
+
+The race this module must win: a dependant enqueued while a statement finishes its parent. The enqueue
+first UPDATEs the parents (has_dependants = true): that row lock orders it with any finishing UPDATE of the
+same row. If the enqueue locks first, the finishing statement waits until the enqueue commits, and its
+trigger, which reads with a fresh snapshot, finds the new job_dependencies rows. If the finish locks first,
+the enqueue's UPDATE waits, then RETURNs the status the finish committed, and counts that parent as done
+(or failed). Either way no dependant waits for a parent that has already finished."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from app.auth.policy import queue_allowed
+from app.db.jobs import JOB_COLUMNS, NewJob, as_json, count_finished, jobs_insert
+from app.db.rows import Inserted, JobRow, rows_of
+
+FINISHED = ("completed", "failed", "cancelled")
+
+
+@dataclass(slots=True, frozen=True)
+class Parent:
+    """One dependency of a job being enqueued: an existing job, or an earlier item of the same batch."""
+
+    job_id: int | None = None
+    item: int | None = None
+
+
+class UnknownJobs(Exception):
+    """Some parents named by id do not exist, or not in a queue the caller may use."""
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        super().__init__(f"no such jobs: {list(ids)}")
+        self.ids = list(ids)
+
+
+JOB_LOCK_PARENTS = f"""
+-- The parents of jobs being enqueued, locked until this enqueue commits (see the module docstring), in
+-- id order (the array is sorted): two enqueues sharing parents never wait on each other in a cycle.
+-- A job outside the caller's queues is not returned, exactly like a missing one. After a wait for the
+-- lock, RETURNING shows the status the other transaction committed.
+UPDATE jobs AS j SET has_dependants = true
+WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+RETURNING j.id, j.status
+"""
+
+
+async def _lock_parents(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> dict[int, str]:
+    cur = await conn.execute(JOB_LOCK_PARENTS, {"ids": sorted(ids), "allowed": allowed})
+    return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+
+
+JOB_SETTLE = f"""
+WITH input AS (
+  SELECT * FROM json_to_recordset(%(items)s::json)
+    AS t(id bigint, status text, pending int, depends_on bigint[], policy text, error text, mark boolean)
+), settled AS (
+  -- The jobs this transaction inserted a moment ago (invisible to everyone else until it commits): each
+  -- dependant's status and dependencies, and `mark` on those that have a dependant in the same batch.
+  UPDATE jobs AS j
+  SET status = coalesce(i.status, j.status),
+      pending_dependencies = CASE WHEN i.status IS NULL THEN j.pending_dependencies ELSE i.pending END,
+      depends_on = CASE WHEN i.status IS NULL THEN j.depends_on ELSE i.depends_on END,
+      on_dependency_failure = CASE WHEN i.status IS NULL THEN j.on_dependency_failure ELSE i.policy END,
+      finished_at = CASE WHEN i.status = 'cancelled' THEN clock_timestamp() ELSE j.finished_at END,
+      last_error = coalesce(i.error, j.last_error),
+      has_dependants = CASE WHEN i.mark THEN true ELSE j.has_dependants END
+  FROM input i
+  WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
+  RETURNING {JOB_COLUMNS}
+), counted AS ({count_finished("settled")}
+), edges AS (
+  INSERT INTO job_dependencies (parent_id, job_id)
+  SELECT parent_id, job_id FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint)
+  ORDER BY parent_id, job_id
+  ON CONFLICT DO NOTHING
+)
+SELECT * FROM settled
+"""
+
+
+async def jobs_insert_dependent(
+    conn: psycopg.AsyncConnection[Any],
+    jobs: Sequence[NewJob],
+    parents: Sequence[Sequence[Parent]],
+    policies: Sequence[str | None],
+    allowed: str | None,
+) -> list[Inserted]:
+    """Insert jobs, some with dependencies (`parents[i]` of `jobs[i]`, items naming earlier items only), in
+    one transaction; one Inserted per input. An item whose idempotency key already names a job returns that
+    job unchanged: its dependencies are not touched. Raises UnknownJobs (and inserts nothing) when a parent
+    id is not a job in the caller's queues (`allowed`)."""
+    async with conn.transaction():
+        named = {p.job_id for ps in parents for p in ps if p.job_id is not None}
+        found = await _lock_parents(conn, list(named), allowed) if named else {}
+        if missing := sorted(named - found.keys()):
+            raise UnknownJobs(missing)
+        inserted = await jobs_insert(conn, jobs)
+        # Items that are existing jobs (idempotency key) and that later items depend on: lock them too.
+        reused = {
+            inserted[p.item].job.id for ps in parents for p in ps if p.item is not None and not inserted[p.item].created
+        }
+        if reused:
+            # (A job gone since the insert found it was finished: retention deletes nothing else.)
+            found |= await _lock_parents(conn, list(reused), None)
+        items, edges = _settle(inserted, parents, policies, found)
+        if not items:
+            return inserted
+        cur = conn.cursor(row_factory=rows_of(JobRow))
+        await cur.execute(JOB_SETTLE, {"items": as_json(items), "edges": as_json(edges)})
+        settled = {r.id: r for r in await cur.fetchall()}
+    return [Inserted(i.created, settled.get(i.job.id, i.job)) for i in inserted]
+
+
+def _settle(
+    inserted: Sequence[Inserted],
+    parents: Sequence[Sequence[Parent]],
+    policies: Sequence[str | None],
+    found: dict[int, str],
+) -> tuple[list[dict[str, Any]], list[dict[str, int]]]:
+    """Each new dependant's status from its parents' (existing ones as locked, earlier items of the batch as
+    decided here, in order); returns the JOB_SETTLE items and the job_dependencies rows."""
+    status: dict[int, str] = {}  # item -> its status after this enqueue (items created here)
+    items: dict[int, dict[str, Any]] = {}  # job id -> JOB_SETTLE item
+    edges: list[dict[str, int]] = []
+    for n, (ins, ps, policy) in enumerate(zip(inserted, parents, policies, strict=True)):
+        if not ins.created:
+            continue
+        status[n] = ins.job.status
+        if not ps:
+            continue
+        ids: list[int] = []
+        unfinished: list[tuple[int, int | None]] = []  # (parent id, its item when made in this batch)
+        bad: tuple[int, str] | None = None
+        for p in ps:
+            made_here = p.item is not None and inserted[p.item].created
+            pid = inserted[p.item].job.id if p.item is not None else p.job_id
+            assert pid is not None
+            if pid in ids:
+                continue
+            ids.append(pid)
+            st = status[p.item] if made_here and p.item is not None else found.get(pid, "completed")
+            if st == "completed":
+                continue
+            if st in FINISHED:
+                bad = bad or (pid, st)
+                continue
+            unfinished.append((pid, p.item if made_here else None))
+        item: dict[str, Any] = {"id": ins.job.id, "depends_on": ids, "policy": policy, "pending": len(unfinished)}
+        if bad is not None and policy != "run":
+            item |= {"status": "cancelled", "error": f"dependency {bad[0]} {bad[1]}"}
+        elif unfinished:
+            item["status"] = "waiting"
+            for pid, parent_item in unfinished:
+                edges.append({"parent_id": pid, "job_id": ins.job.id})
+                if parent_item is not None:
+                    items.setdefault(pid, {"id": pid})["mark"] = True
+        else:
+            item["status"] = "pending"
+        items[ins.job.id] = items.get(ins.job.id, {}) | item
+        status[n] = item["status"]
+    return list(items.values()), edges
