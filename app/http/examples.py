@@ -53,6 +53,23 @@ _JOB: dict[str, Any] = {
     "schedule": None,
     "scheduled_for": None,
     "group": "customer-1042",
+    "depends_on": None,
+    "on_dependency_failure": None,
+    "pending_dependencies": None,
+}
+# A job of a workflow: it runs once jobs 40 and 41 have completed; one of them has.
+_WAITING = {
+    **_JOB,
+    "id": 43,
+    "queue": "reports",
+    "status": "waiting",
+    "payload": {"report": "weekly"},
+    "priority": 0,
+    "idempotency_key": None,
+    "group": None,
+    "depends_on": [40, 41],
+    "on_dependency_failure": "cancel",
+    "pending_dependencies": 1,
 }
 _DONE = {
     **_JOB,
@@ -107,7 +124,16 @@ _SCHEDULE = {
     "updated_at": "2026-11-01T09:12:00.5+00:00",
 }
 
-_COUNTS = {"ready": 120, "scheduled": 8, "pending": 128, "running": 16, "completed": 48211, "failed": 3, "cancelled": 0}
+_COUNTS = {
+    "ready": 120,
+    "scheduled": 8,
+    "pending": 128,
+    "waiting": 0,
+    "running": 16,
+    "completed": 48211,
+    "failed": 3,
+    "cancelled": 0,
+}
 _HELD = {"concurrency": 120, "rate": 0, "group_concurrency": 14, "group_rate": 0, "ordered": 0}
 _RETENTION = {"completed": 3600, "failed": None, "cancelled": None}
 _CONFIG = {
@@ -189,10 +215,21 @@ SCHEMAS: dict[str, list[Any]] = {
         _ENQUEUE,
         {"payload": {"report": "daily"}, "run_at": "2026-11-30T06:00:00+00:00", "max_attempts": 3},
         {"payload": [1, 2, 3], "delay_seconds": 60},
+        # Runs once jobs 40 and 41 have completed; runs anyway if one of them fails.
+        {"payload": {"report": "weekly"}, "depends_on": [40, 41], "on_dependency_failure": "run"},
     ],
     "EnqueueBatchRequest": [
         {"jobs": [{"payload": {"n": 1}}, {"payload": {"n": 2}, "priority": 10}]},
         {"jobs": [{"payload": {"n": 1}, "group": "customer-7"}, {"payload": {"n": 2}, "group": "customer-1042"}]},
+        # A whole graph at once: fetch, then two transforms, then a load after both (items name earlier ones).
+        {
+            "jobs": [
+                {"payload": {"step": "fetch"}, "ref": "fetch"},
+                {"payload": {"step": "resize"}, "ref": "resize", "depends_on": ["fetch"]},
+                {"payload": {"step": "index"}, "ref": "index", "depends_on": [{"ref": 0}]},
+                {"payload": {"step": "publish"}, "depends_on": ["resize", "index"]},
+            ]
+        },
     ],
     "ClaimRequest": [
         {"worker": "mailer-1", "limit": 10, "lease_seconds": 300, "wait_seconds": 20},
@@ -209,7 +246,7 @@ SCHEMAS: dict[str, list[Any]] = {
     "CompleteBatchRequest": [
         {"jobs": [{"id": 42, "claim_token": _TOKEN, "result": "sent"}, {"id": 43, "claim_token": _TOKEN}]}
     ],
-    "Job": [_JOB, _DONE, _SCHEDULED],
+    "Job": [_JOB, _DONE, _SCHEDULED, _WAITING],
     "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
     "Claim": [_CLAIM],
     "ClaimResponse": [
@@ -384,6 +421,16 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
                 }
             ],
         ),
+        "unknown-dependency": ValidationFailed(
+            "body.depends_on.1: no job 41 (in a queue this key may use)",
+            errors=[
+                {
+                    "loc": ["body", "depends_on", 1],
+                    "msg": "no job 41 (in a queue this key may use)",
+                    "type": "unknown_job",
+                }
+            ],
+        ),
         "bad-cron": ValidationFailed(
             "body.cron: Value error, minute: 61 is out of range 0-59",
             errors=[
@@ -476,6 +523,7 @@ ONLY_ON: dict[str, set[str]] = {
     "schedule-not-found": _SCHEDULE_ROUTES - {"putSchedule"},
     "bad-schedule-name": _SCHEDULE_ROUTES,
     "bad-cron": {"putSchedule"},
+    "unknown-dependency": {"enqueueJob", "enqueueJobs"},
     "bad-wait": {"getJob"},
     "claim-lost": _WORKER_WRITES,
     "job-cancelled": {"completeJob", "failJob", "releaseJob"},

@@ -105,11 +105,11 @@ def omitted(description: str) -> Any:
 
 class Status(StrEnum):
     pending = "pending"
+    waiting = "waiting"  # for the jobs it depends on (depends_on)
     running = "running"
     completed = "completed"
     failed = "failed"
     cancelled = "cancelled"
-    waiting = "waiting"
 
 
 class Body(BaseModel):

@@ -566,6 +566,17 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
+         * BatchRef
+         * @description An earlier item of the same batch, by index or by its `ref`.
+         */
+        BatchRef: {
+            /**
+             * Ref
+             * @description The index (0-based) of an earlier item of the batch, or its `ref`.
+             */
+            ref: number | string;
+        };
+        /**
          * BulkOutcome
          * @example {
          *       "id": 42,
@@ -611,7 +622,7 @@ export interface components {
         BulkRequest: {
             /**
              * Action
-             * @description `cancel`: pending and running jobs, as POST /jobs/{id}/cancel; `retry`: failed and cancelled jobs, as POST /jobs/{id}/retry.
+             * @description `cancel`: pending, waiting and running jobs, as POST /jobs/{id}/cancel; `retry`: failed and cancelled jobs, as POST /jobs/{id}/retry.
              * @enum {string}
              */
             action: "cancel" | "retry";
@@ -1103,6 +1114,45 @@ export interface components {
          *         }
          *       ]
          *     }
+         * @example {
+         *       "jobs": [
+         *         {
+         *           "payload": {
+         *             "step": "fetch"
+         *           },
+         *           "ref": "fetch"
+         *         },
+         *         {
+         *           "depends_on": [
+         *             "fetch"
+         *           ],
+         *           "payload": {
+         *             "step": "resize"
+         *           },
+         *           "ref": "resize"
+         *         },
+         *         {
+         *           "depends_on": [
+         *             {
+         *               "ref": 0
+         *             }
+         *           ],
+         *           "payload": {
+         *             "step": "index"
+         *           },
+         *           "ref": "index"
+         *         },
+         *         {
+         *           "depends_on": [
+         *             "resize",
+         *             "index"
+         *           ],
+         *           "payload": {
+         *             "step": "publish"
+         *           }
+         *         }
+         *       ]
+         *     }
          */
         EnqueueBatchRequest: {
             /**
@@ -1136,6 +1186,16 @@ export interface components {
          *         3
          *       ]
          *     }
+         * @example {
+         *       "depends_on": [
+         *         40,
+         *         41
+         *       ],
+         *       "on_dependency_failure": "run",
+         *       "payload": {
+         *         "report": "weekly"
+         *       }
+         *     }
          */
         EnqueueRequest: {
             /**
@@ -1143,6 +1203,11 @@ export interface components {
              * @description Earliest start, relative to now (seconds).
              */
             delay_seconds?: number;
+            /**
+             * Depends On
+             * @description Jobs this one runs after: it is `waiting` until each of them is `completed`. An entry is a job id (of any queue this key may enqueue to), or, in a batch, an earlier item of the same batch: its `ref` as a string, or `{"ref": n}` with its index (0-based) or its `ref`. Unknown ids -> 422. See docs/workflows.md. At most 100 entries.
+             */
+            depends_on?: (number | string | components["schemas"]["BatchRef"])[];
             /**
              * Group
              * @description The job's group (a tenant, a customer, an ordering key): the unit of the queue's group limits, fairness and order (GET/PATCH /queues/{queue}/config). Same rules as an idempotency key.
@@ -1159,6 +1224,12 @@ export interface components {
              */
             max_attempts?: number;
             /**
+             * On Dependency Failure
+             * @description When a dependency ends `failed` or `cancelled`: `cancel` (default) cancels this job, with `last_error` naming that dependency; `run` counts that dependency as done. Only with `depends_on`.
+             * @enum {string}
+             */
+            on_dependency_failure?: "cancel" | "run";
+            /**
              * Payload
              * @description Any JSON value; stored as jsonb.
              */
@@ -1168,6 +1239,11 @@ export interface components {
              * @description Higher runs first. Default: the queue's default_priority, else 0.
              */
             priority?: number;
+            /**
+             * Ref
+             * @description A name for this item, unique in the batch, by which later items of the batch name it in `depends_on`.
+             */
+            ref?: string;
             /**
              * Run At
              * Format: date-time
@@ -1336,6 +1412,7 @@ export interface components {
          *       "attempts": 0,
          *       "claimed_at": null,
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "depends_on": null,
          *       "finished_at": null,
          *       "group": "customer-1042",
          *       "id": 42,
@@ -1343,10 +1420,12 @@ export interface components {
          *       "last_error": null,
          *       "lease_expires_at": null,
          *       "max_attempts": 5,
+         *       "on_dependency_failure": null,
          *       "payload": {
          *         "template": "welcome",
          *         "to": "ada@example.com"
          *       },
+         *       "pending_dependencies": null,
          *       "priority": 5,
          *       "queue": "emails",
          *       "result": null,
@@ -1361,6 +1440,7 @@ export interface components {
          *       "attempts": 1,
          *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "depends_on": null,
          *       "finished_at": "2026-11-29T12:00:01.5+00:00",
          *       "group": "customer-1042",
          *       "id": 42,
@@ -1368,10 +1448,12 @@ export interface components {
          *       "last_error": null,
          *       "lease_expires_at": null,
          *       "max_attempts": 5,
+         *       "on_dependency_failure": null,
          *       "payload": {
          *         "template": "welcome",
          *         "to": "ada@example.com"
          *       },
+         *       "pending_dependencies": null,
          *       "priority": 5,
          *       "queue": "emails",
          *       "result": {
@@ -1388,6 +1470,7 @@ export interface components {
          *       "attempts": 1,
          *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "depends_on": null,
          *       "finished_at": "2026-11-29T12:00:01.5+00:00",
          *       "group": "customer-1042",
          *       "id": 77,
@@ -1395,9 +1478,11 @@ export interface components {
          *       "last_error": null,
          *       "lease_expires_at": null,
          *       "max_attempts": 5,
+         *       "on_dependency_failure": null,
          *       "payload": {
          *         "report": "daily"
          *       },
+         *       "pending_dependencies": null,
          *       "priority": 0,
          *       "queue": "reports",
          *       "result": {
@@ -1409,6 +1494,36 @@ export interface components {
          *       "status": "completed",
          *       "traceparent": null,
          *       "worker": "mailer-1"
+         *     }
+         * @example {
+         *       "attempts": 0,
+         *       "claimed_at": null,
+         *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "depends_on": [
+         *         40,
+         *         41
+         *       ],
+         *       "finished_at": null,
+         *       "group": null,
+         *       "id": 43,
+         *       "idempotency_key": null,
+         *       "last_error": null,
+         *       "lease_expires_at": null,
+         *       "max_attempts": 5,
+         *       "on_dependency_failure": "cancel",
+         *       "payload": {
+         *         "report": "weekly"
+         *       },
+         *       "pending_dependencies": 1,
+         *       "priority": 0,
+         *       "queue": "reports",
+         *       "result": null,
+         *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "schedule": null,
+         *       "scheduled_for": null,
+         *       "status": "waiting",
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *       "worker": null
          *     }
          */
         Job: {
@@ -1427,6 +1542,11 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /**
+             * Depends On
+             * @description The jobs this one runs after, as enqueued; null: none.
+             */
+            depends_on: number[] | null;
             /** Finished At */
             finished_at: string | null;
             /**
@@ -1444,8 +1564,18 @@ export interface components {
             lease_expires_at: string | null;
             /** Max Attempts */
             max_attempts: number;
+            /**
+             * On Dependency Failure
+             * @description What a failed or cancelled dependency does to this job; null for a job without dependencies.
+             */
+            on_dependency_failure: ("cancel" | "run") | null;
             /** Payload */
             payload: components["schemas"]["JsonValue"];
+            /**
+             * Pending Dependencies
+             * @description While `waiting`: how many of its dependencies have not finished yet; null otherwise.
+             */
+            pending_dependencies: number | null;
             /** Priority */
             priority: number;
             /** Queue */
@@ -1531,6 +1661,7 @@ export interface components {
          *           "attempts": 0,
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "depends_on": null,
          *           "finished_at": null,
          *           "group": "customer-1042",
          *           "id": 42,
@@ -1538,10 +1669,12 @@ export interface components {
          *           "last_error": null,
          *           "lease_expires_at": null,
          *           "max_attempts": 5,
+         *           "on_dependency_failure": null,
          *           "payload": {
          *             "template": "welcome",
          *             "to": "ada@example.com"
          *           },
+         *           "pending_dependencies": null,
          *           "priority": 5,
          *           "queue": "emails",
          *           "result": null,
@@ -1556,6 +1689,7 @@ export interface components {
          *           "attempts": 0,
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "depends_on": null,
          *           "finished_at": null,
          *           "group": "customer-1042",
          *           "id": 43,
@@ -1563,10 +1697,12 @@ export interface components {
          *           "last_error": null,
          *           "lease_expires_at": null,
          *           "max_attempts": 5,
+         *           "on_dependency_failure": null,
          *           "payload": {
          *             "template": "welcome",
          *             "to": "ada@example.com"
          *           },
+         *           "pending_dependencies": null,
          *           "priority": 0,
          *           "queue": "emails",
          *           "result": null,
@@ -1592,6 +1728,7 @@ export interface components {
          *           "attempts": 0,
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "depends_on": null,
          *           "finished_at": null,
          *           "group": "customer-1042",
          *           "id": 42,
@@ -1599,10 +1736,12 @@ export interface components {
          *           "last_error": null,
          *           "lease_expires_at": null,
          *           "max_attempts": 5,
+         *           "on_dependency_failure": null,
          *           "payload": {
          *             "template": "welcome",
          *             "to": "ada@example.com"
          *           },
+         *           "pending_dependencies": null,
          *           "priority": 5,
          *           "queue": "emails",
          *           "result": null,
@@ -1826,7 +1965,8 @@ export interface components {
          *       "pending": 128,
          *       "ready": 120,
          *       "running": 16,
-         *       "scheduled": 8
+         *       "scheduled": 8,
+         *       "waiting": 0
          *     }
          */
         QueueCounts: {
@@ -1865,6 +2005,11 @@ export interface components {
              * @description Pending jobs whose run_at is in the future (delayed or backing off).
              */
             scheduled: number;
+            /**
+             * Waiting
+             * @description Jobs waiting for the jobs they depend on to finish (`depends_on`).
+             */
+            waiting: number;
         };
         /**
          * QueueList
@@ -1878,7 +2023,8 @@ export interface components {
          *             "pending": 128,
          *             "ready": 120,
          *             "running": 16,
-         *             "scheduled": 8
+         *             "scheduled": 8,
+         *             "waiting": 0
          *           },
          *           "oldest_ready_age_seconds": 2.4,
          *           "paused": false,
@@ -1892,7 +2038,8 @@ export interface components {
          *             "pending": 128,
          *             "ready": 120,
          *             "running": 16,
-         *             "scheduled": 8
+         *             "scheduled": 8,
+         *             "waiting": 0
          *           },
          *           "oldest_ready_age_seconds": 2.4,
          *           "paused": true,
@@ -1998,7 +2145,8 @@ export interface components {
          *         "pending": 128,
          *         "ready": 120,
          *         "running": 16,
-         *         "scheduled": 8
+         *         "scheduled": 8,
+         *         "waiting": 0
          *       },
          *       "database": {
          *         "jobs_dead_rows": 1840,
@@ -2100,7 +2248,8 @@ export interface components {
          *         "pending": 128,
          *         "ready": 120,
          *         "running": 16,
-         *         "scheduled": 8
+         *         "scheduled": 8,
+         *         "waiting": 0
          *       },
          *       "oldest_ready_age_seconds": 2.4,
          *       "paused": false,
@@ -2541,6 +2690,7 @@ export interface components {
          *           "attempts": 5,
          *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "depends_on": null,
          *           "finished_at": "2026-11-29T12:00:01.5+00:00",
          *           "group": "customer-1042",
          *           "id": 42,
@@ -2548,10 +2698,12 @@ export interface components {
          *           "last_error": "SMTP 550: no such recipient",
          *           "lease_expires_at": null,
          *           "max_attempts": 5,
+         *           "on_dependency_failure": null,
          *           "payload": {
          *             "template": "welcome",
          *             "to": "ada@example.com"
          *           },
+         *           "pending_dependencies": null,
          *           "priority": 5,
          *           "queue": "emails",
          *           "result": null,
@@ -2787,7 +2939,7 @@ export interface components {
          * Status
          * @enum {string}
          */
-        Status: "pending" | "running" | "completed" | "failed" | "cancelled";
+        Status: "pending" | "waiting" | "running" | "completed" | "failed" | "cancelled";
         /** ValidationIssue */
         ValidationIssue: {
             /**
@@ -3224,6 +3376,7 @@ export interface operations {
                      *           "attempts": 5,
                      *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "depends_on": null,
                      *           "finished_at": "2026-11-29T12:00:01.5+00:00",
                      *           "group": "customer-1042",
                      *           "id": 42,
@@ -3231,10 +3384,12 @@ export interface operations {
                      *           "last_error": "SMTP 550: no such recipient",
                      *           "lease_expires_at": null,
                      *           "max_attempts": 5,
+                     *           "on_dependency_failure": null,
                      *           "payload": {
                      *             "template": "welcome",
                      *             "to": "ada@example.com"
                      *           },
+                     *           "pending_dependencies": null,
                      *           "priority": 5,
                      *           "queue": "emails",
                      *           "result": null,
@@ -3346,6 +3501,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
                      *       "id": 42,
@@ -3353,10 +3509,12 @@ export interface operations {
                      *       "last_error": null,
                      *       "lease_expires_at": null,
                      *       "max_attempts": 5,
+                     *       "on_dependency_failure": null,
                      *       "payload": {
                      *         "template": "welcome",
                      *         "to": "ada@example.com"
                      *       },
+                     *       "pending_dependencies": null,
                      *       "priority": 5,
                      *       "queue": "emails",
                      *       "result": null,
@@ -3463,6 +3621,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
                      *       "id": 42,
@@ -3470,10 +3629,12 @@ export interface operations {
                      *       "last_error": null,
                      *       "lease_expires_at": null,
                      *       "max_attempts": 5,
+                     *       "on_dependency_failure": null,
                      *       "payload": {
                      *         "template": "welcome",
                      *         "to": "ada@example.com"
                      *       },
+                     *       "pending_dependencies": null,
                      *       "priority": 5,
                      *       "queue": "emails",
                      *       "result": null,
@@ -3608,6 +3769,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
                      *       "id": 42,
@@ -3615,10 +3777,12 @@ export interface operations {
                      *       "last_error": null,
                      *       "lease_expires_at": null,
                      *       "max_attempts": 5,
+                     *       "on_dependency_failure": null,
                      *       "payload": {
                      *         "template": "welcome",
                      *         "to": "ada@example.com"
                      *       },
+                     *       "pending_dependencies": null,
                      *       "priority": 5,
                      *       "queue": "emails",
                      *       "result": null,
@@ -3752,6 +3916,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
                      *       "id": 42,
@@ -3759,10 +3924,12 @@ export interface operations {
                      *       "last_error": null,
                      *       "lease_expires_at": null,
                      *       "max_attempts": 5,
+                     *       "on_dependency_failure": null,
                      *       "payload": {
                      *         "template": "welcome",
                      *         "to": "ada@example.com"
                      *       },
+                     *       "pending_dependencies": null,
                      *       "priority": 5,
                      *       "queue": "emails",
                      *       "result": null,
@@ -4016,6 +4183,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
                      *       "id": 42,
@@ -4023,10 +4191,12 @@ export interface operations {
                      *       "last_error": null,
                      *       "lease_expires_at": null,
                      *       "max_attempts": 5,
+                     *       "on_dependency_failure": null,
                      *       "payload": {
                      *         "template": "welcome",
                      *         "to": "ada@example.com"
                      *       },
+                     *       "pending_dependencies": null,
                      *       "priority": 5,
                      *       "queue": "emails",
                      *       "result": null,
@@ -4149,6 +4319,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
                      *       "id": 42,
@@ -4156,10 +4327,12 @@ export interface operations {
                      *       "last_error": null,
                      *       "lease_expires_at": null,
                      *       "max_attempts": 5,
+                     *       "on_dependency_failure": null,
                      *       "payload": {
                      *         "template": "welcome",
                      *         "to": "ada@example.com"
                      *       },
+                     *       "pending_dependencies": null,
                      *       "priority": 5,
                      *       "queue": "emails",
                      *       "result": null,
@@ -4301,7 +4474,8 @@ export interface operations {
                      *             "pending": 128,
                      *             "ready": 120,
                      *             "running": 16,
-                     *             "scheduled": 8
+                     *             "scheduled": 8,
+                     *             "waiting": 0
                      *           },
                      *           "oldest_ready_age_seconds": 2.4,
                      *           "paused": false,
@@ -4315,7 +4489,8 @@ export interface operations {
                      *             "pending": 128,
                      *             "ready": 120,
                      *             "running": 16,
-                     *             "scheduled": 8
+                     *             "scheduled": 8,
+                     *             "waiting": 0
                      *           },
                      *           "oldest_ready_age_seconds": 2.4,
                      *           "paused": true,
@@ -4737,6 +4912,7 @@ export interface operations {
                      *           "attempts": 0,
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "depends_on": null,
                      *           "finished_at": null,
                      *           "group": "customer-1042",
                      *           "id": 42,
@@ -4744,10 +4920,12 @@ export interface operations {
                      *           "last_error": null,
                      *           "lease_expires_at": null,
                      *           "max_attempts": 5,
+                     *           "on_dependency_failure": null,
                      *           "payload": {
                      *             "template": "welcome",
                      *             "to": "ada@example.com"
                      *           },
+                     *           "pending_dependencies": null,
                      *           "priority": 5,
                      *           "queue": "emails",
                      *           "result": null,
@@ -4842,6 +5020,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
                      *       "id": 42,
@@ -4849,10 +5028,12 @@ export interface operations {
                      *       "last_error": null,
                      *       "lease_expires_at": null,
                      *       "max_attempts": 5,
+                     *       "on_dependency_failure": null,
                      *       "payload": {
                      *         "template": "welcome",
                      *         "to": "ada@example.com"
                      *       },
+                     *       "pending_dependencies": null,
                      *       "priority": 5,
                      *       "queue": "emails",
                      *       "result": null,
@@ -4878,6 +5059,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
                      *       "id": 42,
@@ -4885,10 +5067,12 @@ export interface operations {
                      *       "last_error": null,
                      *       "lease_expires_at": null,
                      *       "max_attempts": 5,
+                     *       "on_dependency_failure": null,
                      *       "payload": {
                      *         "template": "welcome",
                      *         "to": "ada@example.com"
                      *       },
+                     *       "pending_dependencies": null,
                      *       "priority": 5,
                      *       "queue": "emails",
                      *       "result": null,
@@ -5016,6 +5200,7 @@ export interface operations {
                      *           "attempts": 0,
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "depends_on": null,
                      *           "finished_at": null,
                      *           "group": "customer-1042",
                      *           "id": 42,
@@ -5023,10 +5208,12 @@ export interface operations {
                      *           "last_error": null,
                      *           "lease_expires_at": null,
                      *           "max_attempts": 5,
+                     *           "on_dependency_failure": null,
                      *           "payload": {
                      *             "template": "welcome",
                      *             "to": "ada@example.com"
                      *           },
+                     *           "pending_dependencies": null,
                      *           "priority": 5,
                      *           "queue": "emails",
                      *           "result": null,
@@ -5041,6 +5228,7 @@ export interface operations {
                      *           "attempts": 0,
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "depends_on": null,
                      *           "finished_at": null,
                      *           "group": "customer-1042",
                      *           "id": 43,
@@ -5048,10 +5236,12 @@ export interface operations {
                      *           "last_error": null,
                      *           "lease_expires_at": null,
                      *           "max_attempts": 5,
+                     *           "on_dependency_failure": null,
                      *           "payload": {
                      *             "template": "welcome",
                      *             "to": "ada@example.com"
                      *           },
+                     *           "pending_dependencies": null,
                      *           "priority": 0,
                      *           "queue": "emails",
                      *           "result": null,
@@ -5428,7 +5618,8 @@ export interface operations {
                      *         "pending": 128,
                      *         "ready": 120,
                      *         "running": 16,
-                     *         "scheduled": 8
+                     *         "scheduled": 8,
+                     *         "waiting": 0
                      *       },
                      *       "database": {
                      *         "jobs_dead_rows": 1840,
