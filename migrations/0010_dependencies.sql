@@ -62,13 +62,17 @@ CREATE TABLE job_dependencies (
 -- process, the one that ran the statement included, are answered at once.
 CREATE FUNCTION jobs_release_dependants() RETURNS trigger
 LANGUAGE plpgsql VOLATILE
--- Every query below goes through a primary key; with stale statistics the planner could take a join of
--- thousands of dependants for a join of a few and scan jobs instead.
+-- Every query below reaches jobs and job_dependencies by their primary keys, one lookup per dependant.
+-- Statistics lag (a table that just grew, a fan-out enqueued a moment ago), and with them the planner
+-- takes thousands of dependants for one: it then may scan jobs, or join in a way that repeats the
+-- whole list per dependant. A nested loop over primary-key lookups is the only plan left to it.
 SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
   parents   bigint[] := ARRAY[NEW.id];
-  statuses  text[] := ARRAY[NEW.status];
+  parent_status text := NEW.status;  -- of every parent in `parents`: one at first, then cancelled ones
   queues    text[] := '{}';
   cancelled bigint[] := '{}';
   step_queues    text[];
@@ -84,14 +88,17 @@ BEGIN
     WITH consumed AS (
       DELETE FROM job_dependencies d WHERE d.parent_id = ANY(parents) RETURNING d.parent_id, d.job_id
     ), per_job AS (
-      -- Per dependant: how many of its parents finished here, and the first that did not complete.
+      -- Per dependant: how many of its parents finished here, and the first of them when they did not
+      -- complete.
       SELECT c.job_id, count(*)::int AS n,
-             min(c.parent_id) FILTER (WHERE p.status <> 'completed') AS bad_id,
-             (array_agg(p.status ORDER BY c.parent_id) FILTER (WHERE p.status <> 'completed'))[1] AS bad_status
-      FROM consumed c JOIN unnest(parents, statuses) AS p(id, status) ON p.id = c.parent_id
+             CASE WHEN parent_status <> 'completed' THEN min(c.parent_id) END AS bad_id
+      FROM consumed c
       GROUP BY c.job_id
     ), changed AS (
-      -- Only waiting dependants change: one cancelled meanwhile (or retried since) is left alone.
+      -- Only waiting dependants change: one cancelled meanwhile (or retried since) is left alone. The
+      -- status is compared with a value the planner cannot see (as app/db/jobs.py RUNNING), so that
+      -- jobs_waiting_idx, which stale statistics can make look empty, is never the way in: every waiting
+      -- job of every queue would be read through it. The primary key is.
       UPDATE jobs AS j
       SET status = CASE
             WHEN pj.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run' THEN 'cancelled'
@@ -110,9 +117,9 @@ BEGIN
             WHEN pj.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run' THEN clock_timestamp() END,
           last_error = CASE
             WHEN pj.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run'
-            THEN format('dependency %s %s', pj.bad_id, pj.bad_status) ELSE j.last_error END
+            THEN format('dependency %s %s', pj.bad_id, parent_status) ELSE j.last_error END
       FROM per_job pj
-      WHERE j.id = ANY(ARRAY(SELECT job_id FROM per_job)) AND j.id = pj.job_id AND j.status = 'waiting'
+      WHERE j.id = pj.job_id AND j.status = (SELECT 'waiting'::text)
       RETURNING j.id, j.queue_name, j.status, j.has_dependants
     ), counted AS (
       -- The finished-job counters (app/db/jobs.py count_finished), in the same statement.
@@ -131,7 +138,7 @@ BEGIN
     queues := queues || step_queues;
     cancelled := cancelled || step_cancelled;
     EXIT WHEN cardinality(parents) = 0;
-    statuses := array_fill('cancelled'::text, ARRAY[cardinality(parents)]);
+    parent_status := 'cancelled';
   END LOOP;
 
   -- "db w q1 q2 ... #id ...", cut under the 8000-byte NOTIFY limit.
