@@ -237,6 +237,23 @@ def test_async_client(server: LiveServer) -> None:
     asyncio.run(main())
 
 
+def test_dependencies(server: LiveServer) -> None:
+    with Client(server.url) as jobq:
+        parent = jobq.enqueue("q", "p")
+        child = jobq.enqueue("q", "c", depends_on=[parent.id], on_dependency_failure="run")
+        assert (child.status, child.depends_on, child.on_dependency_failure) == ("waiting", (parent.id,), "run")
+        assert child.pending_dependencies == 1 and not child.finished
+        fetch, publish = jobq.enqueue_batch(
+            "q", [NewJob("fetch", ref="fetch"), NewJob("publish", depends_on=["fetch", parent.id])]
+        )
+        assert publish.depends_on == (fetch.id, parent.id) and publish.pending_dependencies == 2
+        [claim] = jobq.claim("q", "w")
+        assert claim.id == parent.id
+        jobq.complete(claim.id, claim.claim_token)
+        assert jobq.get_job(child.id).status == "pending"
+        assert jobq.get_job(publish.id).pending_dependencies == 1
+
+
 def test_enqueue_and_wait_returns_the_job_a_worker_finished(server: LiveServer) -> None:
     worker = Worker(server.url, wait_seconds=1)
 

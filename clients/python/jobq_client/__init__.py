@@ -22,7 +22,16 @@ from jobq_client.errors import (
     ValidationError,
     WaitTimeout,
 )
-from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, JobStatus, NewJob
+from jobq_client.models import (
+    Claim,
+    Claimed,
+    CompleteOutcome,
+    Heartbeat,
+    Job,
+    JobStatus,
+    NewJob,
+    OnDependencyFailure,
+)
 from jobq_client.worker import JobContext, PermanentFailure, RetryLater, Worker
 
 __all__ = [
@@ -46,6 +55,7 @@ __all__ = [
     "JobqError",
     "NewJob",
     "NotFound",
+    "OnDependencyFailure",
     "PayloadTooLarge",
     "PermanentFailure",
     "RateLimited",

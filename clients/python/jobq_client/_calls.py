@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from jobq_client.errors import JobqError, RateLimited, ServerError
-from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob
+from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob, OnDependencyFailure
 
 T = TypeVar("T")
 
@@ -145,8 +145,12 @@ def enqueue(
     delay_seconds: float | None,
     max_attempts: int | None,
     idempotency_key: str | None,
+    depends_on: Sequence[int] | None = None,
+    on_dependency_failure: OnDependencyFailure | None = None,
 ) -> Call[Job]:
-    job = NewJob(payload, priority, run_at, delay_seconds, max_attempts, idempotency_key)
+    job = NewJob(
+        payload, priority, run_at, delay_seconds, max_attempts, idempotency_key, depends_on, on_dependency_failure
+    )
     safety = Safety.REPEATABLE if idempotency_key is not None else Safety.UNSENT_ONLY
     return Call("enqueueJob", "POST", f"/queues/{_q(queue)}/jobs", job.to_json(), safety, _job)
 

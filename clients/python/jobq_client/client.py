@@ -16,7 +16,7 @@ from jobq_client import _calls
 from jobq_client._calls import Call, RetryPolicy
 from jobq_client._tracing import inject
 from jobq_client.errors import JobqError, TransportError, WaitTimeout, error_from_response
-from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob
+from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob, OnDependencyFailure
 
 __version__ = "0.1.0"
 
@@ -160,9 +160,13 @@ class Client(_Base):
         delay_seconds: float | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
+        depends_on: Sequence[int] | None = None,
+        on_dependency_failure: OnDependencyFailure | None = None,
     ) -> Job:
         """Add a job. With an `idempotency_key`, a repeat returns the existing job, and this call is
-        retried on any transient failure; without one it is retried only when it cannot have arrived."""
+        retried on any transient failure; without one it is retried only when it cannot have arrived.
+        With `depends_on` (job ids), the job waits until those have completed; `on_dependency_failure`:
+        "cancel" (default) or "run" when one of them fails or is cancelled."""
         return self._send(
             _calls.enqueue(
                 queue,
@@ -172,6 +176,8 @@ class Client(_Base):
                 delay_seconds=delay_seconds,
                 max_attempts=max_attempts,
                 idempotency_key=idempotency_key,
+                depends_on=depends_on,
+                on_dependency_failure=on_dependency_failure,
             )
         )
 
@@ -266,6 +272,8 @@ class Client(_Base):
         delay_seconds: float | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
+        depends_on: Sequence[int] | None = None,
+        on_dependency_failure: OnDependencyFailure | None = None,
     ) -> Job:
         """enqueue() then wait(): the job once a worker has finished it. With an `idempotency_key`, calling
         this again after a failure waits for the same job rather than making a second one."""
@@ -277,6 +285,8 @@ class Client(_Base):
             delay_seconds=delay_seconds,
             max_attempts=max_attempts,
             idempotency_key=idempotency_key,
+            depends_on=depends_on,
+            on_dependency_failure=on_dependency_failure,
         )
         return self.wait(job.id, timeout=timeout)
 
@@ -347,6 +357,8 @@ class AsyncClient(_Base):
         delay_seconds: float | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
+        depends_on: Sequence[int] | None = None,
+        on_dependency_failure: OnDependencyFailure | None = None,
     ) -> Job:
         return await self._send(
             _calls.enqueue(
@@ -357,6 +369,8 @@ class AsyncClient(_Base):
                 delay_seconds=delay_seconds,
                 max_attempts=max_attempts,
                 idempotency_key=idempotency_key,
+                depends_on=depends_on,
+                on_dependency_failure=on_dependency_failure,
             )
         )
 
@@ -435,6 +449,8 @@ class AsyncClient(_Base):
         delay_seconds: float | None = None,
         max_attempts: int | None = None,
         idempotency_key: str | None = None,
+        depends_on: Sequence[int] | None = None,
+        on_dependency_failure: OnDependencyFailure | None = None,
     ) -> Job:
         """enqueue() then wait() (see Client.enqueue_and_wait)."""
         job = await self.enqueue(
@@ -445,6 +461,8 @@ class AsyncClient(_Base):
             delay_seconds=delay_seconds,
             max_attempts=max_attempts,
             idempotency_key=idempotency_key,
+            depends_on=depends_on,
+            on_dependency_failure=on_dependency_failure,
         )
         return await self.wait(job.id, timeout=timeout)
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
-JobStatus = Literal["pending", "running", "completed", "failed", "cancelled"]
+JobStatus = Literal["pending", "waiting", "running", "completed", "failed", "cancelled"]
+OnDependencyFailure = Literal["cancel", "run"]
+# A dependency: a job id; in a batch also an earlier item, by its `ref` (a string) or {"ref": index or ref}.
+Dependency = int | str | Mapping[str, Any]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "cancelled"]
 
@@ -45,6 +48,9 @@ class Job:
     traceparent: str | None = None  # W3C trace context of the enqueue (None from a server without tracing)
     schedule: str | None = None  # the schedule that enqueued it, and the tick it stands for
     scheduled_for: datetime | None = None
+    depends_on: tuple[int, ...] | None = None  # the jobs it runs after (None: none)
+    on_dependency_failure: OnDependencyFailure | None = None  # None for a job without dependencies
+    pending_dependencies: int | None = None  # while waiting: dependencies not finished yet
 
     @property
     def finished(self) -> bool:
@@ -73,6 +79,9 @@ class Job:
             traceparent=doc.get("traceparent"),
             schedule=doc.get("schedule"),
             scheduled_for=_time_or_none(doc.get("scheduled_for")),
+            depends_on=None if doc.get("depends_on") is None else tuple(int(i) for i in doc["depends_on"]),
+            on_dependency_failure=doc.get("on_dependency_failure"),
+            pending_dependencies=doc.get("pending_dependencies"),
         )
 
 
@@ -174,13 +183,20 @@ class NewJob:
     delay_seconds: float | None = None
     max_attempts: int | None = None
     idempotency_key: str | None = None
+    # Runs once these jobs have completed: job ids, or earlier items of the same batch (their `ref`, or
+    # {"ref": index}). See the server's docs/workflows.md.
+    depends_on: Sequence[Dependency] | None = None
+    on_dependency_failure: OnDependencyFailure | None = None  # "cancel" (the server's default) or "run"
+    ref: str | None = None  # this item's name for later items of the same batch
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"payload": self.payload}
-        for name in ("priority", "delay_seconds", "max_attempts", "idempotency_key"):
+        for name in ("priority", "delay_seconds", "max_attempts", "idempotency_key", "on_dependency_failure", "ref"):
             value = getattr(self, name)
             if value is not None:
                 doc[name] = value
+        if self.depends_on is not None:
+            doc["depends_on"] = [dict(d) if isinstance(d, Mapping) else d for d in self.depends_on]
         if isinstance(self.run_at, datetime):
             if self.run_at.tzinfo is None:
                 raise ValueError("run_at needs a timezone (the server compares it with its own clock)")
