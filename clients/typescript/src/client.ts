@@ -15,6 +15,8 @@ export type QueueStats = Schemas["QueueStats"];
 export type EnqueueRequest = Schemas["EnqueueRequest"];
 export type ClaimRequest = Schemas["ClaimRequest"];
 export type CompleteItem = Schemas["CompleteItem"];
+/** A dependency: a job id; in a batch also an earlier item, by its `ref` or as `{ ref: index }`. */
+export type Dependency = number | string | Schemas["BatchRef"];
 
 export const VERSION = "0.1.0";
 export const DEFAULT_TIMEOUT_SECONDS = 10;
@@ -45,6 +47,12 @@ export interface NewJob {
   maxAttempts?: number;
   /** A repeat on the same queue returns the existing job. With one, enqueue is retried on any transient failure. */
   idempotencyKey?: string;
+  /** Runs once these jobs have completed: job ids, or (in a batch) earlier items by `ref` or `{ ref: index }`. */
+  dependsOn?: Dependency[];
+  /** When a dependency fails or is cancelled: "cancel" (the server's default) or "run" anyway. */
+  onDependencyFailure?: "cancel" | "run";
+  /** This item's name, by which later items of the same batch name it in `dependsOn`. */
+  ref?: string;
 }
 
 /** One job to complete in a batch (`completeMany`) or on a claim (`claim` with `complete`). */
@@ -189,6 +197,9 @@ function jobBody(job: NewJob): EnqueueRequest {
   if (job.delaySeconds !== undefined) body.delay_seconds = job.delaySeconds;
   if (job.maxAttempts !== undefined) body.max_attempts = job.maxAttempts;
   if (job.idempotencyKey !== undefined) body.idempotency_key = job.idempotencyKey;
+  if (job.dependsOn !== undefined) body.depends_on = job.dependsOn;
+  if (job.onDependencyFailure !== undefined) body.on_dependency_failure = job.onDependencyFailure;
+  if (job.ref !== undefined) body.ref = job.ref;
   return body;
 }
 

@@ -98,6 +98,25 @@ describe("Client against jobq", () => {
     assert.equal((await jobq.stats(q)).counts.completed, 2);
   });
 
+  test("dependencies: a job waits for its parents; a batch names earlier items by ref", async () => {
+    const q = queueName("deps");
+    const parent = await jobq.enqueue(q, "parent");
+    const child = await jobq.enqueue(q, "child", { dependsOn: [parent.id], onDependencyFailure: "run" });
+    assert.equal(child.status, "waiting");
+    assert.deepEqual(child.depends_on, [parent.id]);
+    assert.equal(child.on_dependency_failure, "run");
+    const [fetch, publish] = await jobq.enqueueBatch(q, [
+      { payload: "fetch", ref: "fetch" },
+      { payload: "publish", dependsOn: ["fetch", { ref: 0 }, parent.id] },
+    ]);
+    assert.deepEqual(publish.depends_on, [fetch.id, parent.id]);
+    assert.equal(publish.pending_dependencies, 2);
+    const [claim] = await jobq.claim(q, "ts-test");
+    assert.equal(claim.id, parent.id);
+    await jobq.complete(claim.id, claim.claim_token);
+    assert.equal((await jobq.getJob(child.id)).status, "pending");
+  });
+
   test("problems are typed errors", async () => {
     const q = queueName("errors");
     await jobq.enqueue(q, null);
