@@ -68,8 +68,10 @@ def test_enqueue_then_read_it_back_as_tables_and_json(server: LiveServer) -> Non
         assert doc["queues"][0].pop("oldest_ready_age_seconds") > 0  # it grows between the two reads
     assert listed == expected
     header, row = ok(jobq(server, "queues")).splitlines()
-    assert header.split()[:8] == ["QUEUE", "STATE", "READY", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
-    assert row.split()[:8] == ["emails", "active", "2", "1", "0", "0", "0", "0"]
+    assert header.split()[:9] == [
+        "QUEUE", "STATE", "READY", "SCHEDULED", "WAITING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
+    ]  # fmt: skip
+    assert row.split()[:9] == ["emails", "active", "2", "1", "0", "0", "0", "0", "0"]
 
     # job: every field a person looks for, and the JSON the API returns
     shown = ok(jobq(server, "job", str(made["id"])))
@@ -81,6 +83,19 @@ def test_enqueue_then_read_it_back_as_tables_and_json(server: LiveServer) -> Non
     stats = ok(jobq(server, "stats", "emails"))
     assert stats.startswith("emails (active)") and "ready 2  scheduled 1" in stats
     assert as_json(jobq(server, "stats", "emails", "--json", "--window", "600"))["window"]["seconds"] == 600
+
+
+def test_enqueue_depends_on(server: LiveServer) -> None:
+    first, second = server.enqueue("etl", 1), server.enqueue("etl", 2)
+    said = ok(jobq(server, "enqueue", "load", "3", "--depends-on", str(first["id"]), "--depends-on", str(second["id"])))
+    assert " enqueued on load (waiting for 2 of its dependencies to complete)" in said
+    job = server.job(int(said.split()[1]))
+    assert job["depends_on"] == [first["id"], second["id"]] and job["status"] == "waiting"
+    shown = ok(jobq(server, "job", str(job["id"])))
+    assert f"depends on      {first['id']} {second['id']}" in shown and "waiting for     2" in shown
+    assert "waiting" in ok(jobq(server, "jobs", "load", "--status", "waiting"))
+    r = jobq(server, "enqueue", "load", "4", "--depends-on", "999999", "--on-dependency-failure", "run")
+    assert r.returncode != 0 and "999999" in r.stderr
 
 
 def test_jobs_lists_by_status_and_follows_pages(server: LiveServer) -> None:

@@ -14,7 +14,7 @@ from app.runtime.cli.output import one_line, print_json, print_lines, relative, 
 from app.runtime.cli.remote import EXIT_DENIED, add_api_command, exit_code, problem_line
 
 INT64_MAX = 2**63 - 1
-STATUSES = ("pending", "running", "completed", "failed", "cancelled")
+STATUSES = ("pending", "waiting", "running", "completed", "failed", "cancelled")
 PAGE_MAX = 500  # the server's largest page (GET /queues/{queue}/jobs?limit=)
 
 _job_id = _int_in(1, INT64_MAX)
@@ -31,15 +31,24 @@ def cmd_enqueue(args: argparse.Namespace, api: ApiClient) -> int:
         hint = " (a string is quoted: '\"hello\"')" if text.strip() and text.strip()[0] not in '{["' else ""
         return _fail(f"enqueue: PAYLOAD is not JSON: {exc}{hint}", EXIT_USAGE)
     body: dict[str, Any] = {"payload": payload}
-    for name in ("priority", "delay_seconds", "run_at", "max_attempts", "idempotency_key"):
+    for name in ("priority", "delay_seconds", "run_at", "max_attempts", "idempotency_key", "depends_on"):
         if (value := getattr(args, name)) is not None:
             body[name] = value
+    if args.on_dependency_failure is not None:
+        if not args.depends_on:
+            return _fail("enqueue: --on-dependency-failure goes with --depends-on", EXIT_USAGE)
+        body["on_dependency_failure"] = args.on_dependency_failure
     status, job = api.answer("POST", f"/queues/{segment(args.queue)}/jobs", body)
     if args.json:
         print_json(job)
     elif status == 200:
         print(f"job {job['id']} already exists on {job['queue']} with idempotency key {job['idempotency_key']!r} "
               f"({job['status']}); nothing enqueued")  # fmt: skip
+    elif job["status"] == "waiting":
+        print(f"job {job['id']} enqueued on {job['queue']} (waiting for {job['pending_dependencies']} of its "
+              f"dependencies to complete)")  # fmt: skip
+    elif job["status"] == "cancelled":
+        print(f"job {job['id']} enqueued on {job['queue']} and cancelled at once: {job['last_error']}")
     else:
         print(f"job {job['id']} enqueued on {job['queue']} ({_due(job)})")
     return EXIT_OK
@@ -121,6 +130,10 @@ def job_lines(j: dict[str, Any]) -> list[str]:
         ("worker", j["worker"]),
         ("idempotency key", j["idempotency_key"]),
     ]
+    if j.get("depends_on"):
+        fields.append(("depends on", " ".join(str(i) for i in j["depends_on"])))
+        fields.append(("if one fails", j["on_dependency_failure"]))
+        fields.append(("waiting for", j["pending_dependencies"]))
     if j.get("traceparent"):
         fields.append(("traceparent", j["traceparent"]))
     lines = [f"job {j['id']} on {j['queue']}"]
@@ -190,6 +203,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "job and nothing is added. Needs a produce (or admin) key when authentication is on.",
         examples='  jobq enqueue emails \'{"to": "ada@example.com"}\' --priority 5\n'
         "  jobq enqueue reports '{\"month\": 11}' --delay 3600 --idempotency-key report-11\n"
+        "  jobq enqueue publish '{\"issue\": 7}' --depends-on 41 --depends-on 42\n"
         "  id=$(jobq enqueue emails '{}' --json | jq .id)",
     )
     enqueue.add_argument("queue", metavar="QUEUE")
@@ -201,6 +215,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     when.add_argument("--run-at", metavar="TIME", help="claimable from this RFC 3339 time, e.g. 2026-12-01T09:00:00Z")
     enqueue.add_argument("--max-attempts", type=int, metavar="N", help="default: the server's (5)")
     enqueue.add_argument("--idempotency-key", metavar="KEY", help="a repeat on the queue names the existing job")
+    enqueue.add_argument("--depends-on", type=_job_id, action="append", metavar="ID",
+                         help="run only after job ID has completed (repeat for several)")  # fmt: skip
+    enqueue.add_argument("--on-dependency-failure", choices=("cancel", "run"),
+                         help="a dependency failed or was cancelled: cancel this job (default), or run it")  # fmt: skip
 
     jobs = add_api_command(
         sub,

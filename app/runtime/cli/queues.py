@@ -33,15 +33,16 @@ def cmd_queues(args: argparse.Namespace, api: ApiClient) -> int:
 
 
 def queue_table(queues: list[dict[str, Any]]) -> list[str]:
-    headers = ["QUEUE", "STATE", "READY", "SCHEDULED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "OLDEST READY"]
+    headers = ["QUEUE", "STATE", "READY", "SCHEDULED", "WAITING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED",
+               "OLDEST READY"]  # fmt: skip
     rows = []
     for q in queues:
         c = q["counts"]
         state = "paused" if q["paused"] else "active"
         age = duration(q["oldest_ready_age_seconds"])
-        rows.append([q["queue"], state, c["ready"], c["scheduled"], c["running"], c["completed"], c["failed"],
-                     c["cancelled"], age])  # fmt: skip
-    return table(headers, rows, numeric=range(2, 9))
+        rows.append([q["queue"], state, c["ready"], c["scheduled"], c["waiting"], c["running"], c["completed"],
+                     c["failed"], c["cancelled"], age])  # fmt: skip
+    return table(headers, rows, numeric=range(2, 10))
 
 
 # -- stats ------------------------------------------------------------------------------------------------------
@@ -84,8 +85,8 @@ def stats_lines(s: dict[str, Any]) -> list[str]:
     rate = f"{w['completions_per_minute']:g}/min"
     return [
         f"{s['queue']} ({state}), as of {s['as_of']}",
-        f"  now         ready {c['ready']}  scheduled {c['scheduled']}  running {c['running']}  "
-        f"completed {c['completed']}  failed {c['failed']}  cancelled {c['cancelled']}",
+        f"  now         ready {c['ready']}  scheduled {c['scheduled']}  waiting {c['waiting']}  "
+        f"running {c['running']}  completed {c['completed']}  failed {c['failed']}  cancelled {c['cancelled']}",
         f"              oldest ready {duration(s['oldest_ready_age_seconds'])}  "
         f"on last attempt {s['jobs_on_last_attempt']}  one attempt left {s['jobs_one_attempt_left']}",
         f"  {'last ' + duration(w['seconds']):<10}  enqueued {w['enqueued']}  claimed {w['claimed']}  "
