@@ -514,3 +514,27 @@ def test_dashboard_shows_each_schedule_with_its_next_run(browser: Any, server_fa
         "datetime", quiet.job(job_id)["scheduled_for"]
     )
     tab.close()
+
+
+def test_dashboard_shows_a_waiting_job_and_its_dependencies_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    parent = server.enqueue("etl", {"step": "extract"})
+    child = server.enqueue("etl", {"step": "load"}, depends_on=[parent["id"]])
+    tab = Page(browser, server.url)
+    page = tab.page
+    etl = page.locator('#queues tr[data-queue="etl"]')
+    expect(etl.locator('[data-col="waiting"]')).to_have_text("1")
+    etl.get_by_role("link", name="etl").click()
+    expect(page.get_by_role("table", name="Jobs by status")).to_contain_text("waiting1")
+    page.get_by_role("button", name="waiting", exact=True).click()
+    row = page.locator(f'#job-list tr[data-job="{child["id"]}"]')
+    expect(row).to_contain_text("waiting")
+    row.get_by_role("link", name=str(child["id"])).click()
+    expect(page.locator('[data-field="status"]')).to_have_text("waiting")
+    expect(page.locator('[data-field="waiting for"]')).to_have_text("1 of them")
+    expect(page.locator('[data-field="if one fails"]')).to_have_text("cancel")
+    expect(page.locator("#cancel")).to_be_visible()  # a waiting job can be cancelled
+    page.locator('[data-field="depends on"]').get_by_role("link", name=str(parent["id"])).click()
+    expect(page.locator('[data-field="status"]')).to_have_text("pending")
+    tab.close()

@@ -7,7 +7,7 @@
   const KEY_STORE = "jobq.apiKey"; // sessionStorage: this tab only, gone when it closes
   const REFRESH_MS = 3000;
   const PAGE_SIZE = 50;
-  const STATUSES = ["pending", "running", "completed", "failed", "cancelled"];
+  const STATUSES = ["pending", "waiting", "running", "completed", "failed", "cancelled"];
 
   // --- DOM helpers -------------------------------------------------------------------------------------------
 
@@ -639,7 +639,7 @@
           body.replaceChildren(el("p", { class: "muted" }, "No queues yet: a queue appears with its first job."));
           return;
         }
-        const cols = ["ready", "scheduled", "running", "completed", "failed", "cancelled"];
+        const cols = ["ready", "scheduled", "waiting", "running", "completed", "failed", "cancelled"];
         body.replaceChildren(
           el(
             "table",
@@ -739,7 +739,8 @@
       const c = s.counts;
       stats.replaceChildren(
         kvTable(
-          [["ready", c.ready], ["scheduled", c.scheduled], ["pending", c.pending], ["running", c.running],
+          [["ready", c.ready], ["scheduled", c.scheduled], ["pending", c.pending], ["waiting", c.waiting],
+            ["running", c.running],
             ["completed", c.completed], ["failed", c.failed], ["cancelled", c.cancelled]],
           "Jobs by status",
         ),
@@ -947,7 +948,7 @@
         back.replaceChildren(el("a", { href: queueHref(job.queue) }, `← Queue ${job.queue}`));
         state.replaceChildren(badge(job.status));
         retry.hidden = !["failed", "cancelled"].includes(job.status);
-        cancel.hidden = !["pending", "running"].includes(job.status);
+        cancel.hidden = !["pending", "waiting", "running"].includes(job.status);
         const rows = [
           ["queue", job.queue], ["status", job.status], ["attempts", `${job.attempts} of ${job.max_attempts}`],
           ["priority", job.priority], ["worker", job.worker ?? none()], ["created", fmtTime(job.created_at)],
@@ -957,6 +958,14 @@
         ];
         if (job.schedule !== null && job.schedule !== undefined) {
           rows.push(["schedule", job.schedule], ["scheduled for", fmtTime(job.scheduled_for)]);
+        }
+        if (job.depends_on) {
+          // The jobs it runs after, each a link; while waiting, how many have not finished yet.
+          const links = job.depends_on.flatMap((parent, i) => [
+            i ? ", " : "", el("a", { href: jobHref(parent) }, String(parent)),
+          ]);
+          rows.push(["depends on", el("span", {}, links)], ["if one fails", job.on_dependency_failure]);
+          if (job.status === "waiting") rows.push(["waiting for", `${job.pending_dependencies} of them`]);
         }
         fields.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { "data-field": k }, v)]));
         payload.textContent = fmtJson(job.payload);
