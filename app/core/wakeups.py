@@ -31,6 +31,11 @@ Messages on CHANNEL: "<sender> w q1 q2 ... #id ..." jobs arrived on queues q1, q
 "<sender> p q1 ... #id ..." I have waiters on these; "<sender> h" I (re)started listening, tell me your
 presence; "keys k" API keys changed (sent by the SQL that changes them, app/db/keys.py) and "config
 <queue>" a queue's configuration changed (app/db/flow.py), both handled by the listener.
+
+One sender is not a process: "db", the trigger that releases jobs waiting for the job a statement finished
+(migrations/0010_dependencies.sql). Its "db w q1 ... #id ..." names the queues of the jobs it made pending
+and the jobs it cancelled; every process, the one that ran the statement included, takes it like any
+other wake-up.
 """
 
 from __future__ import annotations
