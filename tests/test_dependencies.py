@@ -197,7 +197,18 @@ def test_a_dependant_of_a_failed_job_is_cancelled_at_once_or_runs_with_run(serve
     )
     assert (first["status"], second["status"]) == ("cancelled", "cancelled")
     assert second["last_error"] == f"dependency {first['id']} cancelled"
-    assert counts(server)["cancelled"] == 4
+    # Two items with one key are one job: an item naming the second is decided by the first's fate.
+    keyed, again, third = batch(
+        server,
+        [
+            {"payload": 3, "idempotency_key": "k", "depends_on": [parent["id"]]},
+            {"payload": 3, "idempotency_key": "k"},
+            {"payload": 4, "depends_on": [{"ref": 1}]},
+        ],
+    )
+    assert again["id"] == keyed["id"] and again["status"] == keyed["status"] == "cancelled"
+    assert third["status"] == "cancelled" and third["last_error"] == f"dependency {keyed['id']} cancelled"
+    assert counts(server)["cancelled"] == 6
 
 
 def test_a_cascade_of_two_thousand_is_one_cancel(server_factory: Callable[..., LiveServer]) -> None:

@@ -110,12 +110,11 @@ async def jobs_insert_dependent(
         if missing := sorted(named - found.keys()):
             raise UnknownJobs(missing)
         inserted = await jobs_insert(conn, jobs)
-        # Items that are existing jobs (idempotency key) and that later items depend on: lock them too.
-        reused = {
-            inserted[p.item].job.id for ps in parents for p in ps if p.item is not None and not inserted[p.item].created
-        }
+        # Items that are existing jobs (idempotency key) and that later items depend on: lock them too (not
+        # those made by this very batch, when two items carry one key).
+        made = {i.job.id for i in inserted if i.created}
+        reused = {inserted[p.item].job.id for ps in parents for p in ps if p.item is not None} - made
         if reused:
-            # (A job gone since the insert found it was finished: retention deletes nothing else.)
             found |= await _lock_parents(conn, list(reused), None)
         items, edges = _settle(inserted, parents, policies, found)
         if not items:
@@ -134,43 +133,44 @@ def _settle(
 ) -> tuple[list[dict[str, Any]], list[dict[str, int]]]:
     """Each new dependant's status from its parents' (existing ones as locked, earlier items of the batch as
     decided here, in order); returns the JOB_SETTLE items and the job_dependencies rows."""
-    status: dict[int, str] = {}  # item -> its status after this enqueue (items created here)
+    status: dict[int, str] = {}  # job id -> its status after this enqueue (jobs created here)
     items: dict[int, dict[str, Any]] = {}  # job id -> JOB_SETTLE item
     edges: list[dict[str, int]] = []
-    for n, (ins, ps, policy) in enumerate(zip(inserted, parents, policies, strict=True)):
+    for ins, ps, policy in zip(inserted, parents, policies, strict=True):
         if not ins.created:
             continue
-        status[n] = ins.job.status
+        status[ins.job.id] = ins.job.status
         if not ps:
             continue
         ids: list[int] = []
-        unfinished: list[tuple[int, int | None]] = []  # (parent id, its item when made in this batch)
+        unfinished: list[int] = []
         bad: tuple[int, str] | None = None
         for p in ps:
-            made_here = p.item is not None and inserted[p.item].created
             pid = inserted[p.item].job.id if p.item is not None else p.job_id
             assert pid is not None
             if pid in ids:
                 continue
             ids.append(pid)
-            st = status[p.item] if made_here and p.item is not None else found.get(pid, "completed")
+            # A job made here (also when an earlier item's key named it again) as decided here; others as
+            # locked (one gone since the insert found it was finished: retention deletes nothing else).
+            st = status[pid] if pid in status else found.get(pid, "completed")
             if st == "completed":
                 continue
             if st in FINISHED:
                 bad = bad or (pid, st)
                 continue
-            unfinished.append((pid, p.item if made_here else None))
+            unfinished.append(pid)
         item: dict[str, Any] = {"id": ins.job.id, "depends_on": ids, "policy": policy, "pending": len(unfinished)}
         if bad is not None and policy != "run":
             item |= {"status": "cancelled", "error": f"dependency {bad[0]} {bad[1]}"}
         elif unfinished:
             item["status"] = "waiting"
-            for pid, parent_item in unfinished:
+            for pid in unfinished:
                 edges.append({"parent_id": pid, "job_id": ins.job.id})
-                if parent_item is not None:
+                if pid in status:  # made here: not marked by the lock
                     items.setdefault(pid, {"id": pid})["mark"] = True
         else:
             item["status"] = "pending"
         items[ins.job.id] = items.get(ins.job.id, {}) | item
-        status[n] = item["status"]
+        status[ins.job.id] = item["status"]
     return list(items.values()), edges
