@@ -265,6 +265,35 @@ def test_a_dependant_enqueued_while_its_parent_completes_is_released(server: Liv
     assert server.claim_one("b")["id"] == child
 
 
+def test_dependants_enqueued_around_their_parents_complete_never_wait_forever(server: LiveServer) -> None:
+    """Enqueues racing the complete of their parent, in both orders: each dependant ends pending."""
+    parents = [server.enqueue("a", payload=i) for i in range(4)]
+    claims = server.claim("a", limit=4)
+    made: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def enqueue(n: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            for i in range(25):
+                r = c.post("/queues/b/jobs", json={"payload": i, "depends_on": [parents[(n + i) % 4]["id"]]})
+                assert r.status_code == 201, r.text
+                with lock:
+                    made.append(r.json())
+
+    threads = [threading.Thread(target=enqueue, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    wait_until(lambda: len(made) >= 10, what="some dependants enqueued")
+    for claim in claims:
+        complete(server, claim)
+    for t in threads:
+        t.join(60)
+    assert len(made) == 100
+    assert {j["status"] for j in made} <= {"waiting", "pending"}
+    got = counts(server, "b")
+    assert (got["waiting"], got["ready"]) == (0, 100)
+
+
 def blocked_on_a_lock(database_url: str, text: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         wait_until(
