@@ -84,9 +84,9 @@ def add_operator_routes(api: FastAPI) -> None:
         "/queues/{queue}/jobs",
         operation_id="listJobs",
         summary="Jobs of a queue, a page at a time",
-        description="Pending jobs are listed in claim order, running ones by lease expiry, finished ones "
-        "newest first, all statuses together by id (newest first). Pages follow a cursor, so they do not "
-        "shift when jobs are added.",
+        description="Pending jobs are listed in claim order, waiting ones oldest first, running ones by lease "
+        "expiry, finished ones newest first, all statuses together by id (newest first). Pages follow a cursor, "
+        "so they do not shift when jobs are added.",
         tags=["operators"],
         response_model=JobPage,
         responses=_problems(401, 403, 422, 503),

@@ -308,7 +308,7 @@ export interface paths {
         };
         /**
          * Jobs of a queue, a page at a time
-         * @description Pending jobs are listed in claim order, running ones by lease expiry, finished ones newest first, all statuses together by id (newest first). Pages follow a cursor, so they do not shift when jobs are added.
+         * @description Pending jobs are listed in claim order, waiting ones oldest first, running ones by lease expiry, finished ones newest first, all statuses together by id (newest first). Pages follow a cursor, so they do not shift when jobs are added.
          */
         get: operations["listJobs"];
         put?: never;
