@@ -45,6 +45,8 @@ class Job:
     traceparent: str | None = None  # W3C trace context of the enqueue (None from a server without tracing)
     schedule: str | None = None  # the schedule that enqueued it, and the tick it stands for
     scheduled_for: datetime | None = None
+    group: str | None = None
+    progress: Any = None  # what the worker last reported with a heartbeat during the latest claim
 
     @property
     def finished(self) -> bool:
@@ -73,6 +75,8 @@ class Job:
             traceparent=doc.get("traceparent"),
             schedule=doc.get("schedule"),
             scheduled_for=_time_or_none(doc.get("scheduled_for")),
+            group=doc.get("group"),
+            progress=doc.get("progress"),
         )
 
 

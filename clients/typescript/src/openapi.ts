@@ -1256,6 +1256,13 @@ export interface components {
          *       "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
          *       "lease_seconds": 600
          *     }
+         * @example {
+         *       "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
+         *       "progress": {
+         *         "sent": 40,
+         *         "total": 100
+         *       }
+         *     }
          */
         HeartbeatRequest: {
             /** Claim Token */
@@ -1265,6 +1272,11 @@ export interface components {
              * @description New lease from now; default: the claim's lease.
              */
             lease_seconds?: number;
+            /**
+             * Progress
+             * @description Progress to show on the job (GET /jobs/{id}, the dashboard): any JSON value, e.g. `{"done": 40, "total": 100}`, up to JOBQ_MAX_PROGRESS_BYTES. It replaces what an earlier heartbeat reported; null clears it; left out, the job's progress stays as it is. The next claim clears it.
+             */
+            progress?: components["schemas"]["JsonValue"];
         };
         /**
          * HeartbeatResponse
@@ -1348,6 +1360,7 @@ export interface components {
          *         "to": "ada@example.com"
          *       },
          *       "priority": 5,
+         *       "progress": null,
          *       "queue": "emails",
          *       "result": null,
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -1373,6 +1386,7 @@ export interface components {
          *         "to": "ada@example.com"
          *       },
          *       "priority": 5,
+         *       "progress": null,
          *       "queue": "emails",
          *       "result": {
          *         "message_id": "abc"
@@ -1399,6 +1413,7 @@ export interface components {
          *         "report": "daily"
          *       },
          *       "priority": 0,
+         *       "progress": null,
          *       "queue": "reports",
          *       "result": {
          *         "rows": 1520
@@ -1448,6 +1463,11 @@ export interface components {
             payload: components["schemas"]["JsonValue"];
             /** Priority */
             priority: number;
+            /**
+             * Progress
+             * @description What the worker last reported with a heartbeat's `progress` during the latest claim; null when it reported nothing (a new claim clears it).
+             */
+            progress: components["schemas"]["JsonValue"];
             /** Queue */
             queue: string;
             /**
@@ -1543,6 +1563,7 @@ export interface components {
          *             "to": "ada@example.com"
          *           },
          *           "priority": 5,
+         *           "progress": null,
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -1568,6 +1589,7 @@ export interface components {
          *             "to": "ada@example.com"
          *           },
          *           "priority": 0,
+         *           "progress": null,
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -1604,6 +1626,7 @@ export interface components {
          *             "to": "ada@example.com"
          *           },
          *           "priority": 5,
+         *           "progress": null,
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -1630,7 +1653,7 @@ export interface components {
              */
             next_cursor: string | null;
         };
-        /** @description Any JSON value (null, boolean, number, string, array or object), except that strings and object keys cannot contain NUL (\u0000), which PostgreSQL cannot store, and numbers must be finite. Nested at most 32 levels (JOBQ_MAX_JSON_DEPTH); at most 1048576 bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES) and 1048576 as a result (JOBQ_MAX_RESULT_BYTES). Anything else is refused with 422. */
+        /** @description Any JSON value (null, boolean, number, string, array or object), except that strings and object keys cannot contain NUL (\u0000), which PostgreSQL cannot store, and numbers must be finite. Nested at most 32 levels (JOBQ_MAX_JSON_DEPTH); at most 1048576 bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES), 1048576 as a result (JOBQ_MAX_RESULT_BYTES) and 4096 as a heartbeat's progress (JOBQ_MAX_PROGRESS_BYTES). Anything else is refused with 422. */
         JsonValue: unknown;
         /** Problem */
         Problem: {
@@ -2553,6 +2576,7 @@ export interface components {
          *             "to": "ada@example.com"
          *           },
          *           "priority": 5,
+         *           "progress": null,
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3236,6 +3260,7 @@ export interface operations {
                      *             "to": "ada@example.com"
                      *           },
                      *           "priority": 5,
+                     *           "progress": null,
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3358,6 +3383,7 @@ export interface operations {
                      *         "to": "ada@example.com"
                      *       },
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3475,6 +3501,7 @@ export interface operations {
                      *         "to": "ada@example.com"
                      *       },
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3620,6 +3647,7 @@ export interface operations {
                      *         "to": "ada@example.com"
                      *       },
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3764,6 +3792,7 @@ export interface operations {
                      *         "to": "ada@example.com"
                      *       },
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -4028,6 +4057,7 @@ export interface operations {
                      *         "to": "ada@example.com"
                      *       },
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -4161,6 +4191,7 @@ export interface operations {
                      *         "to": "ada@example.com"
                      *       },
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -4749,6 +4780,7 @@ export interface operations {
                      *             "to": "ada@example.com"
                      *           },
                      *           "priority": 5,
+                     *           "progress": null,
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -4854,6 +4886,7 @@ export interface operations {
                      *         "to": "ada@example.com"
                      *       },
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -4890,6 +4923,7 @@ export interface operations {
                      *         "to": "ada@example.com"
                      *       },
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -5028,6 +5062,7 @@ export interface operations {
                      *             "to": "ada@example.com"
                      *           },
                      *           "priority": 5,
+                     *           "progress": null,
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -5053,6 +5088,7 @@ export interface operations {
                      *             "to": "ada@example.com"
                      *           },
                      *           "priority": 0,
+                     *           "progress": null,
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
