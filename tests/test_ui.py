@@ -295,6 +295,44 @@ def test_dashboard_shows_a_running_jobs_progress_in_a_browser(browser: Any, serv
     tab.close()
 
 
+def test_dashboard_configures_a_queues_limits_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    for i in range(3):
+        server.enqueue("partners", {"n": i}, group="customer-7")
+    server.enqueue("partners", {"n": 9}, group="customer-1042")
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    page.goto(f"{server.url}/ui#/queues/partners")
+    form = page.locator("#queue-config")
+    expect(form.get_by_role("table", name="Groups with the most ready jobs")).to_contain_text("customer-7")
+    expect(form.get_by_role("table", name="Groups with the most ready jobs")).to_contain_text("3 ready, 0 running")
+    page.locator("#auto-refresh").uncheck()  # the form is being edited; keep the page still
+
+    form.get_by_label("concurrency (running jobs)").fill("3")
+    form.get_by_label("rate: claims", exact=True).fill("100")
+    form.get_by_label("rate: per seconds", exact=True).fill("60")
+    form.get_by_label("fair").check()
+    page.locator("#config-save").click()
+    expect(page.locator("#banner")).to_contain_text("configuration saved")
+    config = server.client.get("/queues/partners/config").json()
+    assert (config["concurrency"], config["rate"], config["fair"]) == (3, {"limit": 100, "per_seconds": 60}, True)
+    assert config["group_concurrency"] is None and config["ordered"] is None
+
+    # A value the API refuses shows its problem, and changes nothing; an emptied field goes back to the global.
+    form.get_by_label("concurrency (running jobs)").fill("0")
+    page.locator("#config-save").click()
+    expect(page.locator("#banner")).to_contain_text("(422)")
+    assert server.client.get("/queues/partners/config").json()["concurrency"] == 3
+    form.get_by_label("concurrency (running jobs)").fill("")
+    page.locator("#config-save").click()
+    expect(page.locator("#banner")).to_contain_text("configuration saved")
+    config = server.client.get("/queues/partners/config").json()
+    assert (config["concurrency"], config["rate"], config["fair"]) == (None, {"limit": 100, "per_seconds": 60}, True)
+    tab.close()
+
+
 def test_dashboard_asks_for_a_key_when_auth_is_on(browser: Any, server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
     from playwright.sync_api import expect
 
