@@ -88,6 +88,9 @@ class Settings(BaseSettings):
         1_048_576, ge=64, le=64 * 1_048_576, description="Largest job payload (JSON, bytes)."
     )
     max_result_bytes: int = Field(1_048_576, ge=64, le=64 * 1_048_576, description="Largest job result.")
+    max_progress_bytes: int = Field(
+        4096, ge=64, le=1_048_576, description="Largest progress a heartbeat may report (JSON, bytes)."
+    )
     max_request_bytes: int = Field(16 * 1_048_576, ge=1024, le=1024 * 1_048_576, description="Largest request body.")
     max_batch_jobs: int = Field(1000, ge=1, le=10_000, description="Most jobs in one batch enqueue.")
     max_dependencies: int = Field(

@@ -554,6 +554,40 @@ def test_heartbeats_keep_a_handler_slower_than_its_lease(server_factory, db: psy
     assert (final.attempts, final.result, calls) == (1, "made it", [job.id])
 
 
+def test_a_handler_reports_progress_that_the_job_shows_while_it_runs(server: LiveServer) -> None:
+    # The lease (600 s) would put the next heartbeat 200 s away: the progress is sent early, on its own.
+    release = threading.Event()
+    worker = Worker(server.url, concurrency=1, lease_seconds=600, wait_seconds=1)
+
+    @worker.handler("q")
+    def counting(job: JobContext) -> str:
+        for done in range(1, 4):
+            job.progress({"done": done, "total": 3})  # only the latest value needs to reach the server
+        release.wait(60)
+        return "counted"
+
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "count")
+        with running(worker):
+            wait_until(lambda: jobq.get_job(job.id).progress == {"done": 3, "total": 3}, what="the progress shown")
+            assert jobq.get_job(job.id).status == "running"
+            release.set()
+            wait_until(lambda: jobq.get_job(job.id).status == "completed", what="completion")
+        assert jobq.get_job(job.id).result == "counted"
+
+
+def test_heartbeat_call_sends_progress_and_null_clears_it(server: LiveServer) -> None:
+    with Client(server.url) as jobq:
+        job = jobq.enqueue("q", "x")
+        [claim] = jobq.claim("q", "w")
+        jobq.heartbeat(claim.id, claim.claim_token, progress="half way")
+        assert jobq.get_job(job.id).progress == "half way"
+        jobq.heartbeat(claim.id, claim.claim_token)  # left out: unchanged
+        assert jobq.get_job(job.id).progress == "half way"
+        jobq.heartbeat(claim.id, claim.claim_token, progress=None)
+        assert jobq.get_job(job.id).progress is None
+
+
 def test_a_lost_claim_stops_the_handler_and_nothing_is_sent(server: LiveServer, db: psycopg.Connection, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.INFO, "jobq_client")
     started, stopped = threading.Event(), threading.Event()

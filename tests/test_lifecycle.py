@@ -64,6 +64,45 @@ def test_heartbeat_errors(server: LiveServer) -> None:
     problem(post(server, f"/jobs/{2**63}/heartbeat", {"claim_token": "x"}), 422, "validation-error")
 
 
+def test_heartbeat_progress_is_kept_shown_replaced_and_cleared_by_the_next_claim(server: LiveServer) -> None:
+    job = server.enqueue(payload=1)
+    c = server.claim_one()
+    assert server.client.get(f"/jobs/{job['id']}").json()["progress"] is None
+    beat = {"claim_token": c["claim_token"], "progress": {"done": 40, "total": 100}}
+    assert post(server, f"/jobs/{c['id']}/heartbeat", beat).status_code == 200
+    assert server.client.get(f"/jobs/{job['id']}").json()["progress"] == {"done": 40, "total": 100}
+    # A beat without progress leaves it; one with progress replaces it; null clears it.
+    assert post(server, f"/jobs/{c['id']}/heartbeat", {"claim_token": c["claim_token"]}).status_code == 200
+    assert server.client.get(f"/jobs/{job['id']}").json()["progress"] == {"done": 40, "total": 100}
+    assert post(server, f"/jobs/{c['id']}/heartbeat", beat | {"progress": "uploading"}).status_code == 200
+    assert server.client.get(f"/jobs/{job['id']}").json()["progress"] == "uploading"
+    assert post(server, f"/jobs/{c['id']}/heartbeat", beat | {"progress": None}).status_code == 200
+    assert server.client.get(f"/jobs/{job['id']}").json()["progress"] is None
+    # It stays with the job through a fail (the last attempt's progress is worth seeing), and the next
+    # claim starts without it.
+    assert post(server, f"/jobs/{c['id']}/heartbeat", beat | {"progress": 7}).status_code == 200
+    failed = post(server, f"/jobs/{c['id']}/fail", {"claim_token": c["claim_token"], "error": "x",
+                                                     "retry_in_seconds": 0})  # fmt: skip
+    assert failed.status_code == 200
+    assert server.client.get(f"/jobs/{job['id']}").json()["progress"] == 7
+    again = server.claim_one()
+    assert again["id"] == job["id"]
+    assert server.client.get(f"/jobs/{job['id']}").json()["progress"] is None
+
+
+def test_progress_of_a_stale_claim_or_too_big_is_refused(server: LiveServer) -> None:
+    server.enqueue(payload=1)
+    c = server.claim_one()
+    stale = {"claim_token": "not-the-token", "progress": {"done": 1}}
+    problem(post(server, f"/jobs/{c['id']}/heartbeat", stale), 409, "claim-lost")
+    assert server.client.get(f"/jobs/{c['id']}").json()["progress"] is None
+    big = {"claim_token": c["claim_token"], "progress": "x" * server.settings.max_progress_bytes}
+    problem(post(server, f"/jobs/{c['id']}/heartbeat", big), 422, "validation-error")
+    bad = {"claim_token": c["claim_token"], "progress": "\u0000"}
+    problem(post(server, f"/jobs/{c['id']}/heartbeat", bad), 422, "validation-error")
+    assert server.client.get(f"/jobs/{c['id']}").json()["progress"] is None
+
+
 # --- complete -----------------------------------------------------------------------------------------------
 
 

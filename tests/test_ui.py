@@ -267,6 +267,72 @@ def test_dashboard_shows_queues_and_acts_on_them_in_a_browser(browser: Any, serv
     tab.close()
 
 
+def test_dashboard_shows_a_running_jobs_progress_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    job = server.enqueue("uploads", {"file": "a.bin"})
+    claim = server.claim_one("uploads")
+    beat = {"claim_token": claim["claim_token"], "progress": {"done": 40, "total": 100, "step": XSS}}
+    assert server.client.post(f"/jobs/{job['id']}/heartbeat", json=beat).status_code == 200
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    page.goto(f"{server.url}/ui#/jobs/{job['id']}")
+    expect(page.locator("#progress-bar")).to_have_attribute("value", "40")
+    expect(page.locator("#progress")).to_contain_text("40 of 100 (40%)")
+    expect(page.locator("#progress-value")).to_contain_text(XSS)  # shown as text, never as markup
+    assert page.locator("img").count() == 0
+    # Progress that is not {done, total} is shown as JSON alone; a job with none shows no section.
+    beat["progress"] = "resizing"
+    assert server.client.post(f"/jobs/{job['id']}/heartbeat", json=beat).status_code == 200
+    page.reload()
+    expect(page.locator("#progress-value")).to_have_text('"resizing"')
+    expect(page.locator("#progress-bar")).to_have_count(0)
+    other = server.enqueue("uploads", {"file": "b.bin"})
+    page.goto(f"{server.url}/ui#/jobs/{other['id']}")
+    expect(page.locator("#payload")).to_contain_text("b.bin")
+    expect(page.locator("#progress")).to_be_hidden()
+    tab.close()
+
+
+def test_dashboard_configures_a_queues_limits_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    for i in range(3):
+        server.enqueue("partners", {"n": i}, group="customer-7")
+    server.enqueue("partners", {"n": 9}, group="customer-1042")
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    page.goto(f"{server.url}/ui#/queues/partners")
+    form = page.locator("#queue-config")
+    expect(form.get_by_role("table", name="Groups with the most ready jobs")).to_contain_text("customer-7")
+    expect(form.get_by_role("table", name="Groups with the most ready jobs")).to_contain_text("3 ready, 0 running")
+    page.locator("#auto-refresh").uncheck()  # the form is being edited; keep the page still
+
+    form.get_by_label("concurrency (running jobs)").fill("3")
+    form.get_by_label("rate: claims", exact=True).fill("100")
+    form.get_by_label("rate: per seconds", exact=True).fill("60")
+    form.get_by_label("fair").check()
+    page.locator("#config-save").click()
+    expect(page.locator("#banner")).to_contain_text("configuration saved")
+    config = server.client.get("/queues/partners/config").json()
+    assert (config["concurrency"], config["rate"], config["fair"]) == (3, {"limit": 100, "per_seconds": 60}, True)
+    assert config["group_concurrency"] is None and config["ordered"] is None
+
+    # A value the API refuses shows its problem, and changes nothing; an emptied field goes back to the global.
+    form.get_by_label("concurrency (running jobs)").fill("0")
+    page.locator("#config-save").click()
+    expect(page.locator("#banner")).to_contain_text("(422)")
+    assert server.client.get("/queues/partners/config").json()["concurrency"] == 3
+    form.get_by_label("concurrency (running jobs)").fill("")
+    page.locator("#config-save").click()
+    expect(page.locator("#banner")).to_contain_text("configuration saved")
+    config = server.client.get("/queues/partners/config").json()
+    assert (config["concurrency"], config["rate"], config["fair"]) == (None, {"limit": 100, "per_seconds": 60}, True)
+    tab.close()
+
+
 def test_dashboard_asks_for_a_key_when_auth_is_on(browser: Any, server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
     from playwright.sync_api import expect
 

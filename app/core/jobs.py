@@ -324,7 +324,13 @@ class JobService:
             return await store.jobs_heartbeat(conn, beats)
 
     async def heartbeat(self, job_id: int, req: HeartbeatRequest, allowed: str | None = None) -> Renewal:
-        outcome, expires = await self._heartbeat(Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed))
+        beat = Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed)
+        if "progress" in req.model_fields_set:
+            progress = None
+            if req.progress is not None:
+                progress = self._json(req.progress, self.settings.max_progress_bytes, ["body", "progress"])
+            beat = Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed, progress, set_progress=True)
+        outcome, expires = await self._heartbeat(beat)
         if outcome == "cancelled":
             # Cooperative cancel: the worker learns it here, stops, and does not complete.
             return Renewal(job_id, None, True)

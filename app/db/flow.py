@@ -320,6 +320,7 @@ WITH RECURSIVE cfg AS (
       lease_seconds = s.lease,
       lease_expires_at = stamp.now + make_interval(secs => s.lease),
       locked_by = s.worker,
+      progress = NULL,
       claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
                                            'base64'), '+/', '-_'), '=')
   FROM chosen

@@ -46,7 +46,7 @@ def job_columns(full: str = "true") -> str:
         "j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, "
         "j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, "
         f"CASE WHEN {full} THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, "
-        'j.schedule, j.scheduled_for, j.group_key AS "group", j.depends_on, '
+        'j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, '
         # NULL means cancel, and says nothing for a job without dependencies; the count only while waiting.
         "CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END "
         "AS on_dependency_failure, "
@@ -277,6 +277,7 @@ WITH candidates AS (
       lease_seconds = s.lease,
       lease_expires_at = stamp.now + make_interval(secs => s.lease),
       locked_by = s.worker,
+      progress = NULL,  -- progress belongs to an attempt: a new claim starts without
       -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
       claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
                                            'base64'), '+/', '-_'), '=')
@@ -374,12 +375,15 @@ def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[st
 
 JOB_HEARTBEAT_MANY = f"""
 WITH input AS (
-  SELECT * FROM json_to_recordset(%(beats)s::json) AS t(ord int, id bigint, token text, lease int, allowed text)
+  SELECT * FROM json_to_recordset(%(beats)s::json)
+    AS t(ord int, id bigint, token text, lease int, allowed text, progress text, set_progress bool)
 ), renewed AS (
-  -- Guarded by id + token + running (a stale claim renews nothing) + the caller's queues.
+  -- Guarded by id + token + running (a stale claim renews nothing) + the caller's queues. A beat that
+  -- carries progress replaces the job's (JSON null clears it); one without leaves it as it is.
   UPDATE jobs AS j
   SET lease_expires_at = clock_timestamp() + make_interval(secs => coalesce(i.lease, j.lease_seconds)),
-      lease_seconds = coalesce(i.lease, j.lease_seconds)
+      lease_seconds = coalesce(i.lease, j.lease_seconds),
+      progress = CASE WHEN i.set_progress THEN i.progress::jsonb ELSE j.progress END
   FROM input i
   WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
     AND j.status = {RUNNING} AND j.claim_token = i.token AND {queue_allowed("j.queue_name", "i.allowed")}
@@ -405,13 +409,23 @@ class Heartbeat:
     token: str
     lease_seconds: int | None
     allowed: str | None = None  # the caller's queue regex; None: every queue
+    progress: str | None = None  # JSON text; stored only when set_progress (None then: clear it)
+    set_progress: bool = False
 
 
 async def jobs_heartbeat(
     conn: psycopg.AsyncConnection[Any], beats: Sequence[Heartbeat]
 ) -> list[tuple[Outcome, datetime | None]]:
     doc = [
-        {"ord": n, "id": b.id, "token": b.token, "lease": b.lease_seconds, "allowed": b.allowed}
+        {
+            "ord": n,
+            "id": b.id,
+            "token": b.token,
+            "lease": b.lease_seconds,
+            "allowed": b.allowed,
+            "progress": b.progress,
+            "set_progress": b.set_progress,
+        }
         for n, b in enumerate(beats)
     ]
     cur = conn.cursor(row_factory=rows_of(Beat))

@@ -94,6 +94,7 @@ class JobRow:
     schedule: str | None  # the schedule that made it, and the tick it stands for
     scheduled_for: datetime | None
     group: str | None
+    progress: str | None  # JSON text: what the worker last reported (heartbeat), None when nothing
     depends_on: list[int] | None  # dependencies between jobs (app/db/dependencies.py)
     on_dependency_failure: str | None
     pending_dependencies: int | None

@@ -15,7 +15,7 @@ from app.db.flow import QueueConfigRow
 from app.models.jobs import Claim, CompleteOutcome, HeartbeatResponse, Job
 from app.models.schedules import Schedule
 
-JSON_FIELDS = frozenset({"payload", "result"})
+JSON_FIELDS = frozenset({"payload", "result", "progress"})
 
 Document = dict[str, Any]
 

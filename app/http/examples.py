@@ -53,6 +53,7 @@ _JOB: dict[str, Any] = {
     "schedule": None,
     "scheduled_for": None,
     "group": "customer-1042",
+    "progress": None,
     "depends_on": None,
     "on_dependency_failure": None,
     "pending_dependencies": None,
@@ -236,7 +237,11 @@ SCHEMAS: dict[str, list[Any]] = {
         # One request per job: the results of the jobs just finished ride on the next claim.
         {"worker": "mailer-1", "wait_seconds": 20, "complete": [{"id": 41, "claim_token": _TOKEN, "result": "sent"}]},
     ],
-    "HeartbeatRequest": [{"claim_token": _TOKEN}, {"claim_token": _TOKEN, "lease_seconds": 600}],
+    "HeartbeatRequest": [
+        {"claim_token": _TOKEN},
+        {"claim_token": _TOKEN, "lease_seconds": 600},
+        {"claim_token": _TOKEN, "progress": {"sent": 40, "total": 100}},
+    ],
     "CompleteRequest": [{"claim_token": _TOKEN, "result": {"message_id": "abc"}}],
     "FailRequest": [
         {"claim_token": _TOKEN, "error": "SMTP 451: try again later", "retry_in_seconds": 30},

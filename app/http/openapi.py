@@ -77,8 +77,9 @@ def json_value_schema(s: Settings) -> dict[str, Any]:
             "Any JSON value (null, boolean, number, string, array or object), except that strings and object "
             "keys cannot contain NUL (\\u0000), which PostgreSQL cannot store, and numbers must be finite. "
             f"Nested at most {s.max_json_depth} levels (JOBQ_MAX_JSON_DEPTH); at most {s.max_payload_bytes} "
-            f"bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES) and {s.max_result_bytes} as a result "
-            "(JOBQ_MAX_RESULT_BYTES). Anything else is refused with 422."
+            f"bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES), {s.max_result_bytes} as a result "
+            f"(JOBQ_MAX_RESULT_BYTES) and {s.max_progress_bytes} as a heartbeat's progress (JOBQ_MAX_PROGRESS_BYTES). "
+            "Anything else is refused with 422."
         ),
     }
 

@@ -212,9 +212,17 @@ class _ClaimRequest(Body):
     complete: list[CompleteItem] = Field(default_factory=list, description=COMPLETE_ON_CLAIM)
 
 
+PROGRESS_TEXT = (
+    "Progress to show on the job (GET /jobs/{id}, the dashboard): any JSON value, e.g. "
+    '`{"done": 40, "total": 100}`, up to JOBQ_MAX_PROGRESS_BYTES. It replaces what an earlier heartbeat '
+    "reported; null clears it; left out, the job's progress stays as it is. The next claim clears it."
+)
+
+
 class _HeartbeatRequest(Body):
     claim_token: ClaimToken
     lease_seconds: Maybe[Annotated[int, Strict(), Field(ge=1), Integral]] = omitted("New lease.")
+    progress: Json = Field(None, description=PROGRESS_TEXT, json_schema_extra=_omittable_schema)
 
 
 class CompleteRequest(Body):
@@ -279,6 +287,10 @@ class Job(BaseModel):
         description="The schedule's tick this job stands for (its cron time); null for other jobs."
     )
     group: str | None = Field(description="The job's group; null: none.")
+    progress: Json = Field(
+        description="What the worker last reported with a heartbeat's `progress` during the latest claim; "
+        "null when it reported nothing (a new claim clears it)."
+    )
     depends_on: list[int] | None = Field(description="The jobs this one runs after, as enqueued; null: none.")
     on_dependency_failure: OnDependencyFailure | None = Field(
         description="What a failed or cancelled dependency does to this job; null for a job without dependencies."

@@ -906,6 +906,22 @@
     };
   }
 
+  // What the worker last reported (a heartbeat's `progress`): a bar when it reads as {done, total}, and the
+  // value as JSON in any case. Hidden when nothing was reported during the latest claim.
+  function showProgress(box, value) {
+    box.hidden = value === null || value === undefined;
+    if (box.hidden) return box.replaceChildren();
+    const parts = [];
+    const { done, total } = typeof value === "object" && value !== null ? value : {};
+    if (typeof done === "number" && typeof total === "number" && total > 0) {
+      const share = Math.min(Math.max(done / total, 0), 1);
+      parts.push(el("progress", { id: "progress-bar", max: String(total), value: String(Math.min(Math.max(done, 0), total)) }),
+        el("span", { class: "muted" }, ` ${done} of ${total} (${Math.round(share * 100)}%)`));
+    }
+    parts.push(el("pre", { id: "progress-value" }, fmtJson(value)));
+    box.replaceChildren(...parts);
+  }
+
   function jobView(id) {
     const back = el("p");
     const title = el("h2", {}, `Job ${id} `);
@@ -917,6 +933,8 @@
     const payload = el("pre", { id: "payload" });
     const result = el("pre", { id: "result" });
     const error = el("pre", { id: "last-error", class: "error" });
+    const progressTitle = el("h3", { hidden: true }, "Progress");
+    const progress = el("div", { id: "progress", hidden: true });
     title.append(state);
 
     retry.addEventListener("click", () =>
@@ -935,6 +953,8 @@
           el("div", { class: "toolbar" }, retry, cancel),
           panel,
           fields,
+          progressTitle,
+          progress,
           el("h3", {}, "Payload"),
           payload,
           el("h3", {}, "Result"),
@@ -971,6 +991,8 @@
         payload.textContent = fmtJson(job.payload);
         result.textContent = fmtJson(job.result);
         error.textContent = job.last_error ?? "none";
+        showProgress(progress, job.progress);
+        progressTitle.hidden = progress.hidden;
       },
     };
   }

@@ -129,6 +129,7 @@ def job_lines(j: dict[str, Any]) -> list[str]:
         ("finished", _at(j["finished_at"])),
         ("worker", j["worker"]),
         ("idempotency key", j["idempotency_key"]),
+        ("group", j.get("group")),
     ]
     if j.get("depends_on"):
         fields.append(("depends on", " ".join(str(i) for i in j["depends_on"])))
@@ -140,7 +141,9 @@ def job_lines(j: dict[str, Any]) -> list[str]:
     lines += [f"  {name:<16}{value}" for name, value in fields if value is not None]
     if j["last_error"] is not None:
         lines += ["  last error", *("    " + line for line in j["last_error"].splitlines())]
-    for name in ("payload", "result"):
+    for name in ("progress", "payload", "result"):
+        if name == "progress" and j.get(name) is None:
+            continue
         text = json.dumps(j[name], indent=2, ensure_ascii=False)
         lines += [f"  {name}", *("    " + line for line in text.splitlines())]
     return lines

@@ -188,8 +188,17 @@ def complete_and_claim(
     )
 
 
-def heartbeat(job_id: int, claim_token: str, lease_seconds: int | None) -> Call[Heartbeat]:
+class _Unset(Enum):
+    UNSET = "unset"
+
+
+UNSET = _Unset.UNSET  # an argument left out, where None means JSON null
+
+
+def heartbeat(job_id: int, claim_token: str, lease_seconds: int | None, progress: Any = UNSET) -> Call[Heartbeat]:
     body = _drop_none({"claim_token": claim_token, "lease_seconds": lease_seconds})
+    if progress is not UNSET:
+        body["progress"] = progress
     return Call("heartbeatJob", "POST", f"/jobs/{int(job_id)}/heartbeat", body, Safety.REPEATABLE, _heartbeat)
 
 

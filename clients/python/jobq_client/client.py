@@ -219,9 +219,12 @@ class Client(_Base):
             )
         )
 
-    def heartbeat(self, job_id: int, claim_token: str, *, lease_seconds: int | None = None) -> Heartbeat:
-        """Extend the lease (by the claim's lease unless `lease_seconds`). ClaimLost: stop working."""
-        return self._send(_calls.heartbeat(job_id, claim_token, lease_seconds))
+    def heartbeat(
+        self, job_id: int, claim_token: str, *, lease_seconds: int | None = None, progress: Any = _calls.UNSET
+    ) -> Heartbeat:
+        """Extend the lease (by the claim's lease unless `lease_seconds`). ClaimLost: stop working.
+        `progress` (any JSON value; None clears it) is shown on the job until the next claim."""
+        return self._send(_calls.heartbeat(job_id, claim_token, lease_seconds, progress))
 
     def complete(self, job_id: int, claim_token: str, result: Any = None) -> Job:
         return self._send(_calls.complete(job_id, claim_token, result))
@@ -408,8 +411,10 @@ class AsyncClient(_Base):
             )
         )
 
-    async def heartbeat(self, job_id: int, claim_token: str, *, lease_seconds: int | None = None) -> Heartbeat:
-        return await self._send(_calls.heartbeat(job_id, claim_token, lease_seconds))
+    async def heartbeat(
+        self, job_id: int, claim_token: str, *, lease_seconds: int | None = None, progress: Any = _calls.UNSET
+    ) -> Heartbeat:
+        return await self._send(_calls.heartbeat(job_id, claim_token, lease_seconds, progress))
 
     async def complete(self, job_id: int, claim_token: str, result: Any = None) -> Job:
         return await self._send(_calls.complete(job_id, claim_token, result))

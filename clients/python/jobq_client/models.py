@@ -48,6 +48,8 @@ class Job:
     traceparent: str | None = None  # W3C trace context of the enqueue (None from a server without tracing)
     schedule: str | None = None  # the schedule that enqueued it, and the tick it stands for
     scheduled_for: datetime | None = None
+    group: str | None = None
+    progress: Any = None  # what the worker last reported with a heartbeat during the latest claim
     depends_on: tuple[int, ...] | None = None  # the jobs it runs after (None: none)
     on_dependency_failure: OnDependencyFailure | None = None  # None for a job without dependencies
     pending_dependencies: int | None = None  # while waiting: dependencies not finished yet
@@ -79,6 +81,8 @@ class Job:
             traceparent=doc.get("traceparent"),
             schedule=doc.get("schedule"),
             scheduled_for=_time_or_none(doc.get("scheduled_for")),
+            group=doc.get("group"),
+            progress=doc.get("progress"),
             depends_on=None if doc.get("depends_on") is None else tuple(int(i) for i in doc["depends_on"]),
             on_dependency_failure=doc.get("on_dependency_failure"),
             pending_dependencies=doc.get("pending_dependencies"),

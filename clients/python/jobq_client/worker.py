@@ -19,11 +19,13 @@ import random
 import signal
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, TypeVar, Union
 
+from jobq_client import _calls
 from jobq_client._calls import RetryPolicy
 from jobq_client._tracing import JobSpans
 from jobq_client.client import AsyncClient
@@ -51,6 +53,7 @@ MAX_HAND_INS = 1000  # completes carried by one claim: the server's default JOBQ
 CLAIM_LOST = "claim lost"
 CANCEL_REQUESTED = "cancel requested"
 SHUTDOWN = "worker shutting down"
+PROGRESS_INTERVAL = 1.0  # seconds: the most often a job's reported progress is sent
 
 
 class RetryLater(Exception):
@@ -80,6 +83,9 @@ class JobContext:
         self._waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.stop_reason: str | None = None
         self._span: Any = None  # the job's OpenTelemetry span, when it has one
+        self._loop = asyncio.get_running_loop()
+        self._progress: Any = _calls.UNSET  # reported by the handler, not sent yet
+        self._progress_ready = asyncio.Event()
 
     @property
     def id(self) -> int:
@@ -108,6 +114,14 @@ class JobContext:
     def sleep(self, seconds: float) -> bool:
         """For sync handlers: sleep, but wake at once when told to stop. True when stopped."""
         return self._stopped.wait(seconds)
+
+    def progress(self, value: Any) -> None:
+        """Report progress (any JSON value, e.g. {"done": 40, "total": 100}; None clears it): shown on the job
+        (GET /jobs/{id}, the dashboard) until its next claim. Safe from sync and async handlers; it never
+        blocks. Sent with the next heartbeat, which comes early for it but at most once a second, so a
+        handler may call this as often as it likes: only the latest value is sent."""
+        self._progress = value
+        self._loop.call_soon_threadsafe(self._progress_ready.set)
 
     def _stop(self, reason: str) -> None:
         # Called on the event loop only.
@@ -647,10 +661,19 @@ class Worker:
             _unrecorded(ctx, exc)
 
     async def _heartbeats(self, client: AsyncClient, ctx: JobContext) -> None:
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(self.heartbeat_interval)
+            # Every heartbeat_interval, or earlier when the handler reported progress (but not more
+            # often than PROGRESS_INTERVAL).
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ctx._progress_ready.wait(), timeout=self.heartbeat_interval)
+            if ctx._progress_ready.is_set():
+                await asyncio.sleep(max(0.0, last + min(PROGRESS_INTERVAL, self.heartbeat_interval) - time.monotonic()))
+            ctx._progress_ready.clear()
+            progress, ctx._progress = ctx._progress, _calls.UNSET
+            last = time.monotonic()
             try:
-                beat = await client.heartbeat(ctx.id, ctx.claim.claim_token)
+                beat = await client.heartbeat(ctx.id, ctx.claim.claim_token, progress=progress)
             except (Conflict, NotFound) as exc:
                 ctx._stop(CLAIM_LOST)
                 log.warning("job %s: heartbeat refused (%s)", ctx.id, exc)

@@ -303,10 +303,14 @@ export class Client {
     });
   }
 
-  /** Extend the lease (by the claim's lease unless `leaseSeconds`). ClaimLost: stop working. */
-  heartbeat(id: number, claimToken: string, options: { leaseSeconds?: number } = {}): Promise<Heartbeat> {
+  /**
+   * Extend the lease (by the claim's lease unless `leaseSeconds`). ClaimLost: stop working. `progress` (any
+   * JSON value; null clears it) is shown on the job until its next claim; left out, it stays as it is.
+   */
+  heartbeat(id: number, claimToken: string, options: { leaseSeconds?: number; progress?: unknown } = {}): Promise<Heartbeat> {
     const body: Schemas["HeartbeatRequest"] = { claim_token: claimToken };
     if (options.leaseSeconds !== undefined) body.lease_seconds = options.leaseSeconds;
+    if ("progress" in options) body.progress = options.progress === undefined ? null : options.progress;
     return this.send({
       operation: "heartbeatJob",
       method: "POST",

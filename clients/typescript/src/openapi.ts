@@ -1332,6 +1332,13 @@ export interface components {
          *       "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
          *       "lease_seconds": 600
          *     }
+         * @example {
+         *       "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
+         *       "progress": {
+         *         "sent": 40,
+         *         "total": 100
+         *       }
+         *     }
          */
         HeartbeatRequest: {
             /** Claim Token */
@@ -1341,6 +1348,11 @@ export interface components {
              * @description New lease from now; default: the claim's lease.
              */
             lease_seconds?: number;
+            /**
+             * Progress
+             * @description Progress to show on the job (GET /jobs/{id}, the dashboard): any JSON value, e.g. `{"done": 40, "total": 100}`, up to JOBQ_MAX_PROGRESS_BYTES. It replaces what an earlier heartbeat reported; null clears it; left out, the job's progress stays as it is. The next claim clears it.
+             */
+            progress?: components["schemas"]["JsonValue"];
         };
         /**
          * HeartbeatResponse
@@ -1427,6 +1439,7 @@ export interface components {
          *       },
          *       "pending_dependencies": null,
          *       "priority": 5,
+         *       "progress": null,
          *       "queue": "emails",
          *       "result": null,
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -1455,6 +1468,7 @@ export interface components {
          *       },
          *       "pending_dependencies": null,
          *       "priority": 5,
+         *       "progress": null,
          *       "queue": "emails",
          *       "result": {
          *         "message_id": "abc"
@@ -1484,6 +1498,7 @@ export interface components {
          *       },
          *       "pending_dependencies": null,
          *       "priority": 0,
+         *       "progress": null,
          *       "queue": "reports",
          *       "result": {
          *         "rows": 1520
@@ -1516,6 +1531,7 @@ export interface components {
          *       },
          *       "pending_dependencies": 1,
          *       "priority": 0,
+         *       "progress": null,
          *       "queue": "reports",
          *       "result": null,
          *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -1578,6 +1594,11 @@ export interface components {
             pending_dependencies: number | null;
             /** Priority */
             priority: number;
+            /**
+             * Progress
+             * @description What the worker last reported with a heartbeat's `progress` during the latest claim; null when it reported nothing (a new claim clears it).
+             */
+            progress: components["schemas"]["JsonValue"];
             /** Queue */
             queue: string;
             /**
@@ -1676,6 +1697,7 @@ export interface components {
          *           },
          *           "pending_dependencies": null,
          *           "priority": 5,
+         *           "progress": null,
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -1704,6 +1726,7 @@ export interface components {
          *           },
          *           "pending_dependencies": null,
          *           "priority": 0,
+         *           "progress": null,
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -1743,6 +1766,7 @@ export interface components {
          *           },
          *           "pending_dependencies": null,
          *           "priority": 5,
+         *           "progress": null,
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -1769,7 +1793,7 @@ export interface components {
              */
             next_cursor: string | null;
         };
-        /** @description Any JSON value (null, boolean, number, string, array or object), except that strings and object keys cannot contain NUL (\u0000), which PostgreSQL cannot store, and numbers must be finite. Nested at most 32 levels (JOBQ_MAX_JSON_DEPTH); at most 1048576 bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES) and 1048576 as a result (JOBQ_MAX_RESULT_BYTES). Anything else is refused with 422. */
+        /** @description Any JSON value (null, boolean, number, string, array or object), except that strings and object keys cannot contain NUL (\u0000), which PostgreSQL cannot store, and numbers must be finite. Nested at most 32 levels (JOBQ_MAX_JSON_DEPTH); at most 1048576 bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES), 1048576 as a result (JOBQ_MAX_RESULT_BYTES) and 4096 as a heartbeat's progress (JOBQ_MAX_PROGRESS_BYTES). Anything else is refused with 422. */
         JsonValue: unknown;
         /** Problem */
         Problem: {
@@ -2705,6 +2729,7 @@ export interface components {
          *           },
          *           "pending_dependencies": null,
          *           "priority": 5,
+         *           "progress": null,
          *           "queue": "emails",
          *           "result": null,
          *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3391,6 +3416,7 @@ export interface operations {
                      *           },
                      *           "pending_dependencies": null,
                      *           "priority": 5,
+                     *           "progress": null,
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3516,6 +3542,7 @@ export interface operations {
                      *       },
                      *       "pending_dependencies": null,
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3636,6 +3663,7 @@ export interface operations {
                      *       },
                      *       "pending_dependencies": null,
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3784,6 +3812,7 @@ export interface operations {
                      *       },
                      *       "pending_dependencies": null,
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -3931,6 +3960,7 @@ export interface operations {
                      *       },
                      *       "pending_dependencies": null,
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -4198,6 +4228,7 @@ export interface operations {
                      *       },
                      *       "pending_dependencies": null,
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -4334,6 +4365,7 @@ export interface operations {
                      *       },
                      *       "pending_dependencies": null,
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -4927,6 +4959,7 @@ export interface operations {
                      *           },
                      *           "pending_dependencies": null,
                      *           "priority": 5,
+                     *           "progress": null,
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -5035,6 +5068,7 @@ export interface operations {
                      *       },
                      *       "pending_dependencies": null,
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -5074,6 +5108,7 @@ export interface operations {
                      *       },
                      *       "pending_dependencies": null,
                      *       "priority": 5,
+                     *       "progress": null,
                      *       "queue": "emails",
                      *       "result": null,
                      *       "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -5215,6 +5250,7 @@ export interface operations {
                      *           },
                      *           "pending_dependencies": null,
                      *           "priority": 5,
+                     *           "progress": null,
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",
@@ -5243,6 +5279,7 @@ export interface operations {
                      *           },
                      *           "pending_dependencies": null,
                      *           "priority": 0,
+                     *           "progress": null,
                      *           "queue": "emails",
                      *           "result": null,
                      *           "run_at": "2026-11-29T12:00:00.125+00:00",

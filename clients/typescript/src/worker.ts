@@ -64,6 +64,8 @@ export class JobContext {
   readonly claim: Claim;
   private readonly controller = new AbortController();
   private reason: string | undefined;
+  private reported: { value: unknown } | undefined; // progress not sent yet
+  private reportedNow = new AbortController(); // aborts when progress is reported
 
   constructor(claim: Claim) {
     this.claim = claim;
@@ -109,6 +111,29 @@ export class JobContext {
     return this.stopped;
   }
 
+  /**
+   * Report progress (any JSON value, e.g. `{ done: 40, total: 100 }`; null clears it): shown on the job
+   * (GET /jobs/{id}, the dashboard) until its next claim. It never blocks: it is sent with the next heartbeat,
+   * which comes early for it but at most once a second, so only the latest value is sent.
+   */
+  progress(value: unknown): void {
+    this.reported = { value };
+    this.reportedNow.abort();
+  }
+
+  /** @internal The progress to send, if any; what follows waits for the next report. */
+  takeProgress(): { value: unknown } | undefined {
+    const reported = this.reported;
+    this.reported = undefined;
+    if (this.reportedNow.signal.aborted) this.reportedNow = new AbortController();
+    return reported;
+  }
+
+  /** @internal Aborts when progress is reported (or was, and is not sent yet). */
+  get progressSignal(): AbortSignal {
+    return this.reportedNow.signal;
+  }
+
   /** @internal */
   stop(reason: string): void {
     if (this.reason === undefined) {
@@ -119,6 +144,25 @@ export class JobContext {
 }
 
 export type Handler = (job: JobContext) => unknown;
+
+/** The most often a job's reported progress is sent (seconds). */
+const PROGRESS_INTERVAL_SECONDS = 1;
+
+/** A signal that aborts when either does; it lets go of both when it aborts. */
+function either(a: AbortSignal, b: AbortSignal): AbortSignal {
+  const both = new AbortController();
+  const abort = (): void => {
+    a.removeEventListener("abort", abort);
+    b.removeEventListener("abort", abort);
+    both.abort();
+  };
+  if (a.aborted || b.aborted) both.abort();
+  else {
+    a.addEventListener("abort", abort, { once: true });
+    b.addEventListener("abort", abort, { once: true });
+  }
+  return both.signal;
+}
 
 export interface Logger {
   info(message: string): void;
@@ -657,15 +701,25 @@ export class Worker {
   }
 
   private async heartbeats(client: Client, ctx: JobContext, finished: AbortSignal): Promise<void> {
+    let last = Date.now();
     for (;;) {
+      // Every heartbeat interval, or earlier when the handler reported progress (at most once a second).
       try {
-        await sleep(this.heartbeatIntervalSeconds, finished);
+        await sleep(this.heartbeatIntervalSeconds, either(finished, ctx.progressSignal));
       } catch {
-        return; // the handler finished
+        if (finished.aborted) return; // the handler finished
+        const gap = Math.min(PROGRESS_INTERVAL_SECONDS, this.heartbeatIntervalSeconds) - (Date.now() - last) / 1000;
+        try {
+          if (gap > 0) await sleep(gap, finished);
+        } catch {
+          return;
+        }
       }
+      const progress = ctx.takeProgress();
+      last = Date.now();
       let beat;
       try {
-        beat = await client.heartbeat(ctx.id, ctx.claim.claim_token);
+        beat = await client.heartbeat(ctx.id, ctx.claim.claim_token, progress === undefined ? {} : { progress: progress.value });
       } catch (error) {
         if (error instanceof Conflict || error instanceof NotFound) {
           ctx.stop(CLAIM_LOST);

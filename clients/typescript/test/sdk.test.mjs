@@ -283,6 +283,37 @@ describe("Worker against jobq", () => {
     assert.equal(done.result, 1);
   });
 
+  test("a handler's progress shows on the running job, sent early (the next heartbeat is minutes away)", async () => {
+    const q = queueName("progress");
+    const job = await jobq.enqueue(q, null);
+    const worker = new Worker(jobq, { leaseSeconds: 600, waitSeconds: 0.2, logger: quiet });
+    let release;
+    const released = new Promise((resolve) => (release = resolve));
+    worker.register(q, async (ctx) => {
+      for (let done = 1; done <= 3; done++) ctx.progress({ done, total: 3 });
+      await released;
+      return "counted";
+    });
+    const stop = running(worker);
+    await until(async () => JSON.stringify((await jobq.getJob(job.id)).progress) === '{"done":3,"total":3}', "progress shown");
+    assert.equal((await jobq.getJob(job.id)).status, "running");
+    release();
+    await until(async () => (await jobq.getJob(job.id)).status === "completed", "completed");
+    await stop();
+  });
+
+  test("heartbeat sends progress; left out keeps it; null clears it", async () => {
+    const q = queueName("beat-progress");
+    const job = await jobq.enqueue(q, null);
+    const [c] = await jobq.claim(q, "w");
+    await jobq.heartbeat(c.id, c.claim_token, { progress: "half way" });
+    assert.equal((await jobq.getJob(job.id)).progress, "half way");
+    await jobq.heartbeat(c.id, c.claim_token);
+    assert.equal((await jobq.getJob(job.id)).progress, "half way");
+    await jobq.heartbeat(c.id, c.claim_token, { progress: null });
+    assert.equal((await jobq.getJob(job.id)).progress, null);
+  });
+
   test("stop releases a job still running after the grace period: pending again, no attempt spent", async () => {
     const q = queueName("stop");
     const job = await jobq.enqueue(q, null);
