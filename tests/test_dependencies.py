@@ -17,7 +17,7 @@ from app.auth.keys import new_key
 from app.db import keys as store_keys
 from app.db.dependencies import Parent, jobs_insert_dependent
 from app.db.jobs import NewJob
-from tests.support import LiveServer, problem, wait_until
+from tests.support import LiveServer, problem, record_messages, wait_until
 
 
 def batch(server: LiveServer, jobs: list[dict[str, Any]], queue: str = "q") -> list[dict[str, Any]]:
@@ -315,16 +315,23 @@ def blocked_on_a_lock(database_url: str, text: str) -> None:
 def test_a_long_poll_on_the_dependants_queue_is_answered_by_the_release(
     server_factory: Callable[..., LiveServer],
 ) -> None:
-    # The fallback poll at 60 s and a 20 s wait: only the release's wake-up can answer with the job.
-    server = server_factory(poll_interval_seconds=60)
-    wait_until(server.state.wakeups.connected.is_set, what="listening")
-    parent = server.enqueue("a", payload="p")
-    child = server.enqueue("b", payload="c", depends_on=[parent["id"]])
-    answer = server.claim_in_background("b", wait_seconds=20)
-    wait_until(lambda: server.state.dispatcher.parked == 1, what="a parked claim")
-    complete(server, server.claim_one("a"))
+    # Two replicas, the fallback poll at 60 s and a 20 s wait: only the release's wake-up, sent by the
+    # statement that completes the parent on one replica, can answer the claim parked on the other.
+    here, there = server_factory(poll_interval_seconds=60), server_factory(poll_interval_seconds=60)
+    wait_until(
+        lambda: here.state.wakeups.connected.is_set() and there.state.wakeups.connected.is_set(), what="listening"
+    )
+    parent = here.enqueue("a", payload="p")
+    child = here.enqueue("b", payload="c", depends_on=[parent["id"]])
+    answer = there.claim_in_background("b", wait_seconds=20)
+    wait_until(lambda: there.state.dispatcher.parked == 1, what="a parked claim")
+    # A parked claim is also looked at whenever its presence is renewed (every 2 s), so the answer alone
+    # does not show the wake-up: the message from the trigger ("db", no process's name) does.
+    received = record_messages(there)
+    complete(here, here.claim_one("a"))
     got = answer()
     assert [j["id"] for j in got] == [child["id"]]
+    wait_until(lambda: any(m.split()[:2] == ["db", "w"] and "b" in m.split()[2:] for m in received), what="wake-up")
 
 
 def test_a_result_wait_on_a_dependant_answers_when_its_parent_fails(server_factory: Callable[..., LiveServer]) -> None:
@@ -341,6 +348,7 @@ def test_a_result_wait_on_a_dependant_answers_when_its_parent_fails(server_facto
     thread = threading.Thread(target=wait)
     thread.start()
     wait_until(lambda: server.state.results.parked == 1, what="a waiting request")
+    received = record_messages(server)
     claim = server.claim_one("a")
     r = server.client.post(
         f"/jobs/{parent['id']}/fail", json={"claim_token": claim["claim_token"], "error": "no", "retry": False}
@@ -349,6 +357,8 @@ def test_a_result_wait_on_a_dependant_answers_when_its_parent_fails(server_facto
     thread.join(60)
     assert answer[0].status_code == 200
     assert answer[0].json()["status"] == "cancelled"
+    wake = f"#{child['id']}"
+    wait_until(lambda: any(m.split()[:2] == ["db", "w"] and wake in m.split()[2:] for m in received), what="wake-up")
 
 
 # --- refusals --------------------------------------------------------------------------------------------------------
