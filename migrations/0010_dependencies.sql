@@ -94,6 +94,9 @@ BEGIN
              CASE WHEN parent_status <> 'completed' THEN min(c.parent_id) END AS bad_id
       FROM consumed c
       GROUP BY c.job_id
+      -- Dependants locked in id order (the nested loop below keeps it): statements finishing parents
+      -- that share dependants never wait on each other in a cycle.
+      ORDER BY c.job_id
     ), changed AS (
       -- Only waiting dependants change: one cancelled meanwhile (or retried since) is left alone. The
       -- status is compared with a value the planner cannot see (as app/db/jobs.py RUNNING), so that
