@@ -225,6 +225,9 @@ def test_stats_watch_prints_a_document_a_line_until_interrupted(server: LiveServ
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal: a suite started in the background (`make test &`) passes SIGINT ignored to its
+        # children, and Python then never turns SIGINT into KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert proc.stdout is not None
