@@ -294,6 +294,48 @@ def test_dependants_enqueued_around_their_parents_complete_never_wait_forever(se
     assert (got["waiting"], got["ready"]) == (0, 100)
 
 
+def test_batch_completes_sharing_dependants_in_crossed_order_do_not_deadlock(
+    server: LiveServer, database_url: str
+) -> None:
+    """Two statements completing (a, b) and (c, d), where x depends on a and d and y on b and c: each takes
+    the dependants of all the jobs it completes in one id order, so one waits for the other instead of
+    both failing with a deadlock (a worker's complete answered 503)."""
+    a, b, c, d = (server.enqueue("p", payload=i) for i in range(4))
+    x = server.enqueue("q", payload="x", depends_on=[a["id"], d["id"]])
+    y = server.enqueue("q", payload="y", depends_on=[b["id"], c["id"]])
+    z = server.enqueue("q", payload="z", depends_on=[c["id"]])  # after y: held, it stalls c's release
+    tokens = {j["id"]: j["claim_token"] for j in server.claim("p", limit=4)}
+    answers: dict[str, httpx.Response] = {}
+
+    def complete_many(name: str, *jobs: dict[str, Any]) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            body = {"jobs": [{"id": j["id"], "claim_token": tokens[j["id"]]} for j in jobs]}
+            answers[name] = client.post("/jobs/complete", json=body)
+
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (z["id"],))
+        # (c, d) releases y, then waits for z; (a, b) then takes x and waits for y. Once z is free, the
+        # first goes on to x: in the old order, held by the second, which waits for it (a cycle).
+        late = threading.Thread(target=complete_many, args=("cd", c, d))
+        late.start()
+        blocked_on_a_lock(database_url, "status = 'completed'")
+        early = threading.Thread(target=complete_many, args=("ab", a, b))
+        early.start()
+        wait_until(
+            lambda: holder.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            ).fetchone() == (2,),
+            what="both completes waiting",
+        )
+    late.join(60)
+    early.join(60)
+    for name in ("ab", "cd"):
+        assert answers[name].status_code == 200, answers[name].text
+        assert [o["outcome"] for o in answers[name].json()["results"]] == ["completed", "completed"]
+    assert statuses(server, x, y, z) == ["pending"] * 3
+
+
 def blocked_on_a_lock(database_url: str, text: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         wait_until(
