@@ -336,6 +336,50 @@ def test_batch_completes_sharing_dependants_in_crossed_order_do_not_deadlock(
     assert statuses(server, x, y, z) == ["pending"] * 3
 
 
+def test_an_enqueue_after_a_waiting_job_and_a_running_one_does_not_deadlock_with_their_complete(
+    server: LiveServer, database_url: str
+) -> None:
+    """A complete of (b, a) locks b and a, then b's dependant w. An enqueue depending on w and a used to
+    lock w (the lower id) and wait for a: a cycle, one of the two failed with 503. The enqueue now waits
+    for a busy parent holding none."""
+    b = server.enqueue("p", payload="b")
+    w = server.enqueue("q", payload="w", depends_on=[b["id"]])
+    a = server.enqueue("p", payload="a")
+    tokens = {j["id"]: j["claim_token"] for j in server.claim("p", limit=2)}
+    answers: dict[str, httpx.Response] = {}
+
+    def post(name: str, path: str, body: dict[str, Any]) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            answers[name] = client.post(path, json=body)
+
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (a["id"],))
+        body = {"jobs": [{"id": j["id"], "claim_token": tokens[j["id"]]} for j in (b, a)]}
+        completing = threading.Thread(target=post, args=("complete", "/jobs/complete", body))
+        completing.start()
+        blocked_on_a_lock(database_url, "status = 'completed'")
+        body = {"payload": "e", "depends_on": [w["id"], a["id"]]}
+        enqueueing = threading.Thread(target=post, args=("enqueue", "/queues/q/jobs", body))
+        enqueueing.start()
+        wait_until(
+            lambda: holder.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            ).fetchone() == (2,),
+            what="the complete and the enqueue waiting",
+        )
+    completing.join(60)
+    enqueueing.join(60)
+    assert answers["complete"].status_code == 200, answers["complete"].text
+    assert [o["outcome"] for o in answers["complete"].json()["results"]] == ["completed", "completed"]
+    assert answers["enqueue"].status_code == 201, answers["enqueue"].text
+    e = answers["enqueue"].json()
+    assert (e["status"], e["pending_dependencies"]) == ("waiting", 1)  # w is pending now, not completed
+    assert statuses(server, w) == ["pending"]
+    complete(server, server.claim_one("q"))  # w
+    assert statuses(server, e) == ["pending"]
+
+
 def blocked_on_a_lock(database_url: str, text: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         wait_until(

@@ -14,8 +14,9 @@ The race this module must win: a dependant enqueued while a statement finishes i
 first UPDATEs the parents (has_dependants = true): that row lock orders it with any finishing UPDATE of the
 same row. If the enqueue locks first, the finishing statement waits until the enqueue commits, and its
 trigger, which reads with a fresh snapshot, finds the new job_dependencies rows. If the finish locks first,
-the enqueue's UPDATE waits, then RETURNs the status the finish committed, and counts that parent as done
-(or failed). Either way no dependant waits for a parent that has already finished."""
+the enqueue waits (holding no parent: JOB_LOCK_PARENTS), then locks and reads the status the finish
+committed, and counts that parent as done (or failed). Either way no dependant waits for a parent that has
+already finished."""
 
 from __future__ import annotations
 
@@ -49,19 +50,49 @@ class UnknownJobs(Exception):
 
 
 JOB_LOCK_PARENTS = f"""
--- The parents of jobs being enqueued, locked until this enqueue commits (see the module docstring), in
--- id order (the array is sorted): two enqueues sharing parents never wait on each other in a cycle.
--- A job outside the caller's queues is not returned, exactly like a missing one. After a wait for the
--- lock, RETURNING shows the status the other transaction committed.
-UPDATE jobs AS j SET has_dependants = true
+-- The parents of jobs being enqueued, locked until this enqueue commits (see the module docstring), those
+-- free now only: a parent locked by another transaction is reported (locked = false), not waited for,
+-- and _lock_parents waits for it holding none. Waiting while holding some would deadlock with a statement
+-- finishing jobs, which locks the jobs it finishes before their dependants: holding a waiting parent
+-- (a dependant there) and waiting for one that statement finishes is a cycle.
+-- A job outside the caller's queues is not returned, exactly like a missing one. FOR UPDATE reads the
+-- newest committed version, so RETURNING shows the status a statement that finished the job committed.
+WITH free AS (
+  SELECT j.id FROM jobs j
+  WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+  ORDER BY j.id
+  FOR UPDATE SKIP LOCKED
+), marked AS (
+  UPDATE jobs AS j SET has_dependants = true
+  FROM free WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND j.id = free.id
+  RETURNING j.id, j.status
+)
+SELECT id, status, true AS locked FROM marked
+UNION ALL
+SELECT j.id, j.status, false FROM jobs j
 WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
-RETURNING j.id, j.status
+  AND j.id <> ALL(ARRAY(SELECT id FROM free))
 """
+
+JOB_WAIT_FOR = "SELECT FROM jobs WHERE id = %(id)s FOR UPDATE"
 
 
 async def _lock_parents(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> dict[int, str]:
-    cur = await conn.execute(JOB_LOCK_PARENTS, {"ids": sorted(ids), "allowed": allowed})
-    return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+    """Lock the parents `ids` (those the caller may use; their status as locked by id), all at once: when
+    one is busy, give back those taken, wait for it, and try again."""
+    while True:
+        busy: int | None = None
+        async with conn.transaction():  # a savepoint: rolled back, it gives the locks taken back
+            cur = await conn.execute(JOB_LOCK_PARENTS, {"ids": sorted(ids), "allowed": allowed})
+            rows = await cur.fetchall()
+            busy = min((int(r[0]) for r in rows if not r[2]), default=None)
+            if busy is not None:
+                raise psycopg.Rollback()
+        if busy is None:
+            return {int(r[0]): str(r[1]) for r in rows}
+        async with conn.transaction():
+            await conn.execute(JOB_WAIT_FOR, {"id": busy})  # until its holder commits; then let it go
+            raise psycopg.Rollback()
 
 
 JOB_SETTLE = f"""
