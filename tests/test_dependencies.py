@@ -322,10 +322,13 @@ def test_batch_completes_sharing_dependants_in_crossed_order_do_not_deadlock(
         early = threading.Thread(target=complete_many, args=("ab", a, b))
         early.start()
         wait_until(
-            lambda: holder.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'"
-            ).fetchone() == (2,),
+            lambda: (
+                holder.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"
+                ).fetchone()
+                == (2,)
+            ),
             what="both completes waiting",
         )
     late.join(60)
@@ -362,10 +365,13 @@ def test_an_enqueue_after_a_waiting_job_and_a_running_one_does_not_deadlock_with
         enqueueing = threading.Thread(target=post, args=("enqueue", "/queues/q/jobs", body))
         enqueueing.start()
         wait_until(
-            lambda: holder.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'"
-            ).fetchone() == (2,),
+            lambda: (
+                holder.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"
+                ).fetchone()
+                == (2,)
+            ),
             what="the complete and the enqueue waiting",
         )
     completing.join(60)

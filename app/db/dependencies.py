@@ -6,9 +6,10 @@ The life of a dependant:
     (parent, dependant) for each; `pending` at once when every parent has completed already; `cancelled`
     at once when a parent has failed or was cancelled (unless on_dependency_failure = 'run', which counts
     such a parent as done);
-  * released by the triggers on jobs (migrations/0010_dependencies.sql, 0015_release_per_statement.sql) when its parents
-    finish: it consumes the parent's rows, counts the dependant down, makes it `pending` at zero, or
-    cancels it (and, in the same loop, that job's own dependants) when the parent did not complete.
+  * released by the triggers on jobs (migrations/0010_dependencies.sql, 0015_release_per_statement.sql)
+    when its parents finish: they consume the parent's rows, count the dependant down, make it `pending`
+    at zero, or cancel it (and, in the same loop, that job's own dependants) when the parent did not
+    complete.
 
 The race this module must win: a dependant enqueued while a statement finishes its parent. The enqueue
 first UPDATEs the parents (has_dependants = true): that row lock orders it with any finishing UPDATE of the
