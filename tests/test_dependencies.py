@@ -386,6 +386,56 @@ def test_an_enqueue_after_a_waiting_job_and_a_running_one_does_not_deadlock_with
     assert statuses(server, e) == ["pending"]
 
 
+def test_a_batch_naming_a_keyed_job_and_its_dependant_does_not_deadlock_with_its_complete(
+    server: LiveServer, database_url: str
+) -> None:
+    """A batch whose first item's key names the running job r, and whose second item depends on it and on
+    r's dependant w (by id): the enqueue locked w, then waited for r, which a complete held while it
+    waited to release w. The enqueue now gives w back before it waits."""
+    r = server.enqueue(payload="r", idempotency_key="r")
+    w = server.enqueue(payload="w", depends_on=[r["id"]])
+    claim = server.claim_one()
+    answers: dict[str, httpx.Response] = {}
+
+    def post(name: str, path: str, body: dict[str, Any]) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            answers[name] = client.post(path, json=body)
+
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (r["id"],))
+        completing = threading.Thread(
+            target=post, args=("complete", f"/jobs/{r['id']}/complete", {"claim_token": claim["claim_token"]})
+        )
+        completing.start()
+        blocked_on_a_lock(database_url, "status = 'completed'")
+        body = {
+            "jobs": [
+                {"payload": "r", "idempotency_key": "r", "ref": "r"},
+                {"payload": "e", "depends_on": ["r", w["id"]]},
+            ]
+        }
+        enqueueing = threading.Thread(target=post, args=("enqueue", "/queues/q/jobs/batch", body))
+        enqueueing.start()
+        wait_until(
+            lambda: (
+                holder.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"
+                ).fetchone()
+                == (2,)
+            ),
+            what="the complete and the enqueue waiting",
+        )
+    completing.join(60)
+    enqueueing.join(60)
+    assert answers["complete"].status_code == 200, answers["complete"].text
+    assert answers["enqueue"].status_code == 201, answers["enqueue"].text
+    again, e = answers["enqueue"].json()["jobs"]
+    assert again["id"] == r["id"]
+    assert (e["status"], e["pending_dependencies"]) == ("waiting", 1)  # r completed, w released
+    assert statuses(server, w) == ["pending"]
+
+
 def blocked_on_a_lock(database_url: str, text: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         wait_until(

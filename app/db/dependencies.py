@@ -52,10 +52,11 @@ class UnknownJobs(Exception):
 
 JOB_LOCK_PARENTS = f"""
 -- The parents of jobs being enqueued, locked until this enqueue commits (see the module docstring), those
--- free now only: a parent locked by another transaction is reported (locked = false), not waited for,
--- and _lock_parents waits for it holding none. Waiting while holding some would deadlock with a statement
--- finishing jobs, which locks the jobs it finishes before their dependants: holding a waiting parent
--- (a dependant there) and waiting for one that statement finishes is a cycle.
+-- free now only: a parent locked by another transaction is reported (locked = false), not waited for;
+-- the enqueue then waits for it holding nothing (jobs_insert_dependent). Waiting while holding some
+-- would deadlock with a statement finishing jobs, which locks the jobs it finishes before their
+-- dependants: holding a waiting parent (a dependant there) and waiting for one that statement finishes
+-- is a cycle; so is holding the parents named by id and waiting for one named by an item's key.
 -- A job outside the caller's queues is not returned, exactly like a missing one. FOR UPDATE reads the
 -- newest committed version, so RETURNING shows the status a statement that finished the job committed.
 WITH free AS (
@@ -78,22 +79,22 @@ WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowe
 JOB_WAIT_FOR = "SELECT FROM jobs WHERE id = %(id)s FOR UPDATE"
 
 
+class _Busy(Exception):
+    """A parent is locked by another transaction: the enqueue gives back everything and waits for it."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} is locked")
+        self.job_id = job_id
+
+
 async def _lock_parents(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> dict[int, str]:
-    """Lock the parents `ids` (those the caller may use; their status as locked by id), all at once: when
-    one is busy, give back those taken, wait for it, and try again."""
-    while True:
-        busy: int | None = None
-        async with conn.transaction():  # a savepoint: rolled back, it gives the locks taken back
-            cur = await conn.execute(JOB_LOCK_PARENTS, {"ids": sorted(ids), "allowed": allowed})
-            rows = await cur.fetchall()
-            busy = min((int(r[0]) for r in rows if not r[2]), default=None)
-            if busy is not None:
-                raise psycopg.Rollback()
-        if busy is None:
-            return {int(r[0]): str(r[1]) for r in rows}
-        async with conn.transaction():
-            await conn.execute(JOB_WAIT_FOR, {"id": busy})  # until its holder commits; then let it go
-            raise psycopg.Rollback()
+    """Lock the parents `ids` (those the caller may use) and return their status as locked, by id; raises
+    _Busy, without waiting, when one of them is locked by another transaction."""
+    cur = await conn.execute(JOB_LOCK_PARENTS, {"ids": sorted(ids), "allowed": allowed})
+    rows = await cur.fetchall()
+    if (busy := min((int(r[0]) for r in rows if not r[2]), default=None)) is not None:
+        raise _Busy(busy)
+    return {int(r[0]): str(r[1]) for r in rows}
 
 
 JOB_SETTLE = f"""
@@ -135,7 +136,27 @@ async def jobs_insert_dependent(
     """Insert jobs, some with dependencies (`parents[i]` of `jobs[i]`, items naming earlier items only), in
     one transaction; one Inserted per input. An item whose idempotency key already names a job returns that
     job unchanged: its dependencies are not touched. Raises UnknownJobs (and inserts nothing) when a parent
-    id is not a job in the caller's queues (`allowed`)."""
+    id is not a job in the caller's queues (`allowed`).
+
+    A parent locked by another transaction is waited for holding nothing (JOB_LOCK_PARENTS tells why): the
+    attempt is rolled back, the wait takes that parent's lock alone and lets it go, and the enqueue starts
+    again."""
+    while True:
+        try:
+            return await _insert_dependent(conn, jobs, parents, policies, allowed)
+        except _Busy as busy:
+            async with conn.transaction():
+                await conn.execute(JOB_WAIT_FOR, {"id": busy.job_id})  # until its holder commits
+                raise psycopg.Rollback() from None
+
+
+async def _insert_dependent(
+    conn: psycopg.AsyncConnection[Any],
+    jobs: Sequence[NewJob],
+    parents: Sequence[Sequence[Parent]],
+    policies: Sequence[str | None],
+    allowed: str | None,
+) -> list[Inserted]:
     async with conn.transaction():
         named = {p.job_id for ps in parents for p in ps if p.job_id is not None}
         found = await _lock_parents(conn, list(named), allowed) if named else {}
