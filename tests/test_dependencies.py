@@ -294,6 +294,148 @@ def test_dependants_enqueued_around_their_parents_complete_never_wait_forever(se
     assert (got["waiting"], got["ready"]) == (0, 100)
 
 
+def test_batch_completes_sharing_dependants_in_crossed_order_do_not_deadlock(
+    server: LiveServer, database_url: str
+) -> None:
+    """Two statements completing (a, b) and (c, d), where x depends on a and d and y on b and c: each takes
+    the dependants of all the jobs it completes in one id order, so one waits for the other instead of
+    both failing with a deadlock (a worker's complete answered 503)."""
+    a, b, c, d = (server.enqueue("p", payload=i) for i in range(4))
+    x = server.enqueue("q", payload="x", depends_on=[a["id"], d["id"]])
+    y = server.enqueue("q", payload="y", depends_on=[b["id"], c["id"]])
+    z = server.enqueue("q", payload="z", depends_on=[c["id"]])  # after y: held, it stalls c's release
+    tokens = {j["id"]: j["claim_token"] for j in server.claim("p", limit=4)}
+    answers: dict[str, httpx.Response] = {}
+
+    def complete_many(name: str, *jobs: dict[str, Any]) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            body = {"jobs": [{"id": j["id"], "claim_token": tokens[j["id"]]} for j in jobs]}
+            answers[name] = client.post("/jobs/complete", json=body)
+
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (z["id"],))
+        # (c, d) releases y, then waits for z; (a, b) then takes x and waits for y. Once z is free, the
+        # first goes on to x: in the old order, held by the second, which waits for it (a cycle).
+        late = threading.Thread(target=complete_many, args=("cd", c, d))
+        late.start()
+        blocked_on_a_lock(database_url, "status = 'completed'")
+        early = threading.Thread(target=complete_many, args=("ab", a, b))
+        early.start()
+        wait_until(
+            lambda: (
+                holder.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"
+                ).fetchone()
+                == (2,)
+            ),
+            what="both completes waiting",
+        )
+    late.join(60)
+    early.join(60)
+    for name in ("ab", "cd"):
+        assert answers[name].status_code == 200, answers[name].text
+        assert [o["outcome"] for o in answers[name].json()["results"]] == ["completed", "completed"]
+    assert statuses(server, x, y, z) == ["pending"] * 3
+
+
+def test_an_enqueue_after_a_waiting_job_and_a_running_one_does_not_deadlock_with_their_complete(
+    server: LiveServer, database_url: str
+) -> None:
+    """A complete of (b, a) locks b and a, then b's dependant w. An enqueue depending on w and a used to
+    lock w (the lower id) and wait for a: a cycle, one of the two failed with 503. The enqueue now waits
+    for a busy parent holding none."""
+    b = server.enqueue("p", payload="b")
+    w = server.enqueue("q", payload="w", depends_on=[b["id"]])
+    a = server.enqueue("p", payload="a")
+    tokens = {j["id"]: j["claim_token"] for j in server.claim("p", limit=2)}
+    answers: dict[str, httpx.Response] = {}
+
+    def post(name: str, path: str, body: dict[str, Any]) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            answers[name] = client.post(path, json=body)
+
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (a["id"],))
+        body = {"jobs": [{"id": j["id"], "claim_token": tokens[j["id"]]} for j in (b, a)]}
+        completing = threading.Thread(target=post, args=("complete", "/jobs/complete", body))
+        completing.start()
+        blocked_on_a_lock(database_url, "status = 'completed'")
+        body = {"payload": "e", "depends_on": [w["id"], a["id"]]}
+        enqueueing = threading.Thread(target=post, args=("enqueue", "/queues/q/jobs", body))
+        enqueueing.start()
+        wait_until(
+            lambda: (
+                holder.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"
+                ).fetchone()
+                == (2,)
+            ),
+            what="the complete and the enqueue waiting",
+        )
+    completing.join(60)
+    enqueueing.join(60)
+    assert answers["complete"].status_code == 200, answers["complete"].text
+    assert [o["outcome"] for o in answers["complete"].json()["results"]] == ["completed", "completed"]
+    assert answers["enqueue"].status_code == 201, answers["enqueue"].text
+    e = answers["enqueue"].json()
+    assert (e["status"], e["pending_dependencies"]) == ("waiting", 1)  # w is pending now, not completed
+    assert statuses(server, w) == ["pending"]
+    complete(server, server.claim_one("q"))  # w
+    assert statuses(server, e) == ["pending"]
+
+
+def test_a_batch_naming_a_keyed_job_and_its_dependant_does_not_deadlock_with_its_complete(
+    server: LiveServer, database_url: str
+) -> None:
+    """A batch whose first item's key names the running job r, and whose second item depends on it and on
+    r's dependant w (by id): the enqueue locked w, then waited for r, which a complete held while it
+    waited to release w. The enqueue now gives w back before it waits."""
+    r = server.enqueue(payload="r", idempotency_key="r")
+    w = server.enqueue(payload="w", depends_on=[r["id"]])
+    claim = server.claim_one()
+    answers: dict[str, httpx.Response] = {}
+
+    def post(name: str, path: str, body: dict[str, Any]) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            answers[name] = client.post(path, json=body)
+
+    with psycopg.connect(database_url) as holder:
+        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (r["id"],))
+        completing = threading.Thread(
+            target=post, args=("complete", f"/jobs/{r['id']}/complete", {"claim_token": claim["claim_token"]})
+        )
+        completing.start()
+        blocked_on_a_lock(database_url, "status = 'completed'")
+        body = {
+            "jobs": [
+                {"payload": "r", "idempotency_key": "r", "ref": "r"},
+                {"payload": "e", "depends_on": ["r", w["id"]]},
+            ]
+        }
+        enqueueing = threading.Thread(target=post, args=("enqueue", "/queues/q/jobs/batch", body))
+        enqueueing.start()
+        wait_until(
+            lambda: (
+                holder.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'"
+                ).fetchone()
+                == (2,)
+            ),
+            what="the complete and the enqueue waiting",
+        )
+    completing.join(60)
+    enqueueing.join(60)
+    assert answers["complete"].status_code == 200, answers["complete"].text
+    assert answers["enqueue"].status_code == 201, answers["enqueue"].text
+    again, e = answers["enqueue"].json()["jobs"]
+    assert again["id"] == r["id"]
+    assert (e["status"], e["pending_dependencies"]) == ("waiting", 1)  # r completed, w released
+    assert statuses(server, w) == ["pending"]
+
+
 def blocked_on_a_lock(database_url: str, text: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         wait_until(

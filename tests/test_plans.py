@@ -169,7 +169,7 @@ def items(ids: range, token: Callable[[int], str] = lambda i: f"t{i}") -> list[d
 def release_statement() -> str:
     """The statement the release loop runs, read out of its migration: `parents` and `statuses` as
     parameters, without the INTO."""
-    text = (Path(__file__).parent.parent / "migrations" / "0010_dependencies.sql").read_text()
+    text = (Path(__file__).parent.parent / "migrations" / "0015_release_per_statement.sql").read_text()
     start = text.index("    WITH consumed AS (")
     end = text.index("    INTO step_queues", start)
     statement = text[start:end] + text[text.index("    FROM changed;", end) : text.index("FROM changed;", end) + 12]
@@ -302,7 +302,7 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         },
         BY_ID,
     ),
-    # The release loop's statement in the trigger function (migrations/0010_dependencies.sql), its
+    # The release loop's statement in the trigger function (migrations/0015_release_per_statement.sql), its
     # variables made parameters, on a parent with 10,000 waiting dependants.
     "release of 10,000 dependants": (
         release_statement(),

@@ -33,9 +33,9 @@ presence; "keys k" API keys changed (sent by the SQL that changes them, app/db/k
 <queue>" a queue's configuration changed (app/db/flow.py), both handled by the listener.
 
 One sender is not a process: "db", the trigger that releases jobs waiting for the job a statement finished
-(migrations/0010_dependencies.sql). Its "db w q1 ... #id ..." names the queues of the jobs it made pending
-and the jobs it cancelled; every process, the one that ran the statement included, takes it like any
-other wake-up.
+(migrations/0010_dependencies.sql, 0015_release_per_statement.sql). Its "db w q1 ... #id ..." names the
+queues of the jobs it made pending and the jobs it cancelled; every process, the one that ran the
+statement included, takes it like any other wake-up.
 """
 
 from __future__ import annotations

@@ -6,16 +6,18 @@ The life of a dependant:
     (parent, dependant) for each; `pending` at once when every parent has completed already; `cancelled`
     at once when a parent has failed or was cancelled (unless on_dependency_failure = 'run', which counts
     such a parent as done);
-  * released by the trigger jobs_release_dependants (migrations/0010_dependencies.sql) when its parents
-    finish: it consumes the parent's rows, counts the dependant down, makes it `pending` at zero, or
-    cancels it (and, in the same loop, that job's own dependants) when the parent did not complete.
+  * released by the triggers on jobs (migrations/0010_dependencies.sql, 0015_release_per_statement.sql)
+    when its parents finish: they consume the parent's rows, count the dependant down, make it `pending`
+    at zero, or cancel it (and, in the same loop, that job's own dependants) when the parent did not
+    complete.
 
 The race this module must win: a dependant enqueued while a statement finishes its parent. The enqueue
 first UPDATEs the parents (has_dependants = true): that row lock orders it with any finishing UPDATE of the
 same row. If the enqueue locks first, the finishing statement waits until the enqueue commits, and its
 trigger, which reads with a fresh snapshot, finds the new job_dependencies rows. If the finish locks first,
-the enqueue's UPDATE waits, then RETURNs the status the finish committed, and counts that parent as done
-(or failed). Either way no dependant waits for a parent that has already finished."""
+the enqueue waits (holding no parent: JOB_LOCK_PARENTS), then locks and reads the status the finish
+committed, and counts that parent as done (or failed). Either way no dependant waits for a parent that has
+already finished."""
 
 from __future__ import annotations
 
@@ -49,19 +51,50 @@ class UnknownJobs(Exception):
 
 
 JOB_LOCK_PARENTS = f"""
--- The parents of jobs being enqueued, locked until this enqueue commits (see the module docstring), in
--- id order (the array is sorted): two enqueues sharing parents never wait on each other in a cycle.
--- A job outside the caller's queues is not returned, exactly like a missing one. After a wait for the
--- lock, RETURNING shows the status the other transaction committed.
-UPDATE jobs AS j SET has_dependants = true
+-- The parents of jobs being enqueued, locked until this enqueue commits (see the module docstring), those
+-- free now only: a parent locked by another transaction is reported (locked = false), not waited for;
+-- the enqueue then waits for it holding nothing (jobs_insert_dependent). Waiting while holding some
+-- would deadlock with a statement finishing jobs, which locks the jobs it finishes before their
+-- dependants: holding a waiting parent (a dependant there) and waiting for one that statement finishes
+-- is a cycle; so is holding the parents named by id and waiting for one named by an item's key.
+-- A job outside the caller's queues is not returned, exactly like a missing one. FOR UPDATE reads the
+-- newest committed version, so RETURNING shows the status a statement that finished the job committed.
+WITH free AS (
+  SELECT j.id FROM jobs j
+  WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+  ORDER BY j.id
+  FOR UPDATE SKIP LOCKED
+), marked AS (
+  UPDATE jobs AS j SET has_dependants = true
+  FROM free WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND j.id = free.id
+  RETURNING j.id, j.status
+)
+SELECT id, status, true AS locked FROM marked
+UNION ALL
+SELECT j.id, j.status, false FROM jobs j
 WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
-RETURNING j.id, j.status
+  AND j.id <> ALL(ARRAY(SELECT id FROM free))
 """
+
+JOB_WAIT_FOR = "SELECT FROM jobs WHERE id = %(id)s FOR UPDATE"
+
+
+class _Busy(Exception):
+    """A parent is locked by another transaction: the enqueue gives back everything and waits for it."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id} is locked")
+        self.job_id = job_id
 
 
 async def _lock_parents(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> dict[int, str]:
+    """Lock the parents `ids` (those the caller may use) and return their status as locked, by id; raises
+    _Busy, without waiting, when one of them is locked by another transaction."""
     cur = await conn.execute(JOB_LOCK_PARENTS, {"ids": sorted(ids), "allowed": allowed})
-    return {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+    rows = await cur.fetchall()
+    if (busy := min((int(r[0]) for r in rows if not r[2]), default=None)) is not None:
+        raise _Busy(busy)
+    return {int(r[0]): str(r[1]) for r in rows}
 
 
 JOB_SETTLE = f"""
@@ -103,7 +136,27 @@ async def jobs_insert_dependent(
     """Insert jobs, some with dependencies (`parents[i]` of `jobs[i]`, items naming earlier items only), in
     one transaction; one Inserted per input. An item whose idempotency key already names a job returns that
     job unchanged: its dependencies are not touched. Raises UnknownJobs (and inserts nothing) when a parent
-    id is not a job in the caller's queues (`allowed`)."""
+    id is not a job in the caller's queues (`allowed`).
+
+    A parent locked by another transaction is waited for holding nothing (JOB_LOCK_PARENTS tells why): the
+    attempt is rolled back, the wait takes that parent's lock alone and lets it go, and the enqueue starts
+    again."""
+    while True:
+        try:
+            return await _insert_dependent(conn, jobs, parents, policies, allowed)
+        except _Busy as busy:
+            async with conn.transaction():
+                await conn.execute(JOB_WAIT_FOR, {"id": busy.job_id})  # until its holder commits
+                raise psycopg.Rollback() from None
+
+
+async def _insert_dependent(
+    conn: psycopg.AsyncConnection[Any],
+    jobs: Sequence[NewJob],
+    parents: Sequence[Sequence[Parent]],
+    policies: Sequence[str | None],
+    allowed: str | None,
+) -> list[Inserted]:
     async with conn.transaction():
         named = {p.job_id for ps in parents for p in ps if p.job_id is not None}
         found = await _lock_parents(conn, list(named), allowed) if named else {}
