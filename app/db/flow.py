@@ -244,7 +244,8 @@ WITH RECURSIVE cfg AS (
   SELECT w.g, greatest(0, least(%(total)s::int, cfg.group_concurrency - coalesce(r.n, 0)::int,
                                 cfg.group_rate_limit - coalesce(gr.n, 0)::int)) AS room,
          cfg.group_concurrency - coalesce(r.n, 0) <= 0 AS full_running,
-         cfg.group_rate_limit - coalesce(gr.n, 0) <= 0 AS full_rate, gr.frees_at
+         cfg.group_rate_limit - coalesce(gr.n, 0) <= 0 AS full_rate, gr.frees_at,
+         count(*) OVER () AS ngroups
   FROM walk w CROSS JOIN cfg
   LEFT JOIN running r ON r.group_key = w.g
   LEFT JOIN LATERAL (
@@ -257,7 +258,11 @@ WITH RECURSIVE cfg AS (
 ), heads AS (
   -- Each group's next jobs, up to its room: in the group's order (priority, then enqueue order), due ones.
   -- An ordered group offers its first pending job only, and only once it is due: a job waiting for its
-  -- retry holds the group back, and one running fills the group's single slot.
+  -- retry holds the group back, and one running fills the group's single slot. A fair queue hands out one
+  -- job per group per round, so a group offers no more than its share of this statement's room (plus
+  -- one): with 100 groups and room for 300, 4 each instead of 300 each (30,000 rows read to hand out 300).
+  -- When a few groups hold nearly all ready jobs, a statement may then hand out fewer than it could; the
+  -- next claim takes the rest.
   SELECT g.g AS group_key, h.id, h.priority, h.run_at, h.k
   FROM groups g CROSS JOIN cfg
   CROSS JOIN LATERAL (
@@ -267,7 +272,9 @@ WITH RECURSIVE cfg AS (
       WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
         AND (cfg.ordered OR run_at <= clock_timestamp())
       ORDER BY priority DESC, id
-      LIMIT CASE WHEN cfg.ordered THEN least(g.room, 1) ELSE g.room END
+      LIMIT CASE WHEN cfg.ordered THEN least(g.room, 1)
+                 WHEN cfg.fair THEN least(g.room, (SELECT n FROM room) / g.ngroups + 1)
+                 ELSE g.room END
     ) q
     WHERE q.run_at <= clock_timestamp()
   ) h
