@@ -3,6 +3,7 @@ and the PostgreSQL processes of a data directory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -49,6 +50,9 @@ class ServeProcess:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
+        # A wrapper that forks rather than execs (faketime) leaves `jobq serve` as its child: started in a
+        # session of its own, the whole group is signalled at teardown, so no child outlives the test.
+        self.session = bool(popen.get("start_new_session"))
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [*command, "serve", "--port", str(self.port), *args],
@@ -99,12 +103,22 @@ class ServeProcess:
         """Test teardown: whatever happened, leave no process behind."""
         self.client.close()
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self._signal_all(signal.SIGTERM)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._signal_all(signal.SIGKILL)
                 self.proc.wait()
+        if self.session:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # what the wrapper left behind
+
+    def _signal_all(self, sig: int) -> None:
+        if self.session:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+        else:
+            self.proc.send_signal(sig)
 
     # -- short API calls --------------------------------------------------------------------------------
 

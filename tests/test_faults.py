@@ -275,6 +275,7 @@ def test_an_api_host_clock_hours_off_moves_no_due_time(
         command=("faketime", "-f", offset, JOBQ),
         env={"JOBQ_DATABASE_URL": database_url, "JOBQ_SWEEP_INTERVAL_SECONDS": "0.2",
              "FAKETIME_DONT_FAKE_MONOTONIC": "1"},
+        start_new_session=True,  # faketime forks `jobq serve` as its child: teardown signals both
     )  # fmt: skip
     try:
         process.wait_ready()
