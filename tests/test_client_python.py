@@ -838,7 +838,8 @@ def test_a_result_the_server_cannot_take_fails_the_job(server_factory, kind: str
         job = jobq.enqueue("q", kind, max_attempts=1)
         with running(worker):
             # One read per poll: two reads could see "pending" and then "running, attempt 1" and stop too early.
-            wait_until(lambda: jobq.get_job(job.id).status in ("completed", "failed", "cancelled"), what="the attempt ending")
+            finished = ("completed", "failed", "cancelled")
+            wait_until(lambda: jobq.get_job(job.id).status in finished, what="the attempt ending")
         final = jobq.get_job(job.id)
     assert final.status == "failed" and final.result is None
     assert final.last_error is not None and "result" in final.last_error

@@ -462,8 +462,9 @@ def test_dashboard_charts_draw_the_history_in_a_browser(
     completed = throughput.locator('path[data-series="completed"]')
     assert vertices(completed.get_attribute("d")) == 60
 
-    # The view is whole: the charts are drawn as soon as their history arrives, and the stats tables above
-    # them come a moment later (with the jobs, in one task) and push them down, so a screenshot taken before could catch another region.
+    # The view is whole: the charts are drawn as soon as their history arrives, and the stats tables
+    # above them come a moment later (with the jobs, in one task) and push them down, so a screenshot
+    # taken before could catch another region.
     expect(page.locator("#stats table").first).to_be_visible()
 
     # Not blank: the completed line is drawn in its colour.
