@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import psycopg
@@ -378,9 +378,27 @@ FROM cfg, room, stamp
 LANE_WINDOW = 100
 
 
-@dataclass(slots=True, frozen=True)
-class LimitedClaimRow(ClaimRow):
+class LimitedClaimRow(NamedTuple):
+    """A ClaimRow and, on the summary row (slot -1) only, what held claims back (JSON text)."""
+
+    slot: int
+    rank: int
+    id: int
+    queue: str
+    payload: str
+    priority: int
+    attempts: int
+    max_attempts: int
+    claim_token: str
+    lease_expires_at: datetime
+    run_at: datetime
+    created_at: datetime
+    traceparent: str | None
+    group: str | None
     info: str | None
+
+    def claimed(self) -> ClaimRow:
+        return ClaimRow._make(self[:-1])
 
 
 @dataclass(slots=True)
@@ -405,7 +423,7 @@ async def jobs_claim_limited(
         await cur.execute(JOB_CLAIM_LIMITED, params)
         rows = await cur.fetchall()
     summary = next(r for r in rows if r.slot == -1)
-    claimed = [r for r in rows if r.slot >= 0]
+    claimed = [r.claimed() for r in rows if r.slot >= 0]
     info = orjson.loads(summary.info or "{}")
     held: list[str] = []
     if info["ready_beyond"]:

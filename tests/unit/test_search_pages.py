@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +18,7 @@ WHEN = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def job(job_id: int, priority: int = 0) -> JobRow:
-    blank = dict.fromkeys(f.name for f in dataclasses.fields(JobRow))
+    blank = dict.fromkeys(JobRow._fields)
     return JobRow(**blank | {"id": job_id, "queue": "q", "status": "pending", "priority": priority, "attempts": 0,
                              "max_attempts": 5, "run_at": WHEN, "created_at": WHEN})  # fmt: skip
 
