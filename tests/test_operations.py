@@ -543,7 +543,10 @@ def test_finished_counts_never_drift_with_releases_and_cancelled_claims(server_f
 def test_the_sweeper_vacuums_the_jobs_table(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
     from app.maintenance.vacuum import VACUUM_LOCK_KEY
 
-    server: LiveServer = server_factory(vacuum_dead_rows=100)
+    # Only the test's passes vacuum: neither the service's own (every 10 s) nor autovacuum may take the dead
+    # rows away or count a VACUUM of their own in between.
+    server: LiveServer = server_factory(vacuum_dead_rows=100, vacuum_interval_seconds=0)
+    db.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
     server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(300)]})
     for c in server.claim(limit=100) + server.claim(limit=100) + server.claim(limit=100):
         complete(server, c)
