@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import uvicorn
 
 from app.main import JobqApp, create_app
@@ -25,6 +28,22 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout}s")
         time.sleep(0.01)
+
+
+def leave_while_waiting(
+    server: LiveServer, method: str, path: str, body: Any, waiting: Callable[[], object], what: str
+) -> None:
+    """A client that leaves a waiting request: sends it on a connection of its own, waits until `waiting()`
+    says the server holds it (a client that gave up before the server even read its request would leave
+    nothing to clean up), then closes the connection without reading an answer."""
+    content = orjson.dumps(body) if body is not None else b""
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: {server.bind}:{server.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(content)}\r\n\r\n"
+    )
+    with socket.create_connection((urlsplit(server.url).hostname, server.port), timeout=30) as conn:
+        conn.sendall(head.encode() + content)
+        wait_until(waiting, what=what)
 
 
 def record_wakeups(server: LiveServer) -> list[set[str]]:
