@@ -241,8 +241,10 @@ def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-unty
 
     async def main() -> None:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+            # The three wait long enough that none can give up before the fourth arrives on a slow machine;
+            # jobs end them below.
             polls = [
-                asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 2}))
+                asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20}))
                 for _ in range(3)
             ]
             while server.state.dispatcher.parked < 3:
@@ -253,7 +255,10 @@ def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-unty
             assert body["status"] == 429
             # A claim that does not wait is still served.
             assert (await c.post("/queues/q/claim", json={"worker": "w"})).status_code == 200
-            await asyncio.gather(*polls)
+            r = await c.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(3)]})
+            assert r.status_code == 201, r.text
+            answers = await asyncio.gather(*polls)
+            assert sorted(len(a.json()["jobs"]) for a in answers) == [1, 1, 1]
 
     asyncio.run(main())
     assert server.state.dispatcher.parked == 0
