@@ -241,10 +241,12 @@ def test_waits_and_claims_share_the_waiter_cap(server_factory) -> None:  # type:
 
     async def main() -> None:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+            # They wait long enough that none can give up before the refused ones arrive on a slow machine;
+            # a complete and a job end them below.
             held = [
-                asyncio.create_task(c.get(f"/jobs/{job['id']}", params={"wait_seconds": 2})),
-                asyncio.create_task(c.get(f"/jobs/{job['id']}", params={"wait_seconds": 2})),
-                asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 2})),
+                asyncio.create_task(c.get(f"/jobs/{job['id']}", params={"wait_seconds": 20})),
+                asyncio.create_task(c.get(f"/jobs/{job['id']}", params={"wait_seconds": 20})),
+                asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20})),
             ]
             while server.state.dispatcher.cap.taken < 3:
                 await asyncio.sleep(0.01)
@@ -253,7 +255,14 @@ def test_waits_and_claims_share_the_waiter_cap(server_factory) -> None:  # type:
             assert r.headers["retry-after"] == "1"
             problem(await c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 2}), 429, "too-many-waiters")
             assert (await c.get(f"/jobs/{job['id']}")).status_code == 200  # not waiting: served
-            await asyncio.gather(*held)
+            [claim] = (await c.post("/queues/other/claim", json={"worker": "w"})).json()["jobs"]
+            done = await c.post(f"/jobs/{job['id']}/complete", json={"claim_token": claim["claim_token"]})
+            assert done.status_code == 200, done.text
+            assert (await c.post("/queues/q/jobs", json={"payload": 2})).status_code == 201
+            first, second, claimed = await asyncio.gather(*held)
+            assert (first.json()["status"], second.json()["status"], len(claimed.json()["jobs"])) == (
+                "completed", "completed", 1,
+            )  # fmt: skip
 
     asyncio.run(main())
     assert server.state.dispatcher.cap.taken == 0
