@@ -137,7 +137,17 @@ def test_stats_agree_across_replicas(server_factory) -> None:  # type: ignore[no
         assert post(server, f"/jobs/{c['id']}/release", {"claim_token": c["claim_token"]}).status_code == 200
     flush(a)
     flush(b)
-    sa, sb = stats(a), stats(b)
+    # Both read PostgreSQL's own statistics ("database": dead rows, oldest xmin) as they are at the time, and
+    # backends report their updates to those views up to seconds late: two reads a moment apart can see two
+    # values (dead rows 98, then 121). Read the pair again until that part agrees; the rest must be equal.
+    read: list[dict[str, Any]] = []
+
+    def same_database_figures() -> bool:
+        read[:] = [stats(a), stats(b)]
+        return bool(read[0]["database"] == read[1]["database"])
+
+    wait_until(same_database_figures, what="both replicas reading the same database statistics")
+    sa, sb = read
     for s in (sa, sb):
         s.pop("as_of")
     # the oldest ready job ages between the two calls; everything else must be identical
