@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import uvicorn
 
 from app.main import JobqApp, create_app
@@ -25,6 +28,22 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen within {timeout}s")
         time.sleep(0.01)
+
+
+def leave_while_waiting(
+    server: LiveServer, method: str, path: str, body: Any, waiting: Callable[[], object], what: str
+) -> None:
+    """A client that leaves a waiting request: sends it on a connection of its own, waits until `waiting()`
+    says the server holds it (a client that gave up before the server even read its request would leave
+    nothing to clean up), then closes the connection without reading an answer."""
+    content = orjson.dumps(body) if body is not None else b""
+    head = (
+        f"{method} {path} HTTP/1.1\r\nHost: {server.bind}:{server.port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(content)}\r\n\r\n"
+    )
+    with socket.create_connection((urlsplit(server.url).hostname, server.port), timeout=30) as conn:
+        conn.sendall(head.encode() + content)
+        wait_until(waiting, what=what)
 
 
 def record_wakeups(server: LiveServer) -> list[set[str]]:
@@ -86,6 +105,21 @@ def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
     wait_until(settled, what=f"the long-poll on {queue} to settle")
 
 
+def _flush_in_turn(metrics: Any) -> None:
+    """Tests push the per-minute statistics themselves (metrics.flush) while the service's own flush runs about
+    once a second: a test's flush that came while the service's was half-way (counts taken, not yet written)
+    would find nothing to write and return before those counts were in the database. Here the two take turns,
+    as one flusher's passes do."""
+    original = metrics.flush
+    lock = asyncio.Lock()
+
+    async def in_turn(db: Any) -> None:
+        async with lock:
+            await original(db)
+
+    metrics.flush = in_turn
+
+
 class LiveServer:
     """uvicorn serving create_app(settings) on <bind>:<free port> (127.0.0.1 unless told), lifespan included,
     configured as `jobq serve` configures it."""
@@ -94,6 +128,7 @@ class LiveServer:
         self.settings = settings
         self.bind = bind
         self.app: JobqApp = create_app(settings, tracer_provider=tracer_provider)
+        _flush_in_turn(self.app.state.metrics)
         config = server_config(
             self.app, settings, host=bind, port=0, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
         )

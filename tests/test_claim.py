@@ -13,7 +13,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.support import LiveServer, problem, wait_until
+from tests.support import LiveServer, leave_while_waiting, problem, wait_until
 
 
 def test_claim_order_is_priority_then_run_at_then_id(server: LiveServer) -> None:
@@ -241,8 +241,10 @@ def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-unty
 
     async def main() -> None:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as c:
+            # The three wait long enough that none can give up before the fourth arrives on a slow machine;
+            # jobs end them below.
             polls = [
-                asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 2}))
+                asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20}))
                 for _ in range(3)
             ]
             while server.state.dispatcher.parked < 3:
@@ -253,7 +255,10 @@ def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-unty
             assert body["status"] == 429
             # A claim that does not wait is still served.
             assert (await c.post("/queues/q/claim", json={"worker": "w"})).status_code == 200
-            await asyncio.gather(*polls)
+            r = await c.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(3)]})
+            assert r.status_code == 201, r.text
+            answers = await asyncio.gather(*polls)
+            assert sorted(len(a.json()["jobs"]) for a in answers) == [1, 1, 1]
 
     asyncio.run(main())
     assert server.state.dispatcher.parked == 0
@@ -261,8 +266,8 @@ def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-unty
 
 def test_a_long_poll_whose_client_left_claims_nothing(server_factory) -> None:  # type: ignore[no-untyped-def]
     server: LiveServer = server_factory(poll_interval_seconds=60)
-    with httpx.Client(base_url=server.url, timeout=0.5) as c, pytest.raises(httpx.ReadTimeout):
-        c.post("/queues/q/claim", json={"worker": "gone", "wait_seconds": 25})
+    leave_while_waiting(server, "POST", "/queues/q/claim", {"worker": "gone", "wait_seconds": 25},
+                        lambda: server.state.dispatcher.parked == 1, "the long-poll to park")  # fmt: skip
     wait_until(lambda: server.state.dispatcher.parked == 0, what="the departed waiter being dropped")
     job = server.enqueue(payload="for someone alive")
     time.sleep(0.2)

@@ -273,11 +273,12 @@ def test_enqueue_and_wait_returns_the_job_a_worker_finished(server: LiveServer) 
     waits: list[str] = []
     hooks = {"request": [lambda r: waits.append(str(r.url)) if r.method == "GET" else None]}
     with httpx.Client(event_hooks=hooks) as http, Client(server.url, http_client=http) as jobq:
-        # Nobody works on this queue: the wait gives up after its timeout, several server waits later.
+        # Nobody works on this queue: the wait gives up after its timeout, several server waits later (a
+        # timeout ten chunks long: at 0.7 s, requests slower than 0.35 s on a loaded machine made only two).
         jobq.wait_chunk = 0.2
         nobody = jobq.enqueue("idle", "x")
         with pytest.raises(WaitTimeout) as timed_out:
-            jobq.wait(nobody.id, timeout=0.7)
+            jobq.wait(nobody.id, timeout=2)
         assert (timed_out.value.job.id, timed_out.value.job.status) == (nobody.id, "pending")
         assert isinstance(timed_out.value, TimeoutError)
         assert len(waits) >= 3 and f"/jobs/{nobody.id}?wait_seconds=0.2" in waits[0]

@@ -27,12 +27,19 @@ def final_states(db: psycopg.Connection) -> dict[str, tuple[str, int, Any, str |
     return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
 
+# The workers heartbeat every third of the lease. The shell worker's beat is a sleep, then curl and a JSON
+# tool in processes of their own: on a loaded 2-core machine a 2 s lease left little more than a second for
+# those, and the sweeper (every 0.1 s) takes a lapsed lease back at once.
+LEASE_SECONDS = 4
+SLOW_SECONDS = 10  # 2.5 leases
+
+
 def run_worker(server: LiveServer, command: list[str], extra_env: dict[str, str]) -> str:
     env = {
         **os.environ,
         "JOBQ_URL": server.url,
         "JOBQ_WORKER": "example",
-        "JOBQ_LEASE_SECONDS": "2",
+        "JOBQ_LEASE_SECONDS": str(LEASE_SECONDS),
         "JOBQ_WAIT_SECONDS": "1",
         "JOBQ_EXIT_WHEN_IDLE": "1",
         **extra_env,
@@ -56,7 +63,7 @@ def test_node_worker(sweeping_server: LiveServer, db: psycopg.Connection) -> Non
     typescript_sdk()  # the example runs on it (skips without Node.js 20 and the SDK's npm packages)
     server = sweeping_server
     server.enqueue(payload={"name": "ok", "n": 1})
-    server.enqueue(payload={"name": "slow", "sleep_seconds": 5})  # 2.5 leases, kept by heartbeats
+    server.enqueue(payload={"name": "slow", "sleep_seconds": SLOW_SECONDS})  # 2.5 leases, kept by heartbeats
     server.enqueue(payload={"name": "flaky", "fail": "upstream 503", "fail_attempts": 1, "retry_in_seconds": 0})
     server.enqueue(payload={"name": "broken", "fail": "bad input", "retry": False}, max_attempts=5)
     server.enqueue(payload={"name": "doomed", "fail": "always"}, max_attempts=2)
@@ -93,7 +100,7 @@ def test_shell_worker(sweeping_server: LiveServer, db: psycopg.Connection, json_
     server = sweeping_server
     ok = server.enqueue(payload={"name": "ok"})
     server.enqueue(payload={"name": "text", "text": True})
-    server.enqueue(payload={"name": "slow", "sleep": 5})
+    server.enqueue(payload={"name": "slow", "sleep": SLOW_SECONDS})  # 2.5 leases, kept by heartbeats
     server.enqueue(payload={"name": "flaky", "fail": "try again", "fail_attempts": 1})
     server.enqueue(payload={"name": "broken", "fail": "bad input", "exit": 65}, max_attempts=5)
     server.enqueue(payload={"name": "doomed", "fail": "always"}, max_attempts=2)

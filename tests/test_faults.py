@@ -139,6 +139,7 @@ def test_a_pinned_xmin_shows_in_stats_and_claims_stay_within_budget(
         pinned = churn(server, PIN_ROUNDS)
         server.enqueue("churn", payload=0)
         buffers_pinned = claim_buffers(database_url, "churn")
+        asked = time.monotonic() - pinned_at  # held at least this long when the stats are read
         stats = server.client.get("/queues/churn/stats").json()["database"]
         held = time.monotonic() - pinned_at
         wait_until(lambda: "jobq_database_oldest_xmin_age_seconds 0.0" not in server.client.get("/metrics").text,
@@ -149,7 +150,8 @@ def test_a_pinned_xmin_shows_in_stats_and_claims_stay_within_budget(
           f"(median {statistics.median(pinned):.1f}); buffers {buffers_before} before, {buffers_pinned} pinned; "
           f"{held:.1f} s pinned; stats {stats}")  # fmt: skip
     churned = 100 * (5 + 20 + PIN_ROUNDS)
-    assert held - 1 <= stats["oldest_xmin_age_seconds"] <= held + 60
+    # At least as long as before the request (the request's own time, on a loaded machine, is not bounded).
+    assert asked - 0.01 <= stats["oldest_xmin_age_seconds"] <= held + 60, (asked, held)
     assert stats["oldest_xmin_age_transactions"] >= PIN_ROUNDS  # every round committed several transactions
     assert 100 * PIN_ROUNDS <= stats["jobs_dead_rows"] <= DEAD_ROWS_PER_JOB * churned
     assert re.search(r"^jobq_jobs_dead_rows [1-9]", metrics, re.M)

@@ -74,10 +74,11 @@ def test_gauges_for_waiters_pool_and_depth(server_factory) -> None:  # type: ign
     server: LiveServer = server_factory(gauges_interval_seconds=1)
     server.enqueue(queue="deep", payload=1)
     server.enqueue(queue="deep", payload=2)
-    t = threading.Thread(target=lambda: server.claim(queue="idle", wait_seconds=5))
+    # Both wait long enough for the gauges of a slow machine, and are ended below rather than by their deadline.
+    t = threading.Thread(target=lambda: server.claim(queue="idle", wait_seconds=30))
     t.start()
     job = server.enqueue(queue="waited", payload=3)
-    w = threading.Thread(target=lambda: server.client.get(f"/jobs/{job['id']}", params={"wait_seconds": 5}))
+    w = threading.Thread(target=lambda: server.client.get(f"/jobs/{job['id']}", params={"wait_seconds": 30}))
     w.start()
     wait_until(lambda: server.state.dispatcher.parked == 1 and server.state.results.parked == 1)
 
@@ -90,8 +91,12 @@ def test_gauges_for_waiters_pool_and_depth(server_factory) -> None:  # type: ign
     text = scraped()
     assert metric(text, "jobq_pool_connections") is not None
     assert metric(text, "jobq_queue_oldest_ready_age_seconds", queue="deep") is not None
-    t.join()
-    w.join()
+    server.enqueue(queue="idle", payload=4)  # the waiting claim takes it
+    claim = server.claim_one(queue="waited")
+    server.client.post(f"/jobs/{job['id']}/complete", json={"claim_token": claim["claim_token"]})
+    t.join(60)
+    w.join(60)
+    assert not t.is_alive() and not w.is_alive()
 
 
 def test_sweeper_metrics(server: LiveServer) -> None:

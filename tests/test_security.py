@@ -53,7 +53,11 @@ def _close_clients() -> Iterator[None]:
 
 @pytest.fixture
 def secured(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
-    return server_factory(auth="on", api_key=ENV_KEY)  # type: ignore[no-any-return]
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY)
+    # Listening: its start empties the key cache (a revocation may have gone by unheard), which must not
+    # happen in the middle of a test that counts lookups.
+    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    return server
 
 
 @pytest.fixture
@@ -426,7 +430,11 @@ def test_revocation_reaches_every_process_at_once(server_factory, database_url: 
     a: LiveServer = server_factory(auth="on", auth_cache_seconds=3600)
     b: LiveServer = server_factory(auth="on", auth_cache_seconds=3600)
     wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
+    generations = a.state.keys.generation, b.state.keys.generation
     key = create_key(db, "doomed", ["produce"])
+    # The key's creation is notified too, and empties both caches when it arrives: only then count lookups.
+    wait_until(lambda: a.state.keys.generation > generations[0] and b.state.keys.generation > generations[1],
+               what="the creation heard")  # fmt: skip
     clients = [as_key(a, key), as_key(b, key)]
     for c in clients:
         for _ in range(3):

@@ -111,7 +111,8 @@ def test_a_failing_handler_marks_its_span_and_the_retry_stays_in_the_trace(serve
     thread.start()
     try:
         c = server.client
-        wait_until(lambda: c.get(f"/jobs/{job_id}").json()["status"] == "pending" and attempts, what="a failed try")
+        # The handler's attempt first, then the job: pending before the first claim would also read "pending".
+        wait_until(lambda: attempts and c.get(f"/jobs/{job_id}").json()["status"] == "pending", what="a failed try")
         server.run(lambda: _due_now(server, job_id))
         wait_until(lambda: c.get(f"/jobs/{job_id}").json()["status"] == "completed", what="the retry")
     finally:

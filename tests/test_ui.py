@@ -255,10 +255,12 @@ def test_dashboard_shows_queues_and_acts_on_them_in_a_browser(browser: Any, serv
     assert server.job(second)["status"] == "pending"
 
     # A refused action shows the problem's detail: cancel a job that finished meanwhile.
+    # Keep the page as it was before the job finished: automatic refresh off before the job is shown, so
+    # that no refresh that started before the checkbox was cleared can still show the cancelled job.
     pending = server.enqueue("emails", {"to": "late"})
+    page.locator("#auto-refresh").uncheck()
     page.goto(f"{server.url}/ui#/jobs/{pending['id']}")
     expect(page.locator("#cancel")).to_be_visible()
-    page.locator("#auto-refresh").uncheck()  # keep the page as it was before the job finished
     assert server.client.post(f"/jobs/{pending['id']}/cancel", json={}).json()["status"] == "cancelled"
     page.locator("#cancel").click()
     page.get_by_role("button", name="Cancel job", exact=True).click()

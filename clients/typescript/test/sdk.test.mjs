@@ -148,7 +148,8 @@ describe("Client against jobq", () => {
     const { client, requests } = recording();
     client.waitChunkSeconds = 0.2;
     const idle = await client.enqueue(q + "-idle", "nobody works here");
-    const timedOut = await client.wait(idle.id, { timeoutSeconds: 0.7 }).catch((e) => e);
+    // Ten chunks: in 0.7 s, three waits needed each request under 0.35 s, which a loaded machine can miss.
+    const timedOut = await client.wait(idle.id, { timeoutSeconds: 2 }).catch((e) => e);
     assert.ok(timedOut instanceof WaitTimeout, timedOut);
     assert.equal(timedOut.job.id, idle.id);
     assert.equal(timedOut.job.status, "pending");
@@ -270,9 +271,11 @@ describe("Worker against jobq", () => {
   test("heartbeats keep a job that outlives its lease", async () => {
     const q = queueName("beats");
     const job = await jobq.enqueue(q, null);
-    const worker = new Worker(jobq, { leaseSeconds: 1, waitSeconds: 0.2, logger: quiet });
+    // A 3 s lease: a beat every second then has two to arrive in, which a loaded machine needs (with 1 s,
+    // a beat later than about 0.7 s would lose the job to the sweeper).
+    const worker = new Worker(jobq, { leaseSeconds: 3, waitSeconds: 0.2, logger: quiet });
     worker.register(q, async (ctx) => {
-      await sleep(2500); // 2.5 leases; the test server sweeps every 0.1 s
+      await sleep(7500); // 2.5 leases; the test server sweeps every 0.1 s
       return ctx.attempts;
     });
     const stop = running(worker);
