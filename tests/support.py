@@ -105,21 +105,6 @@ def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
     wait_until(settled, what=f"the long-poll on {queue} to settle")
 
 
-def _flush_in_turn(metrics: Any) -> None:
-    """Tests push the per-minute statistics themselves (metrics.flush) while the service's own flush runs about
-    once a second: a test's flush that came while the service's was half-way (counts taken, not yet written)
-    would find nothing to write and return before those counts were in the database. Here the two take turns,
-    as one flusher's passes do."""
-    original = metrics.flush
-    lock = asyncio.Lock()
-
-    async def in_turn(db: Any) -> None:
-        async with lock:
-            await original(db)
-
-    metrics.flush = in_turn
-
-
 class LiveServer:
     """uvicorn serving create_app(settings) on <bind>:<free port> (127.0.0.1 unless told), lifespan included,
     configured as `jobq serve` configures it."""
@@ -128,7 +113,6 @@ class LiveServer:
         self.settings = settings
         self.bind = bind
         self.app: JobqApp = create_app(settings, tracer_provider=tracer_provider)
-        _flush_in_turn(self.app.state.metrics)
         config = server_config(
             self.app, settings, host=bind, port=0, log_level="warning", lifespan="on", timeout_graceful_shutdown=5
         )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 import random
 import threading
@@ -155,6 +157,38 @@ def test_stats_agree_across_replicas(server_factory) -> None:  # type: ignore[no
     assert sa == sb
     w = sa["window"]
     assert (w["enqueued"], w["claimed"], w["completed"], w["released"], w["retries"]) == (6, 6, 3, 3, 0)
+
+
+def test_a_flush_cancelled_while_writing_still_lands_its_counts(database_url: str, db: psycopg.Connection) -> None:
+    """The service stopping cancels its statistics flush, which may be half-way: counts taken out of the
+    process, the INSERT not committed. Those counts must land (or come back for the last flush), once."""
+    from app.db.pool import Database
+    from app.runtime.metrics import Metrics
+    from tests.conftest import make_settings
+
+    async def scenario() -> None:
+        database = Database(make_settings(database_url), database_url)
+        await database.open(10)
+        metrics = Metrics()
+        metrics.count("enqueued", "q", 5)
+        locker = await psycopg.AsyncConnection.connect(database_url)  # a transaction that holds the table
+        await locker.execute("LOCK TABLE queue_stats IN ACCESS EXCLUSIVE MODE")
+        flushing = asyncio.ensure_future(metrics.flush(database))
+        while not db.execute(
+            "SELECT count(*) FROM pg_locks WHERE relation = 'queue_stats'::regclass AND NOT granted"
+        ).fetchone()[0]:  # type: ignore[index]
+            await asyncio.sleep(0.01)  # the flush's INSERT now waits for the lock
+        flushing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flushing
+        metrics.count("enqueued", "q", 2)  # counted after the cancelled flush took its counts
+        await locker.commit()
+        await metrics.flush(database)  # the last flush, at stop: after the cancelled one's statement
+        await locker.close()
+        await database.close()
+
+    asyncio.run(scenario())
+    assert db.execute("SELECT sum(enqueued) FROM queue_stats WHERE queue_name = 'q'").fetchone() == (7,)
 
 
 def test_stats_window_parameter(server: LiveServer) -> None:

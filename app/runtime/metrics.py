@@ -14,6 +14,7 @@ series stay until the processes restart."""
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import contextlib
 import logging
@@ -112,6 +113,13 @@ class _Minute:
     duration_max: float = 0.0
 
 
+def _retrieve(task: asyncio.Future[None]) -> None:
+    """A flush whose caller was cancelled ends unobserved. If it failed, it has put its counts back for the
+    next flush, so its error is nobody's business: retrieve it so that asyncio does not report it."""
+    if not task.cancelled():
+        task.exception()
+
+
 class Metrics:
     def __init__(self, max_queues: int = 1000, queue_idle_seconds: float = 3600.0) -> None:
         # Multi-process mode (`jobq serve --workers N`): values live in files the /metrics endpoint
@@ -196,6 +204,7 @@ class Metrics:
         )
         # Counts since the last flush, by queue; the flush files them under the database's current minute.
         self._minutes: dict[str, _Minute] = {}
+        self._flushing = asyncio.Lock()  # one flush at a time (see flush)
         self._children: dict[tuple[str, str], Any] = {}
         self.queue_labels = QueueLabels(max_queues, queue_idle_seconds)
         self._other_depths = False  # the depth gauges have a (other) series
@@ -299,7 +308,19 @@ class Metrics:
     # -- the shared per-minute statistics ------------------------------------------------------------------
 
     async def flush(self, db: Database) -> None:
-        """Add this process's counts since the last flush to queue_stats (one statement)."""
+        """Add this process's counts since the last flush to queue_stats (one statement). Flushes take turns,
+        and a flush whose caller is cancelled (the service stopping while one is under way) still finishes
+        its statement: its counts were taken out, so they are either written or put back, never dropped,
+        and the next flush (the last one, at stop) waits for it."""
+        write = asyncio.ensure_future(self._flush_in_turn(db))
+        write.add_done_callback(_retrieve)
+        await asyncio.shield(write)
+
+    async def _flush_in_turn(self, db: Database) -> None:
+        async with self._flushing:
+            await self._flush(db)
+
+    async def _flush(self, db: Database) -> None:
         if not self._minutes:
             return
         pending, self._minutes = self._minutes, {}
