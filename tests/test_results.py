@@ -236,7 +236,8 @@ def test_waiting_requests_hold_no_connections(server_factory, db: psycopg.Connec
 
 
 def test_waits_and_claims_share_the_waiter_cap(server_factory) -> None:  # type: ignore[no-untyped-def]
-    server: LiveServer = server_factory(max_waiters=3, poll_interval_seconds=60)
+    # One client here: its share (by default half the cap) set to the whole cap, to reach the cap itself.
+    server: LiveServer = server_factory(max_waiters=3, max_waiters_per_client=3, poll_interval_seconds=60)
     job = server.enqueue(queue="other", payload=1)
 
     async def main() -> None:

@@ -95,6 +95,31 @@ def test_with_auth_off_the_share_is_per_client_address(server_factory: Any) -> N
     assert first().json()["jobs"]
 
 
+def test_waits_for_results_count_against_the_clients_share(server_factory: Any) -> None:
+    """GET /jobs/{id}?wait_seconds takes a waiting place like a long-poll claim, and from the same share: one
+    client cannot take every place with waits for results either."""
+    server: LiveServer = server_factory(max_waiters=4, max_waiters_per_client=1, poll_interval_seconds=60)
+    job = server.enqueue(queue="other", payload=1)
+    answers: list[httpx.Response] = []
+
+    def wait() -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            answers.append(c.get(f"/jobs/{job['id']}", params={"wait_seconds": 20}))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    _threads.append(thread)
+    wait_until(lambda: server.state.results.parked == 1, what="a wait for a result")
+    body = problem(server.client.get(f"/jobs/{job['id']}", params={"wait_seconds": 5}), 429, "too-many-waiters")
+    assert "share" in body["detail"]
+    problem(server.client.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 5}), 429, "too-many-waiters")
+    claim = server.claim_one(queue="other")
+    server.client.post(f"/jobs/{job['id']}/complete", json={"claim_token": claim["claim_token"]})
+    thread.join(60)
+    assert answers[0].json()["status"] == "completed"
+    assert server.state.dispatcher.cap.taken == 0 and server.state.dispatcher.cap.by_client == {}
+
+
 # --- a dropped database connection --------------------------------------------------------------------------------
 
 

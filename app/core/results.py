@@ -9,7 +9,8 @@ for each; a job still running (a wake-up that was not for it: a re-announcement,
 waiters parked. The fallback poll (app/maintenance/poll.py) looks at every waited job now and then, for
 finishes whose wake-up was lost.
 
-Parked requests count against JOBQ_MAX_WAITERS together with waiting claims (WaiterCap)."""
+Parked requests count against JOBQ_MAX_WAITERS together with waiting claims, and against the share of
+their client (JOBQ_MAX_WAITERS_PER_CLIENT) like them (WaiterCap)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from app.core.wakeups import Wakeups
 from app.db import jobs as store
 from app.db.pool import Database
 from app.db.rows import JobRow
-from app.errors import JobNotFound, TooManyWaiters
+from app.errors import JobNotFound
 
 log = logging.getLogger("jobq.results")
 
@@ -54,12 +55,16 @@ class ResultWaiters:
         allowed: str | None,
         wait_seconds: float,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
+        *,
+        client: str | None = None,
     ) -> JobRow:
-        """The job once finished, or as it is after `wait_seconds`. 404 for a job the caller may not see."""
+        """The job once finished, or as it is after `wait_seconds`. 404 for a job the caller may not see.
+        `client`: whose share of the waiting places (JOBQ_MAX_WAITERS_PER_CLIENT) the wait takes, as a
+        long-poll claim's does."""
         if wait_seconds <= 0 or self.closing:
             return await self._read(job_id, allowed)
-        if not self.cap.take():
-            raise TooManyWaiters()
+        if not self.cap.take(client):
+            raise self.cap.refusal(client)
         parked: Parked = asyncio.get_running_loop().create_future()
         self._parked.setdefault(job_id, []).append(parked)
         watch: asyncio.Future[Any] | None = None
@@ -87,7 +92,7 @@ class ResultWaiters:
                 waiting.remove(parked)
                 if not waiting:
                     del self._parked[job_id]
-            self.cap.give()
+            self.cap.give(client)
 
     async def _read(self, job_id: int, allowed: str | None) -> JobRow:
         async with self.db.connection() as conn:
