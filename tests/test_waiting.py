@@ -177,3 +177,34 @@ def test_a_key_revoked_while_its_long_poll_waits_receives_nothing(server_factory
         assert admin.get(f"/jobs/{job['id']}").json()["attempts"] == 0
         claimed = admin.post("/queues/q/claim", json={"worker": "w"}).json()["jobs"]
         assert [j["id"] for j in claimed] == [job["id"]]
+
+
+def test_a_key_revoked_while_it_waits_for_a_result_gets_401(server_factory: Any, db: psycopg.Connection) -> None:
+    """GET /jobs/{id}?wait_seconds, like a long-poll claim, checks its key again before answering a request
+    that waited: a key revoked meanwhile gets 401, not the job's result."""
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, auth_cache_seconds=3600)
+    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    key = create_key(db, "producer", ["produce"])
+    with as_key(server, key) as producer:
+        job = producer.post("/queues/q/jobs", json={"payload": "x"}).json()
+    answers: list[httpx.Response] = []
+
+    def wait() -> None:
+        with as_key(server, key) as c:
+            answers.append(c.get(f"/jobs/{job['id']}", params={"wait_seconds": 20}))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    _threads.append(thread)
+    wait_until(lambda: server.state.results.parked == 1, what="the wait parked")
+    generation = server.state.keys.generation
+    store_keys.api_key_revoke(db, "producer")
+    wait_until(lambda: server.state.keys.generation > generation, what="the revocation to arrive")
+    with as_key(server, ENV_KEY) as admin:
+        claim = admin.post("/queues/q/claim", json={"worker": "w"}).json()["jobs"][0]
+        done = {"claim_token": claim["claim_token"], "result": "not for a revoked key"}
+        assert admin.post(f"/jobs/{job['id']}/complete", json=done).status_code == 200
+    thread.join(60)
+    body = problem(answers[0], 401, "unauthorized")
+    assert "revoked" in body["detail"] and "not for a revoked key" not in answers[0].text
+    assert server.state.dispatcher.cap.taken == 0

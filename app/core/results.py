@@ -24,7 +24,7 @@ from app.core.wakeups import Wakeups
 from app.db import jobs as store
 from app.db.pool import Database
 from app.db.rows import JobRow
-from app.errors import JobNotFound
+from app.errors import JobNotFound, Unauthorized
 
 log = logging.getLogger("jobq.results")
 
@@ -57,10 +57,12 @@ class ResultWaiters:
         disconnected: Callable[[], Awaitable[Any]] | None = None,
         *,
         client: str | None = None,
+        still_authorized: Callable[[], Awaitable[bool]] | None = None,
     ) -> JobRow:
         """The job once finished, or as it is after `wait_seconds`. 404 for a job the caller may not see.
         `client`: whose share of the waiting places (JOBQ_MAX_WAITERS_PER_CLIENT) the wait takes, as a
-        long-poll claim's does."""
+        long-poll claim's does; `still_authorized`, when given, is asked before a request that waited
+        receives the job (its key may have been revoked meanwhile: 401)."""
         if wait_seconds <= 0 or self.closing:
             return await self._read(job_id, allowed)
         if not self.cap.take(client):
@@ -79,10 +81,13 @@ class ResultWaiters:
                 watch = asyncio.ensure_future(disconnected())
                 waiters.add(watch)
             await asyncio.wait(waiters, timeout=wait_seconds, return_when=asyncio.FIRST_COMPLETED)
-            if parked.done() and (finished := parked.result()) is not None:
-                return finished
-            if watch is not None and watch.done():
+            finished = parked.result() if parked.done() else None
+            if finished is None and watch is not None and watch.done():
                 return job  # the client went away: nobody reads the answer
+            if still_authorized is not None and not await still_authorized():
+                raise Unauthorized("The API key was revoked while this request waited.", invalid=True)
+            if finished is not None:
+                return finished
             return await self._read(job_id, allowed)  # the deadline (or shutting down): the job as it is
         finally:
             if watch is not None:

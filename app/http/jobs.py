@@ -352,7 +352,12 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     ) -> Response:
         waiting = (lambda: _disconnected(request)) if wait_seconds > 0 else None
         job = await service(request).get(
-            job_id, principal(request).queue_regex, wait_seconds, waiting, client=client_identity(request)
+            job_id,
+            principal(request).queue_regex,
+            wait_seconds,
+            waiting,
+            client=client_identity(request),
+            still_authorized=request.scope["state"].get("recheck"),
         )
         return json_response(job_document(job))
 
