@@ -260,6 +260,26 @@ def test_waits_and_claims_share_the_waiter_cap(server_factory) -> None:  # type:
     assert server.state.dispatcher.cap.taken == 0
 
 
+def test_past_the_waiter_cap_unknown_and_finished_jobs_answer_as_usual(server_factory) -> None:  # type: ignore[no-untyped-def]
+    """Only a wait that would have to wait needs a waiting place: with none left, an unknown job is still
+    404 at once and a finished job still answers at once; only an unfinished one gets 429."""
+    server: LiveServer = server_factory(max_waiters=1, poll_interval_seconds=60)
+    pending = server.enqueue(queue="other", payload=1)
+    done = server.enqueue(payload=2)
+    claim = server.claim_one()
+    server.client.post(f"/jobs/{done['id']}/complete", json={"claim_token": claim["claim_token"], "result": 3})
+    holder = Waiting(server, pending["id"], 20)
+    parked(server)
+    problem(server.client.get("/jobs/999999", params={"wait_seconds": 5}), 404, "job-not-found")
+    r = server.client.get(f"/jobs/{done['id']}", params={"wait_seconds": 5})
+    assert r.status_code == 200 and (r.json()["status"], r.json()["result"]) == ("completed", 3)
+    problem(server.client.get(f"/jobs/{pending['id']}", params={"wait_seconds": 5}), 429, "too-many-waiters")
+    claim = server.claim_one(queue="other")
+    server.client.post(f"/jobs/{pending['id']}/complete", json={"claim_token": claim["claim_token"]})
+    assert holder.result()["status"] == "completed"
+    assert server.state.dispatcher.cap.taken == 0
+
+
 def test_a_wait_whose_client_left_goes_away(server_factory) -> None:  # type: ignore[no-untyped-def]
     server: LiveServer = server_factory(poll_interval_seconds=60)
     job = server.enqueue(payload=1)

@@ -66,6 +66,10 @@ class ResultWaiters:
         if wait_seconds <= 0 or self.closing:
             return await self._read(job_id, allowed)
         if not self.cap.take(client):
+            # No waiting place, but none is needed to say 404, nor to answer a job already finished.
+            job = await self._read(job_id, allowed)
+            if job.status in FINISHED:
+                return job
             raise self.cap.refusal(client)
         parked: Parked = asyncio.get_running_loop().create_future()
         self._parked.setdefault(job_id, []).append(parked)
