@@ -111,6 +111,11 @@ def _cancel(b: LiveServer, claim: dict[str, Any]) -> None:
     assert b.client.post(f"/jobs/{claim['id']}/cancel").json()["status"] == "cancelled"
 
 
+def _bulk_cancel(b: LiveServer, claim: dict[str, Any]) -> None:
+    r = b.client.post("/jobs/bulk", json={"action": "cancel", "ids": [claim["id"]]})
+    assert r.json()["jobs"] == [{"id": claim["id"], "outcome": "done", "status": "cancelled"}]
+
+
 def _lease_lapses_on_the_last_attempt(b: LiveServer, claim: dict[str, Any]) -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
     assert b.run(lambda: b.state.maintenance["rescuer"].run_once(later)).failed == 1
@@ -123,6 +128,7 @@ def _lease_lapses_on_the_last_attempt(b: LiveServer, claim: dict[str, Any]) -> N
         (_complete_on_claim, "completed"),
         (_fail_for_good, "failed"),
         (_cancel, "cancelled"),
+        (_bulk_cancel, "cancelled"),
         (_lease_lapses_on_the_last_attempt, "failed"),
     ],
 )
