@@ -103,6 +103,30 @@ def test_progress_of_a_stale_claim_or_too_big_is_refused(server: LiveServer) -> 
     assert server.client.get(f"/jobs/{c['id']}").json()["progress"] is None
 
 
+def test_heartbeats_of_one_claim_sharing_a_statement_keep_the_latest_progress(server: LiveServer) -> None:
+    """Concurrent heartbeats of one job are coalesced into one statement: whatever their order, the latest
+    progress reported stays (a beat without progress does not undo it) and every beat is renewed."""
+    from app.db import jobs as store
+    from app.db.jobs import Heartbeat
+
+    server.enqueue(payload=1)
+    c = server.claim_one()
+
+    def beats(*items: Heartbeat) -> list[str]:
+        async def go() -> list[str]:
+            async with server.state.db.connection() as conn:
+                return [outcome for outcome, _ in await store.jobs_heartbeat(conn, list(items))]
+
+        return server.run(go)
+
+    plain = Heartbeat(c["id"], c["claim_token"], None)
+    first = Heartbeat(c["id"], c["claim_token"], None, None, '{"done": 1}', set_progress=True)
+    second = Heartbeat(c["id"], c["claim_token"], None, None, '{"done": 2}', set_progress=True)
+    for batch, shown in [([first, plain], 1), ([plain, second], 2), ([second, first], 1), ([first, second, plain], 2)]:
+        assert beats(*batch) == ["ok"] * len(batch)
+        assert server.client.get(f"/jobs/{c['id']}").json()["progress"] == {"done": shown}, batch
+
+
 # --- complete -----------------------------------------------------------------------------------------------
 
 

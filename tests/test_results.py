@@ -113,6 +113,11 @@ def _cancel(b: LiveServer, claim: dict[str, Any]) -> None:
     assert b.client.post(f"/jobs/{claim['id']}/cancel").json()["status"] == "cancelled"
 
 
+def _bulk_cancel(b: LiveServer, claim: dict[str, Any]) -> None:
+    r = b.client.post("/jobs/bulk", json={"action": "cancel", "ids": [claim["id"]]})
+    assert r.json()["jobs"] == [{"id": claim["id"], "outcome": "done", "status": "cancelled"}]
+
+
 def _lease_lapses_on_the_last_attempt(b: LiveServer, claim: dict[str, Any]) -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
     assert b.run(lambda: b.state.maintenance["rescuer"].run_once(later)).failed == 1
@@ -125,6 +130,7 @@ def _lease_lapses_on_the_last_attempt(b: LiveServer, claim: dict[str, Any]) -> N
         (_complete_on_claim, "completed"),
         (_fail_for_good, "failed"),
         (_cancel, "cancelled"),
+        (_bulk_cancel, "cancelled"),
         (_lease_lapses_on_the_last_attempt, "failed"),
     ],
 )
@@ -239,7 +245,8 @@ def test_waiting_requests_hold_no_connections(server_factory, db: psycopg.Connec
 
 
 def test_waits_and_claims_share_the_waiter_cap(server_factory) -> None:  # type: ignore[no-untyped-def]
-    server: LiveServer = server_factory(max_waiters=3, poll_interval_seconds=60)
+    # One client here: its share (by default half the cap) set to the whole cap, to reach the cap itself.
+    server: LiveServer = server_factory(max_waiters=3, max_waiters_per_client=3, poll_interval_seconds=60)
     job = server.enqueue(queue="other", payload=1)
 
     async def main() -> None:
@@ -268,6 +275,26 @@ def test_waits_and_claims_share_the_waiter_cap(server_factory) -> None:  # type:
             )  # fmt: skip
 
     asyncio.run(main())
+    assert server.state.dispatcher.cap.taken == 0
+
+
+def test_past_the_waiter_cap_unknown_and_finished_jobs_answer_as_usual(server_factory) -> None:  # type: ignore[no-untyped-def]
+    """Only a wait that would have to wait needs a waiting place: with none left, an unknown job is still
+    404 at once and a finished job still answers at once; only an unfinished one gets 429."""
+    server: LiveServer = server_factory(max_waiters=1, poll_interval_seconds=60)
+    pending = server.enqueue(queue="other", payload=1)
+    done = server.enqueue(payload=2)
+    claim = server.claim_one()
+    server.client.post(f"/jobs/{done['id']}/complete", json={"claim_token": claim["claim_token"], "result": 3})
+    holder = Waiting(server, pending["id"], 20)
+    parked(server)
+    problem(server.client.get("/jobs/999999", params={"wait_seconds": 5}), 404, "job-not-found")
+    r = server.client.get(f"/jobs/{done['id']}", params={"wait_seconds": 5})
+    assert r.status_code == 200 and (r.json()["status"], r.json()["result"]) == ("completed", 3)
+    problem(server.client.get(f"/jobs/{pending['id']}", params={"wait_seconds": 5}), 429, "too-many-waiters")
+    claim = server.claim_one(queue="other")
+    server.client.post(f"/jobs/{pending['id']}/complete", json={"claim_token": claim["claim_token"]})
+    assert holder.result()["status"] == "completed"
     assert server.state.dispatcher.cap.taken == 0
 
 

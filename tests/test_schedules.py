@@ -274,6 +274,27 @@ def test_late_ticks_within_the_grace_are_all_enqueued(quiet: LiveServer, db: psy
     assert ticks == [start + timedelta(seconds=5 * i) for i in range(len(ticks))]
 
 
+def test_an_unreadable_schedule_does_not_keep_the_scheduler_busy(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """A stored cron or time zone this process refuses (written by another release, or a zone missing from
+    this machine's zone data) is left alone, said once, and not read again pass after pass while it stays
+    due; even a full batch of them does not hold back the schedules it can read. Changed, it is read again."""
+    quiet: LiveServer = server_factory(schedule_interval_seconds=0, schedule_grace_seconds=3600)
+    for i in range(105):
+        put(quiet, f"bad-{i:03}", HOURLY)
+    put(quiet, "good", HOURLY)
+    tick = db.execute("SELECT date_trunc('hour', now())").fetchone()[0]  # type: ignore[index]
+    db.execute("UPDATE schedules SET cron = '0 0 31 2 *', next_run_at = %s - interval '1 day' WHERE name <> 'good'",
+               (tick,))  # fmt: skip
+    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'good'", (tick,))
+    first = run_scheduler(quiet)  # returns: the unreadable batch is not read again and again
+    assert first.enqueued == 1 and [t for _, t in scheduled_jobs(db, "good")] == [tick]
+    assert first.due_in is not None and first.due_in > 0  # the next tick it can fire, not one overdue forever
+    assert run_scheduler(quiet).enqueued == 0
+    put(quiet, "bad-000", HOURLY, status=200)  # a readable cron again
+    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'bad-000'", (tick,))
+    assert run_scheduler(quiet).enqueued == 1
+
+
 # --- who may ---------------------------------------------------------------------------------------------------
 
 

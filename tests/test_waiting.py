@@ -95,6 +95,31 @@ def test_with_auth_off_the_share_is_per_client_address(server_factory: Any) -> N
     assert first().json()["jobs"]
 
 
+def test_waits_for_results_count_against_the_clients_share(server_factory: Any) -> None:
+    """GET /jobs/{id}?wait_seconds takes a waiting place like a long-poll claim, and from the same share: one
+    client cannot take every place with waits for results either."""
+    server: LiveServer = server_factory(max_waiters=4, max_waiters_per_client=1, poll_interval_seconds=60)
+    job = server.enqueue(queue="other", payload=1)
+    answers: list[httpx.Response] = []
+
+    def wait() -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            answers.append(c.get(f"/jobs/{job['id']}", params={"wait_seconds": 20}))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    _threads.append(thread)
+    wait_until(lambda: server.state.results.parked == 1, what="a wait for a result")
+    body = problem(server.client.get(f"/jobs/{job['id']}", params={"wait_seconds": 5}), 429, "too-many-waiters")
+    assert "share" in body["detail"]
+    problem(server.client.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 5}), 429, "too-many-waiters")
+    claim = server.claim_one(queue="other")
+    server.client.post(f"/jobs/{job['id']}/complete", json={"claim_token": claim["claim_token"]})
+    thread.join(60)
+    assert answers[0].json()["status"] == "completed"
+    assert server.state.dispatcher.cap.taken == 0 and server.state.dispatcher.cap.by_client == {}
+
+
 # --- a dropped database connection --------------------------------------------------------------------------------
 
 
@@ -152,3 +177,34 @@ def test_a_key_revoked_while_its_long_poll_waits_receives_nothing(server_factory
         assert admin.get(f"/jobs/{job['id']}").json()["attempts"] == 0
         claimed = admin.post("/queues/q/claim", json={"worker": "w"}).json()["jobs"]
         assert [j["id"] for j in claimed] == [job["id"]]
+
+
+def test_a_key_revoked_while_it_waits_for_a_result_gets_401(server_factory: Any, db: psycopg.Connection) -> None:
+    """GET /jobs/{id}?wait_seconds, like a long-poll claim, checks its key again before answering a request
+    that waited: a key revoked meanwhile gets 401, not the job's result."""
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, auth_cache_seconds=3600)
+    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    key = create_key(db, "producer", ["produce"])
+    with as_key(server, key) as producer:
+        job = producer.post("/queues/q/jobs", json={"payload": "x"}).json()
+    answers: list[httpx.Response] = []
+
+    def wait() -> None:
+        with as_key(server, key) as c:
+            answers.append(c.get(f"/jobs/{job['id']}", params={"wait_seconds": 20}))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    _threads.append(thread)
+    wait_until(lambda: server.state.results.parked == 1, what="the wait parked")
+    generation = server.state.keys.generation
+    store_keys.api_key_revoke(db, "producer")
+    wait_until(lambda: server.state.keys.generation > generation, what="the revocation to arrive")
+    with as_key(server, ENV_KEY) as admin:
+        claim = admin.post("/queues/q/claim", json={"worker": "w"}).json()["jobs"][0]
+        done = {"claim_token": claim["claim_token"], "result": "not for a revoked key"}
+        assert admin.post(f"/jobs/{job['id']}/complete", json=done).status_code == 200
+    thread.join(60)
+    body = problem(answers[0], 401, "unauthorized")
+    assert "revoked" in body["detail"] and "not for a revoked key" not in answers[0].text
+    assert server.state.dispatcher.cap.taken == 0

@@ -444,7 +444,12 @@ class JobService:
         allowed: str | None = None,
         wait_seconds: float = 0,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
+        *,
+        client: str | None = None,
+        still_authorized: Callable[[], Awaitable[bool]] | None = None,
     ) -> JobRow:
         """The job; with wait_seconds, once it has finished or else as it is at the deadline (a waiting
         request holds no connection: app/core/results.py)."""
-        return await self.results.wait(job_id, allowed, wait_seconds, disconnected)
+        return await self.results.wait(
+            job_id, allowed, wait_seconds, disconnected, client=client, still_authorized=still_authorized
+        )

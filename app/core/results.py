@@ -9,7 +9,8 @@ for each; a job still running (a wake-up that was not for it: a re-announcement,
 waiters parked. The fallback poll (app/maintenance/poll.py) looks at every waited job now and then, for
 finishes whose wake-up was lost.
 
-Parked requests count against JOBQ_MAX_WAITERS together with waiting claims (WaiterCap)."""
+Parked requests count against JOBQ_MAX_WAITERS together with waiting claims, and against the share of
+their client (JOBQ_MAX_WAITERS_PER_CLIENT) like them (WaiterCap)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from app.core.wakeups import Wakeups
 from app.db import jobs as store
 from app.db.pool import Database
 from app.db.rows import JobRow
-from app.errors import JobNotFound, TooManyWaiters
+from app.errors import JobNotFound, Unauthorized
 
 log = logging.getLogger("jobq.results")
 
@@ -54,12 +55,22 @@ class ResultWaiters:
         allowed: str | None,
         wait_seconds: float,
         disconnected: Callable[[], Awaitable[Any]] | None = None,
+        *,
+        client: str | None = None,
+        still_authorized: Callable[[], Awaitable[bool]] | None = None,
     ) -> JobRow:
-        """The job once finished, or as it is after `wait_seconds`. 404 for a job the caller may not see."""
+        """The job once finished, or as it is after `wait_seconds`. 404 for a job the caller may not see.
+        `client`: whose share of the waiting places (JOBQ_MAX_WAITERS_PER_CLIENT) the wait takes, as a
+        long-poll claim's does; `still_authorized`, when given, is asked before a request that waited
+        receives the job (its key may have been revoked meanwhile: 401)."""
         if wait_seconds <= 0 or self.closing:
             return await self._read(job_id, allowed)
-        if not self.cap.take():
-            raise TooManyWaiters()
+        if not self.cap.take(client):
+            # No waiting place, but none is needed to say 404, nor to answer a job already finished.
+            job = await self._read(job_id, allowed)
+            if job.status in FINISHED:
+                return job
+            raise self.cap.refusal(client)
         parked: Parked = asyncio.get_running_loop().create_future()
         self._parked.setdefault(job_id, []).append(parked)
         watch: asyncio.Future[Any] | None = None
@@ -74,10 +85,13 @@ class ResultWaiters:
                 watch = asyncio.ensure_future(disconnected())
                 waiters.add(watch)
             await asyncio.wait(waiters, timeout=wait_seconds, return_when=asyncio.FIRST_COMPLETED)
-            if parked.done() and (finished := parked.result()) is not None:
-                return finished
-            if watch is not None and watch.done():
+            finished = parked.result() if parked.done() else None
+            if finished is None and watch is not None and watch.done():
                 return job  # the client went away: nobody reads the answer
+            if still_authorized is not None and not await still_authorized():
+                raise Unauthorized("The API key was revoked while this request waited.", invalid=True)
+            if finished is not None:
+                return finished
             return await self._read(job_id, allowed)  # the deadline (or shutting down): the job as it is
         finally:
             if watch is not None:
@@ -87,7 +101,7 @@ class ResultWaiters:
                 waiting.remove(parked)
                 if not waiting:
                     del self._parked[job_id]
-            self.cap.give()
+            self.cap.give(client)
 
     async def _read(self, job_id: int, allowed: str | None) -> JobRow:
         async with self.db.connection() as conn:

@@ -122,6 +122,8 @@ class SearchService:
         if changed and not req.dry_run:
             if req.action == "cancel":
                 self.metrics.count_many("cancelled", changed)
+                # Requests waiting for these jobs' results (app/core/results.py), as after a single cancel.
+                self.wakeups.jobs_finished([job.id for done, job in seen.values() if done])
             else:
                 self.wakeups.jobs_available(set(changed))
         out = []

@@ -376,16 +376,17 @@ def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[st
 JOB_HEARTBEAT_MANY = f"""
 WITH input AS (
   SELECT * FROM json_to_recordset(%(beats)s::json)
-    AS t(ord int, id bigint, token text, lease int, allowed text, progress text, set_progress bool)
+    AS t(ord int, id bigint, token text, lease int, allowed text, progress text, set_progress bool, writes bool)
 ), renewed AS (
   -- Guarded by id + token + running (a stale claim renews nothing) + the caller's queues. A beat that
-  -- carries progress replaces the job's (JSON null clears it); one without leaves it as it is.
+  -- carries progress replaces the job's (JSON null clears it); one without leaves it as it is. Beats of
+  -- one claim that share this statement write once, through the one that `writes` (see jobs_heartbeat).
   UPDATE jobs AS j
   SET lease_expires_at = clock_timestamp() + make_interval(secs => coalesce(i.lease, j.lease_seconds)),
       lease_seconds = coalesce(i.lease, j.lease_seconds),
       progress = CASE WHEN i.set_progress THEN i.progress::jsonb ELSE j.progress END
   FROM input i
-  WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
+  WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id AND i.writes
     AND j.status = {RUNNING} AND j.claim_token = i.token AND {queue_allowed("j.queue_name", "i.allowed")}
   RETURNING j.id, j.claim_token, j.lease_expires_at
 )
@@ -416,7 +417,7 @@ class Heartbeat:
 async def jobs_heartbeat(
     conn: psycopg.AsyncConnection[Any], beats: Sequence[Heartbeat]
 ) -> list[tuple[Outcome, datetime | None]]:
-    doc = [
+    doc: list[dict[str, Any]] = [
         {
             "ord": n,
             "id": b.id,
@@ -425,9 +426,23 @@ async def jobs_heartbeat(
             "allowed": b.allowed,
             "progress": b.progress,
             "set_progress": b.set_progress,
+            "writes": True,
         }
         for n, b in enumerate(beats)
     ]
+    # Beats of one claim in one statement (a worker's concurrent heartbeats, coalesced): an UPDATE joined to
+    # several of them would apply one, chosen by the plan, and a newer progress could be dropped while its
+    # beat answered ok. The last of them writes, carrying the lease it asked for and the latest progress
+    # any of them reported; the others share its outcome.
+    last: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for item in doc:
+        key = (item["id"], item["token"], item["allowed"])
+        before = last.get(key)
+        if before is not None:
+            before["writes"] = False
+            if not item["set_progress"] and before["set_progress"]:
+                item["progress"], item["set_progress"] = before["progress"], True
+        last[key] = item
     cur = conn.cursor(row_factory=rows_of(Beat))
     await cur.execute(JOB_HEARTBEAT_MANY, {"beats": as_json(doc)})
     out: list[tuple[Outcome, datetime | None]] = []

@@ -9,7 +9,7 @@ tick) whatever happens."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -179,21 +179,39 @@ async def schedule_resume(
 
 # --- the scheduler ---------------------------------------------------------------------------------------------
 
-SCHEDULES_DUE = """
+# Left out of the scheduler's questions: schedules whose cron or time zone this process cannot read
+# (refused by this release, or missing from this machine's zone data), for as long as they hold that very
+# text: as due as ever, they would otherwise be read again at once, pass after pass.
+NOT_UNREADABLE = """NOT EXISTS (
+  SELECT FROM unnest(%(skip_names)s::text[], %(skip_crons)s::text[], %(skip_zones)s::text[]) AS x(name, cron, tz)
+  WHERE x.name = schedules.name AND x.cron = schedules.cron AND x.tz = schedules.timezone)"""
+
+SCHEDULES_DUE = f"""
 -- Active schedules whose next tick has come, by the database clock, through schedules_due_idx. Not
 -- locked: replicas that read the same schedule compute the same ticks, and SCHEDULES_FIRE lets one of
 -- them through.
 SELECT name, cron, timezone, missed, next_run_at, revision, now() AS now
 FROM schedules
-WHERE NOT paused AND next_run_at <= now()
+WHERE NOT paused AND next_run_at <= now() AND {NOT_UNREADABLE}
 ORDER BY next_run_at
 LIMIT %(batch)s
 """
 
 
-async def schedules_due(conn: psycopg.AsyncConnection[Any], batch: int) -> list[DueSchedule]:
+def _skip(unreadable: Mapping[str, tuple[str, str]]) -> dict[str, list[str]]:
+    return {
+        "skip_names": list(unreadable),
+        "skip_crons": [cron for cron, _ in unreadable.values()],
+        "skip_zones": [tz for _, tz in unreadable.values()],
+    }
+
+
+async def schedules_due(
+    conn: psycopg.AsyncConnection[Any], batch: int, unreadable: Mapping[str, tuple[str, str]] | None = None
+) -> list[DueSchedule]:
+    """`unreadable`: name -> (cron, timezone) of schedules to leave out while they hold that text."""
     cur = conn.cursor(row_factory=rows_of(DueSchedule))
-    await cur.execute(SCHEDULES_DUE, {"batch": batch})
+    await cur.execute(SCHEDULES_DUE, {"batch": batch, **_skip(unreadable or {})})
     return await cur.fetchall()
 
 
@@ -260,13 +278,15 @@ async def schedules_fire(
     return await cur.fetchall()
 
 
-SCHEDULES_NEXT_DUE = """
+SCHEDULES_NEXT_DUE = f"""
 -- Seconds until the earliest active schedule is due, by the database clock (NULL: none).
-SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM schedules WHERE NOT paused
+SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM schedules WHERE NOT paused AND {NOT_UNREADABLE}
 """
 
 
-async def schedules_next_due(conn: psycopg.AsyncConnection[Any]) -> float | None:
-    cur = await conn.execute(SCHEDULES_NEXT_DUE)
+async def schedules_next_due(
+    conn: psycopg.AsyncConnection[Any], unreadable: Mapping[str, tuple[str, str]] | None = None
+) -> float | None:
+    cur = await conn.execute(SCHEDULES_NEXT_DUE, _skip(unreadable or {}))
     row = await cur.fetchone()
     return None if row is None or row[0] is None else float(row[0])

@@ -332,7 +332,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         "answer comes as soon as the job is finished (`completed`, `failed` or `cancelled`, with its `result` "
         "or `last_error`), or at the deadline with the job as it is then: 200 either way, so look at "
         "`status`. A waiting request holds no database connection; waits count against JOBQ_MAX_WAITERS "
-        "with waiting claims (429 past it).",
+        "and JOBQ_MAX_WAITERS_PER_CLIENT with waiting claims (429 past either).",
         responses=_problems(401, 403, 404, 422, 429, 503),
     )
     @requires(None)
@@ -351,7 +351,14 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         ] = 0,
     ) -> Response:
         waiting = (lambda: _disconnected(request)) if wait_seconds > 0 else None
-        job = await service(request).get(job_id, principal(request).queue_regex, wait_seconds, waiting)
+        job = await service(request).get(
+            job_id,
+            principal(request).queue_regex,
+            wait_seconds,
+            waiting,
+            client=client_identity(request),
+            still_authorized=request.scope["state"].get("recheck"),
+        )
         return json_response(job_document(job))
 
     @router.get(

@@ -43,6 +43,9 @@ class Scheduler(Ticking):
         self.grace = timedelta(seconds=settings.schedule_grace_seconds)
         self.max_attempts = settings.default_max_attempts
         self.due_in: float | None = None
+        # name -> (cron, timezone) of the schedules this process cannot read: left out while they hold that
+        # text (another replica may read them), or they would be due again at once, pass after pass.
+        self.unreadable: dict[str, tuple[str, str]] = {}
 
     def next_delay(self) -> float:
         longest = self.interval * random.uniform(0.8, 1.0)
@@ -52,7 +55,7 @@ class Scheduler(Ticking):
         enqueued = 0
         while True:
             async with self.db.connection() as conn:
-                due = await store.schedules_due(conn, BATCH)
+                due = await store.schedules_due(conn, BATCH, self.unreadable)
             firings = []
             for s in due:
                 try:
@@ -61,6 +64,7 @@ class Scheduler(Ticking):
                     )
                 except CronError as exc:  # stored by a release that read it differently: leave it be, say so
                     log.error("schedule %s: cannot read its cron %r in %s: %s", s.name, s.cron, s.timezone, exc)
+                    self.unreadable[s.name] = (s.cron, s.timezone)
                     continue
                 if s.next_run_at <= s.now - self.grace:
                     self.metrics.schedule_ticks.labels("missed").inc()
@@ -84,5 +88,5 @@ class Scheduler(Ticking):
                 break
             await between_batches()
         async with self.db.connection() as conn:
-            self.due_in = await store.schedules_next_due(conn)
+            self.due_in = await store.schedules_next_due(conn, self.unreadable)
         return SchedulerResult(enqueued, self.due_in)

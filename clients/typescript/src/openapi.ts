@@ -87,7 +87,7 @@ export interface paths {
         };
         /**
          * Get a job, or wait for its result
-         * @description Any key with a job scope (produce, consume or admin) may read the jobs of the queues it may use; other jobs are 404. A key with only the `metrics` scope gets 403. With `wait_seconds`, the answer comes as soon as the job is finished (`completed`, `failed` or `cancelled`, with its `result` or `last_error`), or at the deadline with the job as it is then: 200 either way, so look at `status`. A waiting request holds no database connection; waits count against JOBQ_MAX_WAITERS with waiting claims (429 past it).
+         * @description Any key with a job scope (produce, consume or admin) may read the jobs of the queues it may use; other jobs are 404. A key with only the `metrics` scope gets 403. With `wait_seconds`, the answer comes as soon as the job is finished (`completed`, `failed` or `cancelled`, with its `result` or `last_error`), or at the deadline with the job as it is then: 200 either way, so look at `status`. A waiting request holds no database connection; waits count against JOBQ_MAX_WAITERS and JOBQ_MAX_WAITERS_PER_CLIENT with waiting claims (429 past either).
          */
         get: operations["getJob"];
         put?: never;
