@@ -297,7 +297,7 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     api.state.ops = OpsService(settings, db, metrics, wakeups, configs)
     api.state.configs = configs
     api.state.history = HistoryService(db)
-    api.state.search = SearchService(settings, db, metrics, wakeups)
+    api.state.search = SearchService(settings, db, metrics, wakeups, configs)
     api.state.schedules = ScheduleService(settings, db, scheduler.poke)
     api.state.keys = keys
     async with db.connection() as conn:

@@ -9,9 +9,10 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 
 from tests.processes import run_jobq
-from tests.support import LiveServer, problem, wait_until
+from tests.support import LiveServer, problem, record_wakeups, settle_long_poll, wait_until
 
 
 def configure(server: LiveServer, queue: str = "q", **fields: Any) -> dict[str, Any]:
@@ -248,3 +249,25 @@ def test_jobq_queues_config_sets_shows_and_clears(server: LiveServer) -> None:
         assert r.returncode == 2 and r.stderr.startswith("jobq:"), (bad, r.stderr)
     assert server.client.get("/queues/q/config").json()["concurrency"] is None
     assert run_jobq("queues", env=env).returncode == 0  # without an action, `jobq queues` still lists
+
+
+@pytest.mark.parametrize("how", ["cancel", "bulk cancel"])
+def test_cancelling_a_running_job_wakes_a_claim_waiting_for_its_slot(server_factory, how: str) -> None:  # type: ignore[no-untyped-def]
+    """Under `concurrency: 1`, a claim waits while a job runs; cancelling that job frees the slot, and the
+    cancel (single or bulk) wakes the claim at once rather than at the next poll."""
+    server: LiveServer = server_factory(poll_interval_seconds=60)  # no fallback poll within the wait
+    configure(server, concurrency=1)
+    first = server.enqueue(payload=1)
+    second = server.enqueue(payload=2)
+    assert server.claim_one()["id"] == first["id"]
+    answer = server.claim_in_background(wait_seconds=20)
+    settle_long_poll(server)
+    woken = record_wakeups(server)
+    if how == "cancel":
+        r = server.client.post(f"/jobs/{first['id']}/cancel", json={})
+    else:
+        r = server.client.post("/jobs/bulk", json={"action": "cancel", "ids": [first["id"]]})
+    assert r.status_code == 200, r.text
+    assert {"q"} in woken  # woken by the cancel itself, not by a presence renewal's look
+    [claimed] = answer()
+    assert claimed["id"] == second["id"]

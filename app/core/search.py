@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.cursors import BadCursor, decode_cursor, encode_cursor
+from app.core.flow import QueueConfigs
 from app.core.jobs import invalid, json_text, sanitise_error
 from app.core.wakeups import Wakeups
 from app.db import operations as store_ops
@@ -35,11 +36,14 @@ class Found:
 
 
 class SearchService:
-    def __init__(self, settings: Settings, db: Database, metrics: Metrics, wakeups: Wakeups) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, metrics: Metrics, wakeups: Wakeups, configs: QueueConfigs
+    ) -> None:
         self.settings = settings
         self.db = db
         self.metrics = metrics
         self.wakeups = wakeups
+        self.configs = configs
 
     def criteria(self, f: JobFilter, statuses: tuple[str, ...] | None, loc: Sequence[str]) -> Criteria:
         payload = None
@@ -124,6 +128,10 @@ class SearchService:
                 self.metrics.count_many("cancelled", changed)
                 # Requests waiting for these jobs' results (app/core/results.py), as after a single cancel.
                 self.wakeups.jobs_finished([job.id for done, job in seen.values() if done])
+                # Running jobs cancelled free slots of queues with limits, as after a single cancel.
+                limited = {q for q in changed if (cfg := self.configs.cached(q)) is not None and cfg.limited}
+                if limited:
+                    self.wakeups.jobs_available(limited)
             else:
                 self.wakeups.jobs_available(set(changed))
         out = []
