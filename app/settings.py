@@ -69,9 +69,9 @@ class Settings(BaseSettings):
         None,
         ge=1,
         le=1_000_000,
-        description="Long-polls one client may have waiting at once per process (a client: an API key; with "
-        "auth off, a client address); past it -> 429, while other clients still wait. Unset: half of the "
-        "waiter cap.",
+        description="Requests one client may have waiting at once per process (long-poll claims, and waits for "
+        "a job's result; a client: an API key; with auth off, a client address); past it -> 429, while other "
+        "clients still wait. Unset: half of the waiter cap.",
     )
     poll_interval_seconds: float = Field(
         1.0,
