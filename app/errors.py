@@ -143,7 +143,8 @@ class ForeignOrigin(Forbidden):
 
 
 class RequestTimeout(AppError):
-    """The request line and headers did not arrive in time; the connection is closed."""
+    """The request line and headers, or the next part of its body, did not arrive in time; the connection is
+    closed."""
 
     status, slug, title = 408, "request-timeout", "Request timeout"
 

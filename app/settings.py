@@ -217,7 +217,7 @@ class Settings(BaseSettings):
         ge=0.1,
         le=300,
         description="Longest wait for a request's line and headers, from the connection's start or the previous "
-        "answer; then the connection is closed.",
+        "answer, and for each further KiB (or the end) of its body; then the connection is closed.",
     )
     max_header_bytes: int = Field(
         16_384, ge=1024, le=1_048_576, description="Largest request line plus headers (bytes); past it -> 431."

@@ -101,6 +101,43 @@ def test_the_deadline_starts_again_after_each_answer(server_factory: Any, socket
     assert answer.startswith(b"HTTP/1.1 200") and b'"jobs":[]' in answer, answer
 
 
+def test_a_body_that_stalls_or_trickles_is_cut_off(server_factory: Any, sockets: list[socket.socket]) -> None:
+    """Past its headers, a request's body must keep coming: at least 1 KiB of it (or its end) within each
+    JOBQ_HEADER_TIMEOUT_SECONDS, or 408 and the connection is closed. Otherwise a client holds a connection
+    for good by announcing a body and sending none of it, or a byte at a time."""
+    server: LiveServer = server_factory(header_timeout_seconds=1)
+    head = (b"POST /queues/q/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000\r\n\r\n")  # fmt: skip
+    stalled = connect(server, sockets)
+    stalled.sendall(head + b'{"payload": "')
+    status, problem = status_and_problem(read_answer(stalled))
+    assert (status, problem["type"]) == (408, "urn:jobq:problem:request-timeout")
+
+    trickling = connect(server, sockets)
+    trickling.sendall(head + b'{"payload": "')
+    sent = 0
+    try:
+        while sent < 600:  # 30 s of trickling: far past the deadline
+            trickling.sendall(b"x")
+            sent += 1
+            time.sleep(0.05)
+    except OSError:  # the server closed the connection: the answer is waiting
+        pass
+    answer = read_answer(trickling)
+    assert answer, f"the connection was still open after {sent} bytes of body"
+    status, problem = status_and_problem(answer)
+    assert (status, problem["type"]) == (408, "urn:jobq:problem:request-timeout")
+
+    # A slow body that keeps coming is read whole, however long it takes.
+    body = json.dumps({"payload": "x" * 30_000}).encode()
+    steady = connect(server, sockets)
+    steady.sendall(head.replace(b"100000", b"%d" % len(body)))
+    for at in range(0, len(body), 2048):
+        steady.sendall(body[at : at + 2048])
+        time.sleep(0.2)  # 3 s in all, past the 1 s deadline, 2 KiB at a time
+    assert read_response(steady).startswith(b"HTTP/1.1 201")
+
+
 def head_of(size: int, lines: int = 2) -> bytes:
     """A request whose line and headers count exactly `size` bytes as the cap counts them (the target, and each
     header's name and value plus 4), in `lines` header lines (at least 2: Connection: close, and the padding)."""

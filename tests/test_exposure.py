@@ -5,6 +5,7 @@ and the content types a web page can send across sites without asking)."""
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any
 
 import httpx
@@ -126,6 +127,32 @@ def test_more_host_names_can_be_allowed(server_factory: Any) -> None:
     problem(server.client.get("/healthz", headers={"host": "other"}), 421, "host-not-allowed")
     anything: LiveServer = server_factory(allowed_hosts="*")
     assert anything.client.get("/healthz", headers={"host": "other"}).status_code == 200
+
+
+def raw_status(server: LiveServer, head: bytes) -> int:
+    """The status of a GET /healthz sent with exactly these header lines, on a socket of its own."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\n" + head + b"Connection: close\r\n\r\n")
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_host_and_origin_are_read_strictly(server: LiveServer) -> None:
+    """A Host value is a name or address and a port, nothing a lenient parse could make loopback out of,
+    and a request with two Host or two Origin headers (no browser sends one) is refused, whichever comes
+    first."""
+    for host in (b"[::1]evil.example", b"[::1", b"[::1]@evil.example", b"localhost:1, evil.example",
+                 b"localhost evil.example"):  # fmt: skip
+        assert raw_status(server, b"Host: " + host + b"\r\n") == 421, host
+    assert raw_status(server, b"Host: evil.example\r\nHost: localhost\r\n") == 421
+    assert raw_status(server, b"Host: localhost\r\nHost: localhost\r\n") == 421
+    two_origins = b"Host: localhost\r\nOrigin: http://evil.example\r\nOrigin: http://localhost\r\n"
+    assert raw_status(server, two_origins) == 403
+    for host in (b"localhost", b"[::1]:%d" % server.port, b"127.0.0.1:%d" % server.port, b"localhost.:80"):
+        assert raw_status(server, b"Host: " + host + b"\r\n") == 200, host
+    assert raw_status(server, b"Host: localhost\r\nOrigin: http://localhost\r\n") == 200
 
 
 def test_an_open_service_refuses_a_foreign_origin(server: LiveServer, db: psycopg.Connection) -> None:

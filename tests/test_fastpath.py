@@ -37,6 +37,11 @@ CASES: list[tuple[str, str, bytes | None, dict[str, str]]] = [
     ("POST", "/queues/q/jobs", b'{"payload": 1}', {"content-type": "text/plain"}),
     ("POST", "/queues/bad%20name/jobs", b'{"payload": 1}', JSON),
     ("POST", "/queues/" + "x" * 129 + "/jobs", b'{"payload": 1}', JSON),
+    # A bad path parameter does not hide what is wrong with the body: FastAPI reads and checks both.
+    ("POST", "/queues/bad%20name/jobs", b'{"payload": 1', JSON),
+    ("POST", "/queues/bad%20name/jobs", b"{}", JSON),
+    ("POST", "/jobs/0/complete", b"[", JSON),
+    ("POST", "/jobs/0/complete", b'{"claim_token": 5}', JSON),
     ("POST", "/queues/q/jobs/batch", b'{"jobs": []}', JSON),
     ("POST", "/queues/q/jobs/batch", b'{"jobs": [{"payload": 1}, {"nope": 1}]}', JSON),
     ("POST", "/queues/q/claim", b'{"worker": "w", "limit": 0}', JSON),

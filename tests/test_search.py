@@ -189,6 +189,27 @@ def test_search_with_a_key_limited_to_some_queues(server_factory, db: psycopg.Co
     assert admin.get(f"/jobs/{other}").json()["status"] == "pending"
 
 
+def test_a_search_tells_nothing_of_jobs_in_queues_the_key_cannot_see(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """A key limited to some queues learns nothing from a search about other queues' jobs, not even from how
+    many jobs it examined: a job there with this id, key or payload answers exactly as no such job would."""
+    server: LiveServer = server_factory(auth="on")
+    admin = as_key(server, create_key(db, "root", ["admin"]))
+    team = as_key(server, create_key(db, "team", ["admin"], ["team-*"]))
+    hidden = admin.post("/queues/other/jobs", json={"payload": {"ssn": "123"}, "idempotency_key": "k"}).json()
+    assert admin.post(f"/jobs/{hidden['id']}/cancel").status_code == 200
+    cancelled = {"status": "cancelled"}
+    for there, missing in (
+        ({"id": hidden["id"]}, {"id": hidden["id"] + 1000}),
+        ({"idempotency_key": "k"}, {"idempotency_key": "nope"}),
+        ({"payload_contains": {"ssn": "123"}, **cancelled}, {"payload_contains": {"ssn": "9"}, **cancelled}),
+        ({"payload_contains": {"ssn": "123"}}, {"payload_contains": {"ssn": "9"}}),
+    ):
+        seen, unseen = team.post("/jobs/search", json=there), team.post("/jobs/search", json=missing)
+        assert seen.status_code == unseen.status_code == 200
+        assert seen.json() == unseen.json(), there
+        assert admin.post("/jobs/search", json=there).json()["examined"] == 1, there
+
+
 # --- bulk actions ----------------------------------------------------------------------------------------------
 
 

@@ -502,6 +502,27 @@ def made_up_key(i: int) -> str:
     return f"jobq_{i:012x}_{'B' * 43}"
 
 
+def test_a_flood_of_made_up_keys_never_locks_out_a_real_key(secured: LiveServer, db: psycopg.Connection) -> None:
+    """While made-up keys are throttled, a real key this process has not seen yet (after a start, or a key just
+    created) is still looked up: whether a live key has its selector is read from the list of every live
+    key's selector (at most once a second, and again after any key change), never from the rate of misses.
+    Otherwise anyone could lock every new client out with a few hundred made-up keys a second."""
+    ring = secured.state.keys
+
+    async def flood_then(key: str) -> object:
+        await asyncio.gather(*(ring.authenticate(made_up_key(i)) for i in range(200)), return_exceptions=True)
+        return await ring.authenticate(key)
+
+    fresh = create_key(db, "fresh", ["produce"])
+    who = secured.run(lambda: flood_then(fresh))
+    assert getattr(who, "name", None) == "fresh", who
+    generation = ring.generation
+    later = create_key(db, "later", ["produce"])  # its NOTIFY makes every process read the list again
+    wait_until(lambda: ring.generation > generation, what="the key change heard")
+    who = secured.run(lambda: flood_then(later))
+    assert getattr(who, "name", None) == "later", who
+
+
 def test_lookups_of_unknown_keys_are_rate_limited(secured: LiveServer, db: psycopg.Connection) -> None:
     """200 made-up keys in a row: past a burst of 50 lookups (20 more a second), a key never seen live here is
     answered 429 without a query. A live key is still looked up when its entry must be read again."""

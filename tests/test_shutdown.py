@@ -61,7 +61,9 @@ def test_sigterm_drains_finishes_requests_and_stops_postgres(pg_data_dir: Path, 
     timeout), so does a request waiting for a job's result (with the job as it is), a request in flight
     completes, claimers racing the shutdown never lose a job (every job left
     `running` was delivered to a client), the process exits 0 and its PostgreSQL is stopped."""
-    env = {"JOBQ_WAIT_MAX_SECONDS": "300", "JOBQ_POLL_INTERVAL_SECONDS": "60"}
+    # The request in flight holds its body back on purpose across the shutdown: longer than a body may stall
+    # by default (JOBQ_HEADER_TIMEOUT_SECONDS) on a slow machine.
+    env = {"JOBQ_WAIT_MAX_SECONDS": "300", "JOBQ_POLL_INTERVAL_SECONDS": "60", "JOBQ_HEADER_TIMEOUT_SECONDS": "300"}
     srv = ServeProcess("--data-dir", str(pg_data_dir), "--graceful-timeout", "30", log=tmp_path / "serve.log", env=env)
     try:
         srv.wait_ready()

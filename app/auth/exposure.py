@@ -23,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import re
 import socket
 from collections.abc import Iterable
 from typing import Literal
@@ -54,6 +55,12 @@ def is_loopback(host: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped.is_loopback
     return address.is_loopback
+
+
+# A Host value as a client that means it sends one (RFC 9110 7.2): a DNS name or IPv4 address, or an IPv6
+# address in brackets (bare too, as host_name() reads it), then an optional port. Nothing else is parsed
+# leniently into a loopback name: `[::1]evil.example`, `[::1`, `localhost:1, evil.example` are refused.
+_HOST_SYNTAX = re.compile(r"(?:[a-z0-9_.-]+|\[[0-9a-f:.]+\])(?::[0-9]*)?|[0-9a-f:.]*:[0-9a-f:.]*:[0-9a-f:.]*", re.I)
 
 
 def host_name(authority: str) -> str:
@@ -96,6 +103,7 @@ class Exposure:
         """Why an open request is refused, if it is: a proxy's headers, a foreign Host, a foreign Origin."""
         host: bytes | None = None
         origin: bytes | None = None
+        hosts = origins = 0
         for name, value in scope["headers"]:
             if name in PROXY_HEADERS:
                 return ProxyWithoutKeys(
@@ -104,15 +112,18 @@ class Exposure:
                 )
             if name == b"host":
                 host = value
+                hosts += 1
             elif name == b"origin":
                 origin = value
-        if host is not None and not self._host_allowed(host):
+                origins += 1
+        # More than one Host or Origin: no browser sends that, and which one counts is anybody's guess.
+        if host is not None and (hosts > 1 or not self._host_allowed(host)):
             return HostNotAllowed(
                 "This jobq runs without API keys and answers only requests addressed to this machine by a "
                 "loopback name or address (localhost, 127.0.0.1, [::1]) or a name in JOBQ_ALLOWED_HOSTS. "
                 + TURN_KEYS_ON
             )
-        if origin is not None and not _same_origin(origin.decode("latin-1"), host):
+        if origin is not None and (origins > 1 or not _same_origin(origin.decode("latin-1"), host)):
             return ForeignOrigin(
                 "This jobq runs without API keys and refuses requests that a web page of another origin makes. "
                 + TURN_KEYS_ON
@@ -122,8 +133,11 @@ class Exposure:
     def _host_allowed(self, value: bytes) -> bool:
         allowed = self._hosts.get(value)
         if allowed is None:
-            name = host_name(value.decode("latin-1")).rstrip(".")
-            allowed = is_loopback(name) or name in self.allowed_hosts or "*" in self.allowed_hosts
+            text = value.decode("latin-1").strip()
+            name = host_name(text).rstrip(".")
+            allowed = "*" in self.allowed_hosts or (
+                _HOST_SYNTAX.fullmatch(text) is not None and (is_loopback(name) or name in self.allowed_hosts)
+            )
             if len(self._hosts) >= 256:  # made-up Host values cannot grow it without bound
                 self._hosts.clear()
             self._hosts[value] = allowed

@@ -4,8 +4,11 @@ A key's row is read once per process (on its first use, then again after JOBQ_AU
 kept with its verdict. Live keys and unknown selectors are cached apart, each in a bounded LRU, so that a
 flood of made-up keys can push out only other made-up keys, never a live one. Unknown selectors cost one
 query each at most, and only MISS_RATE of those a second (bursts of MISS_BURST): past that a key never
-seen live here is answered 429 without a query, while keys known live are still looked up again when
-their entry expires. A flood uses at most LOOKUP_CONCURRENCY connections while it lasts. Every change to a key
+seen live here is answered 429 without a query of its own, while keys known live are still looked up again
+when their entry expires. So that such a flood cannot lock out a real key this process has not seen yet
+(after a start, or a key just created), a throttled selector is looked for in the list of every live key's
+selector, read at most once every SELECTORS_MAX_AGE seconds (and again after any key change): one there is
+looked up as usual. A flood uses at most LOOKUP_CONCURRENCY connections while it lasts. Every change to a key
 sends a NOTIFY (app/db/keys.py) that app/maintenance/listener.py turns into invalidate() in every process; the TTL
 only bounds what a listener that was disconnected might have missed (it also invalidates on reconnect).
 A lookup that raced an invalidation returns its answer to its own request but does not cache it.
@@ -33,6 +36,7 @@ UNKNOWN_ENTRIES = 10_000  # unknown selectors cached per process, apart from the
 MISS_RATE = 20.0  # lookups of selectors never seen live here, per second...
 MISS_BURST = 50  # ...after a burst of this many
 LOOKUP_CONCURRENCY = 4
+SELECTORS_MAX_AGE = 1.0  # seconds: how often, at most, a flood of made-up keys has the live selectors read
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +124,9 @@ class KeyRing:
         self.generation = 0  # bumped by every invalidation
         self._used: set[int] = set()
         self._lookup_slots = asyncio.Semaphore(LOOKUP_CONCURRENCY)
+        self._selectors: frozenset[str] = frozenset()  # of every live key, as last read
+        self._selectors_read = -float("inf")  # monotonic time of that read; -inf: read again before use
+        self._selectors_loading: asyncio.Future[None] | None = None
         self.lookups = 0  # database lookups so far (tests, diagnostics)
 
     async def authenticate(self, token: str) -> Principal | None:
@@ -133,8 +140,10 @@ class KeyRing:
         entry = self._live.get(selector) or self._unknown.get(selector)
         if entry is None or entry.expires < time.monotonic():
             # A key seen live before is looked up again whatever the rate of misses: a flood of made-up keys
-            # must not lock out the real ones when their entries expire.
-            if selector not in self._live and selector not in self._loading and not self._misses.take():
+            # must not lock out the real ones when their entries expire; nor one not seen here yet, which is
+            # among the live selectors.
+            throttled = selector not in self._live and selector not in self._loading and not self._misses.take()
+            if throttled and not await self._may_be_live(selector):
                 raise KeyLookupsThrottled()
             entry = await self._load(selector)
         if entry.principal is None or not hmac.compare_digest(entry.key_hash, digest(secret)):
@@ -151,6 +160,25 @@ class KeyRing:
         self.generation += 1
         self._unknown.clear()
         self._live.expire_all()
+        self._selectors_read = -float("inf")
+
+    async def _may_be_live(self, selector: str) -> bool:
+        """Whether a live key has this selector, from the list of every live key's selector: read once for
+        any number of throttled selectors within SELECTORS_MAX_AGE, and again after any key change."""
+        if time.monotonic() - self._selectors_read >= SELECTORS_MAX_AGE:
+            if self._selectors_loading is None:
+                self._selectors_loading = asyncio.ensure_future(self._read_selectors())
+                self._selectors_loading.add_done_callback(lambda _: setattr(self, "_selectors_loading", None))
+            await asyncio.shield(self._selectors_loading)
+        return selector in self._selectors
+
+    async def _read_selectors(self) -> None:
+        generation, started = self.generation, time.monotonic()
+        async with self._lookup_slots, self.db.connection() as conn:
+            selectors = await store_keys.api_key_selectors(conn)
+        self._selectors = selectors
+        if generation == self.generation:  # else a key changed meanwhile: read again at the next need
+            self._selectors_read = started
 
     async def _load(self, selector: str) -> _Entry:
         # Concurrent first uses of one key share one lookup.

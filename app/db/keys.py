@@ -47,6 +47,17 @@ WHERE selector = %s AND revoked_at IS NULL
 """
 
 
+API_KEY_SELECTORS = """
+-- Every live key's selector (not secret): whether a selector may be a key, without a lookup per selector.
+SELECT selector FROM api_keys WHERE revoked_at IS NULL
+"""
+
+
+async def api_key_selectors(conn: psycopg.AsyncConnection[Any]) -> frozenset[str]:
+    cur = await conn.execute(API_KEY_SELECTORS)
+    return frozenset(row[0] for row in await cur.fetchall())
+
+
 async def api_key_by_selector(conn: psycopg.AsyncConnection[Any], selector: str) -> KeyRow | None:
     cur = await conn.execute(API_KEY_BY_SELECTOR, (selector,))
     row = await cur.fetchone()

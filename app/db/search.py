@@ -34,6 +34,10 @@ MATCHES = f"""(%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}"""
+# The caller may see this job's queue. A walk examines jobs of every queue (so that its budget bounds the
+# scan), but only those the caller may see are counted in what it is told: with a walk that is itself a
+# condition (an id, a key, a payload), a count of every job would tell a job in another queue from none.
+VISIBLE = queue_allowed("j.queue_name", "%(allowed)s::text")
 
 # Newest first across every queue and status: the primary key, backwards.
 BY_ID = Listing("(%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)", "j.id DESC", ("id",))
@@ -63,8 +67,8 @@ RECURSIVE pending_queues(name) AS (
 def _search(walk: str, order: str, keys: Sequence[str], prefix: str = "") -> str:
     """A page of a search: `walk` (FROM ... WHERE ... over `jobs j`) gives the jobs to examine, in
     `order`, at most %(budget)s of them; the page is the first %(limit)s that match. Every row of the
-    answer carries how many jobs were examined and the sort key of the last one (for the next page);
-    with no match, one row carries them alone."""
+    answer carries how many jobs were examined (all: `scanned`; of the caller's queues: `examined`) and
+    the sort key of the last one (for the next page); with no match, one row carries them alone."""
     k = [f"k{i + 1}" for i in range(len(keys))]
     selected = ", ".join(f"j.{key} AS {name}" for key, name in zip(keys, k, strict=True))
     ordered = order
@@ -72,7 +76,7 @@ def _search(walk: str, order: str, keys: Sequence[str], prefix: str = "") -> str
         ordered = ordered.replace(f"j.{key}", f"s.{name}")
     return f"""
 WITH {prefix} examined AS MATERIALIZED (
-  SELECT j.id, {selected}, ({MATCHES}) AS hit
+  SELECT j.id, {selected}, ({MATCHES}) AS hit, ({VISIBLE}) AS visible
   {walk}
   ORDER BY {order}
   LIMIT %(budget)s
@@ -81,11 +85,13 @@ WITH {prefix} examined AS MATERIALIZED (
          json_build_array({", ".join(f"s.{n}" for n in k)}) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS examined, (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key FROM numbered
+  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+         (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
+  FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.examined, s.last_key, {JOB_COLUMNS}
+SELECT s.scanned, s.examined, s.last_key, {JOB_COLUMNS}
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -166,9 +172,10 @@ def plan(c: Criteria) -> Plan:
 
 @dataclass(frozen=True, slots=True)
 class SearchRow:
-    """A row of a search page: how many jobs it examined, the sort key of the last, and a match (None:
-    the page has none)."""
+    """A row of a search page: how many jobs it examined (all of them, and those of the caller's queues),
+    the sort key of the last, and a match (None: the page has none)."""
 
+    scanned: int
     examined: int
     last_key: list[Any] | None
     job: JobRow | None

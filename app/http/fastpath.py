@@ -197,7 +197,7 @@ class FastPath:
                 body = await _read_body(receive)
                 if not body:
                     errors.append({"loc": ("body",), "msg": "Field required", "type": "missing"})
-                elif not errors:
+                else:  # even after a bad path parameter: FastAPI reports the body's errors (or 400) with it
                     try:
                         kwargs[hot.body_param] = hot.body_model.model_validate_json(body)
                     except ValidationError as exc:

@@ -40,7 +40,10 @@ class SearchRequest(JobFilter):
 class SearchResult(BaseModel):
     jobs: list[Job] = Field(description="The matches of this page, in the order searched (see the operation).")
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null when nothing is left.")
-    examined: int = Field(description="Jobs this page looked at.")
+    examined: int = Field(
+        description="Jobs this page looked at, of the queues this key may use (the jobs of other queues it walks "
+        "past are not counted)."
+    )
     partial: bool = Field(
         description="The page stopped at the search's scan limit (JOBQ_SEARCH_SCAN_ROWS) before it was full: "
         "more jobs may match further on. Follow next_cursor."

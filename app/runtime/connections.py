@@ -8,6 +8,10 @@ are in. Here:
   * the request line and headers must be complete within JOBQ_HEADER_TIMEOUT_SECONDS of the connection's
     start or of the previous answer, however the bytes trickle in; then 408 (or, with nothing received,
     the connection is just closed);
+  * past its headers, a request's body must keep coming: at least BODY_PROGRESS_BYTES of it (or its end)
+    within each JOBQ_HEADER_TIMEOUT_SECONDS, or 408 and the connection is closed, so that announcing a body
+    and sending none of it, or a byte at a time, holds no connection for good (a body the server has not
+    asked for yet, held back by flow control or `Expect: 100-continue`, is not waited on);
   * past JOBQ_MAX_HEADER_BYTES of request line and headers, or JOBQ_MAX_HEADER_LINES header lines: 431;
   * a connection that arrives while the process already holds JOBQ_MAX_CONNECTIONS is answered 503
     `too-many-connections` as soon as its request's headers are in, and closed: it never waits for a
@@ -40,6 +44,7 @@ log = logging.getLogger("jobq.http")
 # the kernel answer the unread bytes with a reset, and the client would never see the refusal.
 LINGER_SECONDS = 2.0
 WATCH_INTERVAL = 0.25  # how often header deadlines are looked at: a deadline holds to within this
+BODY_PROGRESS_BYTES = 1024  # of a body, that must arrive within each header timeout (or the body's end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,8 @@ class _Watchdog:
                 continue
             if conn.head_deadline is not None and conn.head_deadline <= now:
                 conn.headers_late()
+            elif conn.body_deadline is not None and conn.body_deadline <= now:
+                conn.body_late()
         if self.state.connections:
             self.loop.call_later(WATCH_INTERVAL, self.tick)
         else:  # no connection left: the next one starts another
@@ -119,6 +126,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._max_lines = limits.max_header_lines
         # loop.time() by which the next request's line and headers must be in; None while a request runs.
         self.head_deadline: float | None = None
+        # loop.time() by which more of the request's body must be in; None when it is all in (or none is due).
+        self.body_deadline: float | None = None
+        self._body_progress = 0  # bytes of body since the body deadline was last set
         self._head_bytes = 0  # of the request being read: counted from its target and each header
         self._head_lines = 0
         self._over: AppError | None = None
@@ -138,6 +148,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._refuse(RequestTimeout())
         else:
             self.transport.close()
+
+    def body_late(self) -> None:
+        self.body_deadline = None
+        cycle = self.cycle
+        if self.transport.is_closing() or cycle is None or cycle.response_complete or not cycle.more_body:
+            return
+        if self.flow.read_paused or cycle.waiting_for_100_continue:  # we are not asking for more: wait
+            self.body_deadline = self.loop.time() + self.limits.header_timeout
+            return
+        if cycle.response_started:
+            self.transport.close()
+        else:
+            self._refuse(RequestTimeout("The request body stopped coming: send it at a steady pace."))
+        # The application reading the body learns that the client is gone, and whatever it answers is dropped.
+        cycle.disconnected = True
+        cycle.message_event.set()
 
     def _refuse(self, err: AppError) -> None:
         """Answer `err` and close, letting the client read the answer (see LINGER_SECONDS)."""
@@ -160,7 +186,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.head_deadline = None
+        self.head_deadline = self.body_deadline = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -198,8 +224,23 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.head_deadline = None
         self._head_bytes = self._head_lines = 0
         HttpToolsProtocol.on_headers_complete(self)
+        # Cleared by on_message_complete when the body is all in (at once, for a request without one).
+        self.body_deadline = self.loop.time() + self.limits.header_timeout
+        self._body_progress = 0
+
+    def on_body(self, body: bytes) -> None:
+        self._body_progress += len(body)
+        if self._body_progress >= BODY_PROGRESS_BYTES and self.body_deadline is not None:
+            self.body_deadline = self.loop.time() + self.limits.header_timeout
+            self._body_progress = 0
+        HttpToolsProtocol.on_body(self, body)
+
+    def on_message_complete(self) -> None:
+        self.body_deadline = None
+        HttpToolsProtocol.on_message_complete(self)
 
     def on_response_complete(self) -> None:
+        self.body_deadline = None  # a body still coming is dropped; the next request's deadline covers it
         pipelined = bool(self.pipeline)  # a request whose headers are already in starts now: no deadline
         HttpToolsProtocol.on_response_complete(self)
         if not pipelined and not self.transport.is_closing():

@@ -2753,7 +2753,7 @@ export interface components {
         SearchResult: {
             /**
              * Examined
-             * @description Jobs this page looked at.
+             * @description Jobs this page looked at, of the queues this key may use (the jobs of other queues it walks past are not counted).
              */
             examined: number;
             /**
