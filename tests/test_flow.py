@@ -271,3 +271,62 @@ def test_cancelling_a_running_job_wakes_a_claim_waiting_for_its_slot(server_fact
     assert {"q"} in woken  # woken by the cancel itself, not by a presence renewal's look
     [claimed] = answer()
     assert claimed["id"] == second["id"]
+
+
+def free_the_slot(server: LiveServer, how: str, job: dict[str, Any]) -> None:
+    """End a running job in one of the ways that free its slot under a concurrency limit."""
+    token = {"claim_token": job["claim_token"]}
+    if how == "complete":
+        r = server.client.post(f"/jobs/{job['id']}/complete", json=token)
+    elif how == "fail with retry":
+        r = server.client.post(f"/jobs/{job['id']}/fail", json={**token, "error": "boom", "retry_in_seconds": 3600})
+    elif how == "release with delay":
+        r = server.client.post(f"/jobs/{job['id']}/release", json={**token, "delay_seconds": 3600})
+    elif how == "cancel":
+        r = server.client.post(f"/jobs/{job['id']}/cancel", json={})
+    else:
+        r = server.client.post("/jobs/bulk", json={"action": "cancel", "ids": [job["id"]]})
+    assert r.status_code == 200, r.text
+
+
+FREEING = ["complete", "fail with retry", "release with delay", "cancel", "bulk cancel"]
+
+
+@pytest.mark.parametrize("how", FREEING)
+def test_a_freed_slot_wakes_a_waiting_claim_when_the_configuration_is_not_cached(server_factory, how: str) -> None:  # type: ignore[no-untyped-def]
+    """The process's cached configuration may be gone while a claim waits (its listener reconnected, or the
+    entry aged out between two looks): a slot freed then still wakes the claim waiting here."""
+    server: LiveServer = server_factory(poll_interval_seconds=60)  # no fallback poll within the wait
+    configure(server, concurrency=1)
+    server.enqueue(payload=1)
+    second = server.enqueue(payload=2)
+    first = server.claim_one()
+    answer = server.claim_in_background(wait_seconds=20)
+    settle_long_poll(server)
+    server.state.configs.invalidate()  # as after a listener reconnect
+    woken = record_wakeups(server)
+    free_the_slot(server, how, first)
+    assert {"q"} in woken  # woken by the write itself, not by a presence renewal's look
+    [claimed] = answer()
+    assert claimed["id"] == second["id"]
+
+
+@pytest.mark.parametrize("how", FREEING)
+def test_a_slot_freed_through_another_process_wakes_a_claim_waiting_here(server_factory, how: str) -> None:  # type: ignore[no-untyped-def]
+    """A claim waits on one replica; the running job ends through another that never read the queue's
+    configuration: the wake-up still reaches the waiting claim."""
+    waiter: LiveServer = server_factory(poll_interval_seconds=60)
+    other: LiveServer = server_factory(poll_interval_seconds=60)
+    configure(waiter, concurrency=1)
+    waiter.enqueue(payload=1)
+    second = waiter.enqueue(payload=2)
+    first = waiter.claim_one()
+    answer = waiter.claim_in_background(wait_seconds=20)
+    settle_long_poll(waiter)
+    wait_until(lambda: other.state.wakeups.remote_waiters("q"), what="the other process to hear of the waiter")
+    assert other.state.configs.cached("q") is None
+    woken = record_wakeups(other)
+    free_the_slot(other, how, first)
+    assert {"q"} in woken
+    [claimed] = answer()
+    assert claimed["id"] == second["id"]
