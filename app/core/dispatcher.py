@@ -385,6 +385,8 @@ class ClaimDispatcher:
             async with self.db.connection() as conn:
                 await store.jobs_release(conn, rows)
             log.info("released %d job(s) claimed for a request that went away", len(rows))
+            # Claimable again, and under a concurrency limit their slots are free: waiting claims may take them.
+            self.wakeups.jobs_available({r.queue for r in rows})
         except Exception:
             # The lease will lapse and the sweeper will return them; nothing is lost.
             log.warning("could not release %d unanswered claim(s); the sweeper will", len(rows))
