@@ -330,3 +330,24 @@ def test_a_slot_freed_through_another_process_wakes_a_claim_waiting_here(server_
     assert {"q"} in woken
     [claimed] = answer()
     assert claimed["id"] == second["id"]
+
+
+@pytest.mark.parametrize("limit", ["rate", "group_rate"])
+def test_a_claim_left_waiting_by_the_statement_that_filled_the_rate_window_is_woken_when_it_frees(
+    server_factory: Any, monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    """One statement serves two waiting claims under `rate: 1 per 1 s`: the first takes the window's only
+    claim, the second stays parked; the window freeing up wakes it (no other look comes: no presence
+    renewal, no fallback poll within the wait)."""
+    monkeypatch.setattr("app.maintenance.listener.RENEW_INTERVAL", 3600.0)
+    server: LiveServer = server_factory(poll_interval_seconds=60)
+    configure(server, **{limit: {"limit": 1, "per_seconds": 1}})
+    first = server.claim_in_background(wait_seconds=20)
+    settle_long_poll(server)
+    second = server.claim_in_background(wait_seconds=20)
+    wait_until(lambda: server.state.dispatcher.parked == 2, what="both claims waiting")
+    jobs = [{"payload": 1, "group": "g"}, {"payload": 2, "group": "g"}]
+    r = server.client.post("/queues/q/jobs/batch", json={"jobs": jobs})
+    assert r.status_code == 201, r.text
+    got = first() + second()
+    assert sorted(j["payload"] for j in got) == [1, 2]

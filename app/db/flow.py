@@ -245,6 +245,7 @@ WITH RECURSIVE cfg AS (
                                 cfg.group_rate_limit - coalesce(gr.n, 0)::int)) AS room,
          cfg.group_concurrency - coalesce(r.n, 0) <= 0 AS full_running,
          cfg.group_rate_limit - coalesce(gr.n, 0) <= 0 AS full_rate, gr.frees_at,
+         cfg.group_rate_limit - coalesce(gr.n, 0) AS rate_room,
          count(*) OVER () AS ngroups
   FROM walk w CROSS JOIN cfg
   LEFT JOIN running r ON r.group_key = w.g
@@ -365,9 +366,15 @@ SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
          'group_rate', EXISTS (SELECT FROM groups g WHERE g.full_rate AND NOT g.full_running AND {DUE_IN_GROUP}),
          'ordered', cfg.ordered AND EXISTS (SELECT FROM groups g WHERE g.room > 0
              AND NOT EXISTS (SELECT FROM heads h WHERE h.group_key = g.g) AND {DUE_IN_GROUP}),
+         -- A window this statement filled counts too (its own claims may be the window's oldest): a claim
+         -- it left waiting is woken when the window lets the next one through.
          'wake_in', extract(epoch FROM least(
-             CASE WHEN room.by_rate <= 0 THEN (SELECT frees_at FROM recent) END,
-             (SELECT min(frees_at) FROM groups WHERE full_rate)) - stamp.now),
+             CASE WHEN room.by_rate - (SELECT count(*) FROM claimed) <= 0
+                  THEN coalesce((SELECT frees_at FROM recent), stamp.now + make_interval(secs => cfg.rate_per_seconds))
+             END,
+             (SELECT min(coalesce(g.frees_at, stamp.now + make_interval(secs => cfg.group_rate_per_seconds)))
+              FROM groups g WHERE g.rate_room - (SELECT count(*) FROM claimed c WHERE c."group" = g.g) <= 0))
+           - stamp.now),
          'last_group', (SELECT c."group" FROM claimed c ORDER BY c.rank DESC LIMIT 1),
          'limited', (SELECT limited FROM queue_state WHERE queue_name = %(queue)s)
        )::text
