@@ -280,6 +280,8 @@ def free_the_slot(server: LiveServer, how: str, job: dict[str, Any]) -> None:
         r = server.client.post(f"/jobs/{job['id']}/complete", json=token)
     elif how == "fail with retry":
         r = server.client.post(f"/jobs/{job['id']}/fail", json={**token, "error": "boom", "retry_in_seconds": 3600})
+    elif how == "fail for good":
+        r = server.client.post(f"/jobs/{job['id']}/fail", json={**token, "error": "boom", "retry": False})
     elif how == "release with delay":
         r = server.client.post(f"/jobs/{job['id']}/release", json={**token, "delay_seconds": 3600})
     elif how == "cancel":
@@ -289,13 +291,14 @@ def free_the_slot(server: LiveServer, how: str, job: dict[str, Any]) -> None:
     assert r.status_code == 200, r.text
 
 
-FREEING = ["complete", "fail with retry", "release with delay", "cancel", "bulk cancel"]
+FREEING = ["complete", "fail with retry", "fail for good", "release with delay", "cancel", "bulk cancel"]
 
 
+@pytest.mark.parametrize("cached", [True, False])
 @pytest.mark.parametrize("how", FREEING)
-def test_a_freed_slot_wakes_a_waiting_claim_when_the_configuration_is_not_cached(server_factory, how: str) -> None:  # type: ignore[no-untyped-def]
-    """The process's cached configuration may be gone while a claim waits (its listener reconnected, or the
-    entry aged out between two looks): a slot freed then still wakes the claim waiting here."""
+def test_a_freed_slot_wakes_a_claim_waiting_here(server_factory: Any, how: str, cached: bool) -> None:
+    """A slot freed under `concurrency: 1` wakes the claim waiting for it, also when the process's cached
+    configuration is gone meanwhile (its listener reconnected, or the entry aged out between two looks)."""
     server: LiveServer = server_factory(poll_interval_seconds=60)  # no fallback poll within the wait
     configure(server, concurrency=1)
     server.enqueue(payload=1)
@@ -303,7 +306,8 @@ def test_a_freed_slot_wakes_a_waiting_claim_when_the_configuration_is_not_cached
     first = server.claim_one()
     answer = server.claim_in_background(wait_seconds=20)
     settle_long_poll(server)
-    server.state.configs.invalidate()  # as after a listener reconnect
+    if not cached:
+        server.state.configs.invalidate()  # as after a listener reconnect
     woken = record_wakeups(server)
     free_the_slot(server, how, first)
     assert {"q"} in woken  # woken by the write itself, not by a presence renewal's look

@@ -409,6 +409,7 @@ class JobService:
             self.metrics.count("failed" if job.status == "failed" else "retried", job.queue)
             if job.status == "failed":
                 self.wakeups.jobs_finished([job.id])
+                self._slots_freed({job.queue})  # failed for good: its slot is free too
             elif job.status == "pending" and req.retry_in_seconds == 0:
                 self.wakeups.jobs_available([job.queue])  # a retry asked for now: waiting long-polls take it
             else:
