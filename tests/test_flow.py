@@ -355,3 +355,18 @@ def test_a_claim_left_waiting_by_the_statement_that_filled_the_rate_window_is_wo
     assert r.status_code == 201, r.text
     got = first() + second()
     assert sorted(j["payload"] for j in got) == [1, 2]
+
+
+def test_fair_rotation_survives_the_queue_falling_idle(server: LiveServer) -> None:
+    """A worker claiming one job at a time, with pauses in between (after a wake-up, the process forgets a
+    queue nobody waits on at its next fallback poll), still gets the groups in turn, not the first group
+    every time."""
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": f"a{n}", "group": "a"} for n in range(3)]})
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": f"b{n}", "group": "b"} for n in range(3)]})
+    configure(server, fair=True)
+    order = []
+    for _ in range(4):
+        order.append(server.claim_one()["group"])
+        server.enqueue(payload="later", group="a", delay_seconds=3600)  # a wake-up, as enqueues bring
+        wait_until(lambda: "q" not in server.state.dispatcher._queues, what="the queue to be forgotten")
+    assert order == ["a", "b", "a", "b"]
