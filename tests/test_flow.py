@@ -370,3 +370,15 @@ def test_fair_rotation_survives_the_queue_falling_idle(server: LiveServer) -> No
         server.enqueue(payload="later", group="a", delay_seconds=3600)  # a wake-up, as enqueues bring
         wait_until(lambda: "q" not in server.state.dispatcher._queues, what="the queue to be forgotten")
     assert order == ["a", "b", "a", "b"]
+
+
+def test_fair_gives_jobs_without_a_group_one_turn_per_round(server: LiveServer) -> None:
+    """Jobs without a group take their turn like one more group: after theirs, the round goes on with the
+    groups, rather than starting over at the jobs without a group until none are left."""
+    jobs = [{"payload": f"{g}{n}", "group": g} for g in ("a", "b") for n in range(3)] + [
+        {"payload": n} for n in range(3)
+    ]
+    server.client.post("/queues/q/jobs/batch", json={"jobs": jobs})
+    configure(server, fair=True)
+    order = [server.claim_one()["group"] for _ in range(6)]
+    assert order == ["a", "b", None, "a", "b", None]

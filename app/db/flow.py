@@ -375,7 +375,9 @@ SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
              (SELECT min(coalesce(g.frees_at, stamp.now + make_interval(secs => cfg.group_rate_per_seconds)))
               FROM groups g WHERE g.rate_room - (SELECT count(*) FROM claimed c WHERE c."group" = g.g) <= 0))
            - stamp.now),
-         'last_group', (SELECT c."group" FROM claimed c ORDER BY c.rank DESC LIMIT 1),
+         -- '' when the last job had no group: those jobs take their turn where the empty key sorts, and the
+         -- next round goes on after them (NULL: nothing was claimed, the round stays where it was).
+         'last_group', (SELECT coalesce(c."group", '') FROM claimed c ORDER BY c.rank DESC LIMIT 1),
          'limited', (SELECT limited FROM queue_state WHERE queue_name = %(queue)s)
        )::text
 FROM cfg, room, stamp
@@ -413,7 +415,7 @@ class LimitedClaim:
     rows: list[list[ClaimRow]]  # per request, best job first
     held: list[str]  # the limits that held ready jobs back: concurrency, rate, group_concurrency, ...
     wake_in: float | None  # seconds until a rate-window slot frees up (None: no rate limit is full)
-    last_group: str | None  # of the last job handed out: where a fair queue's next round starts
+    last_group: str | None  # of the last job handed out ("": it had none), where a fair queue's next round starts
     limited: bool  # the queue still has limits
 
 
