@@ -271,3 +271,114 @@ def test_cancelling_a_running_job_wakes_a_claim_waiting_for_its_slot(server_fact
     assert {"q"} in woken  # woken by the cancel itself, not by a presence renewal's look
     [claimed] = answer()
     assert claimed["id"] == second["id"]
+
+
+def free_the_slot(server: LiveServer, how: str, job: dict[str, Any]) -> None:
+    """End a running job in one of the ways that free its slot under a concurrency limit."""
+    token = {"claim_token": job["claim_token"]}
+    if how == "complete":
+        r = server.client.post(f"/jobs/{job['id']}/complete", json=token)
+    elif how == "fail with retry":
+        r = server.client.post(f"/jobs/{job['id']}/fail", json={**token, "error": "boom", "retry_in_seconds": 3600})
+    elif how == "fail for good":
+        r = server.client.post(f"/jobs/{job['id']}/fail", json={**token, "error": "boom", "retry": False})
+    elif how == "release with delay":
+        r = server.client.post(f"/jobs/{job['id']}/release", json={**token, "delay_seconds": 3600})
+    elif how == "cancel":
+        r = server.client.post(f"/jobs/{job['id']}/cancel", json={})
+    else:
+        r = server.client.post("/jobs/bulk", json={"action": "cancel", "ids": [job["id"]]})
+    assert r.status_code == 200, r.text
+
+
+FREEING = ["complete", "fail with retry", "fail for good", "release with delay", "cancel", "bulk cancel"]
+
+
+@pytest.mark.parametrize("cached", [True, False])
+@pytest.mark.parametrize("how", FREEING)
+def test_a_freed_slot_wakes_a_claim_waiting_here(server_factory: Any, how: str, cached: bool) -> None:
+    """A slot freed under `concurrency: 1` wakes the claim waiting for it, also when the process's cached
+    configuration is gone meanwhile (its listener reconnected, or the entry aged out between two looks)."""
+    server: LiveServer = server_factory(poll_interval_seconds=60)  # no fallback poll within the wait
+    configure(server, concurrency=1)
+    server.enqueue(payload=1)
+    second = server.enqueue(payload=2)
+    first = server.claim_one()
+    answer = server.claim_in_background(wait_seconds=20)
+    settle_long_poll(server)
+    if not cached:
+        server.state.configs.invalidate()  # as after a listener reconnect
+    woken = record_wakeups(server)
+    free_the_slot(server, how, first)
+    assert {"q"} in woken  # woken by the write itself, not by a presence renewal's look
+    [claimed] = answer()
+    assert claimed["id"] == second["id"]
+
+
+@pytest.mark.parametrize("how", FREEING)
+def test_a_slot_freed_through_another_process_wakes_a_claim_waiting_here(server_factory, how: str) -> None:  # type: ignore[no-untyped-def]
+    """A claim waits on one replica; the running job ends through another that never read the queue's
+    configuration: the wake-up still reaches the waiting claim."""
+    waiter: LiveServer = server_factory(poll_interval_seconds=60)
+    other: LiveServer = server_factory(poll_interval_seconds=60)
+    configure(waiter, concurrency=1)
+    waiter.enqueue(payload=1)
+    second = waiter.enqueue(payload=2)
+    first = waiter.claim_one()
+    answer = waiter.claim_in_background(wait_seconds=20)
+    settle_long_poll(waiter)
+    wait_until(lambda: other.state.wakeups.remote_waiters("q"), what="the other process to hear of the waiter")
+    assert other.state.configs.cached("q") is None
+    woken = record_wakeups(other)
+    free_the_slot(other, how, first)
+    assert {"q"} in woken
+    [claimed] = answer()
+    assert claimed["id"] == second["id"]
+
+
+@pytest.mark.parametrize("limit", ["rate", "group_rate"])
+def test_a_claim_left_waiting_by_the_statement_that_filled_the_rate_window_is_woken_when_it_frees(
+    server_factory: Any, monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    """One statement serves two waiting claims under `rate: 1 per 1 s`: the first takes the window's only
+    claim, the second stays parked; the window freeing up wakes it (no other look comes: no presence
+    renewal, no fallback poll within the wait)."""
+    monkeypatch.setattr("app.maintenance.listener.RENEW_INTERVAL", 3600.0)
+    server: LiveServer = server_factory(poll_interval_seconds=60)
+    configure(server, **{limit: {"limit": 1, "per_seconds": 1}})
+    first = server.claim_in_background(wait_seconds=20)
+    settle_long_poll(server)
+    second = server.claim_in_background(wait_seconds=20)
+    wait_until(lambda: server.state.dispatcher.parked == 2, what="both claims waiting")
+    jobs = [{"payload": 1, "group": "g"}, {"payload": 2, "group": "g"}]
+    r = server.client.post("/queues/q/jobs/batch", json={"jobs": jobs})
+    assert r.status_code == 201, r.text
+    got = first() + second()
+    assert sorted(j["payload"] for j in got) == [1, 2]
+
+
+def test_fair_rotation_survives_the_queue_falling_idle(server: LiveServer) -> None:
+    """A worker claiming one job at a time, with pauses in between (after a wake-up, the process forgets a
+    queue nobody waits on at its next fallback poll), still gets the groups in turn, not the first group
+    every time."""
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": f"a{n}", "group": "a"} for n in range(3)]})
+    server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": f"b{n}", "group": "b"} for n in range(3)]})
+    configure(server, fair=True)
+    order = []
+    for _ in range(4):
+        order.append(server.claim_one()["group"])
+        server.enqueue(payload="later", group="a", delay_seconds=3600)  # a wake-up, as enqueues bring
+        wait_until(lambda: "q" not in server.state.dispatcher._queues, what="the queue to be forgotten")
+    assert order == ["a", "b", "a", "b"]
+
+
+def test_fair_gives_jobs_without_a_group_one_turn_per_round(server: LiveServer) -> None:
+    """Jobs without a group take their turn like one more group: after theirs, the round goes on with the
+    groups, rather than starting over at the jobs without a group until none are left."""
+    jobs = [{"payload": f"{g}{n}", "group": g} for g in ("a", "b") for n in range(3)] + [
+        {"payload": n} for n in range(3)
+    ]
+    server.client.post("/queues/q/jobs/batch", json={"jobs": jobs})
+    configure(server, fair=True)
+    order = [server.claim_one()["group"] for _ in range(6)]
+    assert order == ["a", "b", None, "a", "b", None]

@@ -13,7 +13,7 @@ import pytest
 
 from app.auth.keys import new_key
 from app.db import keys as store_keys
-from tests.support import LiveServer, problem, settle_long_poll, wait_until
+from tests.support import LiveServer, problem, record_wakeups, settle_long_poll, wait_until
 
 ENV_KEY = "container-key-" + "k" * 40
 
@@ -177,6 +177,33 @@ def test_a_key_revoked_while_its_long_poll_waits_receives_nothing(server_factory
         assert admin.get(f"/jobs/{job['id']}").json()["attempts"] == 0
         claimed = admin.post("/queues/q/claim", json={"worker": "w"}).json()["jobs"]
         assert [j["id"] for j in claimed] == [job["id"]]
+
+
+def test_a_job_taken_back_from_a_revoked_key_wakes_the_next_waiting_claim(
+    server_factory: Any, db: psycopg.Connection
+) -> None:
+    """The job handed to a long-poll whose key was revoked goes back to the queue; a claim waiting behind it is
+    woken by that release at once, not at the next presence renewal's look."""
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, auth_cache_seconds=3600, poll_interval_seconds=60)
+    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    key = create_key(db, "worker", ["consume"])
+    other = create_key(db, "other", ["consume"])
+    first = long_poll(server, key)
+    settle_long_poll(server)
+    second = long_poll(server, other)
+    wait_until(lambda: server.state.dispatcher.parked == 2, what="both claims waiting")
+    generation = server.state.keys.generation
+    store_keys.api_key_revoke(db, "worker")
+    wait_until(lambda: server.state.keys.generation > generation, what="the revocation to arrive")
+    woken = record_wakeups(server)
+    with as_key(server, ENV_KEY) as admin:
+        job = admin.post("/queues/q/jobs", json={"payload": "for whoever may have it"}).json()
+    problem(first(), 401, "unauthorized")
+    # The enqueue's wake-up, then the release's.
+    wait_until(lambda: sum(1 for w in woken if "q" in w) >= 2, what="the release to wake the waiting claim")
+    r = second()
+    assert r.status_code == 200, r.text
+    assert [j["id"] for j in r.json()["jobs"]] == [job["id"]]
 
 
 def test_a_key_revoked_while_it_waits_for_a_result_gets_401(server_factory: Any, db: psycopg.Connection) -> None:

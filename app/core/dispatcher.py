@@ -49,6 +49,7 @@ log = logging.getLogger("jobq.claims")
 
 RETRY_FIRST_SECONDS = 0.05  # after a failed statement, waiting requests are tried again this soon, then
 RETRY_MAX_SECONDS = 2.0  # doubling up to this (with jitter, so that replicas do not retry in step)
+MAX_FAIR_QUEUES = 10_000  # queues whose last served group a process remembers
 
 
 class WaiterCap:
@@ -114,7 +115,6 @@ class _QueueClaims:
         self.again = False
         self.failures = 0  # statements failed in a row (database unavailable)
         self._retry: asyncio.TimerHandle | None = None
-        self.after: str | None = None  # fair queues: the group served last, where the next round starts
         self._timer: asyncio.TimerHandle | None = None
 
     @property
@@ -146,7 +146,8 @@ class _QueueClaims:
                 cfg = self.owner.configs.cached(self.queue) or await self.owner.configs.get(self.queue)
                 async with self.owner.db.connection() as conn:
                     if cfg.limited:
-                        limited = await store_flow.jobs_claim_limited(conn, self.queue, slots, self.after)
+                        after = self.owner.fair_after.get(self.queue)
+                        limited = await store_flow.jobs_claim_limited(conn, self.queue, slots, after)
                     else:
                         result = await store.jobs_claim(conn, self.queue, slots)
             except DatabaseUnavailable as exc:
@@ -179,7 +180,8 @@ class _QueueClaims:
             if cfg.limited:
                 if not limited.limited:
                     self.owner.configs.invalidate(self.queue)  # the limits were lifted: cached ones are stale
-                self.after = limited.last_group or self.after
+                if limited.last_group is not None:
+                    self.owner.remember_group(self.queue, limited.last_group)
                 rows, held = limited.rows, limited.held
                 self._wake_after(limited.wake_in)
             elif result.limited:
@@ -256,7 +258,15 @@ class ClaimDispatcher:
         self.parked = 0  # claims parked here (each holds one place of `cap`)
         self.closing = False
         self._queues: dict[str, _QueueClaims] = {}
+        # Fair queues: the group this process served last, per queue, where its next claim's round starts.
+        # Kept apart from the queue's line of claims, which is forgotten whenever nobody waits on the queue.
+        self.fair_after: dict[str, str] = {}
         self._background: set[asyncio.Task[Any]] = set()
+
+    def remember_group(self, queue: str, group: str) -> None:
+        if queue not in self.fair_after and len(self.fair_after) >= MAX_FAIR_QUEUES:
+            self.fair_after.clear()  # bounded: a round restarting from the first group is the worst of it
+        self.fair_after[queue] = group
 
     # -- requests -----------------------------------------------------------------------------------------
 
@@ -385,6 +395,8 @@ class ClaimDispatcher:
             async with self.db.connection() as conn:
                 await store.jobs_release(conn, rows)
             log.info("released %d job(s) claimed for a request that went away", len(rows))
+            # Claimable again, and under a concurrency limit their slots are free: waiting claims may take them.
+            self.wakeups.jobs_available({r.queue for r in rows})
         except Exception:
             # The lease will lapse and the sweeper will return them; nothing is lost.
             log.warning("could not release %d unanswered claim(s); the sweeper will", len(rows))

@@ -129,6 +129,13 @@ class QueueConfigs:
             return None
         return entry.effective
 
+    def may_be_limited(self, queue: str) -> bool:
+        """Whether a slot freed on this queue may let a waiting claim proceed: its cached configuration has
+        limits, or this process has none cached (never read, aged out, dropped after a listener reconnect),
+        so it cannot rule them out. A wake-up costs nothing where no claim waits on the queue."""
+        cfg = self.cached(queue)
+        return cfg is None or cfg.limited
+
     async def get(self, queue: str) -> Effective:
         return self.cached(queue) or (await self._load(queue)).effective
 

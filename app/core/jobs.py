@@ -352,14 +352,10 @@ class JobService:
 
     def _slots_freed(self, queues: set[str]) -> None:
         """Jobs of these queues left `running`: claims waiting on a queue with limits may proceed now (a
-        slot under its concurrency limit freed up). Queues without limits gain nothing claimable, so they
-        are left alone; a queue this process has not read the configuration of is woken only when another
-        process waits on it."""
-        woken = []
-        for queue in queues:
-            cfg = self.configs.cached(queue)
-            if cfg.limited if cfg is not None else self.wakeups.remote_waiters(queue):
-                woken.append(queue)
+        slot under its concurrency limit freed up). Queues known to have no limits gain nothing claimable, so
+        they are left alone; a queue whose configuration this process does not hold is woken (here and
+        wherever claims wait on it)."""
+        woken = [queue for queue in queues if self.configs.may_be_limited(queue)]
         if woken:
             self.wakeups.jobs_available(woken)
 
@@ -413,6 +409,7 @@ class JobService:
             self.metrics.count("failed" if job.status == "failed" else "retried", job.queue)
             if job.status == "failed":
                 self.wakeups.jobs_finished([job.id])
+                self._slots_freed({job.queue})  # failed for good: its slot is free too
             elif job.status == "pending" and req.retry_in_seconds == 0:
                 self.wakeups.jobs_available([job.queue])  # a retry asked for now: waiting long-polls take it
             else:

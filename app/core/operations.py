@@ -141,8 +141,7 @@ class OpsService:
             raise InvalidState(f"The job is {job.status}; only pending, waiting and running jobs can be cancelled.")
         self.metrics.count("cancelled", job.queue)
         self.wakeups.jobs_finished([job.id])
-        cfg = self.configs.cached(job.queue)
-        if cfg is not None and cfg.limited:
+        if self.configs.may_be_limited(job.queue):
             self.wakeups.jobs_available([job.queue])  # a running job cancelled frees a slot
         return job
 

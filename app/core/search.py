@@ -129,7 +129,7 @@ class SearchService:
                 # Requests waiting for these jobs' results (app/core/results.py), as after a single cancel.
                 self.wakeups.jobs_finished([job.id for done, job in seen.values() if done])
                 # Running jobs cancelled free slots of queues with limits, as after a single cancel.
-                limited = {q for q in changed if (cfg := self.configs.cached(q)) is not None and cfg.limited}
+                limited = {q for q in changed if self.configs.may_be_limited(q)}
                 if limited:
                     self.wakeups.jobs_available(limited)
             else:

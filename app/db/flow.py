@@ -245,6 +245,7 @@ WITH RECURSIVE cfg AS (
                                 cfg.group_rate_limit - coalesce(gr.n, 0)::int)) AS room,
          cfg.group_concurrency - coalesce(r.n, 0) <= 0 AS full_running,
          cfg.group_rate_limit - coalesce(gr.n, 0) <= 0 AS full_rate, gr.frees_at,
+         cfg.group_rate_limit - coalesce(gr.n, 0) AS rate_room,
          count(*) OVER () AS ngroups
   FROM walk w CROSS JOIN cfg
   LEFT JOIN running r ON r.group_key = w.g
@@ -365,10 +366,18 @@ SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NUL
          'group_rate', EXISTS (SELECT FROM groups g WHERE g.full_rate AND NOT g.full_running AND {DUE_IN_GROUP}),
          'ordered', cfg.ordered AND EXISTS (SELECT FROM groups g WHERE g.room > 0
              AND NOT EXISTS (SELECT FROM heads h WHERE h.group_key = g.g) AND {DUE_IN_GROUP}),
+         -- A window this statement filled counts too (its own claims may be the window's oldest): a claim
+         -- it left waiting is woken when the window lets the next one through.
          'wake_in', extract(epoch FROM least(
-             CASE WHEN room.by_rate <= 0 THEN (SELECT frees_at FROM recent) END,
-             (SELECT min(frees_at) FROM groups WHERE full_rate)) - stamp.now),
-         'last_group', (SELECT c."group" FROM claimed c ORDER BY c.rank DESC LIMIT 1),
+             CASE WHEN room.by_rate - (SELECT count(*) FROM claimed) <= 0
+                  THEN coalesce((SELECT frees_at FROM recent), stamp.now + make_interval(secs => cfg.rate_per_seconds))
+             END,
+             (SELECT min(coalesce(g.frees_at, stamp.now + make_interval(secs => cfg.group_rate_per_seconds)))
+              FROM groups g WHERE g.rate_room - (SELECT count(*) FROM claimed c WHERE c."group" = g.g) <= 0))
+           - stamp.now),
+         -- '' when the last job had no group: those jobs take their turn where the empty key sorts, and the
+         -- next round goes on after them (NULL: nothing was claimed, the round stays where it was).
+         'last_group', (SELECT coalesce(c."group", '') FROM claimed c ORDER BY c.rank DESC LIMIT 1),
          'limited', (SELECT limited FROM queue_state WHERE queue_name = %(queue)s)
        )::text
 FROM cfg, room, stamp
@@ -406,7 +415,7 @@ class LimitedClaim:
     rows: list[list[ClaimRow]]  # per request, best job first
     held: list[str]  # the limits that held ready jobs back: concurrency, rate, group_concurrency, ...
     wake_in: float | None  # seconds until a rate-window slot frees up (None: no rate limit is full)
-    last_group: str | None  # of the last job handed out: where a fair queue's next round starts
+    last_group: str | None  # of the last job handed out ("": it had none), where a fair queue's next round starts
     limited: bool  # the queue still has limits
 
 
