@@ -12,8 +12,7 @@ from typing import Any
 import psycopg
 
 from app.auth.policy import queue_allowed
-from app.db.flow import RUNNING_C
-from app.db.jobs import JOB_COLUMNS, as_json, count_finished, job_columns, job_get
+from app.db.jobs import JOB_COLUMNS, RUNNING_C, as_json, count_finished, job_columns, job_get
 from app.db.rows import DatabaseHealthRow, GroupRow, JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
 
 # --- statistics -------------------------------------------------------------------------------------------
