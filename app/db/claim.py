@@ -24,10 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-import orjson
 import psycopg
 
 from app.db.jobs import RUNNING_C, as_json
@@ -54,16 +52,65 @@ def slots_doc(slots: Sequence[ClaimSlot]) -> str:
 
 
 def per_slot(rows: Sequence[ClaimRow], n: int) -> list[list[ClaimRow]]:
-    """Claimed rows by request, best job first."""
+    """Claimed jobs' rows (no marker row) by request, best job first."""
     out: list[list[ClaimRow]] = [[] for _ in range(n)]
     for row in sorted(rows, key=lambda r: r.rank):
         out[row.slot].append(row)
     return out
 
 
+# --- what both claims share --------------------------------------------------------------------------------
+
+# The `slots` CTE, from the requests of a shared claim statement (slots_doc).
+SLOTS = """
+  -- One slot per job a request may receive, oldest request first: slot k gets the k-th best job.
+  SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
+  FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
+  CROSS JOIN LATERAL generate_series(1, r.lim) AS g
+"""
+
+
+def claim_update(locked: str, stamp: str) -> str:
+    """The `claimed` CTE, the claim's one write: the jobs of CTE `chosen` (id, and rn: their rank in claim
+    order) to running, each for the request of its slot (CTE `slots`), under a new token. `locked` is the
+    CTE whose ids lead into jobs by primary key (see app/db/jobs.py), `stamp` the FROM item with the
+    statement's one reading of the clock (`now`). Returns ClaimRow's job columns."""
+    return f"""
+  UPDATE jobs AS j
+  SET status = 'running',
+      attempts = j.attempts + 1,
+      -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
+      claimed_at = stamp.now,
+      lease_seconds = s.lease,
+      lease_expires_at = stamp.now + make_interval(secs => s.lease),
+      locked_by = s.worker,
+      progress = NULL,  -- progress belongs to an attempt: a new claim starts without
+      -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
+      claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
+                                           'base64'), '+/', '-_'), '=')
+  FROM chosen
+  JOIN slots s USING (rn)
+  CROSS JOIN {stamp}
+  WHERE j.id = ANY(ARRAY(SELECT id FROM {locked})) AND j.id = chosen.id
+  RETURNING s.ord AS slot, chosen.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
+            j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
+            j.traceparent, j.group_key AS "group"
+"""
+
+
+# The claimed jobs' rows: ClaimRow's marker columns are NULL on them.
+CLAIMED_ROWS = """SELECT *, NULL::bool AS marker, NULL::bool AS limited, NULL::bool AS ready_left,
+       NULL::int AS room_concurrency, NULL::int AS room_rate, NULL::bool AS held_group_concurrency,
+       NULL::bool AS held_group_rate, NULL::bool AS held_ordered, NULL::float8 AS wake_in, NULL::text AS last_group
+FROM claimed"""
+
+# The marker row's job columns (ClaimRow's first fourteen): it stands for no job.
+NO_JOB = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+
+
 # --- a queue without limits ---------------------------------------------------------------------------------
 
-JOB_CLAIM = """
+JOB_CLAIM = f"""
 WITH candidates AS (
   -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY
   -- its key order, so this is an ordered index scan that stops after `total` rows it could lock.
@@ -80,43 +127,20 @@ WITH candidates AS (
   ORDER BY priority DESC, run_at, id
   LIMIT %(total)s
   FOR UPDATE SKIP LOCKED
-), ranked AS (
+), chosen AS (
   SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rn FROM candidates
-), slots AS (
-  -- One slot per job a request may receive, oldest request first: slot k gets the k-th best job.
-  SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
-  FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
-  CROSS JOIN LATERAL generate_series(1, r.lim) AS g
-), claimed AS (
-  UPDATE jobs AS j
-  SET status = 'running',
-      attempts = j.attempts + 1,
-      -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
-      claimed_at = stamp.now,
-      lease_seconds = s.lease,
-      lease_expires_at = stamp.now + make_interval(secs => s.lease),
-      locked_by = s.worker,
-      progress = NULL,  -- progress belongs to an attempt: a new claim starts without
-      -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
-      claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
-                                           'base64'), '+/', '-_'), '=')
-  FROM ranked
-  JOIN slots s USING (rn)
-  CROSS JOIN (SELECT clock_timestamp() AS now) AS stamp
-  WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.id = ranked.id
-  RETURNING s.ord AS slot, ranked.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
-            j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
-            j.traceparent, j.group_key AS "group"
-)
-SELECT * FROM claimed
+), slots AS ({SLOTS}), claimed AS ({claim_update("candidates", "(SELECT clock_timestamp() AS now) AS stamp")})
+{CLAIMED_ROWS}
 UNION ALL
--- Nothing claimed: one marker row (slot -1) telling whether ready jobs existed anyway (all locked by
--- other claims, or the queue paused): the "empty claims while ready jobs exist" signal of the article;
--- slot -2 when the queue has limits (the caller then claims with JOB_CLAIM_LIMITED). Only evaluated when
--- nothing was claimed. A scalar subquery in claim order, not EXISTS (which would drop the ORDER BY): the
--- first ready row by jobs_claim_idx, never a scan of the table.
-SELECT CASE WHEN EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND limited) THEN -2 ELSE -1 END,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+-- Nothing claimed: one marker row telling that ready jobs existed anyway (all locked by other claims, or
+-- the queue paused): the "empty claims while ready jobs exist" signal of the article; `limited` when the
+-- queue has limits (the caller then claims with JOB_CLAIM_LIMITED). Only evaluated when nothing was
+-- claimed. A scalar subquery in claim order, not EXISTS (which would drop the ORDER BY): the first ready
+-- row by jobs_claim_idx, never a scan of the table.
+SELECT {NO_JOB},
+       true AS marker, EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND limited) AS limited,
+       true AS ready_left,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL  -- the limited claim's figures
 WHERE NOT EXISTS (SELECT FROM claimed)
   AND (SELECT id FROM jobs
        WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
@@ -136,8 +160,10 @@ async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequ
     cur = conn.cursor(row_factory=rows_of(ClaimRow))
     await cur.execute(JOB_CLAIM, {"queue": queue, "total": sum(s.limit for s in slots), "slots": slots_doc(slots)})
     rows = await cur.fetchall()
-    if len(rows) == 1 and rows[0].slot < 0:
-        return ClaimResult(per_slot([], len(slots)), ready_left_behind=rows[0].slot == -1, limited=rows[0].slot == -2)
+    if len(rows) == 1 and rows[0].marker:
+        marker = rows[0]
+        limited = bool(marker.limited)
+        return ClaimResult(per_slot([], len(slots)), bool(marker.ready_left) and not limited, limited)
     return ClaimResult(per_slot(rows, len(slots)), ready_left_behind=False)
 
 
@@ -293,29 +319,7 @@ WITH RECURSIVE cfg AS (
   FOR UPDATE SKIP LOCKED
 ), chosen AS (
   SELECT p.id, row_number() OVER (ORDER BY p.ord) AS rn FROM picked p WHERE p.id IN (SELECT id FROM locked)
-), slots AS (
-  SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
-  FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
-  CROSS JOIN LATERAL generate_series(1, r.lim) AS g
-), claimed AS (
-  UPDATE jobs AS j
-  SET status = 'running',
-      attempts = j.attempts + 1,
-      claimed_at = stamp.now,
-      lease_seconds = s.lease,
-      lease_expires_at = stamp.now + make_interval(secs => s.lease),
-      locked_by = s.worker,
-      progress = NULL,
-      claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
-                                           'base64'), '+/', '-_'), '=')
-  FROM chosen
-  JOIN slots s USING (rn)
-  CROSS JOIN stamp
-  WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.id = chosen.id
-  RETURNING s.ord AS slot, chosen.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
-            j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
-            j.traceparent, j.group_key AS "group"
-), logged AS (
+), slots AS ({SLOTS}), claimed AS ({claim_update("chosen", "stamp")}), logged AS (
   -- The ledger that rate limits count: one row per group claimed from, stamped with this claim's time.
   INSERT INTO queue_claims (queue_name, group_key, claimed_at, n)
   SELECT %(queue)s, c."group", stamp.now, count(*)
@@ -323,68 +327,42 @@ WITH RECURSIVE cfg AS (
   WHERE cfg.rate_limit IS NOT NULL OR (cfg.group_rate_limit IS NOT NULL AND c."group" IS NOT NULL)
   GROUP BY c."group", stamp.now
 )
-SELECT *, NULL::text AS info FROM claimed
+{CLAIMED_ROWS}
 UNION ALL
--- One summary row (slot -1): which limits held jobs back (a limit "holds back" when ready jobs were left
--- because of it), when the earliest rate-window slot frees up, and the last group served (the next
--- statement's `after`).
-SELECT -1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       json_build_object(
-         'claimed', (SELECT count(*) FROM claimed),
-         'ready_beyond', CASE WHEN room.n > 0
-                              THEN (SELECT count(*) FROM offered) > (SELECT count(*) FROM chosen)
-                              ELSE EXISTS (
-               SELECT FROM (SELECT 1 FROM jobs
-                            WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
-                            ORDER BY priority DESC, run_at, id
-                            OFFSET (SELECT count(*) FROM chosen) LIMIT 1) x) END,
-         'by_concurrency', room.by_concurrency, 'by_rate', room.by_rate,
-         'group_running', EXISTS (SELECT FROM groups g WHERE g.full_running AND {DUE_IN_GROUP}),
-         'group_rate', EXISTS (SELECT FROM groups g WHERE g.full_rate AND NOT g.full_running AND {DUE_IN_GROUP}),
-         'ordered', cfg.ordered AND EXISTS (SELECT FROM groups g WHERE g.room > 0
-             AND NOT EXISTS (SELECT FROM heads h WHERE h.group_key = g.g) AND {DUE_IN_GROUP}),
-         -- A window this statement filled counts too (its own claims may be the window's oldest): a claim
-         -- it left waiting is woken when the window lets the next one through.
-         'wake_in', extract(epoch FROM least(
-             CASE WHEN room.by_rate - (SELECT count(*) FROM claimed) <= 0
-                  THEN coalesce((SELECT frees_at FROM recent), stamp.now + make_interval(secs => cfg.rate_per_seconds))
-             END,
-             (SELECT min(coalesce(g.frees_at, stamp.now + make_interval(secs => cfg.group_rate_per_seconds)))
-              FROM groups g WHERE g.rate_room - (SELECT count(*) FROM claimed c WHERE c."group" = g.g) <= 0))
-           - stamp.now),
-         -- '' when the last job had no group: those jobs take their turn where the empty key sorts, and the
-         -- next round goes on after them (NULL: nothing was claimed, the round stays where it was).
-         'last_group', (SELECT coalesce(c."group", '') FROM claimed c ORDER BY c.rank DESC LIMIT 1),
-         'limited', (SELECT limited FROM queue_state WHERE queue_name = %(queue)s)
-       )::text
+-- The marker row: which limits held jobs back (a limit "holds back" when ready jobs were left because of
+-- it), when the earliest rate-window slot frees up, and the last group served (the next statement's
+-- `after`).
+SELECT {NO_JOB},
+       true AS marker, (SELECT limited FROM queue_state WHERE queue_name = %(queue)s) AS limited,
+       CASE WHEN room.n > 0
+            THEN (SELECT count(*) FROM offered) > (SELECT count(*) FROM chosen)
+            ELSE EXISTS (
+              SELECT FROM (SELECT 1 FROM jobs
+                           WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
+                           ORDER BY priority DESC, run_at, id
+                           OFFSET (SELECT count(*) FROM chosen) LIMIT 1) x) END AS ready_left,
+       room.by_concurrency AS room_concurrency, room.by_rate AS room_rate,
+       EXISTS (SELECT FROM groups g WHERE g.full_running AND {DUE_IN_GROUP}) AS held_group_concurrency,
+       EXISTS (SELECT FROM groups g WHERE g.full_rate AND NOT g.full_running AND {DUE_IN_GROUP}) AS held_group_rate,
+       cfg.ordered AND EXISTS (SELECT FROM groups g WHERE g.room > 0
+           AND NOT EXISTS (SELECT FROM heads h WHERE h.group_key = g.g) AND {DUE_IN_GROUP}) AS held_ordered,
+       -- A window this statement filled counts too (its own claims may be the window's oldest): a claim
+       -- it left waiting is woken when the window lets the next one through.
+       extract(epoch FROM least(
+           CASE WHEN room.by_rate - (SELECT count(*) FROM claimed) <= 0
+                THEN coalesce((SELECT frees_at FROM recent), stamp.now + make_interval(secs => cfg.rate_per_seconds))
+           END,
+           (SELECT min(coalesce(g.frees_at, stamp.now + make_interval(secs => cfg.group_rate_per_seconds)))
+            FROM groups g WHERE g.rate_room - (SELECT count(*) FROM claimed c WHERE c."group" = g.g) <= 0))
+         - stamp.now)::float8 AS wake_in,
+       -- '' when the last job had no group: those jobs take their turn where the empty key sorts, and the
+       -- next round goes on after them (NULL: nothing was claimed, the round stays where it was).
+       (SELECT coalesce(c."group", '') FROM claimed c ORDER BY c.rank DESC LIMIT 1) AS last_group
 FROM cfg, room, stamp
 """
 
 # How deep a grouped queue's claim looks for jobs without a group, in claim order.
 LANE_WINDOW = 100
-
-
-class LimitedClaimRow(NamedTuple):
-    """A ClaimRow and, on the summary row (slot -1) only, what held claims back (JSON text)."""
-
-    slot: int
-    rank: int
-    id: int
-    queue: str
-    payload: str
-    priority: int
-    attempts: int
-    max_attempts: int
-    claim_token: str
-    lease_expires_at: datetime
-    run_at: datetime
-    created_at: datetime
-    traceparent: str | None
-    group: str | None
-    info: str | None
-
-    def claimed(self) -> ClaimRow:
-        return ClaimRow._make(self[:-1])
 
 
 @dataclass(slots=True)
@@ -403,23 +381,26 @@ async def jobs_claim_limited(
     transaction (see the module docstring). `after`: the group this process served last (fair queues)."""
     total = sum(s.limit for s in slots)
     params = {"queue": queue, "total": total, "slots": slots_doc(slots), "after": after, "window": LANE_WINDOW}
-    cur = conn.cursor(row_factory=rows_of(LimitedClaimRow))
+    cur = conn.cursor(row_factory=rows_of(ClaimRow))
     async with conn.transaction():
         await conn.execute(FLOW_LOCK, {"queue": queue})
         await cur.execute(JOB_CLAIM_LIMITED, params)
         rows = await cur.fetchall()
-    summary = next(r for r in rows if r.slot == -1)
-    claimed = [r.claimed() for r in rows if r.slot >= 0]
-    info = orjson.loads(summary.info or "{}")
+    marker = next(r for r in rows if r.marker)
     held: list[str] = []
-    if info["ready_beyond"]:
-        bound = [v for v in (info["by_concurrency"], info["by_rate"]) if v is not None]
+    if marker.ready_left:
+        bound = [v for v in (marker.room_concurrency, marker.room_rate) if v is not None]
         if bound and min(bound) < total:
-            if info["by_concurrency"] is not None and info["by_concurrency"] == min(bound):
+            if marker.room_concurrency == min(bound):
                 held.append("concurrency")
-            if info["by_rate"] is not None and info["by_rate"] == min(bound):
+            if marker.room_rate == min(bound):
                 held.append("rate")
-    for name in ("group_running", "group_rate", "ordered"):
-        if info[name]:
-            held.append({"group_running": "group_concurrency"}.get(name, name))
-    return LimitedClaim(per_slot(claimed, len(slots)), held, info["wake_in"], info["last_group"], bool(info["limited"]))
+    for holding, limit in (
+        (marker.held_group_concurrency, "group_concurrency"),
+        (marker.held_group_rate, "group_rate"),
+        (marker.held_ordered, "ordered"),
+    ):
+        if holding:
+            held.append(limit)
+    claimed = [r for r in rows if not r.marker]
+    return LimitedClaim(per_slot(claimed, len(slots)), held, marker.wake_in, marker.last_group, bool(marker.limited))

@@ -114,8 +114,11 @@ class JobRow(NamedTuple):
 
 
 class ClaimRow(NamedTuple):
-    """A job handed to a worker (app/models/jobs.py Claim), and which request of a shared claim statement
-    it is for (`slot`, in request order) and its rank among that statement's jobs."""
+    """A row of a claim statement (app/db/claim.py), either a job handed to a worker (app/models/jobs.py
+    Claim), with which request of the shared statement it is for (`slot`, in request order) and its rank
+    among the statement's jobs, its marker fields NULL; or the statement's one marker row (`marker` true,
+    the job's fields NULL), saying what the statement found beside the jobs it claimed. Marker rows never
+    leave app/db/claim.py."""
 
     slot: int
     rank: int
@@ -131,6 +134,20 @@ class ClaimRow(NamedTuple):
     created_at: datetime
     traceparent: str | None
     group: str | None
+    # The marker row's (NULL on a job's):
+    marker: bool | None
+    limited: bool | None  # the queue has limits (the plain claim then claimed nothing)
+    ready_left: bool | None  # ready jobs were left unclaimed
+    # The limited claim's figures: what the queue's concurrency and rate limits alone left room for, which
+    # group limits held a due job back, when a full rate window lets the next claim through (seconds), and
+    # the group of the last job handed out ('': it had none), where a fair queue's next round starts.
+    room_concurrency: int | None
+    room_rate: int | None
+    held_group_concurrency: bool | None
+    held_group_rate: bool | None
+    held_ordered: bool | None
+    wake_in: float | None
+    last_group: str | None
 
 
 class Inserted(NamedTuple):
