@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-FINISHED = ("completed", "failed", "cancelled")
+from app.db.rows import FINISHED
 
 
 class BadCursor(ValueError):

@@ -29,9 +29,7 @@ import psycopg
 
 from app.auth.policy import queue_allowed
 from app.db.jobs import JOB_COLUMNS, NewJob, as_json, count_finished, jobs_insert
-from app.db.rows import Inserted, JobRow, rows_of
-
-FINISHED = ("completed", "failed", "cancelled")
+from app.db.rows import FINISHED, Inserted, JobRow, rows_of
 
 
 @dataclass(slots=True, frozen=True)

@@ -32,13 +32,15 @@ import psycopg
 from orjson import Fragment
 
 from app.auth.policy import queue_allowed
-from app.db.rows import Beat, ClaimRow, Inserted, JobRow, Written, outcome_rows, rows_of
+from app.db.rows import FINISHED, Beat, ClaimRow, Inserted, JobRow, Written, outcome_rows, rows_of
 
 # A status the planner cannot see when it plans (see above): `j.status = RUNNING` proves no partial index.
 RUNNING = "(SELECT 'running'::text)"
 # Running, as jobs_running_idx's predicate says it (migrations/0008_flow_control.sql): only statements that
 # write it this way may read that index.
 RUNNING_C = "'running' COLLATE \"C\""
+# FINISHED as an SQL list: ('completed', 'failed', 'cancelled').
+FINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in FINISHED) + ")"
 
 
 def job_columns(full: str = "true") -> str:
@@ -68,7 +70,7 @@ def count_finished(source: str, status: str = "status", delta: str = "1") -> str
   INSERT INTO queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, {status}, mod(pg_backend_pid(), 64), sum({delta})
   FROM {source}
-  WHERE {status} IN ('completed', 'failed', 'cancelled')
+  WHERE {status} IN {FINISHED_SQL}
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n"""
 
@@ -102,12 +104,10 @@ async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str 
     return await cur.fetchone()
 
 
-FINISHED = "('completed', 'failed', 'cancelled')"
-
 JOBS_GET_WAITED = f"""
 -- Jobs that requests wait for (app/core/results.py), each as it is now: with payload and result only when
 -- it has finished, since only then is it an answer. A job that is gone is not in the result.
-SELECT {job_columns(f"j.status IN {FINISHED}")} FROM jobs j WHERE j.id = ANY(%(ids)s)
+SELECT {job_columns(f"j.status IN {FINISHED_SQL}")} FROM jobs j WHERE j.id = ANY(%(ids)s)
 """
 
 

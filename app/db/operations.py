@@ -13,7 +13,17 @@ import psycopg
 
 from app.auth.policy import queue_allowed
 from app.db.jobs import JOB_COLUMNS, RUNNING_C, as_json, count_finished, job_columns, job_get
-from app.db.rows import DatabaseHealthRow, GroupRow, JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
+from app.db.rows import (
+    FINISHED,
+    DatabaseHealthRow,
+    GroupRow,
+    JobRow,
+    QueueRow,
+    QueueStatsRow,
+    Written,
+    outcome_rows,
+    rows_of,
+)
 
 # --- statistics -------------------------------------------------------------------------------------------
 
@@ -240,7 +250,7 @@ LISTINGS: dict[str | None, Listing] = {
             "j.finished_at DESC, j.id DESC",
             ("finished_at", "id"),
         )
-        for status in ("completed", "failed", "cancelled")
+        for status in FINISHED
     },
     None: Listing(
         "j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)",

@@ -18,12 +18,29 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, NamedTuple, TypeVar, cast
 
 from psycopg import AsyncCursor
 from psycopg.rows import RowMaker
 
 T = TypeVar("T")
+
+
+# A job's status: the states of the schema's state machine (CHECK constraints in migrations/0001_jobs.sql),
+# the values of a row's `status`, and the API's Status (a docstring here would become its OpenAPI text).
+# Members are the strings themselves: `row.status == Status.running` compares two str.
+class Status(StrEnum):
+    pending = "pending"
+    waiting = "waiting"  # for the jobs it depends on (depends_on)
+    running = "running"
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+# The statuses a job ends in: no claim or write moves it on (a retry starts it again); retention deletes it.
+FINISHED = (Status.completed, Status.failed, Status.cancelled)
 
 
 def _names(cls: type[Any]) -> tuple[str, ...]:
