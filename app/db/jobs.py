@@ -32,7 +32,7 @@ import psycopg
 from orjson import Fragment
 
 from app.auth.policy import queue_allowed
-from app.db.rows import FINISHED, Beat, ClaimRow, Inserted, JobRow, Written, outcome_rows, rows_of
+from app.db.rows import FINISHED, Beat, ClaimRow, Inserted, JobRow, Status, Written, outcome_rows, rows_of
 
 # A status the planner cannot see when it plans (see above): `j.status = RUNNING` proves no partial index.
 RUNNING = "(SELECT 'running'::text)"
@@ -269,7 +269,7 @@ def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[st
         return "not_found"
     if held_by == token and status in done:
         return "ok"
-    if held_by == token and status == "cancelled":
+    if held_by == token and status == Status.cancelled:
         return "cancelled"
     return "claim_lost"
 
@@ -350,7 +350,7 @@ async def jobs_heartbeat(
     for beat, row in zip(beats, await cur.fetchall(), strict=True):
         if row.lease_expires_at is not None:
             out.append(("ok", row.lease_expires_at))
-        elif row.status == "running" and row.claim_token == beat.token:
+        elif row.status == Status.running and row.claim_token == beat.token:
             # Changed by a concurrent statement after our snapshot (a cancel, the sweeper, a complete):
             # look again, so that a cancel is reported as such and not as a lost claim.
             job = await job_get(conn, beat.id, beat.allowed)
@@ -434,12 +434,12 @@ async def jobs_complete(
             changed.add(item.id)
             continue
         job = row.job
-        if job is not None and job.status == "running" and job.claim_token == item.token:
+        if job is not None and job.status == Status.running and job.claim_token == item.token:
             recheck.append(n)  # a concurrent statement finished it after our snapshot: look again
-        out.append(Done(outcome_of(item.token, job, ("completed",)), job, False))
+        out.append(Done(outcome_of(item.token, job, (Status.completed,)), job, False))
     for n in recheck:
         job = await job_get(conn, items[n].id, items[n].allowed)
-        out[n] = Done(outcome_of(items[n].token, job, ("completed",)), job, False)
+        out[n] = Done(outcome_of(items[n].token, job, (Status.completed,)), job, False)
     return out
 
 
@@ -506,7 +506,7 @@ async def job_fail(
         "base": backoff_base,
         "cap": backoff_cap,
     }
-    return await _guarded_write(conn, JOB_FAIL, params, ("pending", "failed"))
+    return await _guarded_write(conn, JOB_FAIL, params, (Status.pending, Status.failed))
 
 
 JOB_RELEASE_CLAIM = f"""
@@ -551,7 +551,7 @@ async def _guarded_write(
     if row.written:
         return Done("ok", row.job, True)
     job: JobRow | None = row.job
-    if row.job.status == "running" and row.job.claim_token == params["token"]:
+    if row.job.status == Status.running and row.job.claim_token == params["token"]:
         job = await job_get(conn, params["id"], params["allowed"])  # finished concurrently: look again
     return Done(outcome_of(params["token"], job, done), job, False)
 
