@@ -2,6 +2,11 @@
 (JOB_CLAIM) and for a queue with limits (JOB_CLAIM_LIMITED), and how their rows come back to the
 dispatcher (app/core/dispatcher.py), one list per request of a shared claim statement.
 
+Both statements end alike, in fragments written once: the slots of the requests (SLOTS), the write that
+hands each chosen job to its slot's request under a new token (claim_update), and their rows, ClaimRow
+(app/db/rows.py): one per job claimed, and one marker row whose named columns say what the statement
+found beside them (ready jobs left behind, the queue's limits, what held jobs back, when to look again).
+
 How limits hold across processes and replicas with no coordinator. Concurrent claim statements cannot
 see each other's claims: under READ COMMITTED each statement reads a snapshot taken when it started, so
 two statements that count the running jobs of a queue at the same moment both see room for the same
