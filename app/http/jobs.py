@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match, Route
 
+from app import __version__
 from app.auth.policy import client_identity, principal, requires
 from app.core.jobs import JobService
 from app.errors import (
@@ -365,7 +366,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         "/healthz", operation_id="healthz", summary="The process is alive", tags=["health"], response_model=Health
     )
     async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+        return {"status": "ok", "version": __version__}
 
 
 def _allowed_methods(routes: list[BaseRoute], scope: Any) -> list[str]:
