@@ -12,6 +12,7 @@ SDK_TS      := clients/typescript
 NODE_STAMPS := $(if $(NPM),tests/generated_clients/node_modules/.package-lock.json $(SDK_TS)/node_modules/.package-lock.json)
 
 .PHONY: run test lint typecheck format openapi bench clean
+.PHONY: sql check
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +49,9 @@ format: $(STAMP)
 openapi: $(STAMP) $(NODE_STAMPS)  ## regenerate the committed contract, and the TypeScript SDK's types from it
 	$(BIN)/jobq openapi --output openapi/openapi.json
 	$(if $(NPM),cd $(SDK_TS) && npm run --silent generate)
+
+sql: $(STAMP)           ## write every SQL statement of app/db, composed as it runs, to sql/<module>.sql (a test compares)
+	$(BIN)/python -m app.db.render --output sql
 
 bench: $(BENCH_STAMP)   ## jobq beside the raw-SQL limit and PgQueuer (see BENCHMARKS.md)
 	$(BIN)/python bench/run.py $(ARGS)
