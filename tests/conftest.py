@@ -139,17 +139,20 @@ def _drop(admin_url: str, name: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+def _clone(admin_url: str, template: str) -> str:
+    name = f"{_PREFIX}_{next(_counter)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
+    return name
+
+
 @pytest.fixture
 def database_factory(pg_admin_url: str, template_db: str) -> Iterator[object]:
     """Makes fresh, migrated databases for this test; all are dropped after it."""
     made: list[str] = []
 
     def make() -> str:
-        name = f"{_PREFIX}_{next(_counter)}"
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template_db))
-            )
+        name = _clone(pg_admin_url, template_db)
         made.append(name)
         return _with_db(pg_admin_url, name)
 
@@ -217,6 +220,32 @@ def server_factory(database_url: str) -> Iterator[object]:
 def server(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
     """The service on a fresh database."""
     return server_factory()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def module_database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """One fresh, migrated database for a whole test module."""
+    name = _clone(pg_admin_url, template_db)
+    yield _with_db(pg_admin_url, name)
+    with contextlib.suppress(psycopg.Error):
+        _drop(pg_admin_url, name)
+
+
+@pytest.fixture(scope="module")
+def shared_server(module_database_url: str) -> Iterator[LiveServer]:
+    """The service with the default test settings, started once for a module's tests that write nothing and
+    read only what they sent (refusals of bad input): starting a server and its database costs a second or
+    two, their request a few milliseconds. A test that writes, or needs a setting, takes `server`."""
+    server = LiveServer(make_settings(module_database_url)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def shared_db(module_database_url: str) -> Iterator[psycopg.Connection]:
+    """A direct connection to shared_server's database."""
+    with psycopg.connect(module_database_url, autocommit=True) as conn:
+        yield conn
 
 
 @pytest.fixture
