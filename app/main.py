@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app import __version__
 from app.auth.exposure import Exposure
 from app.auth.middleware import Authenticate, Authenticator
 from app.auth.policy import OPEN_OPERATIONS
@@ -70,7 +71,7 @@ def create_app(settings: Settings | None = None, *, tracer_provider: Any = None)
     api = FastAPI(
         **_fastapi_telemetry_off(),
         title="jobq",
-        version="1",
+        version=__version__,
         summary="An HTTP job queue on PostgreSQL.",
         description=(
             "Producers enqueue jobs; workers in any language claim them with a lease, heartbeat, and "

@@ -16,6 +16,7 @@ import signal
 import socket
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -129,6 +130,7 @@ def template_db(pg_admin_url: str) -> Iterator[str]:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     migrate(_with_db(pg_admin_url, name))
     yield name
+    _drops.shutdown(wait=True)
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
 
@@ -139,24 +141,40 @@ def _drop(admin_url: str, name: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+# Dropping a test's database takes half a second to a second here (PostgreSQL removes its files), more than
+# most tests take: it is done behind the next test, one drop at a time, and waited for before the template
+# goes. Nothing reads a dropped database's name again (each is numbered).
+_drops = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobq-test-drop")
+
+
+def _drop_later(admin_url: str, name: str) -> None:
+    def drop() -> None:
+        with contextlib.suppress(psycopg.Error):
+            _drop(admin_url, name)
+
+    _drops.submit(drop)
+
+
+def _clone(admin_url: str, template: str) -> str:
+    name = f"{_PREFIX}_{next(_counter)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
+    return name
+
+
 @pytest.fixture
 def database_factory(pg_admin_url: str, template_db: str) -> Iterator[object]:
     """Makes fresh, migrated databases for this test; all are dropped after it."""
     made: list[str] = []
 
     def make() -> str:
-        name = f"{_PREFIX}_{next(_counter)}"
-        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template_db))
-            )
+        name = _clone(pg_admin_url, template_db)
         made.append(name)
         return _with_db(pg_admin_url, name)
 
     yield make
     for name in made:
-        with contextlib.suppress(psycopg.Error):
-            _drop(pg_admin_url, name)
+        _drop_later(pg_admin_url, name)
 
 
 @pytest.fixture
@@ -217,6 +235,31 @@ def server_factory(database_url: str) -> Iterator[object]:
 def server(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
     """The service on a fresh database."""
     return server_factory()  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="module")
+def module_database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """One fresh, migrated database for a whole test module."""
+    name = _clone(pg_admin_url, template_db)
+    yield _with_db(pg_admin_url, name)
+    _drop_later(pg_admin_url, name)
+
+
+@pytest.fixture(scope="module")
+def shared_server(module_database_url: str) -> Iterator[LiveServer]:
+    """The service with the default test settings, started once for a module's tests that write nothing and
+    read only what they sent (refusals of bad input): starting a server and its database costs a second or
+    two, their request a few milliseconds. A test that writes, or needs a setting, takes `server`."""
+    server = LiveServer(make_settings(module_database_url)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def shared_db(module_database_url: str) -> Iterator[psycopg.Connection]:
+    """A direct connection to shared_server's database."""
+    with psycopg.connect(module_database_url, autocommit=True) as conn:
+        yield conn
 
 
 @pytest.fixture

@@ -75,16 +75,18 @@ def test_scheduled_jobs_are_not_claimed_before_they_are_due(server: LiveServer) 
     assert [c["id"] for c in claimed] == [past["id"]]
 
 
-def test_run_at_and_delay_together_are_refused(server: LiveServer, db: psycopg.Connection) -> None:
-    r = server.client.post("/queues/q/jobs", json={"payload": 1, "delay_seconds": 5, "run_at": "2030-01-01T00:00:00Z"})
+def test_run_at_and_delay_together_are_refused(shared_server: LiveServer, shared_db: psycopg.Connection) -> None:
+    r = shared_server.client.post(
+        "/queues/q/jobs", json={"payload": 1, "delay_seconds": 5, "run_at": "2030-01-01T00:00:00Z"}
+    )
     problem(r, 422, "validation-error")
-    assert count_jobs(db) == 0
+    assert count_jobs(shared_db) == 0
 
 
-def test_run_at_needs_an_offset(server: LiveServer, db: psycopg.Connection) -> None:
-    problem(server.client.post("/queues/q/jobs", json={"payload": 1, "run_at": "2030-01-01T00:00:00"}),
+def test_run_at_needs_an_offset(shared_server: LiveServer, shared_db: psycopg.Connection) -> None:
+    problem(shared_server.client.post("/queues/q/jobs", json={"payload": 1, "run_at": "2030-01-01T00:00:00"}),
             422, "validation-error")  # fmt: skip
-    assert count_jobs(db) == 0
+    assert count_jobs(shared_db) == 0
 
 
 def test_idempotency_key_returns_the_existing_job(server: LiveServer, db: psycopg.Connection) -> None:
@@ -228,10 +230,10 @@ BAD_BODIES = [
 
 @pytest.mark.parametrize(("body", "why"), BAD_BODIES, ids=[w for _, w in BAD_BODIES])
 def test_bad_enqueue_bodies_are_422_and_write_nothing(
-    server: LiveServer, db: psycopg.Connection, body: object, why: str
+    shared_server: LiveServer, shared_db: psycopg.Connection, body: object, why: str
 ) -> None:
-    problem(server.client.post("/queues/q/jobs", json=body), 422, "validation-error")
-    assert count_jobs(db) == 0
+    problem(shared_server.client.post("/queues/q/jobs", json=body), 422, "validation-error")
+    assert count_jobs(shared_db) == 0
 
 
 @pytest.mark.parametrize(
@@ -239,33 +241,33 @@ def test_bad_enqueue_bodies_are_422_and_write_nothing(
     [b'{"payload": 1', b"not json", b'{"payload": "\\ud800"}', b"\xff\xfe", b'{"payload": 1}}'],
     ids=["truncated", "not-json", "lone-surrogate", "bad-utf8", "trailing"],
 )
-def test_malformed_json_is_400(server: LiveServer, db: psycopg.Connection, raw: bytes) -> None:
-    r = server.client.post("/queues/q/jobs", content=raw, headers={"content-type": "application/json"})
+def test_malformed_json_is_400(shared_server: LiveServer, shared_db: psycopg.Connection, raw: bytes) -> None:
+    r = shared_server.client.post("/queues/q/jobs", content=raw, headers={"content-type": "application/json"})
     problem(r, 400, "malformed-request")
-    assert count_jobs(db) == 0
+    assert count_jobs(shared_db) == 0
 
 
 @pytest.mark.parametrize("raw", [b'{"payload": NaN}', b'{"payload": [Infinity]}', b'{"payload": 1e400}'])
-def test_non_finite_numbers_are_refused(server: LiveServer, db: psycopg.Connection, raw: bytes) -> None:
-    r = server.client.post("/queues/q/jobs", content=raw, headers={"content-type": "application/json"})
+def test_non_finite_numbers_are_refused(shared_server: LiveServer, shared_db: psycopg.Connection, raw: bytes) -> None:
+    r = shared_server.client.post("/queues/q/jobs", content=raw, headers={"content-type": "application/json"})
     problem(r, 422, "validation-error")
-    assert count_jobs(db) == 0
+    assert count_jobs(shared_db) == 0
 
 
-def test_empty_body_is_422(server: LiveServer) -> None:
-    r = server.client.post("/queues/q/jobs", content=b"", headers={"content-type": "application/json"})
+def test_empty_body_is_422(shared_server: LiveServer) -> None:
+    r = shared_server.client.post("/queues/q/jobs", content=b"", headers={"content-type": "application/json"})
     problem(r, 422, "validation-error")
 
 
 @pytest.mark.parametrize("queue", ["a" * 129, "white%20space", "%C3%BC", "semi;colon", "star*"])
-def test_bad_queue_names_are_422(server: LiveServer, db: psycopg.Connection, queue: str) -> None:
-    problem(server.client.post(f"/queues/{queue}/jobs", json={"payload": 1}), 422, "validation-error")
-    assert count_jobs(db) == 0
+def test_bad_queue_names_are_422(shared_server: LiveServer, shared_db: psycopg.Connection, queue: str) -> None:
+    problem(shared_server.client.post(f"/queues/{queue}/jobs", json={"payload": 1}), 422, "validation-error")
+    assert count_jobs(shared_db) == 0
 
 
-def test_a_slash_in_a_queue_name_is_no_route(server: LiveServer, db: psycopg.Connection) -> None:
-    problem(server.client.post("/queues/a%2Fb/jobs", json={"payload": 1}), 404, "not-found")
-    assert count_jobs(db) == 0
+def test_a_slash_in_a_queue_name_is_no_route(shared_server: LiveServer, shared_db: psycopg.Connection) -> None:
+    problem(shared_server.client.post("/queues/a%2Fb/jobs", json={"payload": 1}), 404, "not-found")
+    assert count_jobs(shared_db) == 0
 
 
 def test_queue_name_at_the_limit_is_accepted(server: LiveServer) -> None:
@@ -273,10 +275,10 @@ def test_queue_name_at_the_limit_is_accepted(server: LiveServer) -> None:
     assert server.enqueue(queue=name, payload=1)["queue"] == name
 
 
-def test_non_json_content_type_is_415(server: LiveServer, db: psycopg.Connection) -> None:
-    r = server.client.post("/queues/q/jobs", content=b'{"payload": 1}', headers={"content-type": "text/plain"})
+def test_non_json_content_type_is_415(shared_server: LiveServer, shared_db: psycopg.Connection) -> None:
+    r = shared_server.client.post("/queues/q/jobs", content=b'{"payload": 1}', headers={"content-type": "text/plain"})
     problem(r, 415, "unsupported-media-type")
-    assert count_jobs(db) == 0
+    assert count_jobs(shared_db) == 0
 
 
 def test_payload_size_limit(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]

@@ -74,14 +74,16 @@ def test_the_start_log_warns_whenever_auth_may_be_off(
 @pytest.mark.parametrize(
     "header", [("forwarded", "for=203.0.113.7"), ("x-forwarded-for", "203.0.113.7"), ("x-real-ip", "203.0.113.7")]
 )
-def test_an_open_service_refuses_proxied_requests(server: LiveServer, db: psycopg.Connection, header: Any) -> None:
+def test_an_open_service_refuses_proxied_requests(
+    shared_server: LiveServer, shared_db: psycopg.Connection, header: Any
+) -> None:
     """A proxy on the same host forwarding the world to 127.0.0.1 would make an open service everyone's: its
     requests are refused, with how to turn keys on, and nothing is written."""
-    r = server.client.post("/queues/q/jobs", json={"payload": 1}, headers=[header])
+    r = shared_server.client.post("/queues/q/jobs", json={"payload": 1}, headers=[header])
     body = problem(r, 403, "proxy-without-keys")
     assert "JOBQ_AUTH=on" in body["detail"] and "jobq keys create" in body["detail"]
-    problem(server.client.get("/queues", headers=[header]), 403, "proxy-without-keys")
-    assert jobs(db) == 0
+    problem(shared_server.client.get("/queues", headers=[header]), 403, "proxy-without-keys")
+    assert jobs(shared_db) == 0
 
 
 def test_jobq_auth_off_refuses_proxied_requests_too(server_factory: Any) -> None:

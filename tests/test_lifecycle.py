@@ -462,8 +462,8 @@ def test_get_job(server: LiveServer) -> None:
 
 
 @pytest.mark.parametrize("method", ["PUT", "DELETE", "PATCH"])
-def test_wrong_method_is_405(server: LiveServer, method: str) -> None:
-    problem(server.client.request(method, "/queues/q/jobs"), 405, "method-not-allowed")
+def test_wrong_method_is_405(shared_server: LiveServer, method: str) -> None:
+    problem(shared_server.client.request(method, "/queues/q/jobs"), 405, "method-not-allowed")
 
 
 def test_a_retry_asked_for_now_wakes_a_waiting_long_poll(server_factory) -> None:  # type: ignore[no-untyped-def]

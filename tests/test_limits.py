@@ -218,15 +218,19 @@ SERVER_OWNED = ["id", "queue", "status", "attempts", "claim_token", "lease_expir
 
 
 @pytest.mark.parametrize("field", SERVER_OWNED)
-def test_server_owned_fields_are_refused_not_stored(server: LiveServer, db: psycopg.Connection, field: str) -> None:
+def test_server_owned_fields_are_refused_not_stored(
+    shared_server: LiveServer, shared_db: psycopg.Connection, field: str
+) -> None:
     """Mass assignment: a client cannot set what the server owns, in a single or a batch enqueue."""
-    body = problem(server.client.post("/queues/q/jobs", json={"payload": 1, field: None}), 422, "validation-error")
+    body = problem(
+        shared_server.client.post("/queues/q/jobs", json={"payload": 1, field: None}), 422, "validation-error"
+    )
     assert body["errors"] == [
         {"loc": ["body", field], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}
     ]
     batch = {"jobs": [{"payload": 1}, {"payload": 2, field: "x"}]}
-    problem(server.client.post("/queues/q/jobs/batch", json=batch), 422, "validation-error")
-    assert count_jobs(db) == 0
+    problem(shared_server.client.post("/queues/q/jobs/batch", json=batch), 422, "validation-error")
+    assert count_jobs(shared_db) == 0
 
 
 def test_operator_text_follows_the_same_rules(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]

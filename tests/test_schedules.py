@@ -130,17 +130,17 @@ def test_a_schedule_is_created_read_listed_replaced_and_deleted(quiet: LiveServe
     ],
 )
 def test_a_bad_schedule_is_422_saying_what_is_wrong(
-    quiet: LiveServer, change: dict[str, Any], says: str, db: psycopg.Connection
+    shared_server: LiveServer, change: dict[str, Any], says: str, shared_db: psycopg.Connection
 ) -> None:
-    r = quiet.client.put("/schedules/nightly", json={**HOURLY, **change})
+    r = shared_server.client.put("/schedules/nightly", json={**HOURLY, **change})
     body = problem(r, 422, "validation-error")
     assert says in body["detail"], body
-    assert db.execute("SELECT count(*) FROM schedules").fetchone() == (0,)
+    assert shared_db.execute("SELECT count(*) FROM schedules").fetchone() == (0,)
 
 
-def test_a_bad_schedule_name_is_422(quiet: LiveServer) -> None:
-    problem(quiet.client.put("/schedules/has space", json=HOURLY), 422, "validation-error")
-    problem(quiet.client.get("/schedules/" + "x" * 129), 422, "validation-error")
+def test_a_bad_schedule_name_is_422(shared_server: LiveServer) -> None:
+    problem(shared_server.client.put("/schedules/has space", json=HOURLY), 422, "validation-error")
+    problem(shared_server.client.get("/schedules/" + "x" * 129), 422, "validation-error")
 
 
 def test_applying_the_same_definition_again_keeps_the_next_tick(quiet: LiveServer, db: psycopg.Connection) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app import __version__
 from app.auth.exposure import TURN_KEYS_ON
 from app.errors import (
     AppError,
@@ -274,7 +275,7 @@ SCHEMAS: dict[str, list[Any]] = {
             ]
         }
     ],
-    "Health": [{"status": "ok"}],
+    "Health": [{"status": "ok", "version": __version__}],
     "Readiness": [{"status": "ready"}],
     # operators
     "QueueCounts": [_COUNTS],

@@ -4,6 +4,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
+from app import __version__
 from app.db import migrate
 from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
 from app.http.jobs import _problems
@@ -17,7 +18,7 @@ READY_TIMEOUT_SECONDS = 1.0  # /readyz answers within about this, database up or
 def add_health_routes(api: FastAPI) -> None:
     @api.get("/healthz", operation_id="healthz", summary="The process is alive", tags=["health"], response_model=Health)
     async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+        return {"status": "ok", "version": __version__}
 
     @api.get(
         "/readyz",

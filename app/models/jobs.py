@@ -340,6 +340,7 @@ class CompleteBatchResponse(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
+    version: str = Field(description="The jobq release this process runs (semantic versioning; CHANGELOG.md).")
 
 
 class Readiness(BaseModel):

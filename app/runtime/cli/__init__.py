@@ -22,6 +22,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+from app import __version__
 from app.runtime.cli import jobs, queues, schedules, service
 from app.runtime.cli.common import EXIT_CODES, _Formatter, _settings
 from app.runtime.cli.remote import API_EXIT_CODES
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         + API_EXIT_CODES.replace("exit codes:", "exit codes of the HTTP API commands:")
         + "\n\nRun `jobq COMMAND --help` for the options of a command.",
     )
+    parser.add_argument("--version", action="version", version=f"jobq {__version__}", help="print the release and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for family in FAMILIES:
         family.add_commands(sub)

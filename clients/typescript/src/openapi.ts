@@ -1313,7 +1313,8 @@ export interface components {
         /**
          * Health
          * @example {
-         *       "status": "ok"
+         *       "status": "ok",
+         *       "version": "1.0.0"
          *     }
          */
         Health: {
@@ -1322,6 +1323,11 @@ export interface components {
              * @constant
              */
             status: "ok";
+            /**
+             * Version
+             * @description The jobq release this process runs (semantic versioning; CHANGELOG.md).
+             */
+            version: string;
         };
         /**
          * HeartbeatRequest
@@ -3099,7 +3105,8 @@ export interface operations {
                 content: {
                     /**
                      * @example {
-                     *       "status": "ok"
+                     *       "status": "ok",
+                     *       "version": "1.0.0"
                      *     }
                      */
                     "application/json": components["schemas"]["Health"];

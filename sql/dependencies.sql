@@ -1,0 +1,62 @@
+-- Rendered from app/db/dependencies.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
+
+-- name: JOB_LOCK_PARENTS --
+-- The parents of jobs being enqueued, locked until this enqueue commits (see the module docstring), those
+-- free now only: a parent locked by another transaction is reported (locked = false), not waited for;
+-- the enqueue then waits for it holding nothing (jobs_insert_dependent). Waiting while holding some
+-- would deadlock with a statement finishing jobs, which locks the jobs it finishes before their
+-- dependants: holding a waiting parent (a dependant there) and waiting for one that statement finishes
+-- is a cycle; so is holding the parents named by id and waiting for one named by an item's key.
+-- A job outside the caller's queues is not returned, exactly like a missing one. FOR UPDATE reads the
+-- newest committed version, so RETURNING shows the status a statement that finished the job committed.
+WITH free AS (
+  SELECT j.id FROM jobs j
+  WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  ORDER BY j.id
+  FOR UPDATE SKIP LOCKED
+), marked AS (
+  UPDATE jobs AS j SET has_dependants = true
+  FROM free WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND j.id = free.id
+  RETURNING j.id, j.status
+)
+SELECT id, status, true AS locked FROM marked
+UNION ALL
+SELECT j.id, j.status, false FROM jobs j
+WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND j.id <> ALL(ARRAY(SELECT id FROM free))
+
+-- name: JOB_SETTLE --
+WITH input AS (
+  SELECT * FROM json_to_recordset(%(items)s::json)
+    AS t(id bigint, status text, pending int, depends_on bigint[], policy text, error text, mark boolean)
+), settled AS (
+  -- The jobs this transaction inserted a moment ago (invisible to everyone else until it commits): each
+  -- dependant's status and dependencies, and `mark` on those that have a dependant in the same batch.
+  UPDATE jobs AS j
+  SET status = coalesce(i.status, j.status),
+      pending_dependencies = CASE WHEN i.status IS NULL THEN j.pending_dependencies ELSE i.pending END,
+      depends_on = CASE WHEN i.status IS NULL THEN j.depends_on ELSE i.depends_on END,
+      on_dependency_failure = CASE WHEN i.status IS NULL THEN j.on_dependency_failure ELSE i.policy END,
+      finished_at = CASE WHEN i.status = 'cancelled' THEN clock_timestamp() ELSE j.finished_at END,
+      last_error = coalesce(i.error, j.last_error),
+      has_dependants = CASE WHEN i.mark THEN true ELSE j.has_dependants END
+  FROM input i
+  WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
+  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies
+), counted AS (
+  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
+  FROM settled
+  WHERE status IN ('completed', 'failed', 'cancelled')
+  GROUP BY 1, 2
+  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+), edges AS (
+  INSERT INTO job_dependencies (parent_id, job_id)
+  SELECT parent_id, job_id FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint)
+  ORDER BY parent_id, job_id
+  ON CONFLICT DO NOTHING
+)
+SELECT * FROM settled
+
+-- name: JOB_WAIT_FOR --
+SELECT FROM jobs WHERE id = %(id)s FOR UPDATE

@@ -1,0 +1,175 @@
+-- Rendered from app/db/history.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
+
+-- name: BACKLOG_SAMPLE --
+WITH mark AS (
+  -- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing.
+  INSERT INTO stats_samples (minute) VALUES (date_trunc('minute', coalesce(%(now)s::timestamptz, now())))
+  ON CONFLICT DO NOTHING
+  RETURNING minute
+), backlog AS (
+  -- Index-only over jobs_claim_idx. Skipped (a one-time filter) once the minute has been sampled, so a
+  -- replica that comes later in the minute reads one row of stats_samples and nothing else.
+  SELECT j.queue_name, count(*) AS ready, min(j.run_at) AS oldest
+  FROM jobs j
+  WHERE j.status = 'pending' AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+    AND NOT EXISTS (SELECT FROM stats_samples s WHERE s.minute = date_trunc('minute', coalesce(%(now)s::timestamptz, now())))
+  GROUP BY j.queue_name
+), written AS (
+  INSERT INTO queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
+  SELECT b.queue_name, m.minute, b.ready, extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.oldest)::float8
+  FROM mark m CROSS JOIN backlog b
+  -- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
+  ORDER BY b.queue_name COLLATE "C"
+  ON CONFLICT (queue_name, minute) DO UPDATE
+    SET ready = EXCLUDED.ready, oldest_ready_seconds = EXCLUDED.oldest_ready_seconds
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM mark) AS sampled, (SELECT count(*) FROM written) AS queues
+
+-- name: HISTORY_DELETE_OLD --
+WITH hours AS (
+  DELETE FROM queue_stats_hourly WHERE hour < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
+)
+DELETE FROM stats_samples WHERE minute < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
+
+-- name: SAMPLED_MINUTES --
+WITH 
+bounds AS (
+  SELECT to_timestamp((floor(extract(epoch FROM now()) / %(bucket)s) - (%(buckets)s - 1)) * %(bucket)s) AS since,
+         now() AS as_of
+)
+SELECT floor(extract(epoch FROM m.minute - b.since) / %(bucket)s)::int AS bucket, count(m.minute) AS minutes, min(b.since) AS since, min(b.as_of) AS as_of
+FROM bounds b LEFT JOIN stats_samples m ON m.minute >= b.since
+GROUP BY 1
+
+-- name: SERIES_ALL --
+WITH 
+bounds AS (
+  SELECT to_timestamp((floor(extract(epoch FROM now()) / %(bucket)s) - (%(buckets)s - 1)) * %(bucket)s) AS since,
+         now() AS as_of
+), sources AS (
+  SELECT s.minute AS at, s.enqueued, s.completed, s.failed, s.duration_max_ms, s.durations_ms,
+         coalesce(s.ready, 0) AS ready, s.oldest_ready_seconds
+  FROM queue_stats s, bounds b
+  WHERE (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text) AND s.minute >= b.since
+  UNION ALL
+  SELECT h.hour, h.enqueued, h.completed, h.failed, h.duration_max_ms, h.durations_ms, h.ready_sum,
+         h.oldest_ready_seconds
+  FROM queue_stats_hourly h, bounds b
+  WHERE (%(allowed)s::text IS NULL OR h.queue_name ~ %(allowed)s::text) AND h.hour >= b.since
+), binned AS (
+  SELECT floor(extract(epoch FROM r.at - b.since) / %(bucket)s)::int AS i, r.* FROM sources r, bounds b
+), totals AS (
+  SELECT i, sum(enqueued)::bigint AS enqueued, sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
+         max(duration_max_ms) FILTER (WHERE completed > 0) AS duration_max_ms,
+         CASE WHEN max(cardinality(durations_ms)) > 0 THEN ARRAY[coalesce(sum(durations_ms[1]), 0), coalesce(sum(durations_ms[2]), 0), coalesce(sum(durations_ms[3]), 0), coalesce(sum(durations_ms[4]), 0), coalesce(sum(durations_ms[5]), 0), coalesce(sum(durations_ms[6]), 0), coalesce(sum(durations_ms[7]), 0), coalesce(sum(durations_ms[8]), 0), coalesce(sum(durations_ms[9]), 0), coalesce(sum(durations_ms[10]), 0), coalesce(sum(durations_ms[11]), 0), coalesce(sum(durations_ms[12]), 0), coalesce(sum(durations_ms[13]), 0), coalesce(sum(durations_ms[14]), 0), coalesce(sum(durations_ms[15]), 0), coalesce(sum(durations_ms[16]), 0), coalesce(sum(durations_ms[17]), 0), coalesce(sum(durations_ms[18]), 0), coalesce(sum(durations_ms[19]), 0)]::bigint[] ELSE '{}' END AS durations_ms, sum(ready)::bigint AS ready_sum,
+         max(oldest_ready_seconds) AS oldest_ready_seconds
+  FROM binned GROUP BY i
+), sampled AS (
+  SELECT floor(extract(epoch FROM m.minute - b.since) / %(bucket)s)::int AS i, count(*) AS minutes
+  FROM stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
+)
+SELECT g.i AS bucket, b.since + make_interval(secs => g.i * %(bucket)s) AS at,
+       coalesce(t.enqueued, 0) AS enqueued, coalesce(t.completed, 0) AS completed, coalesce(t.failed, 0) AS failed,
+       t.duration_max_ms, t.durations_ms, coalesce(s.minutes, 0) AS sampled, coalesce(t.ready_sum, 0) AS ready_sum,
+       t.oldest_ready_seconds, b.as_of
+FROM bounds b
+CROSS JOIN generate_series(0, %(buckets)s - 1) AS g(i)
+LEFT JOIN totals t ON t.i = g.i
+LEFT JOIN sampled s ON s.i = g.i
+ORDER BY g.i
+
+-- name: SERIES_QUEUE --
+WITH 
+bounds AS (
+  SELECT to_timestamp((floor(extract(epoch FROM now()) / %(bucket)s) - (%(buckets)s - 1)) * %(bucket)s) AS since,
+         now() AS as_of
+), sources AS (
+  SELECT s.minute AS at, s.enqueued, s.completed, s.failed, s.duration_max_ms, s.durations_ms,
+         coalesce(s.ready, 0) AS ready, s.oldest_ready_seconds
+  FROM queue_stats s, bounds b
+  WHERE s.queue_name = %(queue)s AND s.minute >= b.since
+  UNION ALL
+  SELECT h.hour, h.enqueued, h.completed, h.failed, h.duration_max_ms, h.durations_ms, h.ready_sum,
+         h.oldest_ready_seconds
+  FROM queue_stats_hourly h, bounds b
+  WHERE h.queue_name = %(queue)s AND h.hour >= b.since
+), binned AS (
+  SELECT floor(extract(epoch FROM r.at - b.since) / %(bucket)s)::int AS i, r.* FROM sources r, bounds b
+), totals AS (
+  SELECT i, sum(enqueued)::bigint AS enqueued, sum(completed)::bigint AS completed, sum(failed)::bigint AS failed,
+         max(duration_max_ms) FILTER (WHERE completed > 0) AS duration_max_ms,
+         CASE WHEN max(cardinality(durations_ms)) > 0 THEN ARRAY[coalesce(sum(durations_ms[1]), 0), coalesce(sum(durations_ms[2]), 0), coalesce(sum(durations_ms[3]), 0), coalesce(sum(durations_ms[4]), 0), coalesce(sum(durations_ms[5]), 0), coalesce(sum(durations_ms[6]), 0), coalesce(sum(durations_ms[7]), 0), coalesce(sum(durations_ms[8]), 0), coalesce(sum(durations_ms[9]), 0), coalesce(sum(durations_ms[10]), 0), coalesce(sum(durations_ms[11]), 0), coalesce(sum(durations_ms[12]), 0), coalesce(sum(durations_ms[13]), 0), coalesce(sum(durations_ms[14]), 0), coalesce(sum(durations_ms[15]), 0), coalesce(sum(durations_ms[16]), 0), coalesce(sum(durations_ms[17]), 0), coalesce(sum(durations_ms[18]), 0), coalesce(sum(durations_ms[19]), 0)]::bigint[] ELSE '{}' END AS durations_ms, sum(ready)::bigint AS ready_sum,
+         max(oldest_ready_seconds) AS oldest_ready_seconds
+  FROM binned GROUP BY i
+), sampled AS (
+  SELECT floor(extract(epoch FROM m.minute - b.since) / %(bucket)s)::int AS i, count(*) AS minutes
+  FROM stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
+)
+SELECT g.i AS bucket, b.since + make_interval(secs => g.i * %(bucket)s) AS at,
+       coalesce(t.enqueued, 0) AS enqueued, coalesce(t.completed, 0) AS completed, coalesce(t.failed, 0) AS failed,
+       t.duration_max_ms, t.durations_ms, coalesce(s.minutes, 0) AS sampled, coalesce(t.ready_sum, 0) AS ready_sum,
+       t.oldest_ready_seconds, b.as_of
+FROM bounds b
+CROSS JOIN generate_series(0, %(buckets)s - 1) AS g(i)
+LEFT JOIN totals t ON t.i = g.i
+LEFT JOIN sampled s ON s.i = g.i
+ORDER BY g.i
+
+-- name: SPARKLINES --
+WITH 
+bounds AS (
+  SELECT to_timestamp((floor(extract(epoch FROM now()) / %(bucket)s) - (%(buckets)s - 1)) * %(bucket)s) AS since,
+         now() AS as_of
+), sources AS (
+  SELECT s.queue_name, s.minute AS at, s.enqueued, s.completed, s.failed, coalesce(s.ready, 0) AS ready
+  FROM queue_stats s, bounds b
+  WHERE s.minute >= b.since AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+  UNION ALL
+  SELECT h.queue_name, h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
+  FROM queue_stats_hourly h, bounds b
+  WHERE h.hour >= b.since AND (%(allowed)s::text IS NULL OR h.queue_name ~ %(allowed)s::text)
+)
+SELECT r.queue_name AS queue, floor(extract(epoch FROM r.at - b.since) / %(bucket)s)::int AS bucket, sum(r.enqueued)::bigint AS enqueued,
+       sum(r.completed)::bigint AS completed, sum(r.failed)::bigint AS failed, sum(r.ready)::bigint AS ready_sum
+FROM sources r, bounds b
+GROUP BY 1, 2
+ORDER BY 1, 2
+
+-- name: STATS_ROLL_UP --
+WITH old AS (
+  -- Minutes before the hour that began a day ago, oldest first, a batch at a time. SKIP LOCKED: a row
+  -- a late flush is adding to is left for the next pass, which also moves any minute a flush adds
+  -- after its hour was rolled up, so the hours stay exact.
+  SELECT queue_name, minute FROM queue_stats
+  WHERE minute < date_trunc('hour', coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s))
+  ORDER BY minute
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), moved AS (
+  DELETE FROM queue_stats s USING old
+  WHERE s.queue_name = old.queue_name AND s.minute = old.minute
+  RETURNING s.*
+), hours AS (
+  SELECT queue_name, date_trunc('hour', minute) AS hour,
+         sum(enqueued)::bigint AS enqueued, sum(claimed)::bigint AS claimed, sum(completed)::bigint AS completed, sum(failed)::bigint AS failed, sum(retried)::bigint AS retried, sum(lease_expired)::bigint AS lease_expired, sum(cancelled)::bigint AS cancelled, sum(released)::bigint AS released, sum(empty_claims)::bigint AS empty_claims,
+         max(duration_max_ms) AS duration_max_ms, CASE WHEN max(cardinality(durations_ms)) > 0 THEN ARRAY[coalesce(sum(durations_ms[1]), 0), coalesce(sum(durations_ms[2]), 0), coalesce(sum(durations_ms[3]), 0), coalesce(sum(durations_ms[4]), 0), coalesce(sum(durations_ms[5]), 0), coalesce(sum(durations_ms[6]), 0), coalesce(sum(durations_ms[7]), 0), coalesce(sum(durations_ms[8]), 0), coalesce(sum(durations_ms[9]), 0), coalesce(sum(durations_ms[10]), 0), coalesce(sum(durations_ms[11]), 0), coalesce(sum(durations_ms[12]), 0), coalesce(sum(durations_ms[13]), 0), coalesce(sum(durations_ms[14]), 0), coalesce(sum(durations_ms[15]), 0), coalesce(sum(durations_ms[16]), 0), coalesce(sum(durations_ms[17]), 0), coalesce(sum(durations_ms[18]), 0), coalesce(sum(durations_ms[19]), 0)]::bigint[] ELSE '{}' END AS durations_ms,
+         sum(coalesce(ready, 0))::bigint AS ready_sum, max(oldest_ready_seconds) AS oldest_ready_seconds
+  FROM moved
+  GROUP BY 1, 2
+), added AS (
+  INSERT INTO queue_stats_hourly AS h (queue_name, hour, enqueued, claimed, completed, failed, retried, lease_expired, cancelled, released, empty_claims, duration_max_ms, durations_ms,
+                                       ready_sum, oldest_ready_seconds)
+  SELECT hs.queue_name, hs.hour, hs.enqueued, hs.claimed, hs.completed, hs.failed, hs.retried, hs.lease_expired, hs.cancelled, hs.released, hs.empty_claims, hs.duration_max_ms, hs.durations_ms,
+         hs.ready_sum, hs.oldest_ready_seconds
+  FROM hours hs
+  ORDER BY hs.queue_name COLLATE "C", hs.hour
+  ON CONFLICT (queue_name, hour) DO UPDATE SET
+    enqueued = h.enqueued + EXCLUDED.enqueued, claimed = h.claimed + EXCLUDED.claimed, completed = h.completed + EXCLUDED.completed, failed = h.failed + EXCLUDED.failed, retried = h.retried + EXCLUDED.retried, lease_expired = h.lease_expired + EXCLUDED.lease_expired, cancelled = h.cancelled + EXCLUDED.cancelled, released = h.released + EXCLUDED.released, empty_claims = h.empty_claims + EXCLUDED.empty_claims,
+    duration_max_ms = greatest(h.duration_max_ms, EXCLUDED.duration_max_ms),
+    durations_ms = coalesce((SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
+                             FROM unnest(h.durations_ms, EXCLUDED.durations_ms) WITH ORDINALITY AS x(a, b, i)), '{}'),
+    ready_sum = h.ready_sum + EXCLUDED.ready_sum,
+    oldest_ready_seconds = greatest(h.oldest_ready_seconds, EXCLUDED.oldest_ready_seconds)
+)
+SELECT count(*) FROM moved

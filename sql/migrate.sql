@@ -1,0 +1,9 @@
+-- Rendered from app/db/migrate.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
+
+-- name: MIGRATIONS_TABLE --
+CREATE TABLE IF NOT EXISTS jobq_migrations (
+  version    integer PRIMARY KEY,
+  name       text        NOT NULL,
+  checksum   text        NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+)

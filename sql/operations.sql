@@ -1,0 +1,281 @@
+-- Rendered from app/db/operations.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
+
+-- name: DATABASE_HEALTH --
+-- What keeps VACUUM from reclaiming the queue's dead rows: the oldest snapshot still held (xmin) by a
+-- session of this database, a prepared transaction or a replication slot. While it is held, every row a
+-- claim or complete made dead since stays, and claims walk over its index entries. From the statistics
+-- views only: no scan.
+WITH holders AS (
+  SELECT age(backend_xmin) AS xids, now() - coalesce(xact_start, query_start) AS held
+  FROM pg_stat_activity
+  WHERE backend_xmin IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
+  UNION ALL
+  SELECT age(transaction), now() - prepared FROM pg_prepared_xacts WHERE database = current_database()
+  UNION ALL
+  SELECT age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL
+)
+SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0) AS jobs_dead_rows,
+       coalesce(extract(epoch FROM (SELECT max(held) FROM holders))::float8, 0) AS oldest_xmin_age_seconds,
+       coalesce((SELECT max(xids) FROM holders), 0) AS oldest_xmin_age_transactions
+
+-- name: FINISHED_QUEUES --
+SELECT queue_name FROM queue_counts GROUP BY queue_name HAVING sum(n) > 0
+
+-- name: JOBS_DEAD_ROWS --
+-- The cumulative statistics PostgreSQL keeps anyway: no scan.
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass
+
+-- name: JOBS_DELETE_FINISHED --
+WITH doomed AS (
+  -- Oldest finished jobs of one queue and status past the retention age, via jobs_finished_idx.
+  SELECT id FROM jobs
+  WHERE queue_name = %(queue)s AND status = %(status)s AND finished_at IS NOT NULL
+    AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s)
+  ORDER BY finished_at
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), deleted AS (
+  DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
+), counted AS (
+  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)
+  FROM deleted
+  WHERE status IN ('completed', 'failed', 'cancelled')
+  GROUP BY 1, 2
+  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+)
+SELECT count(*) FROM deleted
+
+-- name: JOBS_GET_BRIEF --
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+ORDER BY j.id
+
+-- name: JOBS_LIST[<Status.cancelled: 'cancelled'>] --
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT %(limit)s
+
+-- name: JOBS_LIST[<Status.completed: 'completed'>] --
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT %(limit)s
+
+-- name: JOBS_LIST[<Status.failed: 'failed'>] --
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT %(limit)s
+
+-- name: JOBS_LIST[<Status.pending: 'pending'>] --
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = 'pending'
+  AND (%(after)s::boolean IS NOT TRUE
+       OR j.priority < %(k1)s::int
+       OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint)))
+ORDER BY j.priority DESC, j.run_at, j.id
+LIMIT %(limit)s
+
+-- name: JOBS_LIST[<Status.running: 'running'>] --
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = 'running'
+  AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint))
+ORDER BY j.lease_expires_at, j.id
+LIMIT %(limit)s
+
+-- name: JOBS_LIST[<Status.waiting: 'waiting'>] --
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = 'waiting'
+  AND (%(after)s::boolean IS NOT TRUE OR j.id > %(k1)s::bigint)
+ORDER BY j.id
+LIMIT %(limit)s
+
+-- name: JOBS_LIST[None] --
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+WHERE j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)
+ORDER BY j.id DESC
+LIMIT %(limit)s
+
+-- name: NO_SEQSCAN --
+SET LOCAL enable_seqscan = off
+
+-- name: QUEUES_LIST --
+WITH pending AS (
+  SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now()) AS scheduled,
+         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
+  FROM jobs WHERE status = 'pending' GROUP BY queue_name
+), running AS (
+  SELECT queue_name, count(*) AS running FROM jobs WHERE status = 'running' GROUP BY queue_name
+), waiting AS (
+  SELECT queue_name, count(*) AS waiting FROM jobs WHERE status = 'waiting' GROUP BY queue_name
+), finished AS (
+  SELECT queue_name, sum(n) FILTER (WHERE status = 'completed') AS completed,
+         sum(n) FILTER (WHERE status = 'failed') AS failed,
+         sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
+  FROM queue_counts GROUP BY queue_name
+), names AS (
+  SELECT queue_name FROM pending UNION SELECT queue_name FROM running UNION SELECT queue_name FROM waiting
+  UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM queue_state
+)
+SELECT n.queue_name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
+       coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
+       coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
+       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting
+FROM names n
+LEFT JOIN pending p USING (queue_name)
+LEFT JOIN running r USING (queue_name)
+LEFT JOIN waiting w USING (queue_name)
+LEFT JOIN finished f USING (queue_name)
+LEFT JOIN queue_state s USING (queue_name)
+ORDER BY n.queue_name
+
+-- name: QUEUE_GROUPS --
+-- The groups with the most ready jobs (index-only over jobs_group_idx, whose last key is run_at), with
+-- their running jobs (jobs_running_idx).
+SELECT t.group_key AS "group", t.ready,
+       (SELECT count(*) FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = 'running' COLLATE "C"
+                                      AND r.group_key = t.group_key) AS running
+FROM (
+  SELECT group_key, count(*) AS ready FROM jobs
+  WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL AND run_at <= now()
+  GROUP BY group_key
+  ORDER BY ready DESC, group_key
+  LIMIT %(top)s
+) t
+ORDER BY t.ready DESC, t.group_key
+
+-- name: QUEUE_SET_PAUSED --
+INSERT INTO queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
+ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
+RETURNING paused
+
+-- name: QUEUE_STATS --
+WITH pending AS (
+  -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
+  SELECT count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now()) AS scheduled,
+         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
+  FROM jobs WHERE queue_name = %(queue)s AND status = 'pending'
+), running AS (
+  SELECT count(*) AS running FROM jobs WHERE queue_name = %(queue)s AND status = 'running'
+), waiting AS (
+  -- Index-only over jobs_waiting_idx: jobs waiting for their dependencies.
+  SELECT count(*) AS waiting FROM jobs WHERE queue_name = %(queue)s AND status = 'waiting'
+), finished AS (
+  -- Kept exact by the statements that finish jobs (see app/db/jobs.py count_finished): no scan of history.
+  SELECT coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
+         coalesce(sum(n) FILTER (WHERE status = 'failed'), 0) AS failed,
+         coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0) AS cancelled
+  FROM queue_counts WHERE queue_name = %(queue)s
+), last_attempts AS (
+  -- jobs_last_attempts_idx holds exactly these rows.
+  SELECT count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
+         count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left
+  FROM jobs
+  WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
+), window_ AS (
+  SELECT coalesce(sum(enqueued), 0) AS enqueued, coalesce(sum(claimed), 0) AS claimed,
+         coalesce(sum(completed), 0) AS completed, coalesce(sum(failed), 0) AS failed,
+         coalesce(sum(retried), 0) AS retried, coalesce(sum(lease_expired), 0) AS lease_expired,
+         coalesce(sum(cancelled), 0) AS cancelled, coalesce(sum(released), 0) AS released,
+         coalesce(sum(empty_claims), 0) AS empty_claims,
+         coalesce(sum(held_concurrency), 0) AS held_concurrency, coalesce(sum(held_rate), 0) AS held_rate,
+         coalesce(sum(held_group_concurrency), 0) AS held_group_concurrency,
+         coalesce(sum(held_group_rate), 0) AS held_group_rate, coalesce(sum(held_ordered), 0) AS held_ordered,
+         max(duration_max_ms) AS duration_max_ms,
+         (SELECT array_agg(total ORDER BY i) FROM (
+            SELECT i, sum(v)::bigint AS total FROM queue_stats q2, unnest(q2.durations_ms) WITH ORDINALITY AS u(v, i)
+            WHERE q2.queue_name = %(queue)s AND q2.minute > now() - make_interval(secs => %(window)s)
+            GROUP BY i) h) AS durations_ms
+  FROM queue_stats
+  WHERE queue_name = %(queue)s AND minute > now() - make_interval(secs => %(window)s)
+)
+SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       r.running, f.completed::bigint, f.failed::bigint, f.cancelled::bigint, l.on_last, l.one_left,
+       w.enqueued::bigint AS w_enqueued, w.claimed::bigint AS w_claimed, w.completed::bigint AS w_completed,
+       w.failed::bigint AS w_failed, w.retried::bigint AS w_retried, w.lease_expired::bigint AS w_lease_expired,
+       w.cancelled::bigint AS w_cancelled, w.released::bigint AS w_released,
+       w.empty_claims::bigint AS w_empty_claims, w.duration_max_ms AS w_duration_max_ms,
+       w.durations_ms AS w_durations_ms,
+       coalesce((SELECT paused FROM queue_state WHERE queue_name = %(queue)s), false) AS paused,
+       now() AS as_of,
+       w.held_concurrency::bigint AS w_held_concurrency, w.held_rate::bigint AS w_held_rate,
+       w.held_group_concurrency::bigint AS w_held_group_concurrency,
+       w.held_group_rate::bigint AS w_held_group_rate, w.held_ordered::bigint AS w_held_ordered,
+       wt.waiting
+FROM pending p, running r, finished f, last_attempts l, window_ w, waiting wt
+
+-- name: REDRIVE_BATCH --
+WITH target AS (
+  -- Failed jobs of one queue, oldest first, a batch at a time; SKIP LOCKED lets a concurrent redrive
+  -- or retry proceed without waiting.
+  SELECT id, queue_name AS queue, status FROM jobs
+  WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
+    AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
+  ORDER BY finished_at, id
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), redriven AS (
+  UPDATE jobs AS j
+  SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
+      lease_expires_at = NULL
+  FROM target t WHERE j.id = t.id
+  RETURNING j.id
+), counted AS (
+  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)
+  FROM target
+  WHERE status IN ('completed', 'failed', 'cancelled')
+  GROUP BY 1, 2
+  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+)
+SELECT count(*) FROM redriven
+
+-- name: REDRIVE_COUNT --
+SELECT count(*) FROM jobs
+WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
+  AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
+
+-- name: STATS_ADD --
+-- Add one process's counts since its last flush (a second ago) to the current minute; concurrent flushes
+-- from replicas add up. The minute is the database's: an API host whose clock is off files nothing under
+-- a minute that the windows of /stats, which read now(), would never look at.
+INSERT INTO queue_stats AS s (queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired,
+                              cancelled, released, empty_claims, duration_max_ms, durations_ms, held_concurrency,
+                              held_rate, held_group_concurrency, held_group_rate, held_ordered)
+SELECT queue_name, date_trunc('minute', now()), enqueued, claimed, completed, failed, retried, lease_expired,
+       cancelled, released, empty_claims, duration_max_ms, durations_ms, held_concurrency, held_rate,
+       held_group_concurrency, held_group_rate, held_ordered
+FROM json_to_recordset(%(rows)s::json) AS t(queue_name text, enqueued bigint, claimed bigint,
+     completed bigint, failed bigint, retried bigint, lease_expired bigint, cancelled bigint, released bigint,
+     empty_claims bigint, duration_max_ms float8, durations_ms bigint[], held_concurrency bigint,
+     held_rate bigint, held_group_concurrency bigint, held_group_rate bigint, held_ordered bigint)
+-- Rows in one global order, as the backlog sample (app/db/history.py) takes them: flushes of several
+-- replicas, and a flush beside a sample, update the same rows without waiting on each other in a cycle.
+-- (One flush files every row under the same minute: the queue name is the whole order.)
+ORDER BY queue_name COLLATE "C"
+ON CONFLICT (queue_name, minute) DO UPDATE SET
+  held_concurrency = s.held_concurrency + EXCLUDED.held_concurrency,
+  held_rate = s.held_rate + EXCLUDED.held_rate,
+  held_group_concurrency = s.held_group_concurrency + EXCLUDED.held_group_concurrency,
+  held_group_rate = s.held_group_rate + EXCLUDED.held_group_rate,
+  held_ordered = s.held_ordered + EXCLUDED.held_ordered,
+  enqueued = s.enqueued + EXCLUDED.enqueued,
+  claimed = s.claimed + EXCLUDED.claimed,
+  completed = s.completed + EXCLUDED.completed,
+  failed = s.failed + EXCLUDED.failed,
+  retried = s.retried + EXCLUDED.retried,
+  lease_expired = s.lease_expired + EXCLUDED.lease_expired,
+  cancelled = s.cancelled + EXCLUDED.cancelled,
+  released = s.released + EXCLUDED.released,
+  empty_claims = s.empty_claims + EXCLUDED.empty_claims,
+  duration_max_ms = greatest(s.duration_max_ms, EXCLUDED.duration_max_ms),
+  durations_ms = (SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
+                  FROM unnest(s.durations_ms, EXCLUDED.durations_ms) WITH ORDINALITY AS x(a, b, i))
