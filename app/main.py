@@ -23,6 +23,7 @@ from app.auth.keyring import KeyRing
 from app.auth.middleware import Authenticate, Authenticator
 from app.auth.policy import OPEN_OPERATIONS
 from app.core.dispatcher import ClaimDispatcher
+from app.core.effects import Effects
 from app.core.flow import QueueConfigs
 from app.core.history import HistoryService
 from app.core.jobs import JobService
@@ -269,18 +270,19 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     keys = KeyRing(db, settings.auth_cache_seconds, settings.api_key.get_secret_value() if settings.api_key else None)
     wakeups = Wakeups(db, settings.notify_min_interval_ms)
     configs = QueueConfigs(settings, db)
-    dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs)
+    effects = Effects(wakeups, metrics, configs)  # what every write path's moves set off (app/core/effects.py)
+    dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs, effects)
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
-    jobs = JobService(settings, db, dispatcher, wakeups, metrics, results, configs)
-    scheduler = Scheduler(settings, db, metrics, wakeups)
+    jobs = JobService(settings, db, dispatcher, effects, results, configs)
+    scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(
         [
             WakeupListener(url, wakeups, keys, configs),
             FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
-            LeaseRescuer(settings, db, metrics, wakeups),
+            LeaseRescuer(settings, db, metrics, effects),
             scheduler,
-            Retention(settings, db, metrics),
+            Retention(settings, db, metrics, effects),
             Vacuum(settings, db, metrics),
             Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds),
             BacklogSampler(db, metrics),
@@ -294,10 +296,10 @@ async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     api.state.wakeups = wakeups
     api.state.maintenance = maintenance
     api.state.jobs = jobs
-    api.state.ops = OpsService(settings, db, metrics, wakeups, configs)
+    api.state.ops = OpsService(settings, db, effects, wakeups, configs)
     api.state.configs = configs
     api.state.history = HistoryService(db)
-    api.state.search = SearchService(settings, db, metrics, wakeups, configs)
+    api.state.search = SearchService(settings, db, effects)
     api.state.schedules = ScheduleService(settings, db, scheduler.poke)
     api.state.keys = keys
     async with db.connection() as conn:

@@ -12,9 +12,9 @@ from typing import Any
 
 from app.core.coalesce import Coalescer
 from app.core.dispatcher import ClaimDispatcher
+from app.core.effects import NEW, PENDING, RUNNING, SCHEDULED, Effects, Moves, Path
 from app.core.flow import Effective, QueueConfigs
 from app.core.results import ResultWaiters
-from app.core.wakeups import Wakeups
 from app.db import jobs as store
 from app.db.dependencies import Parent, UnknownJobs, jobs_insert_dependent
 from app.db.jobs import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome
@@ -36,7 +36,6 @@ from app.models.jobs import (
     check_json_value,
     dump_json,
 )
-from app.runtime.metrics import Metrics
 from app.settings import Settings
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -122,6 +121,24 @@ def _unknown(reqs: Sequence[EnqueueRequest], loc: list[str | int], batch: bool, 
     return invalid(loc, "unknown job ids")
 
 
+def _arrivals(path: Path, rows: Sequence[Inserted]) -> Moves:
+    """The jobs an insert made (an idempotency key's existing job moved nothing). Due at insert: run_at
+    no later than created_at, both the statement's clock."""
+    moves = Moves(path)
+    for r in rows:
+        if r.created:
+            job = r.job
+            to = SCHEDULED if job.status == PENDING and job.run_at > job.created_at else job.status
+            moves.add(job.queue, NEW, to, job.id)
+    return moves
+
+
+def _moved(path: Path, job: JobRow, frm: str, to: str) -> Moves:
+    moves = Moves(path)
+    moves.add(job.queue, frm, to, job.id)
+    return moves
+
+
 @dataclass(slots=True, frozen=True)
 class Renewal:
     """A heartbeat's answer (app/models/jobs.py HeartbeatResponse)."""
@@ -154,8 +171,7 @@ class JobService:
         settings: Settings,
         db: Database,
         dispatcher: ClaimDispatcher,
-        wakeups: Wakeups,
-        metrics: Metrics,
+        effects: Effects,
         results: ResultWaiters,
         configs: QueueConfigs,
     ) -> None:
@@ -163,8 +179,7 @@ class JobService:
         self.configs = configs
         self.db = db
         self.dispatcher = dispatcher
-        self.wakeups = wakeups
-        self.metrics = metrics
+        self.effects = effects
         self.results = results
         # Group commit for the hot writes (see app/core/coalesce.py). An item is one request's rows, so a
         # batch stays all-or-nothing (enqueue) and in order even when it shares a statement.
@@ -236,8 +251,7 @@ class JobService:
         flat = [job for jobs in requests for job in jobs]
         async with self.db.connection() as conn:
             rows = await store.jobs_insert(conn, flat)
-        self.wakeups.jobs_available({job.queue for job in flat})
-        self.metrics.count_many("enqueued", (r.job.queue for r in rows if r.created))
+        self.effects.apply(_arrivals(Path.ENQUEUE, rows))
         out, at = [], 0
         for jobs in requests:
             out.append(rows[at : at + len(jobs)])
@@ -283,11 +297,7 @@ class JobService:
                 rows = await jobs_insert_dependent(conn, jobs, parents, policies, allowed)
         except UnknownJobs as exc:
             raise _unknown(reqs, loc, batch, set(exc.ids)) from None
-        ready = {r.job.queue for r in rows if r.created and r.job.status == "pending"}
-        if ready:
-            self.wakeups.jobs_available(ready)
-        self.metrics.count_many("enqueued", (r.job.queue for r in rows if r.created))
-        self.metrics.count_many("cancelled", (r.job.queue for r in rows if r.created and r.job.status == "cancelled"))
+        self.effects.apply(_arrivals(Path.ENQUEUE_DEPENDENT, rows))
         return rows
 
     # -- workers ------------------------------------------------------------------------------------------------
@@ -341,32 +351,16 @@ class JobService:
         flat = [item for items in requests for item in items]
         async with self.db.connection() as conn:
             done = await store.jobs_complete(conn, flat, full=full)
-        self.wakeups.jobs_finished([d.job.id for d in done if d.changed and d.job is not None])
-        self._count_completed(done)
-        self._slots_freed({d.job.queue for d in done if d.changed and d.job is not None})
+        moves = Moves(Path.COMPLETE)
+        for d in done:
+            if d.changed and d.job is not None and d.job.finished_at and d.job.claimed_at:
+                moves.completed(d.job.queue, d.job.id, (d.job.finished_at - d.job.claimed_at).total_seconds() * 1000)
+        self.effects.apply(moves)
         out, at = [], 0
         for items in requests:
             out.append(done[at : at + len(items)])
             at += len(items)
         return out
-
-    def _slots_freed(self, queues: set[str]) -> None:
-        """Jobs of these queues left `running`: claims waiting on a queue with limits may proceed now (a
-        slot under its concurrency limit freed up). Queues known to have no limits gain nothing claimable, so
-        they are left alone; a queue whose configuration this process does not hold is woken (here and
-        wherever claims wait on it)."""
-        woken = [queue for queue in queues if self.configs.may_be_limited(queue)]
-        if woken:
-            self.wakeups.jobs_available(woken)
-
-    def _count_completed(self, done: Sequence[Done]) -> None:
-        per_queue: dict[str, list[float]] = {}
-        for d in done:
-            if d.changed and d.job is not None and d.job.finished_at and d.job.claimed_at:
-                duration = (d.job.finished_at - d.job.claimed_at).total_seconds() * 1000
-                per_queue.setdefault(d.job.queue, []).append(duration)
-        for queue, durations in per_queue.items():
-            self.metrics.completed(queue, durations)
 
     async def complete(self, job_id: int, req: CompleteRequest, allowed: str | None = None) -> JobRow:
         result = self._result(req.result, ["body", "result"])
@@ -406,14 +400,9 @@ class JobService:
         job = done.job
         assert job is not None
         if done.changed:
-            self.metrics.count("failed" if job.status == "failed" else "retried", job.queue)
-            if job.status == "failed":
-                self.wakeups.jobs_finished([job.id])
-                self._slots_freed({job.queue})  # failed for good: its slot is free too
-            elif job.status == "pending" and req.retry_in_seconds == 0:
-                self.wakeups.jobs_available([job.queue])  # a retry asked for now: waiting long-polls take it
-            else:
-                self._slots_freed({job.queue})
+            # A retry asked for now is claimable at once; one after a backoff only frees the slot.
+            due = job.status != "pending" or req.retry_in_seconds == 0
+            self.effects.apply(_moved(Path.FAIL, job, RUNNING, job.status if due else SCHEDULED))
         return job
 
     async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> JobRow:
@@ -426,11 +415,7 @@ class JobService:
         job = done.job
         assert job is not None
         if done.changed:
-            self.metrics.count("released", job.queue)
-            if req.delay_seconds == 0:
-                self.wakeups.jobs_available([job.queue])  # claimable now (later: the fallback poll)
-            else:
-                self._slots_freed({job.queue})
+            self.effects.apply(_moved(Path.RELEASE, job, RUNNING, PENDING if req.delay_seconds == 0 else SCHEDULED))
         return job
 
     # -- reads -------------------------------------------------------------------------------------------------------
