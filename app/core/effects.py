@@ -1,5 +1,7 @@
-"""What a job's change of state sets off, decided in one table: every write path reports what its statement
-moved (Moves) and Effects.apply() turns that into wake-ups, result-wait wake-ups and counts.
+"""What a job's change of state sets off: one table (TABLE), applied in one place (Effects.apply()).
+
+Every write path reports what its statement moved (Moves, after it committed) and apply() turns that
+into wake-ups of claims, wake-ups of result waits and counts; no path chooses them itself.
 
 A row of TABLE is a transition (from, to) of the state machine whose states are the schema's statuses
 (migrations/0001_jobs.sql, 0010_dependencies.sql), plus NEW (no row yet), GONE (deleted by retention) and
@@ -26,12 +28,13 @@ jobs waiting for it in the same transaction, and the trigger itself sends the wa
 every process, the writer included, takes from its LISTEN connection. Its rows are here so that the table
 is the whole machine and the tests walk them; apply() never sees them. Moving it out of SQL means the
 writer must learn which children moved (the trigger's changed rows), which costs a RETURNING of the
-trigger's work or a second statement: left for the next round (a Citus coordinator sends NOTIFY anyway).
+trigger's work or a second statement: left for the next round, which needs it out anyway (on Citus a
+trigger on a distributed table runs on the workers, and NOTIFY must come from the coordinator).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
@@ -128,24 +131,27 @@ TABLE: Mapping[tuple[str, str], Effect] = {
 
 @dataclass(slots=True)
 class Moves:
-    """What one statement moved, summed per (queue, from, to): a dict update per job, no object per job.
-    Ids are kept for the jobs whose row wakes result waiters; durations (claim to completion, ms) for
-    completes."""
+    """What one statement moved, summed per (queue, from, to): callers add a count per key, not an object
+    per job. Ids are those of the jobs moved, where the path has them (apply() hands them to the result
+    waiters when the row says so); durations (claim to completion, ms) are the completes'."""
 
     path: Path
     counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
     ids: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     durations: dict[str, list[float]] = field(default_factory=dict)
 
-    def add(self, queue: str, frm: str, to: str, job_id: int | None = None, n: int = 1) -> None:
+    def add(self, queue: str, frm: str, to: str, n: int = 1) -> None:
         key = (queue, frm, to)
         self.counts[key] = self.counts.get(key, 0) + n
-        if job_id is not None and to in FINISHED:
-            self.ids.setdefault(key, []).append(job_id)
 
-    def completed(self, queue: str, job_id: int, duration_ms: float) -> None:
-        self.add(queue, RUNNING, COMPLETED, job_id)
-        self.durations.setdefault(queue, []).append(duration_ms)
+    def add_jobs(self, queue: str, frm: str, to: str, ids: Sequence[int]) -> None:
+        key = (queue, frm, to)
+        self.counts[key] = self.counts.get(key, 0) + len(ids)
+        self.ids.setdefault(key, []).extend(ids)
+
+    def completed(self, queue: str, ids: Sequence[int], durations_ms: Sequence[float]) -> None:
+        self.add_jobs(queue, RUNNING, COMPLETED, ids)
+        self.durations.setdefault(queue, []).extend(durations_ms)
 
     def __bool__(self) -> bool:
         return bool(self.counts)

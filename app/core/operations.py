@@ -46,7 +46,7 @@ def _counts(ready: int, scheduled: int, running: int, completed: int, failed: in
 def _moved(path: Path, job: JobRow, was: str | None, to: str) -> Moves:
     assert was is not None  # written: the statement reports the status it found
     moves = Moves(path)
-    moves.add(job.queue, was, to, job.id)
+    moves.add_jobs(job.queue, was, to, (job.id,))
     return moves
 
 

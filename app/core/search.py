@@ -123,7 +123,7 @@ class SearchService:
                 seen = {w.job.id: (w.written, w.job) for w in written if w.job is not None}
                 for w in written:
                     if w.written and w.job is not None and w.was is not None:
-                        moves.add(w.job.queue, w.was, w.job.status, w.job.id)
+                        moves.add_jobs(w.job.queue, w.was, w.job.status, (w.job.id,))
         if moves is not None:
             self.effects.apply(moves)
         out = []

@@ -56,7 +56,7 @@ class LeaseRescuer(Ticking):
             failed += len(gone)
             moves = Moves(Path.RESCUE)
             for queue, job_id in gone:
-                moves.add(queue, RUNNING, FAILED, job_id)
+                moves.add_jobs(queue, RUNNING, FAILED, (job_id,))
             self.effects.apply(moves)
             if len(gone) < self.batch:
                 break

@@ -80,7 +80,7 @@ class Scheduler(Ticking):
                     fired = await store.schedules_fire(conn, firings, self.max_attempts)
                 moves = Moves(Path.SCHEDULE)
                 for f in fired:
-                    moves.add(f.queue, NEW, PENDING, f.id)  # due at once: a tick's job runs when made
+                    moves.add_jobs(f.queue, NEW, PENDING, (f.id,))  # due at once: a tick's job runs when made
                 self.effects.apply(moves)
                 enqueued += len(fired)
             if len(due) < BATCH:

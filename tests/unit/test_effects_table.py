@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path as FilePath
 from typing import Any
 
@@ -26,6 +27,9 @@ from app.core.effects import (
     Path,
     UnlistedMove,
 )
+from app.core.jobs import _inserted
+from app.db.jobs import NewJob
+from app.db.rows import Inserted, JobRow
 from app.runtime.metrics import EVENTS, Metrics
 
 MIGRATIONS = FilePath(__file__).resolve().parents[2] / "migrations"
@@ -122,9 +126,8 @@ def test_apply_sums_a_statement_and_wakes_once() -> None:
     seam = Seam()
     fx, metrics = effects(seam, {"lim"})
     moves = Moves(Path.COMPLETE)
-    moves.completed("lim", 1, 12.0)
-    moves.completed("lim", 2, 30.0)
-    moves.completed("plain", 3, 5.0)
+    moves.completed("lim", [1, 2], [12.0, 30.0])
+    moves.completed("plain", [3], [5.0])
     fx.apply(moves)
     assert seam.finished == [[1, 2, 3]]
     assert seam.available == [{"lim"}]  # "plain" has no limits: a freed slot there frees nothing
@@ -135,14 +138,28 @@ def test_apply_sums_a_statement_and_wakes_once() -> None:
 def test_apply_refuses_a_move_its_row_does_not_list() -> None:
     fx, _ = effects(Seam(), set())
     wrong = Moves(Path.CLAIM)
-    wrong.add("q", RUNNING, COMPLETED, 1)
+    wrong.add_jobs("q", RUNNING, COMPLETED, [1])
     with pytest.raises(UnlistedMove):
         fx.apply(wrong)
     impossible = Moves(Path.RETRY)
-    impossible.add("q", COMPLETED, PENDING, 1)
+    impossible.add("q", COMPLETED, PENDING)
     with pytest.raises(UnlistedMove):
         fx.apply(impossible)
     trigger = Moves(Path.TRIGGER)
-    trigger.add("q", WAITING, PENDING, 1)
+    trigger.add("q", WAITING, PENDING)
     with pytest.raises(UnlistedMove):
         fx.apply(trigger)
+
+
+def job(queue: str, job_id: int, later: bool = False) -> Inserted:
+    now = datetime.now(UTC)
+    fields: dict[str, Any] = dict.fromkeys(JobRow._fields)
+    fields.update(id=job_id, queue=queue, status=PENDING, created_at=now, run_at=now + timedelta(seconds=later))
+    return Inserted(True, JobRow(**fields))
+
+
+def test_an_insert_reports_each_job_made_due_or_not() -> None:
+    asked = [NewJob("a", "1", 0, None, None, 5, None), NewJob("b", "1", 0, None, 60.0, 5, None)]
+    rows = [job("a", 1), job("b", 2, later=True), Inserted(False, job("a", 0).job)]  # the last: a key's job
+    assert _inserted(asked[:1] * 2, [rows[0], rows[2]]).counts == {("a", NEW, PENDING): 1}
+    assert _inserted(asked, rows[:2]).counts == {("a", NEW, PENDING): 1, ("b", NEW, SCHEDULED): 1}
