@@ -28,7 +28,8 @@ from app.core.effects import (
     Path,
 )
 from app.runtime.metrics import EVENTS
-from tests.support import LiveServer, record_finishes, record_messages, record_wakeups, wait_until
+from tests.support import LiveServer, record_finishes, record_messages, record_wakeups, settle_long_poll, wait_until
+from tests.test_results import Waiting, parked
 
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
 PARENTS = "parents"  # the queue of the jobs a dependant waits for: its moves are not the ones watched
@@ -291,3 +292,41 @@ def check_move(c: Case, frm: str, to: str, path: Path) -> None:
     if "completed" in effect.paths[path]:
         expected["durations"] += 1
     assert {k: after[k] - before[k] for k in before} == expected, queue
+
+
+FELT = [
+    (frm, to, path)
+    for frm, to, path in CASES
+    if (TABLE[(frm, to)].claims == "now" and to == PENDING) or (TABLE[(frm, to)].results and frm != NEW)
+]
+
+
+@pytest.mark.parametrize(("frm", "to", "path"), FELT, ids=[f"{p}:{f}->{t}" for f, t, p in FELT])
+def test_a_waiter_the_move_wakes_gets_its_answer(
+    server_factory: Any, db: psycopg.Connection, frm: str, to: str, path: Path
+) -> None:
+    """What the wake-ups are for, seen by the waiting requests themselves: a long-poll parked on the queue
+    gets the job the move made claimable, a request waiting for the job's result gets it finished, well
+    before their deadline (no fallback poll within it). That the move itself woke them, rather than the
+    presence renewal's look every 2 s, is what test_a_move_sets_off_what_its_row_says shows."""
+    effect = TABLE[(frm, to)]
+    server: LiveServer = server_factory(
+        poll_interval_seconds=60, schedule_interval_seconds=0, schedule_grace_seconds=3600
+    )
+    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    c = Case(server, db, "plain")
+    c.job = SETUPS[frm](c)
+    claim = result = None
+    if effect.claims == "now" and to == PENDING:
+        claim = server.claim_in_background(c.queue, wait_seconds=30)
+        settle_long_poll(server, c.queue)
+    if effect.results and c.job is not None:
+        result = Waiting(server, _id(c), 30)
+        parked(server)
+
+    job_id = ACTIONS[(path, frm, to)](c)
+
+    if claim is not None:
+        assert [j["id"] for j in claim()] == [job_id]
+    if result is not None:
+        assert result.result()["status"] == to
