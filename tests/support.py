@@ -16,6 +16,7 @@ import uvicorn
 
 from app.main import JobqApp, create_app
 from app.runtime.server import server_config
+from app.services import Services
 from app.settings import Settings
 
 T = TypeVar("T")
@@ -51,7 +52,7 @@ def record_wakeups(server: LiveServer) -> list[set[str]]:
     to the returned list. A waiting long-poll's queue is looked at again whenever its presence is renewed
     (every 2 s), so delivery alone does not show that a write woke it: this does."""
     woken: list[set[str]] = []
-    wakeups = server.state.wakeups
+    wakeups = server.services.wakeups
     available = wakeups.jobs_available
 
     def recorded(queues: Any) -> None:
@@ -68,7 +69,7 @@ def record_finishes(server: LiveServer) -> list[list[int]]:
     the returned list (a waiting request is also looked at whenever its presence is renewed, every 2 s:
     an answer alone does not show that the finishing statement woke it)."""
     finished: list[list[int]] = []
-    wakeups = server.state.wakeups
+    wakeups = server.services.wakeups
     original = wakeups.jobs_finished
 
     def recorded(ids: Any) -> None:
@@ -82,7 +83,7 @@ def record_finishes(server: LiveServer) -> list[list[int]]:
 def record_messages(server: LiveServer) -> list[str]:
     """From now on, every message the process's LISTEN connection receives is also appended to the list."""
     messages: list[str] = []
-    wakeups = server.state.wakeups
+    wakeups = server.services.wakeups
     original = wakeups.received
 
     def recorded(payload: str) -> None:
@@ -97,7 +98,7 @@ def settle_long_poll(server: LiveServer, queue: str = "q") -> None:
     """Wait until a parked long-poll on `queue` has nothing more under way: the queue announced to other
     processes, the wake-up sender idle (an announcement is followed by one more look for jobs), and the
     queue's claim dispatcher between statements."""
-    wakeups, dispatcher = server.state.wakeups, server.state.dispatcher
+    wakeups, dispatcher = server.services.wakeups, server.services.dispatcher
 
     def settled() -> bool:
         return wakeups.announced(queue) and wakeups.idle() and dispatcher.settled(queue)
@@ -151,7 +152,7 @@ class LiveServer:
         self._thread.join(timeout=30)
 
     def run(self, make: Callable[[], Awaitable[T]], timeout: float = 60) -> T:
-        """Run a coroutine on the server's event loop (for app.state internals such as the sweeper)."""
+        """Run a coroutine on the server's event loop (for its services' internals, such as the rescuer)."""
 
         async def call() -> T:
             return await make()
@@ -159,8 +160,9 @@ class LiveServer:
         return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout)
 
     @property
-    def state(self) -> Any:
-        return self.app.state
+    def services(self) -> Services:
+        """The parts the server's lifespan built (app/services.py)."""
+        return self.app.services
 
     # -- short API calls ------------------------------------------------------------------------------
 

@@ -147,7 +147,7 @@ def test_long_poll_is_woken_by_an_enqueue(server_factory) -> None:  # type: igno
 
     t = threading.Thread(target=poll)
     t.start()
-    wait_until(lambda: server.state.dispatcher.parked == 1, what="the claim parking")
+    wait_until(lambda: server.services.dispatcher.parked == 1, what="the claim parking")
     job = server.enqueue(payload="hello")
     t.join()
     assert [j["id"] for j in result["jobs"]] == [job["id"]]
@@ -159,36 +159,40 @@ def test_long_poll_returns_empty_at_the_deadline(server: LiveServer) -> None:
     jobs = server.claim(wait_seconds=0.5)
     assert jobs == []
     assert time.monotonic() - start >= 0.5  # never early
-    assert server.state.dispatcher.parked == 0
+    assert server.services.dispatcher.parked == 0
 
 
 def test_long_poll_across_processes(server_factory) -> None:  # type: ignore[no-untyped-def]
     """A job enqueued through one instance wakes a long-poll waiting on another (LISTEN/NOTIFY)."""
     a: LiveServer = server_factory(poll_interval_seconds=60)
     b: LiveServer = server_factory(poll_interval_seconds=60)
-    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
+    wait_until(
+        lambda: a.services.wakeups.connected.is_set() and b.services.wakeups.connected.is_set(), what="listening"
+    )
     answer = a.claim_in_background(wait_seconds=20)
-    wait_until(lambda: a.state.dispatcher.parked == 1, what="the claim parking")
-    wait_until(lambda: b.state.wakeups.remote_waiters("q"), what="b learning that a waits on q")
-    sent = b.state.wakeups.sent
+    wait_until(lambda: a.services.dispatcher.parked == 1, what="the claim parking")
+    wait_until(lambda: b.services.wakeups.remote_waiters("q"), what="b learning that a waits on q")
+    sent = b.services.wakeups.sent
     job = b.enqueue(payload="cross")
     assert [j["id"] for j in answer()] == [job["id"]]
     # The wake-up went over NOTIFY. b counts a message once pg_notify has returned, which can be after a
     # already received it, claimed and answered: wait for the count rather than read it once.
-    wait_until(lambda: b.state.wakeups.sent > sent, what="b counting the NOTIFY it sent")
+    wait_until(lambda: b.services.wakeups.sent > sent, what="b counting the NOTIFY it sent")
 
 
 def test_no_wake_up_is_sent_when_nobody_waits_elsewhere(server_factory) -> None:  # type: ignore[no-untyped-def]
     a: LiveServer = server_factory()
     b: LiveServer = server_factory()
-    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
-    wait_until(lambda: a.state.wakeups.idle(), what="a's hello going out")
-    sent = a.state.wakeups.sent
+    wait_until(
+        lambda: a.services.wakeups.connected.is_set() and b.services.wakeups.connected.is_set(), what="listening"
+    )
+    wait_until(lambda: a.services.wakeups.idle(), what="a's hello going out")
+    sent = a.services.wakeups.sent
     for i in range(20):
         a.enqueue(payload=i)
     # publish() runs inside the enqueue request, so a wake-up would be queued (or on its way) by now.
-    wait_until(lambda: a.state.wakeups.idle(), what="a's sender settling")
-    assert a.state.wakeups.sent == sent
+    wait_until(lambda: a.services.wakeups.idle(), what="a's sender settling")
+    assert a.services.wakeups.sent == sent
 
 
 def test_delayed_job_reaches_a_waiting_worker_by_the_fallback_poll(server_factory) -> None:  # type: ignore[no-untyped-def]
@@ -209,13 +213,13 @@ def test_waiting_long_polls_hold_no_connections(server_factory, db: psycopg.Conn
     async def main() -> None:
         async with httpx.AsyncClient(base_url=server.url, timeout=60, limits=httpx.Limits(max_connections=60)) as c:
             polls = [asyncio.create_task(poll(c, n)) for n in range(50)]
-            while server.state.dispatcher.parked < 50:
+            while server.services.dispatcher.parked < 50:
                 await asyncio.sleep(0.01)
 
             # 50 requests wait on a pool of at most 4 connections: they cannot be holding any. The pool
             # goes idle (background statements such as the presence NOTIFY are brief) while all 50 wait.
             def idle() -> bool:
-                stats = server.state.db.pool.get_stats()
+                stats = server.services.db.pool.get_stats()
                 busy = db.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                     " AND application_name = 'jobq' AND state <> 'idle'"
@@ -226,7 +230,7 @@ def test_waiting_long_polls_hold_no_connections(server_factory, db: psycopg.Conn
             while not idle():
                 assert time.monotonic() < deadline, "the pool never went idle while long-polls waited"
                 await asyncio.sleep(0.02)
-            assert server.state.dispatcher.parked == 50
+            assert server.services.dispatcher.parked == 50
             r = await c.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(50)]})
             assert r.status_code == 201
             await asyncio.gather(*polls)
@@ -247,7 +251,7 @@ def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-unty
                 asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20}))
                 for _ in range(3)
             ]
-            while server.state.dispatcher.parked < 3:
+            while server.services.dispatcher.parked < 3:
                 await asyncio.sleep(0.01)
             r = await c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 2})
             body = problem(r, 429, "too-many-waiters")
@@ -261,14 +265,14 @@ def test_waiter_cap_answers_429(server_factory) -> None:  # type: ignore[no-unty
             assert sorted(len(a.json()["jobs"]) for a in answers) == [1, 1, 1]
 
     asyncio.run(main())
-    assert server.state.dispatcher.parked == 0
+    assert server.services.dispatcher.parked == 0
 
 
 def test_a_long_poll_whose_client_left_claims_nothing(server_factory) -> None:  # type: ignore[no-untyped-def]
     server: LiveServer = server_factory(poll_interval_seconds=60)
     leave_while_waiting(server, "POST", "/queues/q/claim", {"worker": "gone", "wait_seconds": 25},
-                        lambda: server.state.dispatcher.parked == 1, "the long-poll to park")  # fmt: skip
-    wait_until(lambda: server.state.dispatcher.parked == 0, what="the departed waiter being dropped")
+                        lambda: server.services.dispatcher.parked == 1, "the long-poll to park")  # fmt: skip
+    wait_until(lambda: server.services.dispatcher.parked == 0, what="the departed waiter being dropped")
     job = server.enqueue(payload="for someone alive")
     time.sleep(0.2)
     after = server.job(job["id"])
@@ -279,15 +283,17 @@ def test_a_long_poll_whose_client_left_claims_nothing(server_factory) -> None:  
 def test_listener_reconnects_by_itself(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
     a: LiveServer = server_factory(poll_interval_seconds=60)
     b: LiveServer = server_factory(poll_interval_seconds=60)
-    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
+    wait_until(
+        lambda: a.services.wakeups.connected.is_set() and b.services.wakeups.connected.is_set(), what="listening"
+    )
     killed = db.execute(
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
         " WHERE datname = current_database() AND application_name = 'jobq-listener'"
     ).fetchone()
     assert killed == (2,)
-    wait_until(lambda: a.state.wakeups.connections == 2 and b.state.wakeups.connections == 2, what="relistening")
+    wait_until(lambda: a.services.wakeups.connections == 2 and b.services.wakeups.connections == 2, what="relistening")
     answer = a.claim_in_background(wait_seconds=20)
-    wait_until(lambda: b.state.wakeups.remote_waiters("q"), what="b learning that a waits on q")
+    wait_until(lambda: b.services.wakeups.remote_waiters("q"), what="b learning that a waits on q")
     job = b.enqueue(payload="after the reconnect")
     assert [j["id"] for j in answer()] == [job["id"]]
 

@@ -335,7 +335,7 @@ def test_429_is_retried_after_retry_after(server_factory, caplog: pytest.LogCapt
     with Client(server.url) as jobq:
         waiting = threading.Thread(target=lambda: first.extend(jobq.claim("q", "a", wait_seconds=30)))
         waiting.start()
-        wait_until(lambda: server.state.dispatcher.parked == 1, what="the first long-poll parked")
+        wait_until(lambda: server.services.dispatcher.parked == 1, what="the first long-poll parked")
         second: list[list[Claim]] = []
         retried = threading.Thread(target=lambda: second.append(jobq.claim("q", "b", wait_seconds=0.5)))
         retried.start()
@@ -608,7 +608,7 @@ def test_a_lost_claim_stops_the_handler_and_nothing_is_sent(server: LiveServer, 
     with running(worker):
         assert started.wait(30)
         # The lease is taken away (as if it had lapsed) and another worker claims the job.
-        server.run(lambda: server.state.maintenance["rescuer"].run_once(now=FAR_FUTURE))
+        server.run(lambda: server.services.maintenance["rescuer"].run_once(now=FAR_FUTURE))
         thief = server.claim_one(worker="thief")
         assert stopped.wait(30), "the handler was not stopped"
         wait_until(lambda: "heartbeat refused" in caplog.text, what="the worker noticing")
@@ -718,7 +718,7 @@ def test_sigterm_mid_batch_loses_nothing(server: LiveServer, db: psycopg.Connect
     # A claim answered just as the worker hung up stays running until its lease lapses (nothing ran it);
     # the sweeper then hands it out again. Sweep now, as if the leases had lapsed.
     assert not set(by_status.get("running", [])) & begun
-    server.run(lambda: server.state.maintenance["rescuer"].run_once(now=FAR_FUTURE))
+    server.run(lambda: server.services.maintenance["rescuer"].run_once(now=FAR_FUTURE))
 
     second_log = tmp_path / "second.log"
     proc = spawn_worker(server, second_log, "--work", "0", "--concurrency", "8")

@@ -170,7 +170,7 @@ def test_released_stats_migrate_a_database_that_has_stats(  # type: ignore[no-un
     claim = server.claim_one()
     body = {"claim_token": claim["claim_token"]}
     assert server.client.post(f"/jobs/{job['id']}/release", json=body).status_code == 200
-    server.run(lambda: server.state.metrics.flush(server.state.db))
+    server.run(lambda: server.services.metrics.flush(server.services.db))
     w = server.client.get("/queues/q/stats").json()["window"]
     assert (w["enqueued"], w["claimed"], w["completed"], w["retries"], w["released"]) == (6, 5, 3, 1, 1)
 
@@ -248,7 +248,7 @@ def test_jobq_commits_synchronously_whatever_the_database_default(  # type: igno
     server: LiveServer = server_factory(pool_min_size=2)
 
     async def settings_of_every_pooled_session() -> set[str]:
-        pool = server.state.db.pool
+        pool = server.services.db.pool
         seen = set()
         async with pool.connection() as a, pool.connection() as b:
             for conn in (a, b):

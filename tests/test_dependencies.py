@@ -461,12 +461,12 @@ def test_a_long_poll_on_the_dependants_queue_is_answered_by_the_release(
     # statement that completes the parent on one replica, can answer the claim parked on the other.
     here, there = server_factory(poll_interval_seconds=60), server_factory(poll_interval_seconds=60)
     wait_until(
-        lambda: here.state.wakeups.connected.is_set() and there.state.wakeups.connected.is_set(), what="listening"
+        lambda: here.services.wakeups.connected.is_set() and there.services.wakeups.connected.is_set(), what="listening"
     )
     parent = here.enqueue("a", payload="p")
     child = here.enqueue("b", payload="c", depends_on=[parent["id"]])
     answer = there.claim_in_background("b", wait_seconds=20)
-    wait_until(lambda: there.state.dispatcher.parked == 1, what="a parked claim")
+    wait_until(lambda: there.services.dispatcher.parked == 1, what="a parked claim")
     # A parked claim is also looked at whenever its presence is renewed (every 2 s), so the answer alone
     # does not show the wake-up: the message from the trigger ("db", no process's name) does.
     received = record_messages(there)
@@ -478,7 +478,7 @@ def test_a_long_poll_on_the_dependants_queue_is_answered_by_the_release(
 
 def test_a_result_wait_on_a_dependant_answers_when_its_parent_fails(server_factory: Callable[..., LiveServer]) -> None:
     server = server_factory(poll_interval_seconds=60)
-    wait_until(server.state.wakeups.connected.is_set, what="listening")
+    wait_until(server.services.wakeups.connected.is_set, what="listening")
     parent = server.enqueue("a", payload="p")
     child = server.enqueue("b", payload="c", depends_on=[parent["id"]])
     answer: list[httpx.Response] = []
@@ -489,7 +489,7 @@ def test_a_result_wait_on_a_dependant_answers_when_its_parent_fails(server_facto
 
     thread = threading.Thread(target=wait)
     thread.start()
-    wait_until(lambda: server.state.results.parked == 1, what="a waiting request")
+    wait_until(lambda: server.services.results.parked == 1, what="a waiting request")
     received = record_messages(server)
     claim = server.claim_one("a")
     r = server.client.post(

@@ -74,7 +74,7 @@ class Case:
             self.post(f"/jobs/{parent}/fail", {**body, "error": "x", "retry": False})
 
     def run(self, service: str, **kw: Any) -> Any:
-        return self.server.run(lambda: self.server.state.maintenance[service].run_once(**kw))
+        return self.server.run(lambda: self.server.services.maintenance[service].run_once(**kw))
 
 
 # -- the setups: a job in each from-state ------------------------------------------------------------------
@@ -143,7 +143,7 @@ def _hand_back(c: Case) -> int:
     it end to end, through a key revoked while its claim waited)."""
     assert c.job is not None
     row = SimpleNamespace(id=c.job["id"], claim_token=c.job["claim_token"], queue=c.queue)
-    c.server.run(lambda: c.server.state.dispatcher._release([row]))
+    c.server.run(lambda: c.server.services.dispatcher._release([row]))
     return _id(c)
 
 
@@ -226,7 +226,7 @@ def test_every_move_of_the_table_has_a_way_to_make_it() -> None:
 def counts(server: LiveServer, queue: str) -> dict[str, float]:
     """Every count a move may set off: the per-queue job events and durations, and the sweeper's and
     scheduler's counters (global: each case's action moves one job)."""
-    registry = server.state.metrics.registry
+    registry = server.services.metrics.registry
 
     def value(name: str, **labels: str) -> float:
         return registry.get_sample_value(name, labels) or 0.0
@@ -254,7 +254,7 @@ def test_a_move_sets_off_what_its_row_says(
     server: LiveServer = server_factory(
         poll_interval_seconds=60, schedule_interval_seconds=0, schedule_grace_seconds=3600
     )
-    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    wait_until(lambda: server.services.wakeups.connected.is_set(), what="listening")
     r = server.client.patch("/queues/limited/config", json={"concurrency": 1000})
     assert r.status_code == 200, r.text
     for queue in ("plain", "limited"):
@@ -265,7 +265,7 @@ def check_move(c: Case, frm: str, to: str, path: Path) -> None:
     effect, server, queue = TABLE[(frm, to)], c.server, c.queue
     c.job = SETUPS[frm](c)
     # The configuration of the queue held (read or written just now): "plain" known to have no limits.
-    server.run(lambda: server.state.configs.get(queue))
+    server.run(lambda: server.services.configs.get(queue))
     woken, finished, messages = record_wakeups(server), record_finishes(server), record_messages(server)
     before = counts(server, queue)
 
@@ -313,7 +313,7 @@ def test_a_waiter_the_move_wakes_gets_its_answer(
     server: LiveServer = server_factory(
         poll_interval_seconds=60, schedule_interval_seconds=0, schedule_grace_seconds=3600
     )
-    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    wait_until(lambda: server.services.wakeups.connected.is_set(), what="listening")
     c = Case(server, db, "plain")
     c.job = SETUPS[frm](c)
     claim = result = None

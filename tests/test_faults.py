@@ -49,10 +49,12 @@ def test_jobs_are_picked_up_when_notifications_are_lost_or_disabled(server_facto
     the job out within the long-poll's wait."""
     a: LiveServer = server_factory(poll_interval_seconds=0.5)
     b: LiveServer = server_factory(poll_interval_seconds=60)
-    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
+    wait_until(
+        lambda: a.services.wakeups.connected.is_set() and b.services.wakeups.connected.is_set(), what="listening"
+    )
 
     # Lost: every message A's listener receives is dropped (B never learns that A waits, so never wakes it).
-    a.state.wakeups.received = lambda payload: None
+    a.services.wakeups.received = lambda payload: None
     answer = long_poll(a, "lost")
     settle_long_poll(a, "lost")
     job = b.enqueue(queue="lost", payload=1)
@@ -60,9 +62,9 @@ def test_jobs_are_picked_up_when_notifications_are_lost_or_disabled(server_facto
     assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]]
 
     # Disabled: no LISTEN connection at all.
-    a.run(lambda: a.state.maintenance["listener"].stop())
+    a.run(lambda: a.services.maintenance["listener"].stop())
     answer = long_poll(a, "deaf")
-    wait_until(lambda: a.state.dispatcher.settled("deaf"), what="the long-poll waiting")
+    wait_until(lambda: a.services.dispatcher.settled("deaf"), what="the long-poll waiting")
     job = b.enqueue(queue="deaf", payload=2)
     r = answer()
     assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]]
@@ -93,15 +95,16 @@ def p99(values: list[float]) -> float:
 def claim_buffers(url: str, queue: str) -> int:
     """Shared buffers one claim of 100 touches (EXPLAIN ANALYZE in a transaction rolled back, on a session
     set up like the pool's): the claim's work, counted the same whatever else the machine does."""
-    from app.db import jobs as store
+    from app.db import claim
+    from app.db.jobs import as_json
     from app.db.pool import SESSION_SETTINGS
 
-    slots = store.as_json([{"ord": 0, "worker": "w", "lease": 60, "lim": 100}])
+    slots = as_json([{"ord": 0, "worker": "w", "lease": 60, "lim": 100}])
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(SESSION_SETTINGS, ("30000",))
         conn.execute("BEGIN")
         row = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.JOB_CLAIM,
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + claim.JOB_CLAIM,
             {"queue": queue, "total": 100, "slots": slots},
         ).fetchone()
         conn.execute("ROLLBACK")

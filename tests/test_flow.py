@@ -74,12 +74,12 @@ def test_a_change_reaches_another_process_at_once(server_factory) -> None:  # ty
     """Two services on one database: a change through one is what the other applies on its next enqueue, as
     soon as the change's notification arrives (no waiting out a cache)."""
     a, b = server_factory(), server_factory()
-    wait_until(lambda: b.state.wakeups.connected.is_set(), what="b listening")
+    wait_until(lambda: b.services.wakeups.connected.is_set(), what="b listening")
     b.enqueue()  # b reads and caches the queue's configuration (none)
     configure(a, max_attempts=7, default_priority=3)
     wait_until(lambda: b.enqueue()["max_attempts"] == 7, timeout=10, what="b to apply the new default")
     assert b.enqueue()["priority"] == 3
-    assert b.state.configs.lookups <= 3  # read again once after the change, not on every request
+    assert b.services.configs.lookups <= 3  # read again once after the change, not on every request
 
 
 # --- groups and defaults ---------------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ def test_retention_per_queue(server: LiveServer, db: psycopg.Connection) -> None
         c = server.claim_one(queue=queue)
         server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"]})
     db.execute("UPDATE jobs SET finished_at = now() - interval '2 hours'")
-    server.run(lambda: server.state.maintenance["retention"].run_once())
+    server.run(lambda: server.services.maintenance["retention"].run_once())
     left = db.execute("SELECT queue_name FROM jobs ORDER BY 1").fetchall()
     assert [r[0] for r in left] == ["long"]  # the global retention of completed jobs is a day
 
@@ -307,7 +307,7 @@ def test_a_freed_slot_wakes_a_claim_waiting_here(server_factory: Any, how: str, 
     answer = server.claim_in_background(wait_seconds=20)
     settle_long_poll(server)
     if not cached:
-        server.state.configs.invalidate()  # as after a listener reconnect
+        server.services.configs.invalidate()  # as after a listener reconnect
     woken = record_wakeups(server)
     free_the_slot(server, how, first)
     assert {"q"} in woken  # woken by the write itself, not by a presence renewal's look
@@ -327,8 +327,8 @@ def test_a_slot_freed_through_another_process_wakes_a_claim_waiting_here(server_
     first = waiter.claim_one()
     answer = waiter.claim_in_background(wait_seconds=20)
     settle_long_poll(waiter)
-    wait_until(lambda: other.state.wakeups.remote_waiters("q"), what="the other process to hear of the waiter")
-    assert other.state.configs.cached("q") is None
+    wait_until(lambda: other.services.wakeups.remote_waiters("q"), what="the other process to hear of the waiter")
+    assert other.services.configs.cached("q") is None
     woken = record_wakeups(other)
     free_the_slot(other, how, first)
     assert {"q"} in woken
@@ -349,7 +349,7 @@ def test_a_claim_left_waiting_by_the_statement_that_filled_the_rate_window_is_wo
     first = server.claim_in_background(wait_seconds=20)
     settle_long_poll(server)
     second = server.claim_in_background(wait_seconds=20)
-    wait_until(lambda: server.state.dispatcher.parked == 2, what="both claims waiting")
+    wait_until(lambda: server.services.dispatcher.parked == 2, what="both claims waiting")
     jobs = [{"payload": 1, "group": "g"}, {"payload": 2, "group": "g"}]
     r = server.client.post("/queues/q/jobs/batch", json={"jobs": jobs})
     assert r.status_code == 201, r.text
@@ -368,7 +368,7 @@ def test_fair_rotation_survives_the_queue_falling_idle(server: LiveServer) -> No
     for _ in range(4):
         order.append(server.claim_one()["group"])
         server.enqueue(payload="later", group="a", delay_seconds=3600)  # a wake-up, as enqueues bring
-        wait_until(lambda: "q" not in server.state.dispatcher._queues, what="the queue to be forgotten")
+        wait_until(lambda: "q" not in server.services.dispatcher._queues, what="the queue to be forgotten")
     assert order == ["a", "b", "a", "b"]
 
 

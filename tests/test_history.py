@@ -60,7 +60,7 @@ def add_minute(db: psycopg.Connection, queue: str, minute: datetime, **columns: 
 
 def sample(server: LiveServer, t: datetime) -> Any:
     """One pass of the server's backlog sampler, as if the database clock read t."""
-    return server.run(lambda: server.state.maintenance["samples"].run_once(now=t))
+    return server.run(lambda: server.services.maintenance["samples"].run_once(now=t))
 
 
 # --- the backlog sample -----------------------------------------------------------------------------------
@@ -225,7 +225,7 @@ def test_minutes_older_than_a_day_become_hours_and_still_add_up(server_factory, 
         db.execute("INSERT INTO stats_samples (minute) VALUES (%s)", (m,))
     before = series(server, "q", "week")
 
-    result = server.run(lambda: server.state.maintenance["retention"].run_once())
+    result = server.run(lambda: server.services.maintenance["retention"].run_once())
     assert result.minutes_rolled_up == 30
     assert db.execute("SELECT count(*) FROM queue_stats WHERE minute < now() - interval '1 day'").fetchone() == (0,)
     hours = db.execute(
@@ -242,7 +242,7 @@ def test_minutes_older_than_a_day_become_hours_and_still_add_up(server_factory, 
 
     # A flush that arrives late for a rolled-up minute is moved by the next pass: the hour stays exact.
     add_minute(db, "q", minutes[0], enqueued=5)
-    server.run(lambda: server.state.maintenance["retention"].run_once())
+    server.run(lambda: server.services.maintenance["retention"].run_once())
     assert db.execute("SELECT enqueued FROM queue_stats_hourly WHERE hour = %s", (hour,)).fetchone() == (45,)
     assert point_at(series(server, "q", "week"), hour)["enqueued"] == 45
 
@@ -257,7 +257,7 @@ def test_history_older_than_eight_days_is_deleted(server: LiveServer, db: psycop
             (t,),
         )
         db.execute("INSERT INTO stats_samples (minute) VALUES (date_trunc('minute', %s::timestamptz))", (t,))
-    server.run(lambda: server.state.maintenance["retention"].run_once())
+    server.run(lambda: server.services.maintenance["retention"].run_once())
     assert db.execute("SELECT count(*) FROM queue_stats_hourly").fetchone() == (1,)
     assert db.execute("SELECT count(*) FROM stats_samples WHERE minute < now() - interval '1 day'").fetchone() == (1,)
     assert sum(p["enqueued"] for p in series(server, "q", "week")["points"]) == 1

@@ -26,7 +26,7 @@ def row(db: psycopg.Connection, job_id: int) -> dict[str, Any]:
 
 
 def sweep(server: LiveServer, now: datetime = FAR_FUTURE) -> Any:
-    return server.run(lambda: server.state.maintenance["rescuer"].run_once(now=now))
+    return server.run(lambda: server.services.maintenance["rescuer"].run_once(now=now))
 
 
 # --- heartbeat ----------------------------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def test_heartbeats_of_one_claim_sharing_a_statement_keep_the_latest_progress(se
 
     def beats(*items: Heartbeat) -> list[str]:
         async def go() -> list[str]:
-            async with server.state.db.connection() as conn:
+            async with server.services.db.connection() as conn:
                 return [outcome for outcome, _ in await store.jobs_heartbeat(conn, list(items))]
 
         return server.run(go)
@@ -380,7 +380,7 @@ def test_sweeper_wakes_waiting_workers(server_factory) -> None:  # type: ignore[
     t.start()
     from tests.support import wait_until
 
-    wait_until(lambda: server.state.dispatcher.parked == 1)
+    wait_until(lambda: server.services.dispatcher.parked == 1)
     sweep(server)
     t.join()
     assert [j["id"] for j in got] == [job["id"]]

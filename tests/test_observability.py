@@ -80,7 +80,7 @@ def test_gauges_for_waiters_pool_and_depth(server_factory) -> None:  # type: ign
     job = server.enqueue(queue="waited", payload=3)
     w = threading.Thread(target=lambda: server.client.get(f"/jobs/{job['id']}", params={"wait_seconds": 30}))
     w.start()
-    wait_until(lambda: server.state.dispatcher.parked == 1 and server.state.results.parked == 1)
+    wait_until(lambda: server.services.dispatcher.parked == 1 and server.services.results.parked == 1)
 
     def scraped() -> str:
         return server.client.get("/metrics").text
@@ -104,7 +104,7 @@ def test_sweeper_metrics(server: LiveServer) -> None:
 
     server.enqueue(payload=1)
     server.claim_one(lease_seconds=1)
-    server.run(lambda: server.state.maintenance["rescuer"].run_once(now=datetime(2100, 1, 1, tzinfo=UTC)))
+    server.run(lambda: server.services.maintenance["rescuer"].run_once(now=datetime(2100, 1, 1, tzinfo=UTC)))
     text = server.client.get("/metrics").text
     assert metric(text, "jobq_sweeper_runs_total") == 1
     assert metric(text, "jobq_sweeper_rows_total", action="rescued") == 1
@@ -112,13 +112,13 @@ def test_sweeper_metrics(server: LiveServer) -> None:
 
 
 def access_lines(server: LiveServer, stream: io.BytesIO) -> list[dict[str, Any]]:
-    server.state.access_log.flush()
+    server.services.access_log.flush()
     return [orjson.loads(line) for line in stream.getvalue().splitlines()]
 
 
 def test_one_json_line_per_request_with_a_request_id(server: LiveServer) -> None:
     stream = io.BytesIO()
-    server.state.access_log.stream = stream
+    server.services.access_log.stream = stream
     r = server.client.post("/queues/q/jobs", json={"payload": 1}, headers={"x-request-id": "trace-42"})
     assert r.headers["x-request-id"] == "trace-42"
     generated = server.client.get("/jobs/424242").headers["x-request-id"]
@@ -139,7 +139,7 @@ def test_one_json_line_per_request_with_a_request_id(server: LiveServer) -> None
 def test_payloads_results_and_tokens_never_reach_the_logs(server: LiveServer, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     stream = io.BytesIO()
-    server.state.access_log.stream = stream
+    server.services.access_log.stream = stream
     secret_payload = "PAYLOAD-d41d8cd98f"
     secret_result = "RESULT-9e107d9d37"
     server.enqueue(payload={"card": secret_payload})
@@ -225,7 +225,7 @@ def test_the_access_log_names_the_client_trusting_only_listed_proxies(server_fac
     auth = {"authorization": f"Bearer {key}"}
     for trusted, expected in (("127.0.0.1", "203.0.113.9"), ("", "127.0.0.1"), ("10.0.0.0/8", "127.0.0.1")):
         server: LiveServer = server_factory(auth="on", api_key=key, trusted_proxies=trusted)
-        stream = server.state.access_log.stream = io.BytesIO()
+        stream = server.services.access_log.stream = io.BytesIO()
         server.client.get("/healthz", headers={**auth, "x-forwarded-for": "6.6.6.6, 203.0.113.9"})
         server.client.get("/healthz", headers=auth)
 

@@ -29,7 +29,7 @@ def post(server: LiveServer, path: str, body: dict[str, Any] | None = None) -> h
 
 def flush(server: LiveServer) -> None:
     """Push this process's per-minute counts to the database now (normally once a second)."""
-    server.run(lambda: server.state.metrics.flush(server.state.db))
+    server.run(lambda: server.services.metrics.flush(server.services.db))
 
 
 def stats(server: LiveServer, queue: str = "q", **params: Any) -> dict[str, Any]:
@@ -117,7 +117,7 @@ def test_jobs_close_to_max_attempts(server: LiveServer, db: psycopg.Connection) 
 def test_lease_expiries_and_empty_claims_are_counted(server: LiveServer) -> None:
     server.enqueue(payload=1)
     server.claim_one(lease_seconds=1)
-    server.run(lambda: server.state.maintenance["rescuer"].run_once(now=FUTURE))
+    server.run(lambda: server.services.maintenance["rescuer"].run_once(now=FUTURE))
     assert post(server, "/queues/q/pause").json() == {"queue": "q", "paused": True}
     assert server.claim() == []  # a ready job exists, but the queue is paused
     flush(server)
@@ -481,7 +481,7 @@ def test_pause_and_resume(server: LiveServer) -> None:
     got: list[Any] = []
     t = threading.Thread(target=lambda: got.extend(server.claim(wait_seconds=20)))
     t.start()
-    wait_until(lambda: server.state.dispatcher.parked == 1, what="a worker waiting on the paused queue")
+    wait_until(lambda: server.services.dispatcher.parked == 1, what="a worker waiting on the paused queue")
     assert post(server, "/queues/q/resume").json() == {"queue": "q", "paused": False}
     t.join()
     assert [j["id"] for j in got] == [job["id"]]
@@ -506,12 +506,12 @@ def test_retention_deletes_finished_jobs_by_age(server_factory, db: psycopg.Conn
     before = true_counts(db)
     assert before == {"completed": 5, "failed": 3, "cancelled": 1, "pending": 3}
     now = datetime.now(UTC)
-    soon = server.run(lambda: server.state.maintenance["retention"].run_once(now=now + timedelta(minutes=30)))
+    soon = server.run(lambda: server.services.maintenance["retention"].run_once(now=now + timedelta(minutes=30)))
     assert sum(soon.deleted.values()) == 0
-    later = server.run(lambda: server.state.maintenance["retention"].run_once(now=now + timedelta(minutes=90)))
+    later = server.run(lambda: server.services.maintenance["retention"].run_once(now=now + timedelta(minutes=90)))
     assert later.deleted.get("completed") == 5
     assert true_counts(db) == {"failed": 3, "cancelled": 1, "pending": 3}
-    server.run(lambda: server.state.maintenance["retention"].run_once(now=now + timedelta(hours=3)))
+    server.run(lambda: server.services.maintenance["retention"].run_once(now=now + timedelta(hours=3)))
     assert true_counts(db) == {"cancelled": 1, "pending": 3}  # cancelled: retention 0 = kept
     counts = stats(server)["counts"]
     assert (counts["completed"], counts["failed"], counts["cancelled"]) == (0, 0, 1)
@@ -533,12 +533,12 @@ def test_finished_counts_never_drift(server_factory, db: psycopg.Connection) -> 
                 fail(server, c, retry=False)
             elif action == "cancel":
                 post(server, f"/jobs/{c['id']}/cancel")
-        server.run(lambda: server.state.maintenance["rescuer"].run_once(now=FUTURE))
+        server.run(lambda: server.services.maintenance["rescuer"].run_once(now=FUTURE))
         post(server, "/queues/q/redrive", {"limit": rng.randint(1, 5)})
         for j in server.client.get("/queues/q/jobs", params={"status": "cancelled", "limit": 2}).json()["jobs"]:
             post(server, f"/jobs/{j['id']}/retry")
         if rng.random() < 0.5:
-            server.run(lambda: server.state.maintenance["retention"].run_once(now=FUTURE))
+            server.run(lambda: server.services.maintenance["retention"].run_once(now=FUTURE))
         assert_counts_true(server, db)
 
 
@@ -570,7 +570,7 @@ def test_finished_counts_never_drift_with_releases_and_cancelled_claims(server_f
                 if action != "abandon":
                     post(server, f"/jobs/{c['id']}/cancel")
                 kept.append(c)
-        server.run(lambda: server.state.maintenance["rescuer"].run_once(now=FUTURE))
+        server.run(lambda: server.services.maintenance["rescuer"].run_once(now=FUTURE))
         for c in kept[:5]:  # the worker goes on after the cancel or the sweep: all refused
             rng.choice([complete, fail])(server, c)
             post(server, f"/jobs/{c['id']}/release", {"claim_token": c["claim_token"]})
@@ -580,7 +580,7 @@ def test_finished_counts_never_drift_with_releases_and_cancelled_claims(server_f
             for j in server.client.get("/queues/q/jobs", params={"status": status, "limit": 2}).json()["jobs"]:
                 post(server, f"/jobs/{j['id']}/retry")
         if rng.random() < 0.5:
-            server.run(lambda: server.state.maintenance["retention"].run_once(now=FUTURE))
+            server.run(lambda: server.services.maintenance["retention"].run_once(now=FUTURE))
         assert_counts_true(server, db)
 
 
@@ -606,13 +606,13 @@ def test_the_sweeper_vacuums_the_jobs_table(server_factory, db: psycopg.Connecti
     wait_until(lambda: dead() >= 100, what="the statistics to show the dead rows")
     before = vacuums()
     db.execute("SELECT pg_advisory_lock(%s)", (VACUUM_LOCK_KEY,))  # another replica is vacuuming
-    assert server.run(lambda: server.state.maintenance["vacuum"].run_once()) is False
+    assert server.run(lambda: server.services.maintenance["vacuum"].run_once()) is False
     db.execute("SELECT pg_advisory_unlock(%s)", (VACUUM_LOCK_KEY,))
-    assert server.run(lambda: server.state.maintenance["vacuum"].run_once()) is True
+    assert server.run(lambda: server.services.maintenance["vacuum"].run_once()) is True
     wait_until(lambda: vacuums() == before + 1, what="the VACUUM to be recorded")
 
 
 def test_no_vacuum_below_the_threshold(server_factory) -> None:  # type: ignore[no-untyped-def]
     server: LiveServer = server_factory(vacuum_dead_rows=1_000_000)
     server.enqueue(payload=1)
-    assert server.run(lambda: server.state.maintenance["vacuum"].run_once()) is False
+    assert server.run(lambda: server.services.maintenance["vacuum"].run_once()) is False

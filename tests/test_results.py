@@ -41,14 +41,16 @@ class Waiting:
 
 
 def parked(server: LiveServer, n: int = 1) -> None:
-    wait_until(lambda: server.state.results.parked == n, what=f"{n} request(s) waiting")
+    wait_until(lambda: server.services.results.parked == n, what=f"{n} request(s) waiting")
 
 
 def pair(server_factory: Callable[..., LiveServer]) -> tuple[LiveServer, LiveServer]:
     """Two replicas on one database; the fallback poll at 60 s, so only a wake-up can answer in time."""
     a = server_factory(poll_interval_seconds=60)
     b = server_factory(poll_interval_seconds=60)
-    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
+    wait_until(
+        lambda: a.services.wakeups.connected.is_set() and b.services.wakeups.connected.is_set(), what="listening"
+    )
     return a, b
 
 
@@ -65,7 +67,7 @@ def test_a_wait_answers_when_the_job_completes(server_factory) -> None:  # type:
     assert (done["status"], done["result"], done["payload"], done["attempts"]) == ("completed", 42, "add", 1)
     assert waiting.elapsed < 20  # answered by the complete, not by the deadline
     assert finished == [[job["id"]]]  # the complete's own wake-up
-    assert server.state.results.parked == 0 and server.state.dispatcher.cap.taken == 0
+    assert server.services.results.parked == 0 and server.services.dispatcher.cap.taken == 0
 
 
 def test_a_wait_on_one_replica_answers_a_complete_on_another(server_factory) -> None:  # type: ignore[no-untyped-def]
@@ -73,7 +75,7 @@ def test_a_wait_on_one_replica_answers_a_complete_on_another(server_factory) -> 
     job = b.enqueue(payload="cross")
     waiting = Waiting(a, job["id"], 20)
     parked(a)
-    wait_until(lambda: job["id"] in b.state.wakeups._remote_jobs, what="b learning that a waits for the job")
+    wait_until(lambda: job["id"] in b.services.wakeups._remote_jobs, what="b learning that a waits for the job")
     received = record_messages(a)
     claim = b.claim_one()
     b.client.post(f"/jobs/{job['id']}/complete", json={"claim_token": claim["claim_token"], "result": {"ok": 1}})
@@ -120,7 +122,7 @@ def _bulk_cancel(b: LiveServer, claim: dict[str, Any]) -> None:
 
 def _lease_lapses_on_the_last_attempt(b: LiveServer, claim: dict[str, Any]) -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
-    assert b.run(lambda: b.state.maintenance["rescuer"].run_once(later)).failed == 1
+    assert b.run(lambda: b.services.maintenance["rescuer"].run_once(later)).failed == 1
 
 
 @pytest.mark.parametrize(
@@ -140,7 +142,7 @@ def test_every_way_a_job_finishes_wakes_its_waiters_elsewhere(server_factory, fi
     claim = b.claim_one()
     waiting = Waiting(a, job["id"], 20)
     parked(a)
-    wait_until(lambda: job["id"] in b.state.wakeups._remote_jobs, what="b learning that a waits for the job")
+    wait_until(lambda: job["id"] in b.services.wakeups._remote_jobs, what="b learning that a waits for the job")
     received = record_messages(a)
     finish(b, claim)
     done = waiting.result()
@@ -171,7 +173,7 @@ def test_at_the_deadline_the_job_as_it_is(server: LiveServer) -> None:
     r = server.client.get(f"/jobs/{job['id']}", params={"wait_seconds": 0.5})
     assert time.monotonic() - start >= 0.5  # never early
     assert (r.status_code, r.json()["status"]) == (200, "pending")
-    assert server.state.results.parked == 0
+    assert server.services.results.parked == 0
 
 
 def test_a_finished_job_answers_at_once(server: LiveServer) -> None:
@@ -201,7 +203,7 @@ def test_a_bad_wait_is_422(server: LiveServer, wait: str) -> None:
 
 def test_an_unknown_job_is_404_without_waiting(server: LiveServer) -> None:
     problem(server.client.get("/jobs/999999", params={"wait_seconds": 30}, timeout=5), 404, "job-not-found")
-    assert server.state.results.parked == 0
+    assert server.services.results.parked == 0
 
 
 def test_waiting_requests_hold_no_connections(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
@@ -217,12 +219,12 @@ def test_waiting_requests_hold_no_connections(server_factory, db: psycopg.Connec
                 answers.append((await c.get(f"/jobs/{job_id}", params={"wait_seconds": 25})).json())
 
             waits = [asyncio.create_task(wait(i)) for i in ids]
-            while server.state.results.parked < 50:
+            while server.services.results.parked < 50:
                 await asyncio.sleep(0.01)
 
             # 50 requests wait on a pool of at most 4 connections: they cannot be holding any.
             def idle() -> bool:
-                stats = server.state.db.pool.get_stats()
+                stats = server.services.db.pool.get_stats()
                 busy = db.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
                     " AND application_name = 'jobq' AND state <> 'idle'"
@@ -258,7 +260,7 @@ def test_waits_and_claims_share_the_waiter_cap(server_factory) -> None:  # type:
                 asyncio.create_task(c.get(f"/jobs/{job['id']}", params={"wait_seconds": 20})),
                 asyncio.create_task(c.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 20})),
             ]
-            while server.state.dispatcher.cap.taken < 3:
+            while server.services.dispatcher.cap.taken < 3:
                 await asyncio.sleep(0.01)
             r = await c.get(f"/jobs/{job['id']}", params={"wait_seconds": 2})
             problem(r, 429, "too-many-waiters")
@@ -275,7 +277,7 @@ def test_waits_and_claims_share_the_waiter_cap(server_factory) -> None:  # type:
             )  # fmt: skip
 
     asyncio.run(main())
-    assert server.state.dispatcher.cap.taken == 0
+    assert server.services.dispatcher.cap.taken == 0
 
 
 def test_past_the_waiter_cap_unknown_and_finished_jobs_answer_as_usual(server_factory) -> None:  # type: ignore[no-untyped-def]
@@ -295,25 +297,25 @@ def test_past_the_waiter_cap_unknown_and_finished_jobs_answer_as_usual(server_fa
     claim = server.claim_one(queue="other")
     server.client.post(f"/jobs/{pending['id']}/complete", json={"claim_token": claim["claim_token"]})
     assert holder.result()["status"] == "completed"
-    assert server.state.dispatcher.cap.taken == 0
+    assert server.services.dispatcher.cap.taken == 0
 
 
 def test_a_wait_whose_client_left_goes_away(server_factory) -> None:  # type: ignore[no-untyped-def]
     server: LiveServer = server_factory(poll_interval_seconds=60)
     job = server.enqueue(payload=1)
     leave_while_waiting(server, "GET", f"/jobs/{job['id']}?wait_seconds=25", None,
-                        lambda: server.state.results.parked == 1, "the wait to park")  # fmt: skip
-    wait_until(lambda: server.state.results.parked == 0, what="the departed waiter being dropped")
-    assert server.state.dispatcher.cap.taken == 0
+                        lambda: server.services.results.parked == 1, "the wait to park")  # fmt: skip
+    wait_until(lambda: server.services.results.parked == 0, what="the departed waiter being dropped")
+    assert server.services.dispatcher.cap.taken == 0
 
 
 def test_no_wake_up_is_sent_when_nobody_waits_elsewhere(server_factory) -> None:  # type: ignore[no-untyped-def]
     a, b = pair(server_factory)
-    wait_until(lambda: a.state.wakeups.idle() and b.state.wakeups.idle(), what="hellos going out")
-    sent = a.state.wakeups.sent
+    wait_until(lambda: a.services.wakeups.idle() and b.services.wakeups.idle(), what="hellos going out")
+    sent = a.services.wakeups.sent
     for i in range(10):
         job = a.enqueue(payload=i)
         claim = a.claim_one()
         a.client.post(f"/jobs/{job['id']}/complete", json={"claim_token": claim["claim_token"]})
-    wait_until(lambda: a.state.wakeups.idle(), what="a's sender settling")
-    assert a.state.wakeups.sent == sent
+    wait_until(lambda: a.services.wakeups.idle(), what="a's sender settling")
+    assert a.services.wakeups.sent == sent

@@ -37,7 +37,7 @@ def scheduled_jobs(db: psycopg.Connection, name: str) -> list[tuple[int, datetim
 
 
 def run_scheduler(server: LiveServer) -> Any:
-    return server.run(lambda: server.state.maintenance["scheduler"].run_once())
+    return server.run(lambda: server.services.maintenance["scheduler"].run_once())
 
 
 @pytest.fixture
@@ -229,16 +229,16 @@ def test_a_tick_enqueued_twice_makes_one_job(quiet: LiveServer, db: psycopg.Conn
         from app.db import schedules as store
         from app.db.schedules import Firing
 
-        async with quiet.state.db.connection() as conn:
+        async with quiet.services.db.connection() as conn:
             [due] = await store.schedules_due(conn, 10)
         firing = Firing(due.name, due.revision, due.next_run_at, [tick], tick + timedelta(hours=1))
         made = []
         for _ in range(2):
-            async with quiet.state.db.connection() as conn:
+            async with quiet.services.db.connection() as conn:
                 made.append(len(await store.schedules_fire(conn, [firing], 5)))
         # Even a firing that passes the schedule's guard (its state put back as it was) makes no second
         # job for the tick: the unique (schedule, tick) index does not let it.
-        async with quiet.state.db.connection() as conn:
+        async with quiet.services.db.connection() as conn:
             await conn.execute("UPDATE schedules SET next_run_at = %s WHERE name = 's'", (tick,))
             made.append(len(await store.schedules_fire(conn, [firing], 5)))
         return made
@@ -334,14 +334,14 @@ def test_two_replicas_make_one_job_per_tick(server_factory, db: psycopg.Connecti
     b: LiveServer = server_factory()
     created = put(a, "every-second", {"queue": "q", "cron": "* * * * * *", "payload": None})
     first = when(created["next_run_at"])
-    b.state.maintenance["scheduler"].poke()  # b learns of it now rather than within its 5 s interval
+    b.services.maintenance["scheduler"].poke()  # b learns of it now rather than within its 5 s interval
     wait_until(lambda: any(t >= first + timedelta(seconds=4) for _, t in scheduled_jobs(db, "every-second")),
                what="five ticks")  # fmt: skip
     assert a.client.post("/schedules/every-second/pause").status_code == 200
     ticks = [t for _, t in scheduled_jobs(db, "every-second")]
     assert len(ticks) == len(set(ticks)), "a tick made two jobs"
     assert ticks[:5] == every_second(first, first + timedelta(seconds=4))
-    assert a.state.maintenance["scheduler"].passes > 1 and b.state.maintenance["scheduler"].passes > 1
+    assert a.services.maintenance["scheduler"].passes > 1 and b.services.maintenance["scheduler"].passes > 1
 
 
 @pytest.mark.slow

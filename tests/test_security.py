@@ -56,7 +56,7 @@ def secured(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
     server: LiveServer = server_factory(auth="on", api_key=ENV_KEY)
     # Listening: its start empties the key cache (a revocation may have gone by unheard), which must not
     # happen in the middle of a test that counts lookups.
-    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    wait_until(lambda: server.services.wakeups.connected.is_set(), what="listening")
     return server
 
 
@@ -429,17 +429,19 @@ def test_revocation_reaches_every_process_at_once(server_factory, database_url: 
     # A cache TTL of an hour: only the notification can explain a refusal within the test.
     a: LiveServer = server_factory(auth="on", auth_cache_seconds=3600)
     b: LiveServer = server_factory(auth="on", auth_cache_seconds=3600)
-    wait_until(lambda: a.state.wakeups.connected.is_set() and b.state.wakeups.connected.is_set(), what="listening")
-    generations = a.state.keys.generation, b.state.keys.generation
+    wait_until(
+        lambda: a.services.wakeups.connected.is_set() and b.services.wakeups.connected.is_set(), what="listening"
+    )
+    generations = a.services.keys.generation, b.services.keys.generation
     key = create_key(db, "doomed", ["produce"])
     # The key's creation is notified too, and empties both caches when it arrives: only then count lookups.
-    wait_until(lambda: a.state.keys.generation > generations[0] and b.state.keys.generation > generations[1],
+    wait_until(lambda: a.services.keys.generation > generations[0] and b.services.keys.generation > generations[1],
                what="the creation heard")  # fmt: skip
     clients = [as_key(a, key), as_key(b, key)]
     for c in clients:
         for _ in range(3):
             enqueue(c, "q")
-    lookups = a.state.keys.lookups + b.state.keys.lookups
+    lookups = a.services.keys.lookups + b.services.keys.lookups
     assert lookups == 2  # one per process, then from the cache: no database round trip per request
 
     # `jobq keys revoke` in a process of its own, as an operator would run it.
@@ -465,7 +467,7 @@ def test_a_missed_notification_is_bounded_by_the_cache_ttl(server_factory, db: p
 def test_a_listener_that_reconnects_forgets_cached_keys(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
     """A revocation sent while a process was not listening is not lost: reconnecting drops the cache."""
     server: LiveServer = server_factory(auth="on", auth_cache_seconds=3600)
-    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    wait_until(lambda: server.services.wakeups.connected.is_set(), what="listening")
     key = create_key(db, "k", ["produce"])
     with as_key(server, key) as c:
         enqueue(c, "q")
@@ -475,7 +477,7 @@ def test_a_listener_that_reconnects_forgets_cached_keys(server_factory, db: psyc
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND application_name = 'jobq-listener'"
         )
-        wait_until(lambda: server.state.wakeups.connections == 2, what="the listener reconnecting")
+        wait_until(lambda: server.services.wakeups.connections == 2, what="the listener reconnecting")
         problem(c.post("/queues/q/jobs", json={"payload": 1}), 401, "unauthorized")
 
 
@@ -485,7 +487,7 @@ def test_last_use_is_recorded_lazily(secured: LiveServer, db: psycopg.Connection
         for _ in range(5):
             enqueue(c, "q")
     assert db.execute("SELECT last_used_at FROM api_keys").fetchone() == (None,)  # no write per request
-    secured.run(lambda: secured.state.keys.flush())
+    secured.run(lambda: secured.services.keys.flush())
     row = db.execute("SELECT last_used_at IS NOT NULL FROM api_keys").fetchone()
     assert row == (True,)
 
@@ -495,7 +497,7 @@ def test_unknown_keys_cost_one_lookup_each(secured: LiveServer) -> None:
     with as_key(secured, bogus) as c:
         for _ in range(5):
             problem(c.post("/queues/q/jobs", json={"payload": 1}), 401, "unauthorized")
-    assert secured.state.keys.lookups == 1
+    assert secured.services.keys.lookups == 1
 
 
 def made_up_key(i: int) -> str:
@@ -507,7 +509,7 @@ def test_a_flood_of_made_up_keys_never_locks_out_a_real_key(secured: LiveServer,
     created) is still looked up: whether a live key has its selector is read from the list of every live
     key's selector (at most once a second, and again after any key change), never from the rate of misses.
     Otherwise anyone could lock every new client out with a few hundred made-up keys a second."""
-    ring = secured.state.keys
+    ring = secured.services.keys
 
     async def flood_then(key: str) -> object:
         await asyncio.gather(*(ring.authenticate(made_up_key(i)) for i in range(200)), return_exceptions=True)
@@ -529,7 +531,7 @@ def test_lookups_of_unknown_keys_are_rate_limited(secured: LiveServer, db: psyco
     from app.errors import KeyLookupsThrottled
 
     live = create_key(db, "live", ["produce"])
-    ring = secured.state.keys
+    ring = secured.services.keys
     with as_key(secured, live) as c:
         enqueue(c, "q")
 
@@ -563,7 +565,7 @@ def test_made_up_keys_never_push_a_live_key_out_of_the_cache(secured: LiveServer
     live = create_key(db, "live", ["produce"])
 
     async def flood() -> tuple[int, int]:
-        ring = KeyRing(secured.state.db, 3600, unknown_entries=100, miss_rate=1e6, miss_burst=1000)
+        ring = KeyRing(secured.services.db, 3600, unknown_entries=100, miss_rate=1e6, miss_burst=1000)
         assert await ring.authenticate(live) is not None
         for i in range(500):
             assert await ring.authenticate(made_up_key(i)) is None
@@ -611,7 +613,7 @@ def test_tokens_keys_payloads_and_results_stay_out_of_logs_and_errors(
     caplog.set_level(logging.DEBUG)
     server: LiveServer = server_factory(auth="on", max_payload_bytes=200)
     access = io.BytesIO()
-    server.state.access_log.stream = access
+    server.services.access_log.stream = access
     key = create_key(db, "k", ["produce", "consume"])
     marker = "SECRET-MARKER-7f3a"
     bodies: list[str] = []
@@ -645,7 +647,7 @@ def test_tokens_keys_payloads_and_results_stay_out_of_logs_and_errors(
 
     # The access line is written after the answer went out: the client can hold its 401 before the line exists.
     def logged_401() -> bool:
-        server.state.access_log.flush()
+        server.services.access_log.flush()
         return b'"status":401' in access.getvalue()
 
     wait_until(logged_401, what="the 401's access line")

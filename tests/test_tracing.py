@@ -128,13 +128,13 @@ def test_a_failing_handler_marks_its_span_and_the_retry_stays_in_the_trace(serve
 
 
 async def _due_now(server: LiveServer, job_id: int) -> None:
-    async with server.state.db.connection() as conn:
+    async with server.services.db.connection() as conn:
         await conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job_id,))
-    server.state.wakeups.jobs_available(["flaky"])
+    server.services.wakeups.jobs_available(["flaky"])
 
 
 def test_with_tracing_off_the_producer_context_passes_through(server: LiveServer) -> None:
-    assert server.state.tracing is None
+    assert server.services.tracing is None
     one = server.client.post("/queues/q/jobs", json={"payload": 1}, headers={"traceparent": PRODUCER}).json()
     batch = server.client.post(
         "/queues/q/jobs/batch", json={"jobs": [{"payload": 2}, {"payload": 3}]}, headers={"traceparent": PRODUCER}

@@ -67,7 +67,7 @@ def test_one_key_cannot_take_every_waiting_place(server_factory: Any, db: psycop
     server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, max_waiters=4, max_waiters_per_client=2,
                                         poll_interval_seconds=60)  # fmt: skip
     key_a, key_b = create_key(db, "a", ["consume"]), create_key(db, "b", ["consume"])
-    dispatcher = server.state.dispatcher
+    dispatcher = server.services.dispatcher
     b_polls = [long_poll(server, key_b) for _ in range(2)]
     wait_until(lambda: dispatcher.parked == 2, what="B's two long-polls waiting")
     with as_key(server, key_b) as b:
@@ -89,7 +89,7 @@ def test_one_key_cannot_take_every_waiting_place(server_factory: Any, db: psycop
 def test_with_auth_off_the_share_is_per_client_address(server_factory: Any) -> None:
     server: LiveServer = server_factory(max_waiters=4, max_waiters_per_client=1, poll_interval_seconds=60)
     first = long_poll(server, None)
-    wait_until(lambda: server.state.dispatcher.parked == 1, what="a long-poll waiting")
+    wait_until(lambda: server.services.dispatcher.parked == 1, what="a long-poll waiting")
     problem(server.client.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 5}), 429, "too-many-waiters")
     server.enqueue()
     assert first().json()["jobs"]
@@ -109,7 +109,7 @@ def test_waits_for_results_count_against_the_clients_share(server_factory: Any) 
     thread = threading.Thread(target=wait)
     thread.start()
     _threads.append(thread)
-    wait_until(lambda: server.state.results.parked == 1, what="a wait for a result")
+    wait_until(lambda: server.services.results.parked == 1, what="a wait for a result")
     body = problem(server.client.get(f"/jobs/{job['id']}", params={"wait_seconds": 5}), 429, "too-many-waiters")
     assert "share" in body["detail"]
     problem(server.client.post("/queues/q/claim", json={"worker": "w", "wait_seconds": 5}), 429, "too-many-waiters")
@@ -117,7 +117,7 @@ def test_waits_for_results_count_against_the_clients_share(server_factory: Any) 
     server.client.post(f"/jobs/{job['id']}/complete", json={"claim_token": claim["claim_token"]})
     thread.join(60)
     assert answers[0].json()["status"] == "completed"
-    assert server.state.dispatcher.cap.taken == 0 and server.state.dispatcher.cap.by_client == {}
+    assert server.services.dispatcher.cap.taken == 0 and server.services.dispatcher.cap.by_client == {}
 
 
 # --- a dropped database connection --------------------------------------------------------------------------------
@@ -137,12 +137,12 @@ def test_a_waiting_long_poll_rides_out_a_dropped_connection(server_factory: Any,
     and looks at the queue again, on one of the pool's idle connections, all dead: the long-poll must keep
     waiting, and be answered by the next enqueue."""
     server: LiveServer = server_factory(pool_min_size=4)
-    wait_until(lambda: server.state.db.pool.get_stats()["pool_available"] >= 4, what="4 idle pooled connections")
+    wait_until(lambda: server.services.db.pool.get_stats()["pool_available"] >= 4, what="4 idle pooled connections")
     answer = long_poll(server, None, wait=20)
     settle_long_poll(server)
     assert terminate_jobq_sessions(db) >= 2  # the pool's and the listener's
-    wait_until(lambda: server.state.wakeups.connections >= 2, what="the listener reconnecting")
-    wait_until(lambda: server.state.dispatcher.settled("q"), what="the claims of the reconnect to run")
+    wait_until(lambda: server.services.wakeups.connections >= 2, what="the listener reconnecting")
+    wait_until(lambda: server.services.dispatcher.settled("q"), what="the claims of the reconnect to run")
 
     job: dict[str, Any] = {}
 
@@ -162,13 +162,13 @@ def test_a_waiting_long_poll_rides_out_a_dropped_connection(server_factory: Any,
 
 def test_a_key_revoked_while_its_long_poll_waits_receives_nothing(server_factory: Any, db: psycopg.Connection) -> None:
     server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, auth_cache_seconds=3600)
-    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    wait_until(lambda: server.services.wakeups.connected.is_set(), what="listening")
     key = create_key(db, "worker", ["consume"])
     answer = long_poll(server, key)
     settle_long_poll(server)
-    generation = server.state.keys.generation
+    generation = server.services.keys.generation
     store_keys.api_key_revoke(db, "worker")  # its NOTIFY empties every process's key cache
-    wait_until(lambda: server.state.keys.generation > generation, what="the revocation to arrive")
+    wait_until(lambda: server.services.keys.generation > generation, what="the revocation to arrive")
     with as_key(server, ENV_KEY) as admin:
         job = admin.post("/queues/q/jobs", json={"payload": "not for a revoked key"}).json()
         body = problem(answer(), 401, "unauthorized")
@@ -185,16 +185,16 @@ def test_a_job_taken_back_from_a_revoked_key_wakes_the_next_waiting_claim(
     """The job handed to a long-poll whose key was revoked goes back to the queue; a claim waiting behind it is
     woken by that release at once, not at the next presence renewal's look."""
     server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, auth_cache_seconds=3600, poll_interval_seconds=60)
-    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    wait_until(lambda: server.services.wakeups.connected.is_set(), what="listening")
     key = create_key(db, "worker", ["consume"])
     other = create_key(db, "other", ["consume"])
     first = long_poll(server, key)
     settle_long_poll(server)
     second = long_poll(server, other)
-    wait_until(lambda: server.state.dispatcher.parked == 2, what="both claims waiting")
-    generation = server.state.keys.generation
+    wait_until(lambda: server.services.dispatcher.parked == 2, what="both claims waiting")
+    generation = server.services.keys.generation
     store_keys.api_key_revoke(db, "worker")
-    wait_until(lambda: server.state.keys.generation > generation, what="the revocation to arrive")
+    wait_until(lambda: server.services.keys.generation > generation, what="the revocation to arrive")
     woken = record_wakeups(server)
     with as_key(server, ENV_KEY) as admin:
         job = admin.post("/queues/q/jobs", json={"payload": "for whoever may have it"}).json()
@@ -210,7 +210,7 @@ def test_a_key_revoked_while_it_waits_for_a_result_gets_401(server_factory: Any,
     """GET /jobs/{id}?wait_seconds, like a long-poll claim, checks its key again before answering a request
     that waited: a key revoked meanwhile gets 401, not the job's result."""
     server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, auth_cache_seconds=3600)
-    wait_until(lambda: server.state.wakeups.connected.is_set(), what="listening")
+    wait_until(lambda: server.services.wakeups.connected.is_set(), what="listening")
     key = create_key(db, "producer", ["produce"])
     with as_key(server, key) as producer:
         job = producer.post("/queues/q/jobs", json={"payload": "x"}).json()
@@ -223,10 +223,10 @@ def test_a_key_revoked_while_it_waits_for_a_result_gets_401(server_factory: Any,
     thread = threading.Thread(target=wait)
     thread.start()
     _threads.append(thread)
-    wait_until(lambda: server.state.results.parked == 1, what="the wait parked")
-    generation = server.state.keys.generation
+    wait_until(lambda: server.services.results.parked == 1, what="the wait parked")
+    generation = server.services.keys.generation
     store_keys.api_key_revoke(db, "producer")
-    wait_until(lambda: server.state.keys.generation > generation, what="the revocation to arrive")
+    wait_until(lambda: server.services.keys.generation > generation, what="the revocation to arrive")
     with as_key(server, ENV_KEY) as admin:
         claim = admin.post("/queues/q/claim", json={"worker": "w"}).json()["jobs"][0]
         done = {"claim_token": claim["claim_token"], "result": "not for a revoked key"}
@@ -234,4 +234,4 @@ def test_a_key_revoked_while_it_waits_for_a_result_gets_401(server_factory: Any,
     thread.join(60)
     body = problem(answers[0], 401, "unauthorized")
     assert "revoked" in body["detail"] and "not for a revoked key" not in answers[0].text
-    assert server.state.dispatcher.cap.taken == 0
+    assert server.services.dispatcher.cap.taken == 0

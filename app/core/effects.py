@@ -41,12 +41,14 @@ from typing import Literal
 
 from app.core.flow import QueueConfigs
 from app.core.wakeups import Wakeups
+from app.db.rows import Status
 from app.runtime.metrics import Metrics
 
-NEW, GONE = "new", "gone"
-PENDING, SCHEDULED, WAITING, RUNNING = "pending", "scheduled", "waiting", "running"
-COMPLETED, FAILED, CANCELLED = "completed", "failed", "cancelled"
-FINISHED = (COMPLETED, FAILED, CANCELLED)
+# The schema's statuses (app/db/rows.py Status; a StrEnum member is its string), and the three states only
+# this table knows.
+PENDING, WAITING, RUNNING = Status.pending, Status.waiting, Status.running
+COMPLETED, FAILED, CANCELLED = Status.completed, Status.failed, Status.cancelled
+NEW, GONE, SCHEDULED = "new", "gone", "scheduled"
 
 
 class Path(StrEnum):

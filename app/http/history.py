@@ -11,13 +11,13 @@ from app.core.history import HistoryService
 from app.http.jobs import QueueName, _problems
 from app.http.responses import json_response
 from app.models.history import RANGE_DESCRIPTION, HistoryRange, Series, Sparklines
+from app.services import services
 
 Range = Annotated[HistoryRange, Query(description=RANGE_DESCRIPTION)]
 
 
 def history(request: Request) -> HistoryService:
-    svc: HistoryService = request.app.state.history
-    return svc
+    return services(request).history
 
 
 def add_history_routes(api: FastAPI) -> None:

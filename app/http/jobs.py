@@ -43,7 +43,6 @@ from app.models.jobs import (
     EnqueueBatchRequest,
     EnqueueRequest,
     FailRequest,
-    Health,
     HeartbeatRequest,
     HeartbeatResponse,
     Job,
@@ -51,6 +50,7 @@ from app.models.jobs import (
     Problem,
     ReleaseRequest,
 )
+from app.services import services
 
 log = logging.getLogger("jobq.api")
 
@@ -131,8 +131,7 @@ class JobqRoute(APIRoute):
 
 
 def service(request: Request) -> JobService:
-    svc: JobService = request.app.state.jobs
-    return svc
+    return services(request).jobs
 
 
 async def _disconnected(request: Request) -> None:
@@ -175,7 +174,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     @requires("produce")
     @configured(body=c.enqueue)
     async def enqueue_job(queue: QueueName, body: EnqueueRequest, request: Request) -> Response:
-        context, allowed = request.app.state.job_context(request.scope), principal(request).queue_regex
+        context, allowed = services(request).job_context(request.scope), principal(request).queue_regex
         inserted = await service(request).enqueue(queue, body, context, allowed)
         return json_response(job_document(inserted.job), 201 if inserted.created else 200)
 
@@ -192,7 +191,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     @requires("produce")
     @configured(body=c.enqueue_batch)
     async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
-        context, allowed = request.app.state.job_context(request.scope), principal(request).queue_regex
+        context, allowed = services(request).job_context(request.scope), principal(request).queue_regex
         inserted = await service(request).enqueue_batch(queue, body.jobs, context, allowed)
         return json_response({"jobs": [job_document(i.job) for i in inserted]}, 201)
 
@@ -217,7 +216,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
             client=client_identity(request),
             still_authorized=request.scope["state"].get("recheck"),
         )
-        if (tracing := request.app.state.tracing) is not None:
+        if (tracing := services(request).tracing) is not None:
             tracing.link_jobs(claimed.jobs)
         return json_response(
             {
@@ -360,12 +359,6 @@ def add_routes(router: FastAPI, c: Contract) -> None:
             still_authorized=request.scope["state"].get("recheck"),
         )
         return json_response(job_document(job))
-
-    @router.get(
-        "/healthz", operation_id="healthz", summary="The process is alive", tags=["health"], response_model=Health
-    )
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
 
 
 def _allowed_methods(routes: list[BaseRoute], scope: Any) -> list[str]:

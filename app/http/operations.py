@@ -11,13 +11,14 @@ from pydantic import BaseModel
 
 from app.auth.policy import principal, requires
 from app.core.operations import OpsService
+from app.db.rows import Status
 from app.errors import Forbidden, ValidationFailed
 from app.http.documents import config_document, job_document
 from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
 from app.models.flow import QueueConfig, QueueConfigPatch
-from app.models.jobs import Job, Status
+from app.models.jobs import Job
 from app.models.operations import (
     CancelRequest,
     JobPage,
@@ -27,6 +28,7 @@ from app.models.operations import (
     RedriveRequest,
     RedriveResult,
 )
+from app.services import services
 
 _ADMIN_WRITE = (400, 401, 403, 413, 415, 422, 503)
 _CANCEL_409 = "`invalid-state`: the job is finished (completed, failed or cancelled) and cannot be cancelled."
@@ -34,8 +36,7 @@ _RETRY_409 = "`invalid-state`: only failed or cancelled jobs can be retried."
 
 
 def ops(request: Request) -> OpsService:
-    svc: OpsService = request.app.state.ops
-    return svc
+    return services(request).ops
 
 
 async def _not_null(request: Request, body: BaseModel | None) -> None:
@@ -224,5 +225,5 @@ def add_operator_routes(api: FastAPI) -> None:
     async def metrics(request: Request) -> Response:
         if principal(request).queue_regex is not None:
             raise Forbidden("/metrics covers every queue: use a metrics key, or an admin key not limited to some.")
-        registry = request.app.state.metrics.exposition_registry()
+        registry = services(request).metrics.exposition_registry()
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -14,6 +14,7 @@ from app.http.jobs import _problems
 from app.http.responses import json_response
 from app.models.jobs import QUEUE_PATTERN
 from app.models.schedules import Schedule, ScheduleList, ScheduleRequest
+from app.services import services
 
 ScheduleName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="The schedule's name: `[A-Za-z0-9_.:-]{1,128}`.")]
 
@@ -28,8 +29,7 @@ _PUT = (
 
 
 def schedules(request: Request) -> ScheduleService:
-    svc: ScheduleService = request.app.state.schedules
-    return svc
+    return services(request).schedules
 
 
 def add_schedule_routes(api: FastAPI) -> None:

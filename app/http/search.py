@@ -10,6 +10,7 @@ from app.http.documents import job_document
 from app.http.jobs import _problems
 from app.http.responses import json_response
 from app.models.search import BULK_MAX_JOBS, BulkRequest, BulkResult, SearchRequest, SearchResult
+from app.services import services
 
 _WRITE = (400, 401, 403, 413, 415, 422, 503)
 
@@ -33,8 +34,7 @@ BULK_DESCRIPTION = (
 
 
 def searcher(request: Request) -> SearchService:
-    svc: SearchService = request.app.state.search
-    return svc
+    return services(request).search
 
 
 def add_search_routes(api: FastAPI) -> None:

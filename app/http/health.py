@@ -1,0 +1,41 @@
+"""Health checks: /healthz (the process answers) and /readyz (the database is reachable, the schema current)."""
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+from app.db import migrate
+from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
+from app.http.jobs import _problems
+from app.http.responses import json_response, problem_response
+from app.models.jobs import Health, Readiness
+from app.services import services
+
+READY_TIMEOUT_SECONDS = 1.0  # /readyz answers within about this, database up or not
+
+
+def add_health_routes(api: FastAPI) -> None:
+    @api.get("/healthz", operation_id="healthz", summary="The process is alive", tags=["health"], response_model=Health)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @api.get(
+        "/readyz",
+        operation_id="readyz",
+        summary="Database reachable, schema current",
+        tags=["health"],
+        response_model=Readiness,
+        responses=_problems(503),
+    )
+    async def readyz(request: Request) -> Any:
+        parts = services(request)
+        if parts.dispatcher.closing:
+            return problem_response(ShuttingDown(), "/readyz")  # a load balancer stops sending work here
+        try:
+            async with parts.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:
+                current = await migrate.schema_is_current(conn)
+        except DatabaseUnavailable as exc:
+            return problem_response(exc, "/readyz")
+        if not current:
+            return problem_response(NotReady(), "/readyz")
+        return json_response({"status": "ready"})
