@@ -434,7 +434,7 @@ class JobService:
         assert job is not None
         if done.changed:
             # A retry asked for now is claimable at once; one after a backoff only frees the slot.
-            due = job.status != "pending" or req.retry_in_seconds == 0
+            due = job.status != PENDING or req.retry_in_seconds == 0
             self.effects.apply(_moved(Path.FAIL, job, RUNNING, job.status if due else SCHEDULED))
         return job
 
