@@ -25,6 +25,7 @@ from starlette.requests import Request
 from app.auth.exposure import is_loopback
 from app.auth.keyring import KeyRing
 from app.core.dispatcher import ClaimDispatcher
+from app.core.effects import Effects
 from app.core.flow import QueueConfigs
 from app.core.history import HistoryService
 from app.core.jobs import JobService
@@ -141,18 +142,19 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     keys = KeyRing(db, settings.auth_cache_seconds, settings.api_key.get_secret_value() if settings.api_key else None)
     wakeups = Wakeups(db, settings.notify_min_interval_ms)
     configs = QueueConfigs(settings, db)
-    dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs)
+    effects = Effects(wakeups, metrics, configs)  # what every write path's moves set off (app/core/effects.py)
+    dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs, effects)
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
-    jobs = JobService(settings, db, dispatcher, wakeups, metrics, results, configs)
-    scheduler = Scheduler(settings, db, metrics, wakeups)
+    jobs = JobService(settings, db, dispatcher, effects, results, configs)
+    scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(
         [
             WakeupListener(url, wakeups, keys, configs),
             FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
-            LeaseRescuer(settings, db, metrics, wakeups),
+            LeaseRescuer(settings, db, metrics, effects),
             scheduler,
-            Retention(settings, db, metrics),
+            Retention(settings, db, metrics, effects),
             Vacuum(settings, db, metrics),
             Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds),
             BacklogSampler(db, metrics),
@@ -169,9 +171,9 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         dispatcher=dispatcher,
         results=results,
         jobs=jobs,
-        ops=OpsService(settings, db, metrics, wakeups, configs),
+        ops=OpsService(settings, db, effects, wakeups, configs),
         history=HistoryService(db),
-        search=SearchService(settings, db, metrics, wakeups, configs),
+        search=SearchService(settings, db, effects),
         schedules=ScheduleService(settings, db, scheduler.poke),
         maintenance=maintenance,
         metrics=metrics,

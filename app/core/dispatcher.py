@@ -15,7 +15,7 @@ A queue with limits (app/core/flow.py, docs/flow-control.md) is claimed by app/d
 instead, chosen by the process's cached configuration; the plain claim refuses a queue whose limits this
 process has not heard of yet, and the line then claims again under them. Tickets held back by a limit
 stay parked until a slot frees up (completes, fails, releases, cancels and rescues of a limited queue
-go through the wake-up seam) or, for a full rate window, until the moment it lets the next claim through.
+go through app/core/effects.py) or, for a full rate window, until the moment it lets the next claim through.
 
 Waiting is shared fairly: a process holds at most JOBQ_MAX_WAITERS parked requests, and one client (an API
 key; with auth off, a client address) at most JOBQ_MAX_WAITERS_PER_CLIENT of them, so one key's fleet
@@ -34,6 +34,7 @@ import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from app.core.effects import PENDING, RUNNING, Effects, Moves, Path
 from app.core.flow import QueueConfigs
 from app.core.wakeups import Wakeups
 from app.db import claim as store_claim
@@ -193,7 +194,10 @@ class _QueueClaims:
                 rows = result.rows
                 self.owner.metrics.count("empty_claims", self.queue, len(batch) if result.ready_left_behind else 0)
             claimed = self._hand_out(batch, rows)
-            self.owner.metrics.count("claimed", self.queue, claimed)
+            if claimed:
+                moves = Moves(Path.CLAIM)
+                moves.add(self.queue, PENDING, RUNNING, n=claimed)
+                self.owner.effects.apply(moves)
             if held:
                 short = sum(1 for t, got in zip(batch, rows, strict=True) if len(got) < t.slot.limit)
                 for limit in held:
@@ -246,13 +250,20 @@ class _QueueClaims:
 
 class ClaimDispatcher:
     def __init__(
-        self, settings: Settings, db: Database, wakeups: Wakeups, metrics: Metrics, configs: QueueConfigs
+        self,
+        settings: Settings,
+        db: Database,
+        wakeups: Wakeups,
+        metrics: Metrics,
+        configs: QueueConfigs,
+        effects: Effects,
     ) -> None:
         self.settings = settings
         self.configs = configs  # which statement claims for a queue: with or without limits
         self.db = db
         self.wakeups = wakeups  # announces this process's waiters to the others
-        self.metrics = metrics
+        self.metrics = metrics  # claims held back or answered empty: not moves of any job
+        self.effects = effects
         self.max_rows = max(settings.max_claim_limit, 1000)
         self.cap = WaiterCap(settings.waiter_cap, settings.waiter_cap_per_client)
         self.parked = 0  # claims parked here (each holds one place of `cap`)
@@ -395,8 +406,12 @@ class ClaimDispatcher:
             async with self.db.connection() as conn:
                 await store.jobs_release(conn, rows)
             log.info("released %d job(s) claimed for a request that went away", len(rows))
-            # Claimable again, and under a concurrency limit their slots are free: waiting claims may take them.
-            self.wakeups.jobs_available({r.queue for r in rows})
+            # The rows it meant to hand back: one whose lease lapsed meanwhile moved nothing, and costs one
+            # wake-up too many, no count.
+            moves = Moves(Path.HAND_BACK)
+            for r in rows:
+                moves.add(r.queue, RUNNING, PENDING)
+            self.effects.apply(moves)
         except Exception:
             # The lease will lapse and the sweeper will return them; nothing is lost.
             log.warning("could not release %d unanswered claim(s); the sweeper will", len(rows))

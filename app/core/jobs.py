@@ -5,16 +5,19 @@ errors. Answers are rows (app/db/rows.py); the HTTP layer turns them into docume
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import compress
+from operator import attrgetter, gt
 from typing import Any
 
 from app.core.coalesce import Coalescer
 from app.core.dispatcher import ClaimDispatcher
+from app.core.effects import NEW, PENDING, RUNNING, SCHEDULED, Effects, Moves, Path
 from app.core.flow import Effective, QueueConfigs
 from app.core.results import ResultWaiters
-from app.core.wakeups import Wakeups
 from app.db import jobs as store
 from app.db.claim import ClaimSlot
 from app.db.dependencies import Parent, UnknownJobs, jobs_insert_dependent
@@ -37,7 +40,6 @@ from app.models.jobs import (
     check_json_value,
     dump_json,
 )
-from app.runtime.metrics import Metrics
 from app.settings import Settings
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -123,6 +125,45 @@ def _unknown(reqs: Sequence[EnqueueRequest], loc: list[str | int], batch: bool, 
     return invalid(loc, "unknown job ids")
 
 
+_CREATED, _JOB = attrgetter("created"), attrgetter("job")
+_QUEUE, _RUN_AT, _CREATED_AT = attrgetter("queue"), attrgetter("run_at"), attrgetter("created_at")
+_DELAY = attrgetter("delay_seconds")
+
+
+def _inserted(jobs: Sequence[NewJob], rows: Sequence[Inserted]) -> Moves:
+    """The jobs the shared insert made, all pending (an idempotency key's existing job moved nothing): due,
+    unless one asked for a time; then due when its run_at is no later than its created_at (both the
+    statement's clock). Summed in C (map, Counter): the hot path's work per job stays what it was."""
+    made = compress(map(_JOB, rows), map(_CREATED, rows))
+    moves = Moves(Path.ENQUEUE)
+    if any(map(_RUN_AT, jobs)) or any(map(_DELAY, jobs)):
+        timed = list(made)
+        later = map(gt, map(_RUN_AT, timed), map(_CREATED_AT, timed))
+        for (queue, scheduled), n in Counter(zip(map(_QUEUE, timed), later, strict=True)).items():
+            moves.add(queue, NEW, SCHEDULED if scheduled else PENDING, n)
+    else:
+        for queue, n in Counter(map(_QUEUE, made)).items():
+            moves.add(queue, NEW, PENDING, n)
+    return moves
+
+
+def _inserted_dependent(rows: Sequence[Inserted]) -> Moves:
+    """The jobs a dependent insert made: pending (due or not), waiting, or cancelled at once."""
+    moves = Moves(Path.ENQUEUE_DEPENDENT)
+    for r in rows:
+        if r.created:
+            job = r.job
+            to = SCHEDULED if job.status == PENDING and job.run_at > job.created_at else job.status
+            moves.add_jobs(job.queue, NEW, to, (job.id,))
+    return moves
+
+
+def _moved(path: Path, job: JobRow, frm: str, to: str) -> Moves:
+    moves = Moves(path)
+    moves.add_jobs(job.queue, frm, to, (job.id,))
+    return moves
+
+
 @dataclass(slots=True, frozen=True)
 class Renewal:
     """A heartbeat's answer (app/models/jobs.py HeartbeatResponse)."""
@@ -155,8 +196,7 @@ class JobService:
         settings: Settings,
         db: Database,
         dispatcher: ClaimDispatcher,
-        wakeups: Wakeups,
-        metrics: Metrics,
+        effects: Effects,
         results: ResultWaiters,
         configs: QueueConfigs,
     ) -> None:
@@ -164,8 +204,7 @@ class JobService:
         self.configs = configs
         self.db = db
         self.dispatcher = dispatcher
-        self.wakeups = wakeups
-        self.metrics = metrics
+        self.effects = effects
         self.results = results
         # Group commit for the hot writes (see app/core/coalesce.py). An item is one request's rows, so a
         # batch stays all-or-nothing (enqueue) and in order even when it shares a statement.
@@ -237,8 +276,7 @@ class JobService:
         flat = [job for jobs in requests for job in jobs]
         async with self.db.connection() as conn:
             rows = await store.jobs_insert(conn, flat)
-        self.wakeups.jobs_available({job.queue for job in flat})
-        self.metrics.count_many("enqueued", (r.job.queue for r in rows if r.created))
+        self.effects.apply(_inserted(flat, rows))
         out, at = [], 0
         for jobs in requests:
             out.append(rows[at : at + len(jobs)])
@@ -284,11 +322,7 @@ class JobService:
                 rows = await jobs_insert_dependent(conn, jobs, parents, policies, allowed)
         except UnknownJobs as exc:
             raise _unknown(reqs, loc, batch, set(exc.ids)) from None
-        ready = {r.job.queue for r in rows if r.created and r.job.status == "pending"}
-        if ready:
-            self.wakeups.jobs_available(ready)
-        self.metrics.count_many("enqueued", (r.job.queue for r in rows if r.created))
-        self.metrics.count_many("cancelled", (r.job.queue for r in rows if r.created and r.job.status == "cancelled"))
+        self.effects.apply(_inserted_dependent(rows))
         return rows
 
     # -- workers ------------------------------------------------------------------------------------------------
@@ -342,32 +376,24 @@ class JobService:
         flat = [item for items in requests for item in items]
         async with self.db.connection() as conn:
             done = await store.jobs_complete(conn, flat, full=full)
-        self.wakeups.jobs_finished([d.job.id for d in done if d.changed and d.job is not None])
-        self._count_completed(done)
-        self._slots_freed({d.job.queue for d in done if d.changed and d.job is not None})
+        # One pass, as the counts before it: ids and durations per queue, then one entry per queue.
+        per_queue: dict[str, tuple[list[int], list[float]]] = {}
+        for d in done:
+            job = d.job
+            if d.changed and job is not None and job.finished_at and job.claimed_at:
+                if (entry := per_queue.get(job.queue)) is None:
+                    entry = per_queue[job.queue] = ([], [])
+                entry[0].append(job.id)
+                entry[1].append((job.finished_at - job.claimed_at).total_seconds() * 1000)
+        moves = Moves(Path.COMPLETE)
+        for queue, (ids, durations) in per_queue.items():
+            moves.completed(queue, ids, durations)
+        self.effects.apply(moves)
         out, at = [], 0
         for items in requests:
             out.append(done[at : at + len(items)])
             at += len(items)
         return out
-
-    def _slots_freed(self, queues: set[str]) -> None:
-        """Jobs of these queues left `running`: claims waiting on a queue with limits may proceed now (a
-        slot under its concurrency limit freed up). Queues known to have no limits gain nothing claimable, so
-        they are left alone; a queue whose configuration this process does not hold is woken (here and
-        wherever claims wait on it)."""
-        woken = [queue for queue in queues if self.configs.may_be_limited(queue)]
-        if woken:
-            self.wakeups.jobs_available(woken)
-
-    def _count_completed(self, done: Sequence[Done]) -> None:
-        per_queue: dict[str, list[float]] = {}
-        for d in done:
-            if d.changed and d.job is not None and d.job.finished_at and d.job.claimed_at:
-                duration = (d.job.finished_at - d.job.claimed_at).total_seconds() * 1000
-                per_queue.setdefault(d.job.queue, []).append(duration)
-        for queue, durations in per_queue.items():
-            self.metrics.completed(queue, durations)
 
     async def complete(self, job_id: int, req: CompleteRequest, allowed: str | None = None) -> JobRow:
         result = self._result(req.result, ["body", "result"])
@@ -407,14 +433,9 @@ class JobService:
         job = done.job
         assert job is not None
         if done.changed:
-            self.metrics.count("failed" if job.status == "failed" else "retried", job.queue)
-            if job.status == "failed":
-                self.wakeups.jobs_finished([job.id])
-                self._slots_freed({job.queue})  # failed for good: its slot is free too
-            elif job.status == "pending" and req.retry_in_seconds == 0:
-                self.wakeups.jobs_available([job.queue])  # a retry asked for now: waiting long-polls take it
-            else:
-                self._slots_freed({job.queue})
+            # A retry asked for now is claimable at once; one after a backoff only frees the slot.
+            due = job.status != PENDING or req.retry_in_seconds == 0
+            self.effects.apply(_moved(Path.FAIL, job, RUNNING, job.status if due else SCHEDULED))
         return job
 
     async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> JobRow:
@@ -427,11 +448,7 @@ class JobService:
         job = done.job
         assert job is not None
         if done.changed:
-            self.metrics.count("released", job.queue)
-            if req.delay_seconds == 0:
-                self.wakeups.jobs_available([job.queue])  # claimable now (later: the fallback poll)
-            else:
-                self._slots_freed({job.queue})
+            self.effects.apply(_moved(Path.RELEASE, job, RUNNING, PENDING if req.delay_seconds == 0 else SCHEDULED))
         return job
 
     # -- reads -------------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.cursors import BadCursor, decode_cursor, encode_cursor
+from app.core.effects import CANCELLED, FAILED, PENDING, Effects, Moves, Path
 from app.core.flow import QueueConfigs, changes_of
 from app.core.jobs import invalid, sanitise_error
 from app.core.wakeups import Wakeups
@@ -17,7 +18,7 @@ from app.db.pool import Database
 from app.db.rows import JobRow
 from app.errors import InvalidState, JobNotFound
 from app.models.flow import QueueConfigPatch
-from app.runtime.metrics import Metrics, percentile_ms
+from app.runtime.metrics import percentile_ms
 from app.settings import Settings
 
 Doc = dict[str, Any]
@@ -42,14 +43,21 @@ def _counts(ready: int, scheduled: int, running: int, completed: int, failed: in
     }
 
 
+def _moved(path: Path, job: JobRow, was: str | None, to: str) -> Moves:
+    assert was is not None  # written: the statement reports the status it found
+    moves = Moves(path)
+    moves.add_jobs(job.queue, was, to, (job.id,))
+    return moves
+
+
 class OpsService:
     def __init__(
-        self, settings: Settings, db: Database, metrics: Metrics, wakeups: Wakeups, configs: QueueConfigs
+        self, settings: Settings, db: Database, effects: Effects, wakeups: Wakeups, configs: QueueConfigs
     ) -> None:
         self.settings = settings
         self.db = db
-        self.metrics = metrics
-        self.wakeups = wakeups
+        self.effects = effects
+        self.wakeups = wakeups  # a queue resumed or reconfigured: not a move of any job
         self.configs = configs
 
     async def stats(self, queue: str, window: int | None) -> Doc:
@@ -139,10 +147,7 @@ class OpsService:
         job = found.job
         if not found.written:
             raise InvalidState(f"The job is {job.status}; only pending, waiting and running jobs can be cancelled.")
-        self.metrics.count("cancelled", job.queue)
-        self.wakeups.jobs_finished([job.id])
-        if self.configs.may_be_limited(job.queue):
-            self.wakeups.jobs_available([job.queue])  # a running job cancelled frees a slot
+        self.effects.apply(_moved(Path.CANCEL, job, found.was, CANCELLED))
         return job
 
     async def retry(self, job_id: int, allowed: str | None = None) -> JobRow:
@@ -153,7 +158,7 @@ class OpsService:
         job = found.job
         if not found.written:
             raise InvalidState(f"The job is {job.status}; only failed and cancelled jobs can be retried.")
-        self.wakeups.jobs_available([job.queue])
+        self.effects.apply(_moved(Path.RETRY, job, found.was, PENDING))
         return job
 
     async def redrive(self, queue: str, contains: str | None, dry_run: bool, limit: int | None) -> Doc:
@@ -163,7 +168,9 @@ class OpsService:
         async with self.db.connection() as conn:
             n = await store_ops.jobs_redrive(conn, queue, contains, dry_run, self.settings.sweep_batch_size, limit)
         if n and not dry_run:
-            self.wakeups.jobs_available([queue])
+            moves = Moves(Path.REDRIVE)
+            moves.add(queue, FAILED, PENDING, n=n)
+            self.effects.apply(moves)
         return {"queue": queue, "dry_run": dry_run, "jobs": n}
 
     async def set_paused(self, queue: str, paused: bool) -> Doc:

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.cursors import BadCursor, decode_cursor, encode_cursor
-from app.core.flow import QueueConfigs
+from app.core.effects import Effects, Moves, Path
 from app.core.jobs import invalid, json_text, sanitise_error
-from app.core.wakeups import Wakeups
 from app.db import operations as store_ops
 from app.db import search as store_search
 from app.db.operations import CANCELLABLE, RETRYABLE
@@ -20,7 +19,6 @@ from app.db.rows import JobRow
 from app.db.search import Criteria, Plan, SearchRow
 from app.errors import SearchTooBroad, StatementTimeout
 from app.models.search import BULK_MAX_JOBS, BulkRequest, JobFilter
-from app.runtime.metrics import Metrics
 from app.settings import Settings
 
 Doc = dict[str, Any]
@@ -36,14 +34,10 @@ class Found:
 
 
 class SearchService:
-    def __init__(
-        self, settings: Settings, db: Database, metrics: Metrics, wakeups: Wakeups, configs: QueueConfigs
-    ) -> None:
+    def __init__(self, settings: Settings, db: Database, effects: Effects) -> None:
         self.settings = settings
         self.db = db
-        self.metrics = metrics
-        self.wakeups = wakeups
-        self.configs = configs
+        self.effects = effects
 
     def criteria(self, f: JobFilter, statuses: tuple[str, ...] | None, loc: Sequence[str]) -> Criteria:
         payload = None
@@ -112,28 +106,26 @@ class SearchService:
         }
 
     async def _act(self, req: BulkRequest, ids: list[int], applies: tuple[str, ...], allowed: str | None) -> list[Doc]:
+        moves: Moves | None = None
         async with self.db.connection() as conn:
             if req.dry_run:
                 seen = {j.id: (j.status in applies, j) for j in await store_ops.jobs_get_brief(conn, ids, allowed)}
-            elif req.action == "cancel":
-                reason = sanitise_error(req.reason, self.settings.max_error_bytes) if req.reason is not None else None
-                written = await store_ops.jobs_cancel_many(conn, ids, reason, allowed)
-                seen = {w.job.id: (w.written, w.job) for w in written if w.job is not None}
             else:
-                written = await store_ops.jobs_retry_many(conn, ids, allowed)
+                if req.action == "cancel":
+                    reason = (
+                        sanitise_error(req.reason, self.settings.max_error_bytes) if req.reason is not None else None
+                    )
+                    written = await store_ops.jobs_cancel_many(conn, ids, reason, allowed)
+                    moves = Moves(Path.BULK_CANCEL)
+                else:
+                    written = await store_ops.jobs_retry_many(conn, ids, allowed)
+                    moves = Moves(Path.BULK_RETRY)
                 seen = {w.job.id: (w.written, w.job) for w in written if w.job is not None}
-        changed = [job.queue for done, job in seen.values() if done]
-        if changed and not req.dry_run:
-            if req.action == "cancel":
-                self.metrics.count_many("cancelled", changed)
-                # Requests waiting for these jobs' results (app/core/results.py), as after a single cancel.
-                self.wakeups.jobs_finished([job.id for done, job in seen.values() if done])
-                # Running jobs cancelled free slots of queues with limits, as after a single cancel.
-                limited = {q for q in changed if self.configs.may_be_limited(q)}
-                if limited:
-                    self.wakeups.jobs_available(limited)
-            else:
-                self.wakeups.jobs_available(set(changed))
+                for w in written:
+                    if w.written and w.job is not None and w.was is not None:
+                        moves.add_jobs(w.job.queue, w.was, w.job.status, (w.job.id,))
+        if moves is not None:
+            self.effects.apply(moves)
         out = []
         for job_id in ids:
             if job_id not in seen:

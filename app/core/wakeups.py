@@ -1,13 +1,12 @@
 """Wake-ups: the one seam through which "jobs may be claimable on these queues" and "these jobs have
 finished" travel, within this process and to the others.
 
-Built once per process and shared: the enqueue path, fails and releases, admin actions, the scheduler
-and the lease rescuer call `jobs_available()`; every statement that finishes jobs (complete, batch
-complete, the completes a claim carries, a fail for good, cancel, the rescuer's terminal fail) is
-followed by `jobs_finished()`; the claim dispatcher calls `waiter_parked()` when a claim starts waiting,
-and the result waiters (app/core/results.py) `job_waiter_parked()` when a request starts waiting for a
-job; the LISTEN connection (app/maintenance/listener.py) hands every message it receives to
-`received()`.
+Built once per process and shared: what a write moved decides which of `jobs_available()` and
+`jobs_finished()` it calls, in one table (app/core/effects.py; a pause lifted and a configuration changed
+call `jobs_available()` themselves: they move no job); the claim dispatcher calls `waiter_parked()` when
+a claim starts waiting, and the result waiters (app/core/results.py) `job_waiter_parked()` when a request
+starts waiting for a job; the LISTEN connection (app/maintenance/listener.py) hands every message it
+receives to `received()`.
 
 An enqueue never carries a NOTIFY in its own transaction: NOTIFY takes a cluster-wide lock at commit,
 which cost two thirds of enqueue capacity when measured on the reference machine (pgbench, 16 clients, one

@@ -18,10 +18,10 @@ from app.db.rows import (
     DatabaseHealthRow,
     GroupRow,
     JobRow,
+    Moved,
     QueueRow,
     QueueStatsRow,
     Status,
-    Written,
     outcome_rows,
     rows_of,
 )
@@ -304,7 +304,7 @@ def _job_cancel(target: str, columns: str) -> str:
     """Cancel the jobs `target` (a condition on j.id) names, returning each as changed or as found."""
     return f"""
 WITH target AS (
-  SELECT j.id FROM jobs j
+  SELECT j.id, j.status AS was FROM jobs j
   WHERE {target} AND j.status IN ('pending', 'running', 'waiting')
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
   ORDER BY j.id  -- rows locked in one order: two bulk actions never wait on each other in a cycle
@@ -317,12 +317,12 @@ WITH target AS (
   SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = coalesce(%(reason)s, j.last_error)
   FROM target t WHERE j.id = t.id
-  RETURNING {columns}
+  RETURNING t.was, {columns}
 ), counted AS ({count_finished("cancelled")}
 )
 SELECT 0 AS ord, true AS written, * FROM cancelled
 UNION ALL
-SELECT 0, false, {columns} FROM jobs j
+SELECT 0, false, NULL, {columns} FROM jobs j
 WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   AND j.id NOT IN (SELECT id FROM cancelled)
 """
@@ -345,12 +345,12 @@ WITH target AS (
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
       lease_expires_at = NULL, result = NULL
   FROM target t WHERE j.id = t.id
-  RETURNING {columns}
+  RETURNING t.status AS was, {columns}
 ), counted AS ({count_finished("target", "status", "-1")}
 )
 SELECT 0 AS ord, true AS written, * FROM retried
 UNION ALL
-SELECT 0, false, {columns} FROM jobs j
+SELECT 0, false, NULL, {columns} FROM jobs j
 WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   AND j.id NOT IN (SELECT id FROM retried)
 """
@@ -366,36 +366,36 @@ RETRYABLE = (Status.failed, Status.cancelled)
 
 async def job_cancel(
     conn: psycopg.AsyncConnection[Any], job_id: int, reason: str | None, allowed: str | None = None
-) -> Written | None:
+) -> Moved | None:
     """The outcome; None when there is no such job (or none in the caller's queues, `allowed`). Only
     pending, waiting and running jobs change."""
     return await _admin_write(conn, JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed}, CANCELLABLE)
 
 
-async def job_retry(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> Written | None:
+async def job_retry(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> Moved | None:
     return await _admin_write(conn, JOB_RETRY, {"id": job_id, "allowed": allowed}, RETRYABLE)
 
 
 async def jobs_cancel_many(
     conn: psycopg.AsyncConnection[Any], ids: Sequence[int], reason: str | None, allowed: str | None
-) -> list[Written]:
+) -> list[Moved]:
     """One outcome per job found among `ids` (payload and result left out); the others do not exist for
     the caller."""
     params = {"ids": list(ids), "reason": reason, "allowed": allowed}
     return await _admin_write_many(conn, JOB_CANCEL_MANY, params, CANCELLABLE)
 
 
-async def jobs_retry_many(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> list[Written]:
+async def jobs_retry_many(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> list[Moved]:
     return await _admin_write_many(conn, JOB_RETRY_MANY, {"ids": list(ids), "allowed": allowed}, RETRYABLE)
 
 
 async def _admin_write(
     conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], could: tuple[str, ...]
-) -> Written | None:
+) -> Moved | None:
     """The outcome of an admin action on one job (None: no such job). A refused row that still shows a
     status the action takes was read before a concurrent statement changed it (the action waited on the
     row lock, then found it changed): read it again, so that the refusal names the job's real state."""
-    cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+    cur = conn.cursor(row_factory=outcome_rows(Moved, JobRow))
     await cur.execute(query, params)
     row = await cur.fetchone()
     if row is None or row.job is None:
@@ -403,7 +403,7 @@ async def _admin_write(
     if row.written or row.job.status not in could:
         return row
     now = await job_get(conn, params["id"], params["allowed"])
-    return None if now is None else Written(0, False, now)
+    return None if now is None else Moved(0, False, None, now)
 
 
 JOBS_GET_BRIEF = f"""
@@ -422,9 +422,9 @@ async def jobs_get_brief(conn: psycopg.AsyncConnection[Any], ids: Sequence[int],
 
 async def _admin_write_many(
     conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], could: tuple[str, ...]
-) -> list[Written]:
+) -> list[Moved]:
     """The outcomes of a bulk action, each job's refusal naming its real state as in _admin_write."""
-    cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+    cur = conn.cursor(row_factory=outcome_rows(Moved, JobRow))
     await cur.execute(query, params)
     rows = [r for r in await cur.fetchall() if r.job is not None]
     stale = {r.job.id for r in rows if r.job is not None and not r.written and r.job.status in could}
@@ -437,7 +437,7 @@ async def _admin_write_many(
         if job_id not in stale:
             out.append(r)
         elif job_id in fresh:  # (gone meanwhile: deleted by retention, so not found)
-            out.append(Written(0, False, fresh[job_id]))
+            out.append(Moved(0, False, None, fresh[job_id]))
     return out
 
 

@@ -184,6 +184,17 @@ class Written(NamedTuple):
     job: JobRow | None
 
 
+class Moved(NamedTuple):
+    """The outcome of an admin action on one job (cancel, retry): as Written, with the status the job
+    had when this statement changed it (None when it did not), which says what the move sets off
+    (app/core/effects.py)."""
+
+    ord: int
+    written: bool
+    was: str | None
+    job: JobRow | None
+
+
 class Beat(NamedTuple):
     """A heartbeat's outcome: the new lease expiry when it renewed, else the job's state as found."""
 

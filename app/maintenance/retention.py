@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from app.core.effects import GONE, Effects, Moves, Path
 from app.db import flow as store_flow
 from app.db import history as store_history
 from app.db import operations as store_ops
@@ -30,11 +31,12 @@ class RetentionResult:
 class Retention(Ticking):
     name = "retention"
 
-    def __init__(self, settings: Settings, db: Database, metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, db: Database, metrics: Metrics, effects: Effects) -> None:
         # The first pass comes early, at a random point of the first interval.
         interval = settings.retention_interval_seconds
         super().__init__(interval, metrics, first_delay=interval * 0.55)
         self.db = db
+        self.effects = effects
         self.batch = settings.sweep_batch_size
         self.ages = {
             "completed": settings.retention_completed_seconds,
@@ -60,6 +62,10 @@ class Retention(Ticking):
                     async with self.db.connection() as conn:
                         n = await store_ops.jobs_delete_finished(conn, queue, status, age, self.batch, now)
                     result.deleted[status] = result.deleted.get(status, 0) + n
+                    if n:
+                        moves = Moves(Path.RETENTION)
+                        moves.add(queue, status, GONE, n=n)
+                        self.effects.apply(moves)
                     if n < self.batch:
                         break
                     await between_batches()
@@ -75,6 +81,5 @@ class Retention(Ticking):
             await store_flow.queue_claims_prune(conn)
         total = sum(result.deleted.values())
         if total:
-            self.metrics.swept.labels("deleted").inc(total)
             log.info("finished jobs deleted", extra={"deleted": result.deleted})
         return result

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from app.core.cron import CronError
+from app.core.effects import NEW, PENDING, Effects, Moves, Path
 from app.core.schedules import plan, zoned
-from app.core.wakeups import Wakeups
 from app.db import schedules as store
 from app.db.pool import Database
 from app.db.schedules import Firing
@@ -36,10 +36,10 @@ class SchedulerResult:
 class Scheduler(Ticking):
     name = "scheduler"
 
-    def __init__(self, settings: Settings, db: Database, metrics: Metrics, wakeups: Wakeups) -> None:
+    def __init__(self, settings: Settings, db: Database, metrics: Metrics, effects: Effects) -> None:
         super().__init__(settings.schedule_interval_seconds, metrics, first_delay=0.0)
         self.db = db
-        self.wakeups = wakeups
+        self.effects = effects
         self.grace = timedelta(seconds=settings.schedule_grace_seconds)
         self.max_attempts = settings.default_max_attempts
         self.due_in: float | None = None
@@ -78,12 +78,11 @@ class Scheduler(Ticking):
             if firings:
                 async with self.db.connection() as conn:
                     fired = await store.schedules_fire(conn, firings, self.max_attempts)
-                if fired:
-                    queues = [f.queue for f in fired]
-                    self.wakeups.jobs_available(set(queues))
-                    self.metrics.count_many("enqueued", queues)
-                    self.metrics.schedule_ticks.labels("enqueued").inc(len(fired))
-                    enqueued += len(fired)
+                moves = Moves(Path.SCHEDULE)
+                for f in fired:
+                    moves.add_jobs(f.queue, NEW, PENDING, (f.id,))  # due at once: a tick's job runs when made
+                self.effects.apply(moves)
+                enqueued += len(fired)
             if len(due) < BATCH:
                 break
             await between_batches()
