@@ -163,7 +163,7 @@ def test_a_flush_cancelled_while_writing_still_lands_its_counts(database_url: st
     """The service stopping cancels its statistics flush, which may be half-way: counts taken out of the
     process, the INSERT not committed. Those counts must land (or come back for the last flush), once."""
     from app.db.pool import Database
-    from app.runtime.metrics import Metrics
+    from app.observability.metrics import Metrics
     from tests.conftest import make_settings
 
     async def scenario() -> None:

@@ -129,7 +129,7 @@ class NewJob:
     delay_seconds: float | None
     max_attempts: int
     idempotency_key: str | None
-    traceparent: str | None = None  # the enqueue's W3C trace context (app/runtime/tracing.py)
+    traceparent: str | None = None  # the enqueue's W3C trace context (app/observability/tracing.py)
     group: str | None = None
 
 

@@ -18,7 +18,7 @@ from app.db import schedules as store
 from app.db.pool import Database
 from app.db.schedules import Firing
 from app.maintenance.base import Ticking, between_batches
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.scheduler")

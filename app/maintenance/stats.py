@@ -1,5 +1,5 @@
 """Statistics flush: this process's per-minute event counts go to queue_stats about once a second, so
-that every replica's /queues/{queue}/stats agrees (app/runtime/metrics.py counts them). A failed flush
+that every replica's /queues/{queue}/stats agrees (app/observability/metrics.py counts them). A failed flush
 keeps the counts for the next one; the last flush happens when the service stops."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import contextlib
 from app.db.operations import stats_writer
 from app.db.pool import Database
 from app.maintenance.base import Ticking
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 
 
 class StatsFlush(Ticking):

@@ -54,7 +54,8 @@ def _stop_before_serving(_sig: int, _frame: FrameType | None) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.db import migrate
-    from app.runtime import logs, server
+    from app.observability import logs
+    from app.runtime import server
 
     settings = _settings()
     log_format = logs.resolve_format(settings.log_format)
