@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 
-from app.auth.policy import queue_allowed
 from app.db.rows import rows_of
+from app.db.scope import queue_allowed
 from app.observability.metrics import DURATION_BOUNDS_MS
 
 MINUTES_KEEP_SECONDS = 86_400  # minute rows older than this (rounded down to the hour) become hour rows

@@ -11,7 +11,6 @@ from typing import Any
 
 import psycopg
 
-from app.auth.policy import queue_allowed
 from app.db.jobs import JOB_COLUMNS, RUNNING_C, as_json, count_finished, job_columns, job_get
 from app.db.pool import Database
 from app.db.rows import (
@@ -26,6 +25,7 @@ from app.db.rows import (
     outcome_rows,
     rows_of,
 )
+from app.db.scope import queue_allowed
 
 # --- statistics -------------------------------------------------------------------------------------------
 

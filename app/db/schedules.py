@@ -16,9 +16,9 @@ from typing import Any
 
 import psycopg
 
-from app.auth.policy import queue_allowed
 from app.db.jobs import as_json
 from app.db.rows import DueSchedule, Fired, ScheduleRow, outcome_rows, rows_of
+from app.db.scope import queue_allowed
 
 SCHEDULE_COLUMNS = """
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
