@@ -95,6 +95,12 @@ def create_app(settings: Settings | None = None, *, tracer_provider: Any = None)
     return JobqApp(api, settings, telemetry, docs_paths)
 
 
+def published_document() -> dict[str, Any]:
+    """The contract committed as openapi/openapi.json: the default configuration's document. Here, not in
+    app/http/openapi.py, because it builds the whole application (and http/ must not import main)."""
+    return create_app(Settings.defaults(database_url="postgresql://unused")).api.openapi()
+
+
 def _fastapi_telemetry_off() -> dict[str, Any]:
     """FastAPI's own OpenTelemetry spans and metrics (in versions that have them), off: jobq makes the request
     span itself, in its outermost layer, for both HTTP paths (FastAPI sees only the cold routes), and reports

@@ -279,7 +279,7 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 
 
 def cmd_openapi(args: argparse.Namespace) -> int:
-    from app.http.openapi import published_document
+    from app.main import published_document
 
     doc = published_document()
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
