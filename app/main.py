@@ -29,9 +29,9 @@ from app.http.search import add_search_routes
 from app.models.jobs import build_contract
 from app.observability.clients import ClientAddress
 from app.observability.logs import Observability
-from app.runtime.signals import drain_on_stop_signal
 from app.services import Services, Telemetry, build_services, build_telemetry, services_of
 from app.settings import Settings
+from app.signals import drain_on_stop_signal
 
 log = logging.getLogger("jobq")
 
