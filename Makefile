@@ -72,10 +72,11 @@ test: $(STAMP) $(NODE_STAMPS)  ## run the test suite against a real PostgreSQL (
 check: lint            ## the fast lane (lint, the unit tests and a test or two of each part; under 2 minutes): see CHECK_TESTS
 	$(BIN)/python -m pytest -q $(CHECK_TESTS) $(ARGS)
 
-lint: $(STAMP) $(NODE_STAMPS)  ## ruff (lint + format check), mypy strict (the service and the Python SDK), tsc strict (the TypeScript SDK)
+lint: $(STAMP) $(NODE_STAMPS)  ## ruff (lint + format check), mypy strict (the service and the Python SDK), the layer contracts (lint-imports), tsc strict (the TypeScript SDK)
 	$(BIN)/ruff check app tests bench clients
 	$(BIN)/ruff format --check app tests bench clients
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	cd clients/python && $(abspath $(BIN))/mypy
 	$(if $(NPM),cd $(SDK_TS) && npm run --silent typecheck)
 

@@ -27,11 +27,11 @@ from app.http.operations import add_operator_routes
 from app.http.schedules import add_schedule_routes
 from app.http.search import add_search_routes
 from app.models.jobs import build_contract
-from app.runtime.clients import ClientAddress
-from app.runtime.logs import Observability
-from app.runtime.signals import drain_on_stop_signal
+from app.observability.clients import ClientAddress
+from app.observability.logs import Observability
 from app.services import Services, Telemetry, build_services, build_telemetry, services_of
 from app.settings import Settings
+from app.signals import drain_on_stop_signal
 
 log = logging.getLogger("jobq")
 
@@ -64,7 +64,7 @@ class JobqApp:
 
 
 def create_app(settings: Settings | None = None, *, tracer_provider: Any = None) -> JobqApp:
-    """The application. Tracing follows the OTEL_* variables (app/runtime/tracing.py), or goes through
+    """The application. Tracing follows the OTEL_* variables (app/observability/tracing.py), or goes through
     `tracer_provider` when one is given (an OpenTelemetry SDK TracerProvider: tests, embedding)."""
     settings = settings or Settings()
     telemetry = build_telemetry(settings, tracer_provider)
@@ -93,6 +93,12 @@ def create_app(settings: Settings | None = None, *, tracer_provider: Any = None)
     install_error_handlers(api)
     customise_openapi(api, settings)
     return JobqApp(api, settings, telemetry, docs_paths)
+
+
+def published_document() -> dict[str, Any]:
+    """The contract committed as openapi/openapi.json: the default configuration's document. Here, not in
+    app/http/openapi.py, because it builds the whole application (and http/ must not import main)."""
+    return create_app(Settings.defaults(database_url="postgresql://unused")).api.openapi()
 
 
 def _fastapi_telemetry_off() -> dict[str, Any]:

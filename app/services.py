@@ -48,11 +48,11 @@ from app.maintenance.samples import BacklogSampler
 from app.maintenance.scheduler import Scheduler
 from app.maintenance.stats import StatsFlush
 from app.maintenance.vacuum import Vacuum
-from app.runtime.logs import AccessLog, resolve_format
-from app.runtime.metrics import Metrics
-from app.runtime.tracing import TraceContext, Tracing, incoming_traceparent
-from app.runtime.tracing import from_environment as tracing_from_environment
-from app.runtime.tracing import provided as tracing_with
+from app.observability.logs import AccessLog, resolve_format
+from app.observability.metrics import Metrics
+from app.observability.tracing import TraceContext, Tracing, incoming_traceparent
+from app.observability.tracing import from_environment as tracing_from_environment
+from app.observability.tracing import provided as tracing_with
 from app.settings import Settings
 
 log = logging.getLogger("jobq")
@@ -67,7 +67,7 @@ class Telemetry:
     metrics: Metrics
     access_log: AccessLog
     tracing: Tracing | None
-    job_context: TraceContext  # the trace context an enqueue stores with its jobs (app/runtime/tracing.py)
+    job_context: TraceContext  # the trace context an enqueue stores with its jobs (app/observability/tracing.py)
 
 
 def build_telemetry(settings: Settings, tracer_provider: Any = None) -> Telemetry:

@@ -21,9 +21,9 @@ CREATE TABLE queue_counts (
 ) WITH (fillfactor = 50);  -- room for HOT updates: n is not indexed
 
 -- Per-queue, per-minute event statistics, flushed by every API process about once a second from its
--- own counters (app/runtime/metrics.py). Windowed figures in /queues/{queue}/stats sum these rows, so every
+-- own counters (app/observability/metrics.py). Windowed figures in /queues/{queue}/stats sum these rows, so every
 -- replica answers the same. durations_ms holds a histogram of claim-to-completion times over
--- app/runtime/metrics.py's bucket bounds.
+-- app/observability/metrics.py's bucket bounds.
 CREATE TABLE queue_stats (
   queue_name      text        NOT NULL,
   minute          timestamptz NOT NULL,

@@ -76,7 +76,7 @@ CREATE INDEX queue_claims_queue_idx ON queue_claims (queue_name, claimed_at);
 CREATE INDEX queue_claims_group_idx ON queue_claims (queue_name, group_key, claimed_at) WHERE group_key IS NOT NULL;
 ALTER TABLE queue_claims SET (autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0.05);
 
--- --- claims held back by each limit, per queue and minute (app/runtime/metrics.py) --------------------------
+-- --- claims held back by each limit, per queue and minute (app/observability/metrics.py) --------------------------
 ALTER TABLE queue_stats
   ADD COLUMN held_concurrency       bigint NOT NULL DEFAULT 0,
   ADD COLUMN held_rate              bigint NOT NULL DEFAULT 0,

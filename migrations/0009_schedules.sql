@@ -5,7 +5,7 @@
 CREATE TABLE schedules (
   name         text        PRIMARY KEY CHECK (name ~ '^[A-Za-z0-9_.:-]{1,128}$'),
   queue_name   text        NOT NULL CHECK (queue_name ~ '^[A-Za-z0-9_.:-]{1,128}$'),
-  cron         text        NOT NULL,                   -- parsed by app/core/cron.py, checked on the way in
+  cron         text        NOT NULL,                   -- parsed by app/cron.py, checked on the way in
   timezone     text        NOT NULL,                   -- IANA name
   -- The job each tick enqueues. NULL priority and max_attempts: the defaults when the job is made.
   payload      jsonb       NOT NULL,

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from app.core.wakeups import CHANNEL
+from app.db.channels import CHANNEL
 from app.runtime.embedded import free_port
 
 JOBQ = str(Path(sys.executable).with_name("jobq"))  # the console script `pip install` made

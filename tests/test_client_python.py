@@ -49,7 +49,7 @@ from jobq_client import (
 )
 from jobq_client.errors import InvalidState, error_from_response
 
-from app.http.openapi import published_document
+from app.main import published_document
 from tests.conftest import make_settings
 from tests.support import LiveServer, TcpProxy, wait_until
 

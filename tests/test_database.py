@@ -14,6 +14,7 @@ from psycopg import sql
 from app.auth.keys import new_key
 from app.db import keys as store_keys
 from app.db.migrate import MigrationError, load_migrations, migrate, statements
+from app.db.operations import stats_writer
 from app.runtime.cli import main as jobq
 from tests.conftest import _with_db, make_settings
 from tests.support import LiveServer, TcpProxy, problem
@@ -170,7 +171,7 @@ def test_released_stats_migrate_a_database_that_has_stats(  # type: ignore[no-un
     claim = server.claim_one()
     body = {"claim_token": claim["claim_token"]}
     assert server.client.post(f"/jobs/{job['id']}/release", json=body).status_code == 200
-    server.run(lambda: server.services.metrics.flush(server.services.db))
+    server.run(lambda: server.services.metrics.flush(stats_writer(server.services.db)))
     w = server.client.get("/queues/q/stats").json()["window"]
     assert (w["enqueued"], w["claimed"], w["completed"], w["retries"], w["released"]) == (6, 5, 3, 1, 1)
 

@@ -27,7 +27,7 @@ from app.core.effects import (
     WAITING,
     Path,
 )
-from app.runtime.metrics import EVENTS
+from app.observability.metrics import EVENTS
 from tests.support import LiveServer, record_finishes, record_messages, record_wakeups, settle_long_poll, wait_until
 from tests.test_results import Waiting, parked
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from app.db.history import HOURS_KEEP_SECONDS
-from app.runtime.metrics import DURATION_BOUNDS_MS, percentile_ms
+from app.observability.metrics import DURATION_BOUNDS_MS, percentile_ms
 from tests.support import LiveServer, problem
 from tests.test_operations import complete, fail, flush
 from tests.test_security import as_key, create_key

@@ -10,7 +10,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator
 
-from app.http.openapi import published_document
+from app.main import published_document
 from tests.support import LiveServer
 
 COMMITTED = Path(__file__).parent.parent / "openapi" / "openapi.json"

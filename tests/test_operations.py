@@ -29,7 +29,7 @@ def post(server: LiveServer, path: str, body: dict[str, Any] | None = None) -> h
 
 def flush(server: LiveServer) -> None:
     """Push this process's per-minute counts to the database now (normally once a second)."""
-    server.run(lambda: server.services.metrics.flush(server.services.db))
+    server.run(lambda: server.services.metrics.flush(store_ops.stats_writer(server.services.db)))
 
 
 def stats(server: LiveServer, queue: str = "q", **params: Any) -> dict[str, Any]:
@@ -163,7 +163,7 @@ def test_a_flush_cancelled_while_writing_still_lands_its_counts(database_url: st
     """The service stopping cancels its statistics flush, which may be half-way: counts taken out of the
     process, the INSERT not committed. Those counts must land (or come back for the last flush), once."""
     from app.db.pool import Database
-    from app.runtime.metrics import Metrics
+    from app.observability.metrics import Metrics
     from tests.conftest import make_settings
 
     async def scenario() -> None:
@@ -173,7 +173,7 @@ def test_a_flush_cancelled_while_writing_still_lands_its_counts(database_url: st
         metrics.count("enqueued", "q", 5)
         locker = await psycopg.AsyncConnection.connect(database_url)  # a transaction that holds the table
         await locker.execute("LOCK TABLE queue_stats IN ACCESS EXCLUSIVE MODE")
-        flushing = asyncio.ensure_future(metrics.flush(database))
+        flushing = asyncio.ensure_future(metrics.flush(store_ops.stats_writer(database)))
         while not db.execute(
             "SELECT count(*) FROM pg_locks WHERE relation = 'queue_stats'::regclass AND NOT granted"
         ).fetchone()[0]:  # type: ignore[index]
@@ -183,7 +183,8 @@ def test_a_flush_cancelled_while_writing_still_lands_its_counts(database_url: st
             await flushing
         metrics.count("enqueued", "q", 2)  # counted after the cancelled flush took its counts
         await locker.commit()
-        await metrics.flush(database)  # the last flush, at stop: after the cancelled one's statement
+        # The last flush, at stop: after the cancelled one's statement.
+        await metrics.flush(store_ops.stats_writer(database))
         await locker.close()
         await database.close()
 

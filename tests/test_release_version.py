@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import app
-from app.http.openapi import published_document
+from app.main import published_document
 from app.runtime.cli import build_parser
 from tests.support import LiveServer
 

@@ -657,7 +657,7 @@ def test_tokens_keys_payloads_and_results_stay_out_of_logs_and_errors(
 
 
 def test_the_documented_401_and_403_are_what_the_service_answers(secured: LiveServer, db: psycopg.Connection) -> None:
-    from app.http.openapi import published_document
+    from app.main import published_document
 
     responses = published_document()["paths"]["/queues/{queue}/claim"]["post"]["responses"]
     fields = ("type", "title", "status", "detail")

@@ -10,7 +10,7 @@ from app.auth.exposure import Exposure
 from app.auth.keys import bearer_token
 from app.auth.policy import OPEN, Principal
 from app.errors import AppError, Unauthorized
-from app.http.responses import problem_response
+from app.problems import problem_response
 
 Authenticator = Callable[[str], Awaitable[Principal | None]]
 # Asks again whether the request's key is still valid (a long-poll before it hands out jobs).

@@ -21,10 +21,10 @@ a route with a {queue} path parameter refuses other queues with 403. A key holdi
 /metrics covers every queue (the CLI and the schema refuse such a key).
 
 Routes addressed by job id do not know the queue before the database does, and must not read the job
-first: they pass `who.queue_regex` (None: every queue) into the guarded SQL through `queue_allowed()`,
-and report a job outside it exactly like a missing one (404 job-not-found), so that a key learns nothing
-about queues it cannot see. Listings across queues filter the same way in SQL, or row by row with
-`who.allows(queue)`.
+first: they pass `who.queue_regex` (None: every queue) into the guarded SQL (`queue_allowed()`,
+app/db/scope.py), and report a job outside it exactly like a missing one (404 job-not-found), so that a
+key learns nothing about queues it cannot see. Listings across queues filter the same way in SQL, or row
+by row with `who.allows(queue)`.
 
 Authentication itself happens before any route, in the Authenticate ASGI layer
 (app/auth/middleware.py, the outermost one, so a request without a valid key is refused before its body
@@ -165,9 +165,3 @@ def declared_scope(endpoint: Callable[..., Any]) -> tuple[bool, KeyScope | None]
     if not hasattr(endpoint, SCOPE_ATTRIBUTE):
         return False, None
     return True, getattr(endpoint, SCOPE_ATTRIBUTE)
-
-
-def queue_allowed(column: str, allowed: str) -> str:
-    """The SQL predicate "the caller may see this job's queue": `allowed` is an SQL expression holding the
-    caller's anchored queue regex (Principal.queue_regex), NULL for every queue."""
-    return f"({allowed} IS NULL OR {column} ~ {allowed})"

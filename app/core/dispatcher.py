@@ -43,7 +43,7 @@ from app.db.claim import ClaimSlot
 from app.db.pool import Database
 from app.db.rows import ClaimRow
 from app.errors import AppError, DatabaseUnavailable, TooManyWaiters, Unauthorized
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.claims")

@@ -16,7 +16,7 @@ What a row sets off:
     the queue may have limits (app/core/flow.py QueueConfigs.may_be_limited: a limited configuration, or
     one this process does not hold); "none".
   * results: the job reached a final status: wake the requests waiting for its result (app/core/results.py).
-  * paths: the write paths that make this move, and what each counts per job (app/runtime/metrics.py
+  * paths: the write paths that make this move, and what each counts per job (app/observability/metrics.py
     EVENTS; "swept_<action>" is jobq_sweeper_rows_total, "ticks_enqueued" jobq_schedule_ticks_total).
     The same move counts differently by cause: a running job back to pending is a retry, a release, a
     lapsed lease or a hand-back of a claim nobody received. A path that reports a move its row does not
@@ -42,7 +42,7 @@ from typing import Literal
 from app.core.flow import QueueConfigs
 from app.core.wakeups import Wakeups
 from app.db.rows import Status
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 
 # The schema's statuses (app/db/rows.py Status; a StrEnum member is its string), and the three states only
 # this table knows.

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from app.db import history as store_history
 from app.db.history import BucketRow
 from app.db.pool import Database
-from app.runtime.metrics import percentile_ms
+from app.observability.metrics import percentile_ms
 
 Doc = dict[str, Any]
 RangeName = Literal["hour", "day", "week"]

@@ -18,7 +18,7 @@ from app.db.pool import Database
 from app.db.rows import JobRow
 from app.errors import InvalidState, JobNotFound
 from app.models.flow import QueueConfigPatch
-from app.runtime.metrics import percentile_ms
+from app.observability.metrics import percentile_ms
 from app.settings import Settings
 
 Doc = dict[str, Any]

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import lru_cache
 
-from app.core.cron import ZonedCron
 from app.core.jobs import json_text
+from app.cron import ZonedCron
 from app.db import schedules as store
 from app.db.pool import Database
 from app.db.rows import ScheduleRow

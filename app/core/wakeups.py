@@ -26,10 +26,11 @@ announced under the name "#<id>" (no queue name holds "#"), and a finish sends a
 process that announced it. So a finished job costs a NOTIFY only when a request on another process is
 waiting for exactly that job.
 
-Messages on CHANNEL: "<sender> w q1 q2 ... #id ..." jobs arrived on queues q1, q2, job id finished;
-"<sender> p q1 ... #id ..." I have waiters on these; "<sender> h" I (re)started listening, tell me your
-presence; "keys k" API keys changed (sent by the SQL that changes them, app/db/keys.py) and "config
-<queue>" a queue's configuration changed (app/db/flow.py), both handled by the listener.
+Messages on CHANNEL (its names: app/db/channels.py): "<sender> w q1 q2 ... #id ..." jobs arrived on
+queues q1, q2, job id finished; "<sender> p q1 ... #id ..." I have waiters on these; "<sender> h" I
+(re)started listening, tell me your presence; "keys k" API keys changed (sent by the SQL that changes
+them, app/db/keys.py) and "config <queue>" a queue's configuration changed (app/db/flow.py), both
+handled by the listener.
 
 One sender is not a process: "db", the trigger that releases jobs waiting for the job a statement finished
 (migrations/0010_dependencies.sql, 0015_release_per_statement.sql). Its "db w q1 ... #id ..." names the
@@ -46,17 +47,14 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Protocol, TypeVar
 
+from app.db.channels import CHANNEL, JOB
 from app.db.pool import Database
 
 log = logging.getLogger("jobq.wakeup")
 
-CHANNEL = "jobq_wakeup"
 PRESENCE_TTL = 6.0  # seconds a presence announcement counts for
 RENEW_INTERVAL = PRESENCE_TTL / 3
 _MAX_PAYLOAD = 7900  # PostgreSQL's NOTIFY payload limit is 8000 bytes
-KEYS_CHANGED = "keys k"
-CONFIG_CHANGED = "config"  # + " <queue>"
-JOB = "#"  # the name of a job in presence and wake-up messages is "#<id>"
 
 
 class LocalWaiters(Protocol):

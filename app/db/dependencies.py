@@ -27,9 +27,9 @@ from typing import Any
 
 import psycopg
 
-from app.auth.policy import queue_allowed
 from app.db.jobs import JOB_COLUMNS, NewJob, as_json, count_finished, jobs_insert
 from app.db.rows import FINISHED, Inserted, JobRow, Status, rows_of
+from app.db.scope import queue_allowed
 
 
 @dataclass(slots=True, frozen=True)

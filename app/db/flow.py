@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from app.core.wakeups import CHANNEL, CONFIG_CHANGED
+from app.db.channels import CHANNEL, CONFIG_CHANGED
 from app.db.rows import rows_of
 
 # --- configuration ------------------------------------------------------------------------------------------

@@ -14,9 +14,9 @@ from typing import Any
 
 import psycopg
 
-from app.auth.policy import queue_allowed
 from app.db.rows import rows_of
-from app.runtime.metrics import DURATION_BOUNDS_MS
+from app.db.scope import queue_allowed
+from app.observability.metrics import DURATION_BOUNDS_MS
 
 MINUTES_KEEP_SECONDS = 86_400  # minute rows older than this (rounded down to the hour) become hour rows
 HOURS_KEEP_SECONDS = 8 * 86_400  # hour rows and sampled minutes: a week of charts, and a day to spare

@@ -31,8 +31,8 @@ import orjson
 import psycopg
 from orjson import Fragment
 
-from app.auth.policy import queue_allowed
 from app.db.rows import FINISHED, Beat, ClaimRow, Inserted, JobRow, Status, Written, outcome_rows, rows_of
+from app.db.scope import queue_allowed
 
 # A status the planner cannot see when it plans (see above): `j.status = RUNNING` proves no partial index.
 RUNNING = "(SELECT 'running'::text)"
@@ -88,7 +88,7 @@ def _fragment(text: str | None) -> Fragment | None:
 
 # Object-level authorisation: statements addressed by job id take `allowed`, the caller's anchored regex
 # over queue names (NULL: every queue), and treat a job in another queue exactly like a missing one, in
-# the same statement (no read before the write). See app/auth/policy.py.
+# the same statement (no read before the write). See app/db/scope.py and app/auth/policy.py.
 
 # --- get ----------------------------------------------------------------------------------------------------
 
@@ -129,7 +129,7 @@ class NewJob:
     delay_seconds: float | None
     max_attempts: int
     idempotency_key: str | None
-    traceparent: str | None = None  # the enqueue's W3C trace context (app/runtime/tracing.py)
+    traceparent: str | None = None  # the enqueue's W3C trace context (app/observability/tracing.py)
     group: str | None = None
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from app.core.wakeups import CHANNEL, KEYS_CHANGED
+from app.db.channels import CHANNEL, KEYS_CHANGED
 
 _NOTIFY = f"pg_notify('{CHANNEL}', '{KEYS_CHANGED}')"
 

@@ -4,15 +4,15 @@ into an impossible state, and keeps queue_counts exact in the same statement."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from app.auth.policy import queue_allowed
 from app.db.jobs import JOB_COLUMNS, RUNNING_C, as_json, count_finished, job_columns, job_get
+from app.db.pool import Database
 from app.db.rows import (
     FINISHED,
     DatabaseHealthRow,
@@ -25,6 +25,7 @@ from app.db.rows import (
     outcome_rows,
     rows_of,
 )
+from app.db.scope import queue_allowed
 
 # --- statistics -------------------------------------------------------------------------------------------
 
@@ -69,6 +70,16 @@ ON CONFLICT (queue_name, minute) DO UPDATE SET
 
 async def stats_add(conn: psycopg.AsyncConnection[Any], rows: list[dict[str, Any]]) -> None:
     await conn.execute(STATS_ADD, {"rows": as_json(rows)})
+
+
+def stats_writer(db: Database) -> Callable[[list[dict[str, Any]]], Awaitable[None]]:
+    """What Metrics.flush writes its rows with: one connection and one statement per flush."""
+
+    async def write(rows: list[dict[str, Any]]) -> None:
+        async with db.connection() as conn:
+            await stats_add(conn, rows)
+
+    return write
 
 
 QUEUE_STATS = """

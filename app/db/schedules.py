@@ -1,7 +1,7 @@
 """All SQL of schedules: their definitions (admin API) and the scheduler's two statements, one that finds
 the due schedules and one that fires their ticks. Like app/db/jobs.py, one autocommit statement each.
 
-Cron and time zones are Python's business (app/core/cron.py): the next tick is computed there, by the
+Cron and time zones are Python's business (app/cron.py): the next tick is computed there, by the
 database clock read here, and written back. Firing is guarded twice, in one statement: the schedule
 advances only from the state its ticks were computed from (a replica that fired them first, or a change
 through the API since, leaves nothing to do), and jobs_schedule_tick_idx admits one job per (schedule,
@@ -16,9 +16,9 @@ from typing import Any
 
 import psycopg
 
-from app.auth.policy import queue_allowed
 from app.db.jobs import as_json
 from app.db.rows import DueSchedule, Fired, ScheduleRow, outcome_rows, rows_of
+from app.db.scope import queue_allowed
 
 SCHEDULE_COLUMNS = """
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,

@@ -22,10 +22,10 @@ from typing import Any
 
 import psycopg
 
-from app.auth.policy import queue_allowed
 from app.db.jobs import JOB_COLUMNS
 from app.db.operations import LISTINGS, Listing
 from app.db.rows import JobRow, Status, outcome_rows
+from app.db.scope import queue_allowed
 
 # What every search checks on each job it examines (all parameters may be NULL: no condition).
 MATCHES = f"""(%(queue)s::text IS NULL OR j.queue_name = %(queue)s)

@@ -37,7 +37,7 @@ from app.errors import (
     ValidationFailed,
     validation_problem,
 )
-from app.http.responses import problem_response
+from app.problems import problem_response
 
 log = logging.getLogger("jobq.http")
 

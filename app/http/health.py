@@ -8,8 +8,9 @@ from app import __version__
 from app.db import migrate
 from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
 from app.http.jobs import _problems
-from app.http.responses import json_response, problem_response
+from app.http.responses import json_response
 from app.models.jobs import Health, Readiness
+from app.problems import problem_response
 from app.services import services
 
 READY_TIMEOUT_SECONDS = 1.0  # /readyz answers within about this, database up or not

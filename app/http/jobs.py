@@ -30,7 +30,7 @@ from app.errors import (
 )
 from app.http.documents import claim_document, job_document, outcome_document, renewal_document
 from app.http.fastpath import hot
-from app.http.responses import json_response, problem_response
+from app.http.responses import json_response
 from app.models.jobs import (
     INT64_MAX,
     QUEUE_PATTERN,
@@ -50,6 +50,7 @@ from app.models.jobs import (
     Problem,
     ReleaseRequest,
 )
+from app.problems import problem_response
 from app.services import services
 
 log = logging.getLogger("jobq.api")

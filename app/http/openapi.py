@@ -213,11 +213,3 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
         return api.openapi_schema
 
     api.openapi = openapi  # type: ignore[method-assign]
-
-
-def published_document() -> dict[str, Any]:
-    """The contract committed as openapi/openapi.json: the default configuration's document."""
-    from app.main import create_app
-    from app.settings import Settings
-
-    return create_app(Settings.defaults(database_url="postgresql://unused")).api.openapi()

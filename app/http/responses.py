@@ -1,4 +1,4 @@
-"""JSON and problem+json responses, shared by the FastAPI routes and the lean dispatcher."""
+"""JSON responses, shared by the FastAPI routes and the lean dispatcher (problem+json: app/problems.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
-
-from app.errors import PROBLEM_MEDIA_TYPE, AppError
 
 _JSON = b"application/json"
 
@@ -33,7 +31,3 @@ class JsonResponse(Response):
 
 def json_response(doc: Any, status: int = 200) -> Response:
     return JsonResponse(orjson.dumps(doc), status)
-
-
-def problem_response(exc: AppError, instance: str | None = None) -> Response:
-    return Response(exc.render(instance), status_code=exc.status, media_type=PROBLEM_MEDIA_TYPE, headers=exc.headers())

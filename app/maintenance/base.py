@@ -18,7 +18,7 @@ import random
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Protocol
 
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 
 log = logging.getLogger("jobq.maintenance")
 

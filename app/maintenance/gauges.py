@@ -11,7 +11,7 @@ from app.core.results import ResultWaiters
 from app.db import operations as store_ops
 from app.db.pool import Database
 from app.maintenance.base import Ticking
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 
 
 class Gauges(Ticking):

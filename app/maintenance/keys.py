@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from app.auth.keyring import KeyRing
 from app.maintenance.base import Ticking
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 
 TOUCH_INTERVAL = 30.0
 

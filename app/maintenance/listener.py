@@ -13,7 +13,8 @@ import psycopg
 
 from app.auth.keyring import KeyRing
 from app.core.flow import QueueConfigs
-from app.core.wakeups import CHANNEL, CONFIG_CHANGED, KEYS_CHANGED, RENEW_INTERVAL, Wakeups
+from app.core.wakeups import RENEW_INTERVAL, Wakeups
+from app.db.channels import CHANNEL, CONFIG_CHANGED, KEYS_CHANGED
 
 log = logging.getLogger("jobq.listener")
 

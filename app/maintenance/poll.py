@@ -8,7 +8,7 @@ from __future__ import annotations
 from app.core.dispatcher import ClaimDispatcher
 from app.core.results import ResultWaiters
 from app.maintenance.base import Ticking
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 
 
 class FallbackPoll(Ticking):

@@ -13,7 +13,7 @@ from app.core.effects import FAILED, PENDING, RUNNING, Effects, Moves, Path
 from app.db import jobs as store
 from app.db.pool import Database
 from app.maintenance.base import Ticking, between_batches
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.rescuer")

@@ -16,7 +16,7 @@ from app.db import history as store_history
 from app.db import operations as store_ops
 from app.db.pool import Database
 from app.maintenance.base import Ticking, between_batches
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.retention")

@@ -13,7 +13,7 @@ from app.db import history as store_history
 from app.db.history import Sampled
 from app.db.pool import Database
 from app.maintenance.base import Ticking
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 
 SAMPLE_INTERVAL = 15.0  # a minute's sample is taken within about this long of its start
 

@@ -11,14 +11,14 @@ import random
 from dataclasses import dataclass
 from datetime import timedelta
 
-from app.core.cron import CronError
 from app.core.effects import NEW, PENDING, Effects, Moves, Path
 from app.core.schedules import plan, zoned
+from app.cron import CronError
 from app.db import schedules as store
 from app.db.pool import Database
 from app.db.schedules import Firing
 from app.maintenance.base import Ticking, between_batches
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.scheduler")

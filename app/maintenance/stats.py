@@ -1,14 +1,15 @@
 """Statistics flush: this process's per-minute event counts go to queue_stats about once a second, so
-that every replica's /queues/{queue}/stats agrees (app/runtime/metrics.py counts them). A failed flush
+that every replica's /queues/{queue}/stats agrees (app/observability/metrics.py counts them). A failed flush
 keeps the counts for the next one; the last flush happens when the service stops."""
 
 from __future__ import annotations
 
 import contextlib
 
+from app.db.operations import stats_writer
 from app.db.pool import Database
 from app.maintenance.base import Ticking
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 
 
 class StatsFlush(Ticking):
@@ -17,11 +18,12 @@ class StatsFlush(Ticking):
     def __init__(self, metrics: Metrics, db: Database, interval: float = 1.0) -> None:
         super().__init__(interval, metrics)
         self.db = db
+        self.write = stats_writer(db)
 
     async def run_once(self) -> None:
-        await self.metrics.flush(self.db)
+        await self.metrics.flush(self.write)
 
     async def stop(self) -> None:
         await super().stop()
         with contextlib.suppress(Exception):  # the database may be gone at shutdown: a second's counts
-            await self.metrics.flush(self.db)
+            await self.metrics.flush(self.write)

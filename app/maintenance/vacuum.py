@@ -14,7 +14,7 @@ import psycopg
 from app.db import operations as store_ops
 from app.db.pool import Database
 from app.maintenance.base import Ticking
-from app.runtime.metrics import Metrics
+from app.observability.metrics import Metrics
 from app.settings import Settings
 
 log = logging.getLogger("jobq.vacuum")

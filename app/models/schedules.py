@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, StrictBool
 
-from app.core.cron import Cron, zone
+from app.cron import Cron, zone
 from app.models.jobs import QUEUE_PATTERN, Body, Json, Label, MaxAttempts, Maybe, Priority, omitted
 
 CRON_HELP = (

@@ -1,1 +1,1 @@
-"""Running the service: the CLI, uvicorn, the managed PostgreSQL, logs and metrics."""
+"""Running the service: the CLI, uvicorn and its connection caps, the managed PostgreSQL."""

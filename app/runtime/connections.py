@@ -34,7 +34,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from app.errors import AppError, HeadersTooLarge, RequestTimeout, TooManyConnections
-from app.http.responses import problem_response
+from app.problems import problem_response
 from app.settings import Settings
 
 log = logging.getLogger("jobq.http")

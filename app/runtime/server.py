@@ -9,7 +9,7 @@ from typing import Any
 import uvicorn
 from uvicorn.supervisors import Multiprocess
 
-from app.runtime import logs
+from app.observability import logs
 from app.runtime.connections import BoundedHttpToolsProtocol, ConnectionLimits
 from app.settings import Settings
 
@@ -32,7 +32,7 @@ class _Supervisor(Multiprocess):
 
 def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
     """uvicorn's configuration for jobq: bounded connections (app/runtime/connections.py), no proxy-header
-    rewriting of the client address (app/runtime/clients.py decides whom to believe), no access log of
+    rewriting of the client address (app/observability/clients.py decides whom to believe), no access log of
     uvicorn's own (jobq writes its own lines), and no `server: uvicorn` on every answer (it advertises the
     stack, and each header costs per request)."""
     config = uvicorn.Config(

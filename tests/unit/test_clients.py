@@ -1,10 +1,10 @@
-"""Whose address the access log names (app/runtime/clients.py)."""
+"""Whose address the access log names (app/observability/clients.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.runtime.clients import ClientAddress
+from app.observability.clients import ClientAddress
 
 
 def client(trusted: list[str], peer: str, *headers: tuple[bytes, bytes]) -> str | None:

@@ -1,4 +1,4 @@
-"""Cron expressions (app/core/cron.py): what each field form matches, the day-of-month/day-of-week rule of
+"""Cron expressions (app/cron.py): what each field form matches, the day-of-month/day-of-week rule of
 Vixie cron, leap years, and the instants in a time zone across DST changes, on a fixed clock."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import pytest
 
-from app.core.cron import Cron, CronError, ZonedCron, zone
+from app.cron import Cron, CronError, ZonedCron, zone
 
 
 def utc(*args: int) -> datetime:

@@ -30,7 +30,7 @@ from app.core.effects import (
 from app.core.jobs import _inserted
 from app.db.jobs import NewJob
 from app.db.rows import Inserted, JobRow
-from app.runtime.metrics import EVENTS, Metrics
+from app.observability.metrics import EVENTS, Metrics
 
 MIGRATIONS = FilePath(__file__).resolve().parents[2] / "migrations"
 

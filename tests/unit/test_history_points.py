@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from app.core.history import RANGES, point
 from app.db.history import HOURS_KEEP_SECONDS, MINUTES_KEEP_SECONDS, BucketRow
-from app.runtime.metrics import percentile_ms
+from app.observability.metrics import percentile_ms
 
 WHEN = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

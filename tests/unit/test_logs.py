@@ -1,4 +1,4 @@
-"""Log lines (app/runtime/logs.py): JSON for machines, text for a person at a terminal, and which one
+"""Log lines (app/observability/logs.py): JSON for machines, text for a person at a terminal, and which one
 JOBQ_LOG_FORMAT picks."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import orjson
 import pytest
 
-from app.runtime.logs import AccessLog, JsonFormatter, TextFormatter, resolve_format
+from app.observability.logs import AccessLog, JsonFormatter, TextFormatter, resolve_format
 
 ACCESS = {
     "ts": "2026-11-29T23:59:00.123+00:00",

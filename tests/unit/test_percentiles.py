@@ -1,8 +1,8 @@
-"""Claim-to-completion percentiles from the stored histogram (app/runtime/metrics.py)."""
+"""Claim-to-completion percentiles from the stored histogram (app/observability/metrics.py)."""
 
 from __future__ import annotations
 
-from app.runtime.metrics import DURATION_BOUNDS_MS, percentile_ms
+from app.observability.metrics import DURATION_BOUNDS_MS, percentile_ms
 
 
 def histogram(**buckets: int) -> list[int]:

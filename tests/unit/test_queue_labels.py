@@ -1,8 +1,8 @@
-"""The bound on /metrics' `queue` label (app/runtime/metrics.py QueueLabels)."""
+"""The bound on /metrics' `queue` label (app/observability/metrics.py QueueLabels)."""
 
 from __future__ import annotations
 
-from app.runtime.metrics import OTHER_QUEUE, QueueLabels
+from app.observability.metrics import OTHER_QUEUE, QueueLabels
 
 
 def test_past_the_cap_queues_fold_into_other() -> None:
@@ -20,7 +20,7 @@ def test_idle_queues_give_their_place_back() -> None:
 
 
 def test_folded_depths_are_summed_and_go_back_to_zero() -> None:
-    from app.runtime.metrics import Metrics
+    from app.observability.metrics import Metrics
 
     metrics = Metrics(max_queues=1)
     metrics.set_depths([("a", 1, 0, 2.0, 0), ("b", 3, 1, 5.0, 0), ("c", 4, 0, 1.0, 0)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from app.core.cron import ZonedCron
 from app.core.schedules import plan
+from app.cron import ZonedCron
 
 MINUTE = ZonedCron.of("* * * * *")
 GRACE = timedelta(seconds=60)

@@ -1,4 +1,4 @@
-"""Tracing's configuration and trace contexts (app/runtime/tracing.py), without a server."""
+"""Tracing's configuration and trace contexts (app/observability/tracing.py), without a server."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from app.runtime.tracing import Tracing, from_environment, parse_traceparent, requested
+from app.observability.tracing import Tracing, from_environment, parse_traceparent, requested
 
 VALID = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

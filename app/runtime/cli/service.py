@@ -54,7 +54,8 @@ def _stop_before_serving(_sig: int, _frame: FrameType | None) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from app.db import migrate
-    from app.runtime import logs, server
+    from app.observability import logs
+    from app.runtime import server
 
     settings = _settings()
     log_format = logs.resolve_format(settings.log_format)
@@ -278,7 +279,7 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 
 
 def cmd_openapi(args: argparse.Namespace) -> int:
-    from app.http.openapi import published_document
+    from app.main import published_document
 
     doc = published_document()
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"

@@ -3,7 +3,7 @@
 logs every request under a request id.
 
 Never logged: payloads, results, claim tokens, API keys, request bodies. A request line holds the
-request id, the client's address (app/runtime/clients.py), method, route template (not the raw path),
+request id, the client's address (app/observability/clients.py), method, route template (not the raw path),
 status and duration; lifecycle lines hold what
 their message says. Access lines bypass the `logging` module's per-record machinery (about 10 µs a
 line) and are written in batches: at thousands of requests a second that is a few percent of CPU."""
@@ -24,9 +24,9 @@ from typing import IO, Any, Literal
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.runtime.clients import ClientAddress
-from app.runtime.metrics import Metrics
-from app.runtime.tracing import Tracing
+from app.observability.clients import ClientAddress
+from app.observability.metrics import Metrics
+from app.observability.tracing import Tracing
 
 REQUEST_ID_HEADER = b"x-request-id"
 # The request metric's `method` label: anything else a client sends counts as OTHER (labels must be bounded).
@@ -112,7 +112,7 @@ class JsonFormatter(logging.Formatter):
 def dict_config(level: str = "info", fmt: LogFormat = "json") -> dict[str, Any]:
     """logging.config.dictConfig for `jobq serve`: lines on stdout for jobq's loggers and uvicorn's, JSON or
     text. Given to uvicorn as log_config, so that every worker process applies it too."""
-    formatter = "app.runtime.logs.TextFormatter" if fmt == "text" else "app.runtime.logs.JsonFormatter"
+    formatter = "app.observability.logs.TextFormatter" if fmt == "text" else "app.observability.logs.JsonFormatter"
     return {
         "version": 1,
         "disable_existing_loggers": False,

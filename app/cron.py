@@ -1,6 +1,7 @@
 """Cron expressions: parsing, and the instants at which one fires in an IANA timezone, DST included.
 
-Pure logic, no I/O: app/core/schedules.py decides what to enqueue from these instants.
+Pure logic, no I/O, and a leaf (it imports nothing of the app): app/models/schedules.py validates with it,
+app/core/schedules.py decides what to enqueue from these instants.
 
 Syntax (Vixie cron's, plus an optional seconds field first):
 

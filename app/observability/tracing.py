@@ -9,7 +9,7 @@ OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER, OTEL_EXPORTER_OTLP_*, OTEL_BSP_*,
 tracer provider that is already installed (`opentelemetry-instrument jobq serve`) is used as it is.
 
 Nothing here is imported from `opentelemetry` until tracing is on, and with tracing off the request path
-pays nothing for it: the ASGI layer tests one attribute per request (app/runtime/logs.py Observability).
+pays nothing for it: the ASGI layer tests one attribute per request (app/observability/logs.py Observability).
 
 The job's trace context: an enqueue stores one W3C `traceparent` with its jobs, returned on claim, so that
 the worker's span continues the producer's trace. With tracing on it is the enqueue request's span; with it

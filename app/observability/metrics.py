@@ -20,15 +20,12 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector
-
-from app.db import operations as store_ops
-from app.db.pool import Database
 
 log = logging.getLogger("jobq.metrics")
 
@@ -111,6 +108,11 @@ class _Minute:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTED, 0))
     durations: list[int] = field(default_factory=lambda: [0] * (len(DURATION_BOUNDS_MS) + 1))
     duration_max: float = 0.0
+
+
+# Writes one flush's rows to queue_stats (app/db/operations.py stats_writer): passed in, so that what counts
+# knows nothing of the database it reports to.
+StatsWriter = Callable[[list[dict[str, Any]]], Awaitable[None]]
 
 
 def _retrieve(task: asyncio.Future[None]) -> None:
@@ -307,20 +309,20 @@ class Metrics:
 
     # -- the shared per-minute statistics ------------------------------------------------------------------
 
-    async def flush(self, db: Database) -> None:
+    async def flush(self, write: StatsWriter) -> None:
         """Add this process's counts since the last flush to queue_stats (one statement). Flushes take turns,
         and a flush whose caller is cancelled (the service stopping while one is under way) still finishes
         its statement: its counts were taken out, so they are either written or put back, never dropped,
         and the next flush (the last one, at stop) waits for it."""
-        write = asyncio.ensure_future(self._flush_in_turn(db))
-        write.add_done_callback(_retrieve)
-        await asyncio.shield(write)
+        flushing = asyncio.ensure_future(self._flush_in_turn(write))
+        flushing.add_done_callback(_retrieve)
+        await asyncio.shield(flushing)
 
-    async def _flush_in_turn(self, db: Database) -> None:
+    async def _flush_in_turn(self, write: StatsWriter) -> None:
         async with self._flushing:
-            await self._flush(db)
+            await self._flush(write)
 
-    async def _flush(self, db: Database) -> None:
+    async def _flush(self, write: StatsWriter) -> None:
         if not self._minutes:
             return
         pending, self._minutes = self._minutes, {}
@@ -334,8 +336,7 @@ class Metrics:
             for q, m in pending.items()
         ]
         try:
-            async with db.connection() as conn:
-                await store_ops.stats_add(conn, rows)
+            await write(rows)
         except Exception:
             # Keep them for the next flush rather than lose them.
             for key, m in pending.items():
