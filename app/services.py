@@ -32,6 +32,7 @@ from app.core.operations import OpsService
 from app.core.results import ResultWaiters
 from app.core.schedules import ScheduleService
 from app.core.search import SearchService
+from app.core.sqs import SqsService
 from app.core.wakeups import Wakeups
 from app.db import keys as store_keys
 from app.db import migrate
@@ -96,6 +97,7 @@ class Services:
     history: HistoryService
     search: SearchService
     schedules: ScheduleService
+    sqs: SqsService  # the SQS API's queues and sends (app/sqs/)
     maintenance: Supervisor
     metrics: Metrics
     access_log: AccessLog
@@ -145,6 +147,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
     jobs = JobService(settings, db, dispatcher, wakeups, metrics, results, configs)
+    ops = OpsService(settings, db, metrics, wakeups, configs)
     scheduler = Scheduler(settings, db, metrics, wakeups)
     maintenance = Supervisor(
         [
@@ -169,10 +172,11 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         dispatcher=dispatcher,
         results=results,
         jobs=jobs,
-        ops=OpsService(settings, db, metrics, wakeups, configs),
+        ops=ops,
         history=HistoryService(db),
         search=SearchService(settings, db, metrics, wakeups, configs),
         schedules=ScheduleService(settings, db, scheduler.poke),
+        sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, wakeups, metrics),
         maintenance=maintenance,
         metrics=metrics,
         access_log=telemetry.access_log,

@@ -2,7 +2,7 @@
 PATCH /queues/{queue}/config, else the global one), queue by queue, a batch at a time (each batch its own
 short transaction); per-minute statistics older than a day are rolled up into hours, a batch at a time
 too, and hours older than eight days deleted (app/db/history.py); rate-limit ledger rows once older than
-every window of their queue."""
+every window of their queue; SQS FIFO deduplication ids once their window has passed."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from datetime import datetime
 from app.db import flow as store_flow
 from app.db import history as store_history
 from app.db import operations as store_ops
+from app.db import sqs as store_sqs
 from app.db.pool import Database
 from app.maintenance.base import Ticking, between_batches
 from app.runtime.metrics import Metrics
@@ -25,6 +26,7 @@ log = logging.getLogger("jobq.retention")
 class RetentionResult:
     deleted: dict[str, int] = field(default_factory=dict)  # status -> rows
     minutes_rolled_up: int = 0
+    dedup_ids_expired: int = 0
 
 
 class Retention(Ticking):
@@ -73,6 +75,13 @@ class Retention(Ticking):
         async with self.db.connection() as conn:
             await store_history.history_delete_old(conn, now)
             await store_flow.queue_claims_prune(conn)
+        while True:  # SQS FIFO deduplication ids past their five minutes (app/core/sqs.py)
+            async with self.db.connection() as conn:
+                n = await store_sqs.sqs_dedup_prune(conn, self.batch, now)
+            result.dedup_ids_expired += n
+            if n < self.batch:
+                break
+            await between_batches()
         total = sum(result.deleted.values())
         if total:
             self.metrics.swept.labels("deleted").inc(total)
