@@ -116,14 +116,18 @@ def _int(p: Params, name: str, low: int, high: int) -> int | None:
 
 
 def _list(p: Params, name: str) -> list[str]:
-    value = p.get(name) or []
+    value = p.get(name)
+    if value is None:
+        return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise InvalidParameterValue(f"Value for parameter {name} is invalid: it must be a list of strings.")
     return value
 
 
 def _map(p: Params, name: str) -> dict[str, Any]:
-    value = p.get(name) or {}
+    value = p.get(name)
+    if value is None:
+        return {}
     if not isinstance(value, dict):
         raise InvalidParameterValue(f"Value for parameter {name} is invalid: it must be a map.")
     return value
@@ -393,7 +397,7 @@ async def list_queues(call: Call, p: Params) -> Result:
     after = None
     if token:
         try:
-            after = base64.urlsafe_b64decode(token.encode()).decode()
+            after = base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode()
         except (binascii.Error, UnicodeDecodeError, ValueError):
             raise InvalidParameterValue("Invalid NextToken value.") from None
     page = limit or 1000
