@@ -4,7 +4,7 @@ the jobq key (Principal) it names.
 With keys off (an open service on loopback) SQS requests run open like the rest of jobq. With keys on, a
 request carrying a jobq key (`Authorization: Bearer <key>`) has its Principal from the Authenticate layer
 already; any other request goes to an SqsAuthenticator, which verifies AWS Signature V4 and returns the
-key its access key id names (app/auth/sigv4.py provides it). Until one is plugged in (`refuse_unsigned`),
+key its access key id names (the SigV4 verifier of issue 23 plugs in here). Until one does (`refuse_unsigned`),
 a request without a jobq key is refused with SQS's own codes."""
 
 from __future__ import annotations
