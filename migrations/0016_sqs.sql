@@ -23,9 +23,11 @@ CREATE TABLE sqs_queues (
 
 -- What a message sent over SQS carries besides its body (the job's payload, a JSON string): its message
 -- attributes as sent, and on a FIFO queue its deduplication id. Only messages that have one get a row, so
--- a plain SendMessage writes nothing here. Deleted with the job.
+-- a plain SendMessage writes nothing here. No foreign key: a cascade would cost every deletion of a job a
+-- lookup here (retention deletes jobs by the thousand) and forbid TRUNCATE jobs; the retention service
+-- deletes the rows whose job is gone instead.
 CREATE TABLE sqs_messages (
-  job_id     bigint PRIMARY KEY REFERENCES jobs (id) ON DELETE CASCADE,
+  job_id     bigint PRIMARY KEY,
   attributes jsonb,
   dedup_id   text
 );

@@ -127,7 +127,7 @@ def test_queue_lifecycle(sqs: Any, server: LiveServer) -> None:
         sqs.send_message(QueueUrl=url, MessageBody="x")
 
 
-def test_send_receive_delete(sqs: Any, server: LiveServer) -> None:
+def test_send_receive_delete(sqs: Any, server: LiveServer, db: psycopg.Connection) -> None:
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
     body = 'line one\r\nline "two" \t é 𝄞 <xml> & {"json": 1}'
     attributes = {
@@ -158,6 +158,18 @@ def test_send_receive_delete(sqs: Any, server: LiveServer) -> None:
     assert sqs.receive_message(QueueUrl=url).get("Messages") is None  # in flight: not visible
     sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
     assert server.job(int(m["MessageId"]))["status"] == "completed"
+
+    # On a standard queue a MessageGroupId is the job's group (SQS's fair queues).
+    grouped = sqs.send_message(QueueUrl=url, MessageBody="g", MessageGroupId="tenant-1")
+    assert server.job(int(grouped["MessageId"]))["group"] == "tenant-1"
+    [g] = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["MessageGroupId"])["Messages"]
+    assert g["Attributes"] == {"MessageGroupId": "tenant-1"}
+
+    # Once its job is gone (retention), a message's attributes go too.
+    assert db.execute("SELECT count(*) FROM sqs_messages").fetchone() == (1,)
+    db.execute("DELETE FROM jobs")
+    server.run(lambda: server.services.maintenance["retention"].run_once())
+    assert db.execute("SELECT count(*) FROM sqs_messages").fetchone() == (0,)
 
 
 # --- messages -----------------------------------------------------------------------------------------------

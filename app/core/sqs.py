@@ -203,7 +203,9 @@ class SqsService:
         messages with attributes, and FIFO ones, are inserted with their rows here, in one transaction."""
         if not fifo and all(m.attributes is None for m in messages):
             reqs = [
-                self.contract.enqueue.model_construct(payload=m.body, delay_seconds=m.delay_seconds or None)
+                self.contract.enqueue.model_construct(
+                    payload=m.body, delay_seconds=m.delay_seconds or None, group=m.group
+                )
                 for m in messages
             ]
             inserted = await self.jobs.enqueue_batch(queue, reqs, traceparent)

@@ -227,6 +227,16 @@ DELETE FROM sqs_dedup WHERE ctid = ANY(ARRAY(
 ))
 """
 
+SQS_MESSAGES_PRUNE = """
+-- The rows of jobs that are gone (deleted by retention, or by hand), a batch at a time, oldest ids first: a
+-- job id is never reused, so a row without its job is never wanted again.
+DELETE FROM sqs_messages WHERE job_id = ANY(ARRAY(
+  SELECT m.job_id FROM sqs_messages m
+  WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = m.job_id)
+  ORDER BY m.job_id LIMIT %(batch)s
+))
+"""
+
 SQS_MESSAGES_INSERT = """
 INSERT INTO sqs_messages (job_id, attributes, dedup_id)
 SELECT job_id, attributes, dedup_id
@@ -259,6 +269,11 @@ async def sqs_dedup_bind(conn: psycopg.AsyncConnection[Any], queue: str, binds: 
 
 async def sqs_dedup_prune(conn: psycopg.AsyncConnection[Any], batch: int, now: datetime | None = None) -> int:
     cur = await conn.execute(SQS_DEDUP_PRUNE, {"batch": batch, "now": now})
+    return cur.rowcount
+
+
+async def sqs_messages_prune(conn: psycopg.AsyncConnection[Any], batch: int) -> int:
+    cur = await conn.execute(SQS_MESSAGES_PRUNE, {"batch": batch})
     return cur.rowcount
 
 

@@ -2,7 +2,8 @@
 PATCH /queues/{queue}/config, else the global one), queue by queue, a batch at a time (each batch its own
 short transaction); per-minute statistics older than a day are rolled up into hours, a batch at a time
 too, and hours older than eight days deleted (app/db/history.py); rate-limit ledger rows once older than
-every window of their queue; SQS FIFO deduplication ids once their window has passed."""
+every window of their queue; SQS FIFO deduplication ids once their window has passed, and SQS message
+attributes once their job is gone."""
 
 from __future__ import annotations
 
@@ -79,6 +80,12 @@ class Retention(Ticking):
             async with self.db.connection() as conn:
                 n = await store_sqs.sqs_dedup_prune(conn, self.batch, now)
             result.dedup_ids_expired += n
+            if n < self.batch:
+                break
+            await between_batches()
+        while True:  # message attributes of SQS messages whose jobs were deleted
+            async with self.db.connection() as conn:
+                n = await store_sqs.sqs_messages_prune(conn, self.batch)
             if n < self.batch:
                 break
             await between_batches()
