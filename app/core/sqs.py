@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -23,7 +23,7 @@ from app.db.pool import Database
 from app.db.rows import JobRow
 from app.db.sqs import SqsQueueRow
 from app.models.flow import QueueConfigPatch, RetentionPatch
-from app.models.jobs import CompleteItem, Contract, build_contract
+from app.models.jobs import Contract, build_contract
 from app.runtime.metrics import Metrics
 from app.settings import Settings
 
@@ -39,8 +39,7 @@ class NoSuchQueue(Exception):
     """The queue was not created over SQS (nor named by GetQueueUrl)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Outgoing:
+class Outgoing(NamedTuple):
     """A message to send, checked by the protocol layer."""
 
     body: str
@@ -202,13 +201,9 @@ class SqsService:
         """Send in order, all or nothing. Plain messages share JobService's insert statement (group commit);
         messages with attributes, and FIFO ones, are inserted with their rows here, in one transaction."""
         if not fifo and all(m.attributes is None for m in messages):
-            reqs = [
-                self.contract.enqueue.model_construct(
-                    payload=m.body, delay_seconds=m.delay_seconds or None, group=m.group
-                )
-                for m in messages
-            ]
-            inserted = await self.jobs.enqueue_batch(queue, reqs, traceparent)
+            # Validated by the same models as a jobq batch enqueue (pydantic's core: faster than constructing them).
+            batch = self.contract.enqueue_batch.model_validate({"jobs": [_enqueue_item(m) for m in messages]})
+            inserted = await self.jobs.enqueue_batch(queue, batch.jobs, traceparent)
             return [Sent(i.job.id, False) for i in inserted]
         return await self._send_with_rows(queue, messages, fifo, traceparent)
 
@@ -281,9 +276,10 @@ class SqsService:
         client: str,
         still_authorized: Callable[[], Awaitable[bool]] | None,
     ) -> Claimed:
-        req = self.contract.claim.model_construct(
-            worker="sqs", limit=limit, lease_seconds=lease_seconds, wait_seconds=wait_seconds, complete=[]
-        )
+        fields: dict[str, Any] = {"worker": "sqs", "limit": limit, "wait_seconds": wait_seconds}
+        if lease_seconds is not None:
+            fields["lease_seconds"] = lease_seconds
+        req = self.contract.claim.model_validate(fields)
         return await self.jobs.claim(
             queue, req, allowed, disconnected, client=client, still_authorized=still_authorized
         )
@@ -296,17 +292,25 @@ class SqsService:
             return await store.sqs_messages_get(conn, job_ids)
 
     async def delete_messages(self, handles: Sequence[tuple[int, str]], allowed: str | None) -> list[ItemOutcome]:
-        items = [CompleteItem.model_construct(id=i, claim_token=t, result=None) for i, t in handles]
-        req = self.contract.complete_batch.model_construct(jobs=items)
+        req = self.contract.complete_batch.model_validate({"jobs": [{"id": i, "claim_token": t} for i, t in handles]})
         return await self.jobs.complete_batch(req, allowed)
 
     async def change_visibility(self, job_id: int, token: str, seconds: int, allowed: str | None) -> Renewal | JobRow:
         """ChangeMessageVisibility: a heartbeat with a new lease; 0 releases the job back at once."""
         if seconds == 0:
-            release = self.contract.release.model_construct(claim_token=token, delay_seconds=0)
+            release = self.contract.release.model_validate({"claim_token": token})
             return await self.jobs.release(job_id, release, allowed)
-        beat = self.contract.heartbeat.model_construct(claim_token=token, lease_seconds=seconds)
+        beat = self.contract.heartbeat.model_validate({"claim_token": token, "lease_seconds": seconds})
         return await self.jobs.heartbeat(job_id, beat, allowed)
+
+
+def _enqueue_item(m: Outgoing) -> dict[str, Any]:
+    item: dict[str, Any] = {"payload": m.body}
+    if m.delay_seconds:
+        item["delay_seconds"] = float(m.delay_seconds)
+    if m.group is not None:
+        item["group"] = m.group
+    return item
 
 
 DEFAULTS: dict[str, Any] = {

@@ -14,7 +14,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import orjson
@@ -64,6 +64,7 @@ _QUEUE_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _ENTRY_ID = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[^\x00-\x1f]{1,250})?")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")  # a claim token, as app/models/jobs.py ClaimToken
 _GROUP = re.compile(r"[!-~]{1,128}")  # SQS: alphanumerics and punctuation
 # The characters SQS accepts in a body and in string attributes (XML's): #x9 #xA #xD #x20-#xD7FF
 # #xE000-#xFFFD #x10000-#x10FFFF; anything else is refused (jsonb could not hold NUL anyway).
@@ -633,8 +634,7 @@ def _message_attributes(p: Params) -> tuple[dict[str, dict[str, str]], int]:
     return out, size
 
 
-@dataclass(frozen=True)
-class _Checked:
+class _Checked(NamedTuple):
     message: Outgoing
     md5_body: str
     md5_attributes: str | None
@@ -734,7 +734,7 @@ def _handle(handle: Any) -> tuple[int, str]:
     """A receipt handle: `<job id>:<claim token>`."""
     if isinstance(handle, str):
         job, sep, token = handle.partition(":")
-        if sep and job.isdigit() and 0 < len(job) <= 19 and re.fullmatch(r"[A-Za-z0-9_-]{1,128}", token):
+        if sep and job.isdigit() and 0 < len(job) <= 18 and int(job) > 0 and _TOKEN.fullmatch(token):
             return int(job), token
     raise ReceiptHandleIsInvalid(f'The input receipt handle "{handle}" is not a valid receipt handle.')
 

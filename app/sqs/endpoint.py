@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -95,6 +96,10 @@ class SqsEndpoint:
             return
         except AppError as exc:
             await self._error(_translated(exc), target is not None, rid, send)
+            return
+        except ValidationError as exc:  # jobq's own request models, stricter than SQS under some settings
+            refused = InvalidParameterValue(f"Refused by this service's limits: {exc.errors()[0]['msg']}.")
+            await self._error(refused, target is not None, rid, send)
             return
         except Exception:
             log.exception("unhandled error in SQS action %s", action)
