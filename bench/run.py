@@ -33,6 +33,7 @@ import os
 import resource
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -187,18 +188,27 @@ class Bench:
         out = self.results["jobq"].setdefault("sqs", {})
         try:
             asyncio.run(sqs_phases.create_queue(self.args.port))
+            port = self.args.port
+            phases: dict[str, tuple[int, Callable[[], Worker], str]] = {
+                "enqueue10": (0, lambda: Enqueue(port, 10), "enqueue, batches of 10"),
+                "send10": (0, lambda: sqs_phases.SendBatch(port), "SQS SendMessageBatch 10"),
+                "claim10": (rows, lambda: ClaimComplete(port, 10), f"claim 10 + batch complete, {rows:,} jobs"),
+                "drain10": (
+                    rows,
+                    lambda: sqs_phases.Drain(port),
+                    f"SQS ReceiveMessage 10 + DeleteMessageBatch, {rows:,}",
+                ),
+            }
             for n in self.clients:
                 m = out.setdefault(n, {})
-                preload(url, 0)
-                m["enqueue10"] = self.measure(service, n, Enqueue(self.args.port, 10), "enqueue, batches of 10")
-                preload(url, 0)
-                m["send10"] = self.measure(service, n, sqs_phases.SendBatch(self.args.port), "SQS SendMessageBatch 10")
-                preload(url, rows)
-                worker = ClaimComplete(self.args.port, 10)
-                m["claim10"] = self.measure(service, n, worker, f"claim 10 + batch complete, {rows:,} jobs")
-                preload(url, rows)
-                drain = sqs_phases.Drain(self.args.port)
-                m["drain10"] = self.measure(service, n, drain, f"SQS ReceiveMessage 10 + DeleteMessageBatch, {rows:,}")
+                # Each pair twice, alternately, keeping each one's better run: on a shared machine a burst of
+                # other work during one phase says nothing about the two APIs.
+                for _ in range(2):
+                    for key, (jobs, make, label) in phases.items():
+                        preload(url, jobs)
+                        got = self.measure(service, n, make(), label)
+                        if key not in m or got["rate"] > m[key]["rate"]:
+                            m[key] = got
                 for a, b in (("send10", "enqueue10"), ("drain10", "claim10")):
                     print(f"{a} / {b}, {n} connections: {m[a]['rate'] / m[b]['rate']:.2f}", flush=True)
         finally:

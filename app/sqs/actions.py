@@ -18,8 +18,10 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import orjson
+from starlette.requests import Request
+from starlette.types import Receive, Scope
 
-from app.auth.policy import KeyScope, Principal
+from app.auth.policy import KeyScope, Principal, client_identity
 from app.core.jobs import Renewal
 from app.core.sqs import DEFAULTS, NO_REDRIVE_ATTEMPTS, NoSuchQueue, Outgoing, SqsService, queue_config, tags_of
 from app.db.rows import ClaimRow
@@ -71,19 +73,34 @@ _GROUP = re.compile(r"[!-~]{1,128}")  # SQS: alphanumerics and punctuation
 _BAD_CHAR = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Call:
-    """One SQS request as the actions see it."""
+    """One SQS request as the actions see it. What only some actions need is worked out when they ask."""
 
     sqs: SqsService
     settings: Settings
     who: Principal
     base_url: str  # scheme://host the request was sent to: queue URLs are built on it
     path_queue: str | None  # the queue of a request POSTed to its queue URL
-    client: str  # whose share of the long-poll places this is (app/auth/policy.py client_identity)
-    disconnected: Callable[[], Awaitable[Any]]
-    still_authorized: Callable[[], Awaitable[bool]] | None
-    traceparent: str | None
+    scope: Scope
+    receive: Receive
+    job_context: Callable[[Scope], str | None]  # the trace context an enqueue stores (Services.job_context)
+
+    def client(self) -> str:
+        """Whose share of the long-poll places this is (app/auth/policy.py client_identity)."""
+        return client_identity(Request(self.scope, self.receive))
+
+    async def disconnected(self) -> None:
+        """Ends when the client goes away (its body was read whole: the next message is the disconnect)."""
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+
+    def still_authorized(self) -> Callable[[], Awaitable[bool]] | None:
+        recheck: Callable[[], Awaitable[bool]] | None = self.scope.get("state", {}).get("recheck")
+        return recheck
+
+    def traceparent(self) -> str | None:
+        return self.job_context(self.scope)
 
 
 # --- reading parameters -----------------------------------------------------------------------------------
@@ -641,16 +658,23 @@ class _Checked(NamedTuple):
     size: int
 
 
+_PLAIN = frozenset({"Id", "QueueUrl", "MessageBody"})
+
+
 def _checked(row: SqsQueueRow, p: Params) -> _Checked:
+    if not _fifo(row) and _PLAIN.issuperset(p):
+        # The common message: a body and nothing else (the checks below, short-cut).
+        body = _body(p)
+        size = len(body.encode())
+        if size > row.maximum_message_size:
+            raise _too_long(row)
+        return _Checked(Outgoing(body, None, row.delay_seconds, None, None), md5_of_body(body), None, size)
     body = _body(p)
     attrs, attrs_size = _message_attributes(p)
     _map(p, "MessageSystemAttributes")  # AWSTraceHeader: accepted, not kept (jobq carries traceparent)
     size = len(body.encode()) + attrs_size
     if size > row.maximum_message_size:
-        raise InvalidParameterValue(
-            "One or more parameters are invalid. Reason: Message must be shorter than "
-            f"{row.maximum_message_size} bytes."
-        )
+        raise _too_long(row)
     delay = _int(p, "DelaySeconds", 0, 900)
     group = _str(p, "MessageGroupId")
     dedup = _str(p, "MessageDeduplicationId")
@@ -688,6 +712,12 @@ def _checked(row: SqsQueueRow, p: Params) -> _Checked:
     return _Checked(message, md5_of_body(body), md5_of_attributes(attrs) if attrs else None, size)
 
 
+def _too_long(row: SqsQueueRow) -> InvalidParameterValue:
+    return InvalidParameterValue(
+        f"One or more parameters are invalid. Reason: Message must be shorter than {row.maximum_message_size} bytes."
+    )
+
+
 def _sent(checked: _Checked, job_id: int, fifo: bool) -> Result:
     out: Result = {"MessageId": str(job_id), "MD5OfMessageBody": checked.md5_body}
     if checked.md5_attributes is not None:
@@ -705,7 +735,7 @@ def _sequence(job_id: int) -> str:
 async def send_message(call: Call, p: Params) -> Result:
     row = await _target(call, p, "produce")
     checked = _checked(row, p)
-    [sent] = await call.sqs.send(row.queue, [checked.message], _fifo(row), call.traceparent)
+    [sent] = await call.sqs.send(row.queue, [checked.message], _fifo(row), call.traceparent())
     return _sent(checked, sent.job_id, _fifo(row))
 
 
@@ -724,7 +754,7 @@ async def send_message_batch(call: Call, p: Params) -> Result:
             f"Batch requests cannot be longer than {row.maximum_message_size} bytes. You have sent more."
         )
     fifo = _fifo(row)
-    sent = await call.sqs.send(row.queue, [c.message for _, c in good], fifo, call.traceparent) if good else []
+    sent = await call.sqs.send(row.queue, [c.message for _, c in good], fifo, call.traceparent()) if good else []
     out: Result = {"Successful": [{"Id": i, **_sent(c, s.job_id, fifo)} for (i, c), s in zip(good, sent, strict=True)]}
     out["Failed"] = failed
     return out
@@ -805,8 +835,8 @@ async def receive_message(call: Call, p: Params) -> Result:
         float(min(seconds, call.settings.wait_max_seconds)),
         call.who.queue_regex,
         call.disconnected if seconds > 0 else None,
-        call.client,
-        call.still_authorized,
+        call.client(),
+        call.still_authorized(),
     )
     if not claimed.jobs:
         return {}

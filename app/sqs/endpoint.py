@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
-from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.auth.policy import OPEN, Principal, client_identity
+from app.auth.policy import OPEN, Principal
 from app.core.sqs import NoSuchQueue
 from app.errors import AppError, DatabaseUnavailable, ShuttingDown, TooManyWaiters
 from app.services import Services, services_of
@@ -149,24 +148,17 @@ class SqsEndpoint:
 
     def _call(self, scope: Scope, receive: Receive, who: Principal, headers: dict[bytes, bytes]) -> Call:
         services: Services = services_of(self.api)
-        request = Request(scope, receive)
         host = headers.get(b"host", b"").decode("latin-1") or _server(scope)
-        match = _QUEUE_PATH.fullmatch(scope["path"])
-
-        async def disconnected() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
+        match = _QUEUE_PATH.fullmatch(scope["path"]) if scope["path"] != "/" else None
         return Call(
-            sqs=services.sqs,
-            settings=services.settings,
-            who=who,
-            base_url=f"{scope.get('scheme', 'http')}://{host}",
-            path_queue=match.group(1) if match else None,
-            client=client_identity(request),
-            disconnected=disconnected,
-            still_authorized=scope.get("state", {}).get("recheck"),
-            traceparent=services.job_context(scope),
+            services.sqs,
+            services.settings,
+            who,
+            f"{scope.get('scheme', 'http')}://{host}",
+            match.group(1) if match else None,
+            scope,
+            receive,
+            services.job_context,
         )
 
     async def _error(self, err: SqsError, json: bool, rid: str, send: Send) -> None:
