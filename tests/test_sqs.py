@@ -796,3 +796,34 @@ def test_a_key_limited_to_some_queues_and_scopes(server_factory: Any, db: psycop
     assert r.status_code == 403 and r.json()["__type"] == "com.amazonaws.sqs#AccessDenied"
     listed = json_call(server, "ListQueues", {}, **producer).json()
     assert listed == {"QueueUrls": [url + "mine-a"]}
+
+
+def test_malformed_query_requests_are_sqs_errors_never_a_500(server: LiveServer) -> None:
+    query(server, "CreateQueue", QueueName="q")
+    url = f"{server.url}/000000000000/q"
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    bad = [
+        f"Action=SendMessage&QueueUrl={url}&MessageBody=%FF%FE".encode(),  # not UTF-8
+        b"\xff\xfe\x00garbage",
+        f"Action=SendMessageBatch&QueueUrl={url}&SendMessageBatchRequestEntry.x.Id=1".encode(),
+        f"Action=SendMessageBatch&QueueUrl={url}&SendMessageBatchRequestEntry.1=flat".encode(),
+        f"Action=SetQueueAttributes&QueueUrl={url}&Attribute.1.Name=DelaySeconds".encode(),
+        f"Action=SendMessage&QueueUrl={url}&MessageBody=x&MessageAttribute.1.Name=a&MessageAttribute.1.Value=x".encode(),
+        f"Action=ReceiveMessage&QueueUrl={url}&MaxNumberOfMessages=1e3".encode(),
+        f"Action=ReceiveMessage&QueueUrl={url}&AttributeName.99999999999999999999999=Nope".encode(),
+        f"Action=DeleteMessage&QueueUrl={url}&ReceiptHandle=1:".encode(),
+        f"Action=ChangeMessageVisibility&QueueUrl={url}&ReceiptHandle=1:a&VisibilityTimeout=-5".encode(),
+        b"Action=GetQueueUrl",
+        b"Action=SendMessage&QueueUrl=http://x/000000000000/bad%20name&MessageBody=x",
+        b"Action=ListQueues&MaxResults=0",
+    ]
+    for body in bad:
+        r = server.client.post("/", content=body, headers=form)
+        assert r.status_code == 400, (body, r.status_code, r.text)
+        root = ET.fromstring(r.content)
+        assert root.tag == f"{{{NS['q']}}}ErrorResponse" and text(root, "q:Error/q:Code"), (body, r.text)
+    # A body over JOBQ_MAX_REQUEST_BYTES is refused while it is read.
+    big = server.client.post(
+        "/", content=b"Action=ListQueues&x=" + b"a" * (server.settings.max_request_bytes + 1), headers=form
+    )
+    assert big.status_code in (400, 413)
