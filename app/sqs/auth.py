@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from app.auth.policy import Principal
-from app.sqs.errors import InvalidClientTokenId, MissingAuthenticationToken
+from app.sqs.errors import InvalidClientTokenId, MissingAuthenticationToken, Refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,28 @@ class RequestParts:
 # Verifies a request and returns the key it names; raises an SqsError (InvalidClientTokenId,
 # SignatureDoesNotMatch, RequestExpired, ...) otherwise.
 SqsAuthenticator = Callable[[RequestParts], Awaitable[Principal]]
+# For a request an SqsAuthenticator verified: asks again whether its key is still live (a long-poll, before it
+# hands out messages), as the Authenticate layer's Recheck does for a Bearer key.
+SignerRecheck = Callable[[RequestParts, Principal], Callable[[], Awaitable[bool]]]
+
+
+def refusing_with_codes(
+    authenticate: Callable[[RequestParts], Awaitable[Principal]], error: type[Exception]
+) -> SqsAuthenticator:
+    """An authenticator whose refusals are exceptions of type `error` carrying `code`, `message` and `status`
+    (SQS's code, its text, the HTTP status), made to raise them as SQS errors the endpoint renders."""
+
+    async def checked(parts: RequestParts) -> Principal:
+        try:
+            return await authenticate(parts)
+        except error as exc:
+            raise Refused(
+                str(getattr(exc, "code", "InvalidClientTokenId")),
+                str(getattr(exc, "message", exc)),
+                int(getattr(exc, "status", 403)),
+            ) from None
+
+    return checked
 
 
 async def refuse_unsigned(parts: RequestParts) -> Principal:

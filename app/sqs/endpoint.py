@@ -26,7 +26,7 @@ from app.errors import AppError, DatabaseUnavailable, ShuttingDown, TooManyWaite
 from app.services import Services, services_of
 from app.sqs import wire
 from app.sqs.actions import ACTIONS, Call
-from app.sqs.auth import RequestParts, SqsAuthenticator, refuse_unsigned
+from app.sqs.auth import RequestParts, SignerRecheck, SqsAuthenticator, refuse_unsigned
 from app.sqs.errors import (
     AccessDenied,
     InternalFailure,
@@ -59,12 +59,18 @@ class _Route:
 
 class SqsEndpoint:
     def __init__(
-        self, app: ASGIApp, api: Starlette, max_bytes: int, authenticate: SqsAuthenticator | None = None
+        self,
+        app: ASGIApp,
+        api: Starlette,
+        max_bytes: int,
+        authenticate: SqsAuthenticator | None = None,
+        recheck: SignerRecheck | None = None,
     ) -> None:
         self.app = app
         self.api = api  # the FastAPI app, whose lifespan builds the services
         self.max_bytes = max_bytes
         self.authenticate = authenticate or refuse_unsigned
+        self.recheck = recheck
         self._routes: dict[str, _Route] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -144,7 +150,10 @@ class SqsEndpoint:
         if found is not None:
             return found  # a jobq key (Bearer), found by the Authenticate layer
         parts = RequestParts(scope["method"], scope["path"], scope.get("query_string", b""), scope["headers"], body)
-        return await self.authenticate(parts)
+        who = await self.authenticate(parts)
+        if self.recheck is not None:  # a long-poll asks again, before it hands out messages
+            scope["state"] = {**scope.get("state", {}), "recheck": self.recheck(parts, who)}
+        return who
 
     def _call(self, scope: Scope, receive: Receive, who: Principal, headers: dict[bytes, bytes]) -> Call:
         services: Services = services_of(self.api)
@@ -164,9 +173,9 @@ class SqsEndpoint:
     async def _error(self, err: SqsError, json: bool, rid: str, send: Send) -> None:
         if json:
             body, extra = wire.json_error(err)
-            await _respond(send, err.status, wire.JSON_TYPE, body, rid, extra)
+            await _respond(send, err.http_status, wire.JSON_TYPE, body, rid, extra)
         else:
-            await _respond(send, err.status, wire.XML_TYPE, wire.xml_error(err, rid), rid)
+            await _respond(send, err.http_status, wire.XML_TYPE, wire.xml_error(err, rid), rid)
 
 
 def _translated(exc: AppError) -> SqsError:

@@ -24,6 +24,7 @@ SqsError (JSON __type: com.amazonaws.sqs#<class name>)  HTTP  query code
  +-- RequestThrottled              400  RequestThrottled
  +-- ServiceUnavailable            503  ServiceUnavailable  (server fault)
  +-- InternalFailure               500  InternalFailure     (server fault)
+ +-- Refused                       any  its own code        an authenticator's refusal (SignatureDoesNotMatch, ...)
 
 botocore reads the query code from the `x-amzn-query-error: <code>;<Sender|Receiver>` header of a JSON
 answer (the service model is `awsQueryCompatible`) and the JSON type names the exception class, so both
@@ -47,6 +48,10 @@ class SqsError(Exception):
     @property
     def code(self) -> str:
         return type(self).__name__
+
+    @property
+    def http_status(self) -> int:
+        return self.status
 
     @property
     def query(self) -> str:
@@ -145,3 +150,25 @@ class ServiceUnavailable(SqsError):
 class InternalFailure(SqsError):
     status = 500
     sender = False
+
+
+class Refused(SqsError):
+    """A refusal named by its code and status rather than by a class: what an SqsAuthenticator raises
+    (SignatureDoesNotMatch, RequestExpired, IncompleteSignature, ...), rendered like every SQS error."""
+
+    def __init__(self, code: str, message: str, status: int = 403) -> None:
+        super().__init__(message)
+        self._code = code
+        self._status = status
+
+    @property
+    def code(self) -> str:
+        return self._code
+
+    @property
+    def http_status(self) -> int:
+        return self._status
+
+    @property
+    def query(self) -> str:
+        return self._code
