@@ -115,6 +115,13 @@ def test_queue_lifecycle(sqs: Any, server: LiveServer) -> None:
     )
     assert attrs["Attributes"] == {"VisibilityTimeout": "60", "ReceiveMessageWaitTimeSeconds": "3"}
 
+    # MessageRetentionPeriod, when given, is how long the queue keeps dead letters (its failed jobs).
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"MessageRetentionPeriod": "3600"})
+    assert server.client.get("/queues/orders/config").json()["retention"]["failed"] == 3600
+    assert sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["MessageRetentionPeriod"])["Attributes"] == {
+        "MessageRetentionPeriod": "3600"
+    }
+
     sqs.tag_queue(QueueUrl=url, Tags={"team": "billing", "env": "test"})
     sqs.untag_queue(QueueUrl=url, TagKeys=["env"])
     assert sqs.list_queue_tags(QueueUrl=url)["Tags"] == {"team": "billing"}
