@@ -32,13 +32,14 @@ from app.observability.logs import Observability
 from app.services import Services, Telemetry, build_services, build_telemetry, services_of
 from app.settings import Settings
 from app.signals import drain_on_stop_signal
+from app.sqs.endpoint import SqsEndpoint, is_sqs_request
 
 log = logging.getLogger("jobq")
 
 
 class JobqApp:
-    """The ASGI stack: Observability -> Authenticate -> RequestGuard -> FastPath -> FastAPI. `.api` is the
-    FastAPI app (routes), `.services` the parts its lifespan built. Authentication comes before the guard so
+    """The ASGI stack: Observability -> Authenticate -> SqsEndpoint -> RequestGuard -> FastPath -> FastAPI. `.api`
+    is the FastAPI app (routes), `.services` the parts its lifespan built. Authentication comes before the guard so
     that a caller without a key gets 401 before its body is read; both HTTP paths below it see the same
     principal. Observability is outermost so that refusals are counted and logged like any answer."""
 
@@ -46,12 +47,20 @@ class JobqApp:
         self.api = api
         inner: ASGIApp = FastPath(api) if settings.fast_path else api
         self.guard = RequestGuard(inner, settings.max_request_bytes)
+        # SQS requests are answered before the guard (their Content-Types are not JSON: app/sqs/endpoint.py).
+        sqs = SqsEndpoint(self.guard, api, settings.max_request_bytes)
 
         def keys() -> Authenticator:
             return services_of(api).keys.authenticate
 
         exposure = Exposure(settings.auth, settings.allowed_hosts)
-        authenticate = Authenticate(self.guard, exposure=exposure, keys=keys, open_paths=open_paths(api, docs_paths))
+        authenticate = Authenticate(
+            sqs,
+            exposure=exposure,
+            keys=keys,
+            open_paths=open_paths(api, docs_paths),
+            authenticates_itself=is_sqs_request,
+        )
         clients = ClientAddress(settings.trusted_proxies)
         self._stack = Observability(authenticate, telemetry.metrics, telemetry.access_log, telemetry.tracing, clients)
 

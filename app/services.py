@@ -33,6 +33,7 @@ from app.core.operations import OpsService
 from app.core.results import ResultWaiters
 from app.core.schedules import ScheduleService
 from app.core.search import SearchService
+from app.core.sqs import SqsService
 from app.core.wakeups import Wakeups
 from app.db import keys as store_keys
 from app.db import migrate
@@ -97,6 +98,7 @@ class Services:
     history: HistoryService
     search: SearchService
     schedules: ScheduleService
+    sqs: SqsService  # the SQS API's queues and sends (app/sqs/)
     maintenance: Supervisor
     metrics: Metrics
     access_log: AccessLog
@@ -147,6 +149,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
     jobs = JobService(settings, db, dispatcher, effects, results, configs)
+    ops = OpsService(settings, db, effects, wakeups, configs)
     scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(
         [
@@ -171,10 +174,11 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         dispatcher=dispatcher,
         results=results,
         jobs=jobs,
-        ops=OpsService(settings, db, effects, wakeups, configs),
+        ops=ops,
         history=HistoryService(db),
         search=SearchService(settings, db, effects),
         schedules=ScheduleService(settings, db, scheduler.poke),
+        sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, effects),
         maintenance=maintenance,
         metrics=metrics,
         access_log=telemetry.access_log,

@@ -34,11 +34,12 @@ class Connection:
             with contextlib.suppress(OSError):
                 await self._writer.wait_closed()
 
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+    async def request(self, method: str, path: str, body: bytes = b"", headers: bytes = b"") -> tuple[int, bytes]:
+        """`headers`: more header lines, each ending in CRLF (an SQS request's X-Amz-Target)."""
         assert self._reader is not None and self._writer is not None
         self._writer.write(
-            b"%s %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s"
-            % (method.encode(), path.encode(), self._head, len(body), body)
+            b"%s %s HTTP/1.1\r\n%s%sContent-Length: %d\r\n\r\n%s"
+            % (method.encode(), path.encode(), self._head, headers, len(body), body)
         )
         status_line = await self._reader.readline()
         if not status_line:
@@ -54,8 +55,8 @@ class Connection:
                 length = int(value)
         return status, await self._reader.readexactly(length)
 
-    async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        return await self.request("POST", path, body)
+    async def post(self, path: str, body: bytes, headers: bytes = b"") -> tuple[int, bytes]:
+        return await self.request("POST", path, body, headers)
 
     async def get(self, path: str) -> tuple[int, bytes]:
         return await self.request("GET", path)

@@ -9,6 +9,8 @@
                empty and autovacuum off for it (as a user has it), then loaded again after ANALYZE;
      latency   enqueue to a waiting claim, with the lean client and with httpx;
      memory    RSS with --waiters parked long-polls;
+     sqs       the SQS API beside jobq's own on one queue: SendMessageBatch of 10 against a batch enqueue of
+               10, ReceiveMessage 10 + DeleteMessageBatch against claim 10 + batch complete (bench/sqs_phases.py);
   3. PgQueuer 1.6.0 at its best setting (bench/peers/pgqueuer_peer.py) on its own fresh database:
      single-job enqueue, bulk enqueue (1 and 4 clients), drain, wake latency;
   4. a table per topic: jobq, raw SQL, PgQueuer, both ratios, the issue-9 target and whether it was met.
@@ -31,10 +33,12 @@ import os
 import resource
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import sqs_phases
 from bench.harness import (
     CpuSplit,
     Service,
@@ -54,7 +58,18 @@ from bench.phases import ClaimComplete, Enqueue, handin_supported, latency_httpx
 from bench.report import Row, as_json, at_least, at_most, below_peer, render
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = ("enqueue", "batch", "claim1", "claim1next", "claim10", "claim10next", "claim100", "latency", "rss")
+PHASES = (
+    "enqueue",
+    "batch",
+    "claim1",
+    "claim1next",
+    "claim10",
+    "claim10next",
+    "claim100",
+    "latency",
+    "rss",
+    "sqs",
+)
 # phase: (label, claim limit, completes handed in on the next claim, default preload = the reference's)
 DRAIN: dict[str, tuple[str, int, bool, int]] = {
     "claim1": ("claim 1 + complete (2 requests a job)", 1, False, 400_000),
@@ -64,6 +79,7 @@ DRAIN: dict[str, tuple[str, int, bool, int]] = {
     "claim100": ("claim 100 + batch complete", 100, False, 1_000_000),
 }
 PEER_DRAIN_PRELOAD = 400_000
+SQS_PRELOAD = 200_000
 BATCH = 1000
 NOT_AVAILABLE = "not available on this server"
 
@@ -161,6 +177,42 @@ class Bench:
                     self.results["jobq"].setdefault(key, {})[n] = {"jobs": rows, "unanalyzed": a, "analyzed": b}
                 finally:
                     service.stop()
+
+    def sqs(self) -> None:
+        """The SQS API and jobq's own, alternately on one service and queue, each from the same start."""
+        if "sqs" not in self.phases:
+            return
+        url = fresh_database(self.args.admin_url, "jobq_bench_sqs")
+        service = self.service(url)
+        rows = self.args.preload or SQS_PRELOAD
+        out = self.results["jobq"].setdefault("sqs", {})
+        try:
+            asyncio.run(sqs_phases.create_queue(self.args.port))
+            port = self.args.port
+            phases: dict[str, tuple[int, Callable[[], Worker], str]] = {
+                "enqueue10": (0, lambda: Enqueue(port, 10), "enqueue, batches of 10"),
+                "send10": (0, lambda: sqs_phases.SendBatch(port), "SQS SendMessageBatch 10"),
+                "claim10": (rows, lambda: ClaimComplete(port, 10), f"claim 10 + batch complete, {rows:,} jobs"),
+                "drain10": (
+                    rows,
+                    lambda: sqs_phases.Drain(port),
+                    f"SQS ReceiveMessage 10 + DeleteMessageBatch, {rows:,}",
+                ),
+            }
+            for n in self.clients:
+                m = out.setdefault(n, {})
+                # Each pair twice, alternately, keeping each one's better run: on a shared machine a burst of
+                # other work during one phase says nothing about the two APIs.
+                for _ in range(2):
+                    for key, (jobs, make, label) in phases.items():
+                        preload(url, jobs)
+                        got = self.measure(service, n, make(), label)
+                        if key not in m or got["rate"] > m[key]["rate"]:
+                            m[key] = got
+                for a, b in (("send10", "enqueue10"), ("drain10", "claim10")):
+                    print(f"{a} / {b}, {n} connections: {m[a]['rate'] / m[b]['rate']:.2f}", flush=True)
+        finally:
+            service.stop()
 
     # --- PgQueuer ------------------------------------------------------------------------------------------
 
@@ -298,7 +350,17 @@ class Bench:
                     unit="MiB",
                 )
             )
-        return {"Enqueue": enqueue, "Drain": drain, "Latency": latency, "Memory": memory}
+        sqs: list[Row] = []
+        for n, m in jobq.get("sqs", {}).items():
+            for a, b, label in (
+                ("send10", "enqueue10", "SendMessageBatch 10 / jobq batch enqueue of 10"),
+                ("drain10", "claim10", "ReceiveMessage 10 + DeleteMessageBatch / jobq claim 10 + batch complete"),
+            ):
+                sqs.append(Row(f"SQS: {label.split(' / ')[0]}", str(n), m[a]["rate"], api_us=m[a]["api_us_per_job"]))
+                sqs.append(Row(f"jobq: {label.split(' / ')[1]}", str(n), m[b]["rate"], api_us=m[b]["api_us_per_job"]))
+                ratio = Row(label, str(n), m[a]["rate"] / m[b]["rate"], unit="x")
+                sqs.append(ratio.judge(">= 0.8", at_least(0.8, "jobq")) if n == top else ratio)
+        return {"Enqueue": enqueue, "Drain": drain, "Latency": latency, "Memory": memory, "SQS API": sqs}
 
 
 def main() -> None:
@@ -356,6 +418,7 @@ def main() -> None:
     print(f"== jobq (its access log goes to {args.service_log})", flush=True)
     bench.enqueue_and_latency()
     bench.drains()
+    bench.sqs()
     if not args.skip_peer:
         print("== PgQueuer", flush=True)
     bench.peer()

@@ -161,6 +161,12 @@ def _bulk(action: str) -> Callable[[Case], int]:
     return act
 
 
+def _purge(c: Case) -> int:
+    """SQS PurgeQueue (and DeleteQueue, which purges first): every unfinished job of the queue cancelled."""
+    assert c.server.run(lambda: c.server.services.sqs.purge(c.queue)) == 1
+    return _id(c)
+
+
 ACTIONS: dict[tuple[Path, str, str], Callable[[Case], int]] = {
     (Path.ENQUEUE, NEW, PENDING): lambda c: c.server.enqueue(c.queue, payload=1)["id"],
     (Path.ENQUEUE, NEW, SCHEDULED): lambda c: c.server.enqueue(c.queue, payload=1, delay_seconds=LATER)["id"],
@@ -201,6 +207,9 @@ ACTIONS: dict[tuple[Path, str, str], Callable[[Case], int]] = {
     (Path.BULK_CANCEL, PENDING, CANCELLED): _bulk("cancel"),
     (Path.BULK_CANCEL, WAITING, CANCELLED): _bulk("cancel"),
     (Path.BULK_CANCEL, RUNNING, CANCELLED): _bulk("cancel"),
+    (Path.PURGE, PENDING, CANCELLED): _purge,
+    (Path.PURGE, WAITING, CANCELLED): _purge,
+    (Path.PURGE, RUNNING, CANCELLED): _purge,
     (Path.RETRY, FAILED, PENDING): lambda c: c.post(f"/jobs/{_id(c)}/retry")["id"],
     (Path.RETRY, CANCELLED, PENDING): lambda c: c.post(f"/jobs/{_id(c)}/retry")["id"],
     (Path.BULK_RETRY, FAILED, PENDING): _bulk("retry"),

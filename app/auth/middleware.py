@@ -26,9 +26,18 @@ class Authenticate:
     scope["state"]["recheck"] is a Recheck for the request's key (None when no key was used)."""
 
     def __init__(
-        self, app: ASGIApp, *, exposure: Exposure, keys: Callable[[], Authenticator], open_paths: Iterable[str]
+        self,
+        app: ASGIApp,
+        *,
+        exposure: Exposure,
+        keys: Callable[[], Authenticator],
+        open_paths: Iterable[str],
+        authenticates_itself: Callable[[Scope], bool] = lambda scope: False,
     ):
         self.app = app
+        # Requests that carry their own credentials (SQS's signatures, app/sqs/auth.py): without a valid jobq
+        # key they pass with no principal, and the endpoint authenticates them or refuses in its own terms.
+        self.authenticates_itself = authenticates_itself
         self.exposure = exposure
         self.keys = keys  # the process's KeyRing exists only once the lifespan has started
         self.open_paths = frozenset(open_paths)
@@ -46,7 +55,7 @@ class Authenticate:
             except AppError as exc:  # database unavailable while looking a key up, or lookups throttled
                 await problem_response(exc, scope["path"])(scope, receive, send)
                 return
-            if principal is None and scope["path"] not in self.open_paths:
+            if principal is None and scope["path"] not in self.open_paths and not self.authenticates_itself(scope):
                 if token is None:
                     err = Unauthorized("Send an API key: `Authorization: Bearer <key>`.")
                 else:

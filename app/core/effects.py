@@ -65,6 +65,7 @@ class Path(StrEnum):
     RESCUE = "rescue"  # app/maintenance/rescuer.py, lapsed leases
     CANCEL = "cancel"  # app/core/operations.py
     BULK_CANCEL = "bulk_cancel"  # app/core/search.py
+    PURGE = "purge"  # app/core/sqs.py, SQS PurgeQueue and DeleteQueue
     RETRY = "retry"
     BULK_RETRY = "bulk_retry"
     REDRIVE = "redrive"
@@ -83,7 +84,7 @@ class Effect:
 
 
 _ENQUEUED = ("enqueued",)
-_CANCEL = {Path.CANCEL: ("cancelled",), Path.BULK_CANCEL: ("cancelled",)}
+_CANCEL = {Path.CANCEL: ("cancelled",), Path.BULK_CANCEL: ("cancelled",), Path.PURGE: ("cancelled",)}
 _RETRY = {Path.RETRY: (), Path.BULK_RETRY: ()}
 
 TABLE: Mapping[tuple[str, str], Effect] = {

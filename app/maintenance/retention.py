@@ -2,7 +2,8 @@
 PATCH /queues/{queue}/config, else the global one), queue by queue, a batch at a time (each batch its own
 short transaction); per-minute statistics older than a day are rolled up into hours, a batch at a time
 too, and hours older than eight days deleted (app/db/history.py); rate-limit ledger rows once older than
-every window of their queue."""
+every window of their queue; SQS FIFO deduplication ids once their window has passed, and SQS message
+attributes once their job is gone."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app.core.effects import GONE, Effects, Moves, Path
 from app.db import flow as store_flow
 from app.db import history as store_history
 from app.db import operations as store_ops
+from app.db import sqs as store_sqs
 from app.db.pool import Database
 from app.maintenance.base import Ticking, between_batches
 from app.observability.metrics import Metrics
@@ -26,6 +28,7 @@ log = logging.getLogger("jobq.retention")
 class RetentionResult:
     deleted: dict[str, int] = field(default_factory=dict)  # status -> rows
     minutes_rolled_up: int = 0
+    dedup_ids_expired: int = 0
 
 
 class Retention(Ticking):
@@ -79,6 +82,19 @@ class Retention(Ticking):
         async with self.db.connection() as conn:
             await store_history.history_delete_old(conn, now)
             await store_flow.queue_claims_prune(conn)
+        while True:  # SQS FIFO deduplication ids past their five minutes (app/core/sqs.py)
+            async with self.db.connection() as conn:
+                n = await store_sqs.sqs_dedup_prune(conn, self.batch, now)
+            result.dedup_ids_expired += n
+            if n < self.batch:
+                break
+            await between_batches()
+        while True:  # message attributes of SQS messages whose jobs were deleted
+            async with self.db.connection() as conn:
+                n = await store_sqs.sqs_messages_prune(conn, self.batch)
+            if n < self.batch:
+                break
+            await between_batches()
         total = sum(result.deleted.values())
         if total:
             log.info("finished jobs deleted", extra={"deleted": result.deleted})

@@ -27,7 +27,7 @@ from app.core.effects import (
     Path,
     UnlistedMove,
 )
-from app.core.jobs import _inserted
+from app.core.jobs import inserted_moves
 from app.db.jobs import NewJob
 from app.db.rows import Inserted, JobRow
 from app.observability.metrics import EVENTS, Metrics
@@ -161,5 +161,5 @@ def job(queue: str, job_id: int, later: bool = False) -> Inserted:
 def test_an_insert_reports_each_job_made_due_or_not() -> None:
     asked = [NewJob("a", "1", 0, None, None, 5, None), NewJob("b", "1", 0, None, 60.0, 5, None)]
     rows = [job("a", 1), job("b", 2, later=True), Inserted(False, job("a", 0).job)]  # the last: a key's job
-    assert _inserted(asked[:1] * 2, [rows[0], rows[2]]).counts == {("a", NEW, PENDING): 1}
-    assert _inserted(asked, rows[:2]).counts == {("a", NEW, PENDING): 1, ("b", NEW, SCHEDULED): 1}
+    assert inserted_moves(asked[:1] * 2, [rows[0], rows[2]]).counts == {("a", NEW, PENDING): 1}
+    assert inserted_moves(asked, rows[:2]).counts == {("a", NEW, PENDING): 1, ("b", NEW, SCHEDULED): 1}
