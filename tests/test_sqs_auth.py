@@ -19,7 +19,7 @@ from botocore.credentials import Credentials
 
 from app.auth.keys import new_key, sqs_access_key_id, sqs_secret
 from app.auth.policy import Principal
-from app.auth.sigv4 import SqsAuthError, authenticate_sqs, sqs_authenticator
+from app.auth.sigv4 import SqsAuthError, authenticate_sqs, signer_recheck, sqs_authenticator
 from app.db import keys as store_keys
 from app.runtime.cli import main as jobq
 from tests.support import LiveServer, wait_until
@@ -170,6 +170,15 @@ def test_the_sqs_endpoints_authenticator_verifies_its_parts(signed_server: LiveS
         with pytest.raises(SqsAuthError) as err:
             signed_server.run(lambda p=tampered: authenticate(p))  # type: ignore[misc]
         assert err.value.code == "SignatureDoesNotMatch"
+
+    # The recheck a long-poll asks before it hands out messages: true while the key lives, false once revoked.
+    still_valid = signer_recheck(signed_server.services.keys, parts, signed_server.run(lambda: authenticate(parts)))
+    assert signed_server.run(still_valid) is True
+    ring = signed_server.services.keys
+    generation = ring.generation
+    assert store_keys.api_key_revoke(db, "mailer")
+    wait_until(lambda: ring.generation > generation, what="the revocation heard")
+    assert signed_server.run(still_valid) is False
 
 
 def test_a_signed_request_to_a_jobq_route_is_refused(signed_server: LiveServer, db: psycopg.Connection) -> None:

@@ -364,3 +364,16 @@ def sqs_authenticator(
         return await authenticate_sqs(parts.method, raw_path, query, parts.headers, parts.body, keyring(), settings)
 
     return authenticate
+
+
+def signer_recheck(keyring: KeyRing, parts: SignedParts, principal: Principal) -> Callable[[], Awaitable[bool]]:
+    """For a request verified by sqs_authenticator(): whether the key that signed it is still live, asked again
+    before a long-poll that waited hands out messages (the Recheck of app/auth/middleware.py)."""
+    sig = parse_signature(header_map(parts.headers), query_pairs(parts.query_string.decode("latin-1")))
+    selector = sqs_selector(sig.access_key_id) if sig is not None else None
+
+    async def still_valid() -> bool:
+        # From the cache while nothing changed; after a revocation's NOTIFY emptied it, from the database.
+        return selector is not None and await keyring.live_principal(selector) == principal
+
+    return still_valid
