@@ -5,6 +5,7 @@ unknown key InvalidClientTokenId, an unsigned request MissingAuthenticationToken
 from __future__ import annotations
 
 import importlib.util
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from app.auth.keys import new_key, sqs_access_key_id, sqs_secret
 from app.db import keys as store_keys
-from tests.support import LiveServer, wait_until
+from tests.support import LiveServer, settle_long_poll, wait_until
 
 # The SQS endpoint (the app.sqs package) and this verifier are built apart; until both are in, nothing to drive.
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("app.sqs") is None, reason="no SQS endpoint in this build")
@@ -133,3 +134,34 @@ def test_the_query_protocol_is_verified_too(signed_server: LiveServer, db: psyco
     assert "<QueueUrl>" in r.text and "from-a-form" in r.text
     r = httpx.post(f"{signed_server.url}/", content=form.replace("from-a-form", "another").encode(), headers=headers)
     assert r.status_code == 403 and "<Code>SignatureDoesNotMatch</Code>" in r.text, r.text
+
+
+def test_a_key_revoked_while_its_receive_waits_receives_nothing(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """As with a bearer key's claim: a ReceiveMessage long-poll has its signer's key checked again before it
+    hands out messages, so a key revoked while it waited gets InvalidClientTokenId and the message goes back."""
+    server: LiveServer = server_factory(auth="on", sqs_server_secret=SERVER_SECRET, auth_cache_seconds=3600)
+    wait_until(lambda: server.services.wakeups.connected.is_set(), what="listening")
+    admin = client(server, create_pair(db, "ops", ["admin"]))
+    url = admin.create_queue(QueueName="q")["QueueUrl"]
+    consumer = client(server, create_pair(db, "worker", ["consume"]), read_timeout=60)
+    answers: list[object] = []
+
+    def receive() -> None:
+        try:
+            answers.append(consumer.receive_message(QueueUrl=url, WaitTimeSeconds=20).get("Messages", []))
+        except ClientError as exc:
+            answers.append(exc.response["Error"]["Code"])
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    wait_until(lambda: server.services.dispatcher.parked == 1, what="the receive waiting")
+    settle_long_poll(server, "q")
+    ring = server.services.keys
+    generation = ring.generation
+    store_keys.api_key_revoke(db, "worker")
+    wait_until(lambda: ring.generation > generation, what="the revocation to arrive")
+    sent = admin.send_message(QueueUrl=url, MessageBody="not for a revoked key")
+    thread.join(60)
+    assert answers == ["InvalidClientTokenId"]
+    [message] = admin.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
+    assert message["MessageId"] == sent["MessageId"] and message["Body"] == "not for a revoked key"
