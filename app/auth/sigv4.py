@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ MAX_EXPIRES_SECONDS = 604_800  # the longest X-Amz-Expires AWS allows: a week
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 _TIMESTAMP = "%Y%m%dT%H%M%SZ"
 _HEX = frozenset("0123456789abcdef")
+_BASIC = re.compile(r"[0-9]{8}T[0-9]{6}Z", re.ASCII)
+_EXPIRES = re.compile(r"[0-9]{1,7}", re.ASCII)
 _MISMATCH = (
     "The request signature we calculated does not match the signature you provided. Check your AWS Secret Access "
     "Key and signing method (the pair `jobq keys create --sqs` printed, for this jobq's JOBQ_SQS_SERVER_SECRET)."
@@ -129,12 +132,13 @@ def _from_header(values: list[str], headers: Mapping[str, list[str]]) -> Signatu
         raise _incomplete("Send one Authorization header.")
     algorithm, _, rest = values[0].strip().partition(" ")
     if algorithm != ALGORITHM:
-        raise _incomplete(f"Only AWS Signature Version 4 ({ALGORITHM}) is accepted, not {algorithm!r}.")
+        raise _incomplete(f"Only AWS Signature Version 4 ({ALGORITHM}) is accepted.")
     fields: dict[str, str] = {}
     for part in rest.split(","):
         name, eq, value = part.strip().partition("=")
         if not eq or name in fields:
-            raise _incomplete(f"Malformed Authorization header near {part.strip()!r}.")
+            raise _incomplete("The Authorization header must be `AWS4-HMAC-SHA256 Credential=..., "
+                              "SignedHeaders=..., Signature=...`.")  # fmt: skip
         fields[name] = value.strip()
     missing = [f for f in ("Credential", "SignedHeaders", "Signature") if not fields.get(f)]
     if missing:
@@ -153,7 +157,7 @@ def _from_query(query: Mapping[str, str]) -> Signature:
     if query["X-Amz-Algorithm"] != ALGORITHM:
         raise _incomplete(f"Only AWS Signature Version 4 ({ALGORITHM}) is accepted.")
     expires = query["X-Amz-Expires"]
-    if not expires.isdigit() or not 1 <= int(expires) <= MAX_EXPIRES_SECONDS:
+    if not _EXPIRES.fullmatch(expires) or not 1 <= int(expires) <= MAX_EXPIRES_SECONDS:
         raise _incomplete(f"X-Amz-Expires must be 1 to {MAX_EXPIRES_SECONDS} seconds.")
     timestamp = _basic_timestamp(query["X-Amz-Date"])
     return _signature(
@@ -164,9 +168,7 @@ def _from_query(query: Mapping[str, str]) -> Signature:
 def _signature(credential: str, signed: str, signature: str, timestamp: str, expires: int | None) -> Signature:
     parts = credential.split("/")
     if len(parts) != 5 or not all(parts) or parts[4] != TERMINATOR:
-        raise _incomplete(
-            f"Credential must be <access key id>/<YYYYMMDD>/<region>/{SERVICE}/{TERMINATOR}, not {credential!r}."
-        )
+        raise _incomplete(f"Credential must be <access key id>/<YYYYMMDD>/<region>/{SERVICE}/{TERMINATOR}.")
     names = tuple(signed.split(";"))  # sorted, by the specification; kept in the order the client gave
     if len(set(names)) != len(names) or not all(names) or any(n != n.lower() for n in names):
         raise _incomplete("SignedHeaders must be distinct lower-case header names separated by `;`.")
@@ -183,20 +185,22 @@ def _header_date(headers: Mapping[str, list[str]]) -> str:
     if date := headers.get("date"):
         try:
             parsed = parsedate_to_datetime(date[0])
-        except (TypeError, ValueError):
+            if parsed.tzinfo is None:  # `-0000` (botocore's formatdate): UTC, says RFC 5322
+                parsed = parsed.replace(tzinfo=UTC)
+            return _basic_timestamp(parsed.astimezone(UTC).strftime(_TIMESTAMP))
+        except (TypeError, ValueError, IndexError, OverflowError):
             raise _incomplete("The Date header is not an HTTP date.") from None
-        if parsed.tzinfo is None:  # `-0000` (botocore's formatdate): UTC, says RFC 5322
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.astimezone(UTC).strftime(_TIMESTAMP)
     raise _incomplete("A signed request needs an X-Amz-Date or a Date header.")
 
 
 def _basic_timestamp(value: str) -> str:
     try:
-        datetime.strptime(value, _TIMESTAMP)
-    except ValueError:
-        raise _incomplete(f"X-Amz-Date must be ISO 8601 basic format (YYYYMMDDTHHMMSSZ), not {value!r}.") from None
-    return value
+        if _BASIC.fullmatch(value):
+            datetime.strptime(value, _TIMESTAMP).replace(tzinfo=UTC).timestamp()  # a real date and time
+            return value
+    except (ValueError, OverflowError):
+        pass
+    raise _incomplete("X-Amz-Date must be a date and time in ISO 8601 basic format (YYYYMMDDTHHMMSSZ).")
 
 
 # -- the signature itself -----------------------------------------------------------------------------------

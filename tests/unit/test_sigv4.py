@@ -177,3 +177,54 @@ def test_a_request_dated_more_than_five_minutes_off_has_expired() -> None:
     assert list(expired(signature_at(at - datetime.timedelta(seconds=3000), 3600), now)) == []
     assert list(expired(signature_at(at - datetime.timedelta(seconds=3700), 3600), now)) == ["RequestExpired"]
     assert list(expired(signature_at(at + datetime.timedelta(seconds=310), 3600), now)) == ["RequestExpired"]
+
+
+def test_whatever_a_client_sends_is_a_verdict_never_a_crash() -> None:
+    """Malformed and mangled signatures end in an SqsAuthError (or a signature that does not match), never in
+    another exception, which would be a 500; nor does any refusal echo what the client sent."""
+    import random
+
+    good = signed()
+    path, query, headers, body = as_asgi(good)
+    presigned = urlsplit(signed(query=True).url).query
+    bad_credential = "AWS4-HMAC-SHA256 Credential=a/b/c/d/aws4_request, SignedHeaders=host, Signature=" + "g" * 64
+    oddities = [
+        {"x-amz-date": "20261301T250000Z"}, {"x-amz-date": "2026121T1Z"}, {"x-amz-date": "²⁰²⁶¹²⁰¹T000000Z"},
+        {"date": "Mon, 01 Jan 0001 00:00:00 +0100"}, {"date": "not a date"}, {"date": ""},
+        {"x-amz-content-sha256": "zz"}, {"authorization": "AWS4-HMAC-SHA256"},
+        {"authorization": "AWS4-HMAC-SHA256 ,,,"}, {"authorization": bad_credential},
+    ]  # fmt: skip
+    queries = [
+        presigned.replace("X-Amz-Expires=3600", "X-Amz-Expires=%C2%B2"),
+        presigned.replace("X-Amz-Expires=3600", "X-Amz-Expires=99999999999999999999"),
+        presigned.replace("X-Amz-Date=", "X-Amz-Date=9"),
+        "X-Amz-Credential=%ff%fe",
+        "X-Amz-Algorithm=&&&=",
+    ]
+    rng = random.Random(23)
+    auth = dict(headers)[b"authorization"].decode()
+    mangled = []
+    for _ in range(300):
+        chars = list(auth)
+        for _ in range(rng.randint(1, 4)):
+            chars[rng.randrange(len(chars))] = rng.choice("=,/; ;aZ09\x00é")
+        mangled.append({"authorization": "".join(chars)})
+    cases = [(h, query) for h in oddities + mangled] + [({}, q) for q in queries]
+    for extra, q in cases:
+        dropped = {*extra, "x-amz-date"} if "date" in extra else set(extra)  # a Date counts only without X-Amz-Date
+        if q is not query:
+            dropped.add("authorization")  # the presigned form alone
+        raw = [(k, v) for k, v in headers if k.decode() not in dropped]
+        raw += [(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in extra.items()]
+        by_name, pairs = sigv4.header_map(raw), sigv4.query_pairs(q)
+        try:
+            sig = sigv4.parse_signature(by_name, pairs)
+            if sig is None:
+                continue
+            sigv4.check_time(sig, time.time())
+            canonical = sigv4.canonical_request("POST", path, pairs, by_name, body, sig)
+            sigv4.expected_signature(SECRET, sig, canonical)
+        except sigv4.SqsAuthError as exc:
+            assert exc.code in {"IncompleteSignature", "RequestExpired", "SignatureDoesNotMatch"}, exc.code
+            for value in [*extra.values(), q]:
+                assert len(value) < 24 or value not in exc.message
