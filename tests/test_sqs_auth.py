@@ -123,6 +123,8 @@ def test_each_part_tampered_with_gets_sqs_error_code(signed_server: LiveServer, 
 
     unsigned = AWSRequest(method="POST", url=f"{signed_server.url}/", data=BODY, headers={})
     assert refusal(lambda: verify(signed_server, unsigned)) == ("MissingAuthenticationToken", 403)
+    bearer = AWSRequest(method="POST", url=f"{signed_server.url}/", data=BODY, headers={"Authorization": "Bearer x"})
+    assert refusal(lambda: verify(signed_server, bearer)) == ("InvalidClientTokenId", 403)  # no live key: else not here
     assert verify(signed_server, good).name == "mailer"  # and the untampered request still passes
 
 

@@ -303,6 +303,9 @@ async def authenticate_sqs(
     SqsAuthError otherwise. `raw_path` and `query_string` are as sent (percent-encoded): ASGI's `raw_path`
     and `query_string`."""
     by_name = header_map(headers)
+    if any(v.strip()[:7].lower() == "bearer " for v in by_name.get("authorization", [])):
+        # A jobq key the Authenticate layer found no live key for (a valid one never gets here).
+        raise SqsAuthError("InvalidClientTokenId", "The jobq key is not valid: unknown, revoked or malformed.")
     pairs = query_pairs(query_string)
     sig = parse_signature(by_name, pairs)
     if sig is None:
