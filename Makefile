@@ -9,7 +9,8 @@ BENCH_STAMP := $(VENV)/.installed-bench-$(PYVER)
 # npm packages the tests pin (tests/node.py), installed from their lock files when npm is on PATH.
 NPM         := $(shell command -v npm 2>/dev/null)
 SDK_TS      := clients/typescript
-NODE_STAMPS := $(if $(NPM),tests/generated_clients/node_modules/.package-lock.json $(SDK_TS)/node_modules/.package-lock.json)
+NODE_STAMPS := $(if $(NPM),tests/generated_clients/node_modules/.package-lock.json $(SDK_TS)/node_modules/.package-lock.json \
+                          tests/sqs_js/node_modules/.package-lock.json)
 
 .PHONY: run test lint typecheck format openapi bench clean
 .PHONY: sql check

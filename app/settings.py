@@ -210,6 +210,11 @@ class Settings(BaseSettings):
         description="Longest a process trusts a verified key without re-reading it (revocations arrive by NOTIFY "
         "at once; this bounds a missed one).",
     )
+    sqs_server_secret: SecretStr | None = Field(
+        None,
+        description="The server secret the SQS endpoint derives each key's AWS secret access key from (keys on: "
+        "unset, signed SQS requests are refused); 32+ characters, never logged. Changing it changes every pair.",
+    )
 
     # -- connections ------------------------------------------------------------------------------------------
     header_timeout_seconds: float = Field(
@@ -288,6 +293,8 @@ class Settings(BaseSettings):
             raise ValueError("JOBQ_SCHEDULE_INTERVAL_SECONDS must be 0 (off) or at least 0.05")
         if self.api_key is not None and len(self.api_key.get_secret_value()) < 32:
             raise ValueError("JOBQ_API_KEY must be at least 32 characters (e.g. the output of `jobq keys create`)")
+        if self.sqs_server_secret is not None and len(self.sqs_server_secret.get_secret_value()) < 32:
+            raise ValueError("JOBQ_SQS_SERVER_SECRET must be at least 32 characters (e.g. `openssl rand -base64 33`)")
         return self
 
     # -- caps derived from the open-file limit when not set ---------------------------------------------------

@@ -139,13 +139,7 @@ class KeyRing:
         selector, secret = parsed
         entry = self._live.get(selector) or self._unknown.get(selector)
         if entry is None or entry.expires < time.monotonic():
-            # A key seen live before is looked up again whatever the rate of misses: a flood of made-up keys
-            # must not lock out the real ones when their entries expire; nor one not seen here yet, which is
-            # among the live selectors.
-            throttled = selector not in self._live and selector not in self._loading and not self._misses.take()
-            if throttled and not await self._may_be_live(selector):
-                raise KeyLookupsThrottled()
-            entry = await self._load(selector)
+            entry = await self._refresh(selector)
         if entry.principal is None or not hmac.compare_digest(entry.key_hash, digest(secret)):
             return None
         if entry.principal.key_id is not None:
@@ -153,6 +147,29 @@ class KeyRing:
         return entry.principal
 
     __call__ = authenticate
+
+    async def live_principal(self, selector: str) -> Principal | None:
+        """The principal of the live key with this selector, WITHOUT checking any secret: for a caller that
+        proves it holds the key another way (an SQS request's signature, app/auth/sigv4.py), which then
+        reports the use with used(). Cached and throttled exactly as authenticate()."""
+        entry = self._live.get(selector) or self._unknown.get(selector)
+        if entry is None or entry.expires < time.monotonic():
+            entry = await self._refresh(selector)
+        return entry.principal
+
+    def used(self, principal: Principal) -> None:
+        """Record that a request proved it holds this key (its last use is stamped at the next flush)."""
+        if principal.key_id is not None:
+            self._used.add(principal.key_id)
+
+    async def _refresh(self, selector: str) -> _Entry:
+        # A key seen live before is looked up again whatever the rate of misses: a flood of made-up keys must
+        # not lock out the real ones when their entries expire; nor one not seen here yet, which is among the
+        # live selectors.
+        throttled = selector not in self._live and selector not in self._loading and not self._misses.take()
+        if throttled and not await self._may_be_live(selector):
+            raise KeyLookupsThrottled()
+        return await self._load(selector)
 
     def invalidate(self) -> None:
         """Forget every verdict (a key changed somewhere, or we may have missed that it did). Which selectors

@@ -151,3 +151,20 @@ def api_key_revoke(conn: psycopg.Connection[Any], id_or_name: str) -> list[tuple
     params = {"id": int(id_or_name) if by_id else None, "name": None if by_id else id_or_name}
     rows = conn.execute(API_KEY_REVOKE, params).fetchall()
     return [(int(r[0]), str(r[1])) for r in rows]
+
+
+API_KEY_FIND = """
+-- A live key by id or name, for `jobq keys sqs` (its AWS pair is derived from the id and the selector).
+SELECT id, name, selector FROM api_keys
+WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
+"""
+
+
+def api_key_find(conn: psycopg.Connection[Any], id_or_name: str) -> tuple[int, str, str] | None:
+    """(id, name, selector) of the live key with this id or name, else None."""
+    by_id = id_or_name.isdigit()
+    if by_id and len(id_or_name) > 18:
+        return None  # beyond bigint: no such key
+    params = {"id": int(id_or_name) if by_id else None, "name": None if by_id else id_or_name}
+    row = conn.execute(API_KEY_FIND, params).fetchone()
+    return None if row is None else (int(row[0]), str(row[1]), str(row[2]))

@@ -158,10 +158,26 @@ def cmd_keys(args: argparse.Namespace) -> int:
     url = _database_url(args, "keys")
     if not url:
         return EXIT_USAGE
+    server_secret = None
+    if args.keys_command == "sqs" or (args.keys_command == "create" and args.sqs):
+        secret = _settings().sqs_server_secret
+        if secret is None:
+            print(f"jobq keys {args.keys_command}: set JOBQ_SQS_SERVER_SECRET (the server's, 32+ characters) to "
+                  "derive the AWS pair of a key from it (docs/security.md, SQS requests)", file=sys.stderr)  # fmt: skip
+            return EXIT_USAGE
+        server_secret = secret.get_secret_value()
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
             if args.keys_command == "create":
-                return _keys_create(conn, args)
+                return _keys_create(conn, args, server_secret)
+            if args.keys_command == "sqs":
+                assert server_secret is not None
+                found = store_keys.api_key_find(conn, args.key)
+                if found is None:
+                    print(f"jobq keys sqs: no live key with id or name {args.key!r}", file=sys.stderr)
+                    return EXIT_FAILURE
+                _print_sqs_pair(server_secret, found[0], found[2])
+                return EXIT_OK
             if args.keys_command == "list":
                 keys = store_keys.api_keys_list(conn, include_revoked=args.all)
                 if args.json:
@@ -184,7 +200,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         return EXIT_FAILURE
 
 
-def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
+def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace, server_secret: str | None) -> int:
     import psycopg
 
     from app.auth import keys as auth_keys
@@ -225,13 +241,29 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int
     else:
         return EXIT_FAILURE
     where = ", ".join(args.queue) if args.queue else "every queue"
+    pair = (
+        "\nThe AWS pair for the SQS endpoint follows it (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY); nothing more "
+        "is stored: the secret is derived from JOBQ_SQS_SERVER_SECRET, and `jobq keys sqs` prints it again."
+        if server_secret is not None
+        else ""
+    )
     print(
         f"created key {key_id} ({args.name}): scopes {', '.join(scopes)} on {where}.\n"
-        "The key is printed once, on standard output; only its hash is stored. Keep it now.",
+        f"The key is printed once, on standard output; only its hash is stored. Keep it now.{pair}",
         file=sys.stderr,
     )
     print(key)
+    if server_secret is not None:
+        _print_sqs_pair(server_secret, key_id, selector)
     return EXIT_OK
+
+
+def _print_sqs_pair(server_secret: str, key_id: int, selector: str) -> None:
+    """The pair an AWS SDK signs SQS requests with, as the environment variables every SDK reads."""
+    from app.auth import keys as auth_keys
+
+    print(f"AWS_ACCESS_KEY_ID={auth_keys.sqs_access_key_id(selector)}")
+    print(f"AWS_SECRET_ACCESS_KEY={auth_keys.sqs_secret(server_secret, selector, key_id)}")
 
 
 def _key_doc(k: KeyInfo) -> dict[str, Any]:
@@ -370,6 +402,18 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     create.add_argument("--queue", action="append", metavar="PATTERN",
                         help="limit the key to queues matching PATTERN (`*` = any characters); repeat for "
                              "several; default: every queue")  # fmt: skip
+    create.add_argument("--sqs", action="store_true",
+                        help="also print the key's AWS pair for the SQS endpoint (AWS_ACCESS_KEY_ID=..., "
+                             "AWS_SECRET_ACCESS_KEY=...), derived from JOBQ_SQS_SERVER_SECRET")  # fmt: skip
+    sqs = ksub.add_parser(
+        "sqs",
+        parents=[common],
+        help="print a key's AWS pair for the SQS endpoint",
+        description="Print the AWS pair (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) an AWS SDK signs SQS requests "
+        "with for a live key. The secret is derived from JOBQ_SQS_SERVER_SECRET, which must be the server's: "
+        "after that secret changes, this prints each key's new pair.",
+    )
+    sqs.add_argument("key", help="the key's id or name")
     lst = ksub.add_parser("list", parents=[common], help="list keys (never their secrets)")
     lst.add_argument("--all", action="store_true", help="include revoked keys")
     lst.add_argument("--json", action="store_true", help="JSON instead of a table")
