@@ -14,8 +14,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import __version__
 from app.auth.exposure import Exposure
+from app.auth.keyring import KeyRing
 from app.auth.middleware import Authenticate, Authenticator
 from app.auth.policy import OPEN_OPERATIONS
+from app.auth.sigv4 import SqsAuthError, signer_recheck, sqs_authenticator
 from app.http.apidocs import add_docs_routes
 from app.http.dashboard import add_dashboard_routes
 from app.http.fastpath import FastPath, RequestGuard
@@ -32,6 +34,7 @@ from app.observability.logs import Observability
 from app.services import Services, Telemetry, build_services, build_telemetry, services_of
 from app.settings import Settings
 from app.signals import drain_on_stop_signal
+from app.sqs.auth import refusing_with_codes
 from app.sqs.endpoint import SqsEndpoint, is_sqs_request
 
 log = logging.getLogger("jobq")
@@ -47,8 +50,19 @@ class JobqApp:
         self.api = api
         inner: ASGIApp = FastPath(api) if settings.fast_path else api
         self.guard = RequestGuard(inner, settings.max_request_bytes)
+
         # SQS requests are answered before the guard (their Content-Types are not JSON: app/sqs/endpoint.py).
-        sqs = SqsEndpoint(self.guard, api, settings.max_request_bytes)
+        def ring() -> KeyRing:
+            return services_of(api).keys
+
+        # With keys on, an SQS request that carries no jobq key is verified by AWS Signature V4 (app/auth/sigv4.py).
+        sqs = SqsEndpoint(
+            self.guard,
+            api,
+            settings.max_request_bytes,
+            authenticate=refusing_with_codes(sqs_authenticator(ring, settings), SqsAuthError),
+            recheck=lambda parts, who: signer_recheck(ring(), parts, who),
+        )
 
         def keys() -> Authenticator:
             return services_of(api).keys.authenticate

@@ -20,6 +20,11 @@ SELECT id, name, key_hash, scopes, queue_patterns
 FROM api_keys
 WHERE selector = %s AND revoked_at IS NULL
 
+-- name: API_KEY_FIND --
+-- A live key by id or name, for `jobq keys sqs` (its AWS pair is derived from the id and the selector).
+SELECT id, name, selector FROM api_keys
+WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
+
 -- name: API_KEY_INSERT --
 WITH created AS (
   INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns)

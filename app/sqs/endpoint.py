@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.auth.policy import OPEN, Principal
 from app.core.sqs import NoSuchQueue
-from app.errors import AppError, DatabaseUnavailable, ShuttingDown, TooManyWaiters
+from app.errors import AppError, DatabaseUnavailable, ShuttingDown, TooManyWaiters, Unauthorized
 from app.services import Services, services_of
 from app.sqs import wire
 from app.sqs.actions import ACTIONS, Call
@@ -31,6 +31,7 @@ from app.sqs.errors import (
     AccessDenied,
     InternalFailure,
     InvalidAction,
+    InvalidClientTokenId,
     InvalidParameterValue,
     QueueDoesNotExist,
     RequestThrottled,
@@ -151,8 +152,10 @@ class SqsEndpoint:
             return found  # a jobq key (Bearer), found by the Authenticate layer
         parts = RequestParts(scope["method"], scope["path"], scope.get("query_string", b""), scope["headers"], body)
         who = await self.authenticate(parts)
-        if self.recheck is not None:  # a long-poll asks again, before it hands out messages
-            scope["state"] = {**scope.get("state", {}), "recheck": self.recheck(parts, who)}
+        # Where the rest of jobq reads the caller (policy.principal(): the per-client share of waiting places),
+        # and what a long-poll asks again, before it hands out messages, whether its key is still live.
+        recheck = self.recheck(parts, who) if self.recheck is not None else None
+        scope["state"] = {**scope.get("state", {}), "principal": who, "recheck": recheck}
         return who
 
     def _call(self, scope: Scope, receive: Receive, who: Principal, headers: dict[bytes, bytes]) -> Call:
@@ -184,6 +187,8 @@ def _translated(exc: AppError) -> SqsError:
         return RequestThrottled(exc.detail)
     if isinstance(exc, DatabaseUnavailable | ShuttingDown):
         return ServiceUnavailable(exc.detail)
+    if isinstance(exc, Unauthorized):  # the key was revoked while its long-poll waited
+        return InvalidClientTokenId(exc.detail)
     if exc.status == 403:
         return AccessDenied(exc.detail)
     if 400 <= exc.status < 500:
