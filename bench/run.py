@@ -9,6 +9,8 @@
                empty and autovacuum off for it (as a user has it), then loaded again after ANALYZE;
      latency   enqueue to a waiting claim, with the lean client and with httpx;
      memory    RSS with --waiters parked long-polls;
+     parked    single-job enqueue and idle transactions/s with none, --waiters on one queue and --waiters
+               on as many queues parked (bench/parked.py);
   3. PgQueuer 1.6.0 at its best setting (bench/peers/pgqueuer_peer.py) on its own fresh database:
      single-job enqueue, bulk enqueue (1 and 4 clients), drain, wake latency;
   4. a table per topic: jobq, raw SQL, PgQueuer, both ratios, the issue-9 target and whether it was met.
@@ -50,11 +52,12 @@ from bench.harness import (
     timed,
 )
 from bench.loadgen import Connection
+from bench.parked import parked_scaling
 from bench.phases import ClaimComplete, Enqueue, handin_supported, latency_httpx, latency_lean, waiting_rss
 from bench.report import Row, as_json, at_least, at_most, below_peer, render
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = ("enqueue", "batch", "claim1", "claim1next", "claim10", "claim10next", "claim100", "latency", "rss")
+PHASES = ("enqueue", "batch", "claim1", "claim1next", "claim10", "claim10next", "claim100", "latency", "rss", "parked")
 # phase: (label, claim limit, completes handed in on the next claim, default preload = the reference's)
 DRAIN: dict[str, tuple[str, int, bool, int]] = {
     "claim1": ("claim 1 + complete (2 requests a job)", 1, False, 400_000),
@@ -102,7 +105,7 @@ class Bench:
     # --- jobq ----------------------------------------------------------------------------------------------
 
     def enqueue_and_latency(self) -> None:
-        if not self.phases & {"enqueue", "batch", "latency", "rss"}:
+        if not self.phases & {"enqueue", "batch", "latency", "rss", "parked"}:
             return
         url = fresh_database(self.args.admin_url, "jobq_bench")
         service = self.service(url)
@@ -131,8 +134,19 @@ class Bench:
             if "rss" in self.phases:
                 jobq["rss"] = asyncio.run(waiting_rss(service, self.args.waiters))
                 print(f"RSS with waiting long-polls: {jobq['rss']}", flush=True)
+            if "parked" in self.phases:
+                jobq["parked"] = asyncio.run(self.parked(url, service))
         finally:
             service.stop()
+
+    async def parked(self, url: str, service: Service) -> dict[str, Any]:
+        n = max(self.clients)
+
+        def load(label: str) -> dict[str, Any]:
+            preload(url, 0)
+            return self.measure(service, n, Enqueue(self.args.port, 1), f"parked scaling, {label}: enqueue, single-job")
+
+        return await parked_scaling(url, service, self.args.waiters, load, max(5.0, self.args.seconds))
 
     def drains(self) -> None:
         for key in [k for k in DRAIN if k in self.phases]:
@@ -298,7 +312,19 @@ class Bench:
                     unit="MiB",
                 )
             )
-        return {"Enqueue": enqueue, "Drain": drain, "Latency": latency, "Memory": memory}
+        parked: list[Row] = []
+        if p := jobq.get("parked"):
+            for key in ("none", "one_queue", "many_queues"):
+                m = p[key]
+                parked.append(Row(f"enqueue, single-job, {m['label']}", str(top), m["enqueue"]["rate"]))
+            for key in ("one_queue", "many_queues"):
+                ratio = Row(f"enqueue {p[key]['label']} / none parked", str(top), p[key]["enqueue_vs_none"], unit="x")
+                parked.append(ratio.judge(">= 0.9", at_least(0.9, "jobq")))
+            for key in ("none", "one_queue", "many_queues"):
+                m = p[key]
+                tps = m["idle"]["transactions_per_second"]
+                parked.append(Row(f"idle transactions/s, {m['label']}", "0", tps, unit="tx/s"))
+        return {"Enqueue": enqueue, "Drain": drain, "Latency": latency, "Memory": memory, "Parked": parked}
 
 
 def main() -> None:
