@@ -22,6 +22,11 @@ from bench.loadgen import Connection
 
 POLL = orjson.dumps({"worker": "parked", "wait_seconds": 30})
 SETTLE_SECONDS = 3.0  # after the claims are sent: parked, announced to the other process, looked at once
+# A backend reports its transaction counts to pg_stat_database at most once a second, and one that went
+# idle within a second of its last report only after 10 s (PostgreSQL 15's PGSTAT_IDLE_INTERVAL): the
+# idle window opens that long after the last burst (the previous load, the claims' first statements), or
+# the burst would be counted in it. In a steady state the lag at both ends of the window cancels out.
+STATS_LAG_SECONDS = 10.5
 
 
 class Parked:
@@ -77,9 +82,8 @@ def _commits(url: str) -> int:
 
 
 async def idle_transactions(url: str, service: Service, seconds: float) -> dict[str, Any]:
-    """Transactions per second in the bench database with no load, and the CPU split, over `seconds`. A
-    backend reports its counts when it goes idle, at most once a second (PostgreSQL 15): a long window keeps
-    that lag small beside the figure."""
+    """Transactions per second in the bench database with no load, and the CPU split, over `seconds`."""
+    await asyncio.sleep(STATS_LAG_SECONDS)
     cpu = CpuSplit(service.api_pids())
     before = await asyncio.to_thread(_commits, url)
     cpu.start()
