@@ -20,7 +20,12 @@ import psycopg
 from bench.harness import HOST, CpuSplit, PhaseError, Service, expect
 from bench.loadgen import Connection
 
-POLL = orjson.dumps({"worker": "parked", "wait_seconds": 30})
+# Longer than a layout lasts (about 35 s), so that no wait ends inside a measured window: with the default
+# 30 s, every parked claim comes back at once half-way through the enqueue load and asks again, a burst of
+# 1,000 requests that measures when the claims were sent, not what waiting costs. (A claim asking again
+# costs one claim statement, per claim whatever the queues: at 30 s, 1,000 workers are 33 a second.)
+WAIT_SECONDS = 120
+POLL = orjson.dumps({"worker": "parked", "wait_seconds": WAIT_SECONDS})
 SETTLE_SECONDS = 3.0  # after the claims are sent: parked, announced to the other process, looked at once
 # A backend reports its transaction counts to pg_stat_database at most once a second, and one that went
 # idle within a second of its last report only after 10 s (PostgreSQL 15's PGSTAT_IDLE_INTERVAL): the

@@ -52,6 +52,7 @@ from bench.harness import (
     timed,
 )
 from bench.loadgen import Connection
+from bench.parked import WAIT_SECONDS as PARKED_WAIT_SECONDS
 from bench.parked import parked_scaling
 from bench.phases import ClaimComplete, Enqueue, handin_supported, latency_httpx, latency_lean, waiting_rss
 from bench.report import Row, as_json, at_least, at_most, below_peer, render
@@ -85,6 +86,8 @@ class Bench:
 
     def service(self, url: str) -> Service:
         env = {"JOBQ_AUTH": "on"} if self.args.auth else {}
+        if "parked" in self.phases:
+            env["JOBQ_WAIT_MAX_SECONDS"] = str(PARKED_WAIT_SECONDS)  # its claims wait longer than it lasts
         service = Service(url, self.args.workers, self.args.port, env, Path(self.args.service_log))
         service.start()
         if self.args.auth:
