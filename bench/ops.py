@@ -28,6 +28,7 @@ import orjson
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from app.db import claim as store_claim
 from app.db import jobs as store
 from app.db.migrate import migrate
 from bench.harness import HOST, Service, fresh_database, preload, timed
@@ -126,7 +127,7 @@ def one_line(sql: str) -> str:
 def pgbench_scripts(directory: Path) -> tuple[Path, Path]:
     """Our claim and complete statements as pgbench scripts, the complete with and without counters."""
     claim = (
-        store.JOB_CLAIM.replace("%(queue)s", "'q'")
+        store_claim.JOB_CLAIM.replace("%(queue)s", "'q'")
         .replace("%(total)s", "1")
         .replace("%(slots)s", """'[{"ord":0,"worker":"w","lease":60,"lim":1}]'""")
     )

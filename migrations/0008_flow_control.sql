@@ -18,7 +18,7 @@ ALTER TABLE queue_state
   ADD COLUMN retention_completed_seconds integer   CHECK (retention_completed_seconds BETWEEN 0 AND 315360000),
   ADD COLUMN retention_failed_seconds    integer   CHECK (retention_failed_seconds BETWEEN 0 AND 315360000),
   ADD COLUMN retention_cancelled_seconds integer   CHECK (retention_cancelled_seconds BETWEEN 0 AND 315360000),
-  -- Limits, enforced inside the claim (app/db/flow.py).
+  -- Limits, enforced inside the claim (app/db/claim.py).
   ADD COLUMN concurrency            integer          CHECK (concurrency BETWEEN 1 AND 1000000),
   ADD COLUMN rate_limit             integer          CHECK (rate_limit BETWEEN 1 AND 1000000),
   ADD COLUMN rate_per_seconds       integer          CHECK (rate_per_seconds BETWEEN 1 AND 86400),
@@ -57,7 +57,7 @@ CREATE INDEX jobs_group_idx ON jobs (queue_name, group_key, priority DESC, id, r
 -- Running jobs by queue and group: what a concurrency limit counts, in time proportional to the running
 -- jobs of that queue (jobs_lease_idx leads with the lease expiry, so counting one queue there reads every
 -- running job of every queue). Its predicate compares in the "C" collation, and only the statements that
--- are meant to read it say so (app/db/flow.py RUNNING_C): with stale statistics this index, like any
+-- are meant to read it say so (app/db/jobs.py RUNNING_C): with stale statistics this index, like any
 -- partial index, can look empty, and the lease rescue (`status = 'running'`) would then read every
 -- running job through it instead of jobs_lease_idx in lease order (tests/test_plans.py).
 CREATE INDEX jobs_running_idx ON jobs (queue_name, group_key) WHERE status = 'running' COLLATE "C";

@@ -95,15 +95,16 @@ def p99(values: list[float]) -> float:
 def claim_buffers(url: str, queue: str) -> int:
     """Shared buffers one claim of 100 touches (EXPLAIN ANALYZE in a transaction rolled back, on a session
     set up like the pool's): the claim's work, counted the same whatever else the machine does."""
-    from app.db import jobs as store
+    from app.db import claim
+    from app.db.jobs import as_json
     from app.db.pool import SESSION_SETTINGS
 
-    slots = store.as_json([{"ord": 0, "worker": "w", "lease": 60, "lim": 100}])
+    slots = as_json([{"ord": 0, "worker": "w", "lease": 60, "lim": 100}])
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(SESSION_SETTINGS, ("30000",))
         conn.execute("BEGIN")
         row = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + store.JOB_CLAIM,
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + claim.JOB_CLAIM,
             {"queue": queue, "total": 100, "slots": slots},
         ).fetchone()
         conn.execute("ROLLBACK")

@@ -126,7 +126,7 @@ def test_concurrency_and_group_concurrency_hold_across_processes(
     """200 jobs in 5 groups; concurrency 4, group_concurrency 2. Workers hold each job 0-10 ms; one claim
     in ten fails its job for a retry at once. Never more than 4 running, or 2 of one group; every job
     completed exactly once, and no claim answered twice. (Checked to fail without the queue's claim lock,
-    app/db/flow.py FLOW_LOCK.)"""
+    app/db/claim.py FLOW_LOCK.)"""
     a, _ = services
     configure(a, "c", concurrency=4, group_concurrency=2)
     enqueue(a, "c", [{"payload": n, "group": f"g{n % 5}"} for n in range(200)])

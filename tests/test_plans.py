@@ -22,8 +22,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from app.db import claim
 from app.db import dependencies as deps
-from app.db import flow
 from app.db import jobs as store
 from app.db import operations as store_ops
 from app.db import waiting as store_waiting
@@ -194,12 +194,12 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         INSERT,
     ),
     "claim 10": (
-        store.JOB_CLAIM,
+        claim.JOB_CLAIM,
         {"queue": "q", "total": 10, "slots": slots(1)},
         {"jobs_claim_idx", "jobs_pkey"},
     ),
     "claim 100, 10 requests": (
-        store.JOB_CLAIM,
+        claim.JOB_CLAIM,
         {
             "queue": "q",
             "total": 100,
@@ -208,13 +208,13 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         {"jobs_claim_idx", "jobs_pkey"},
     ),
     "claim 10, concurrency limit": (
-        flow.JOB_CLAIM_LIMITED,
-        {"queue": "q", "total": 10, "slots": slots(1), "after": None, "window": flow.LANE_WINDOW},
+        claim.JOB_CLAIM_LIMITED,
+        {"queue": "q", "total": 10, "slots": slots(1), "after": None, "window": claim.LANE_WINDOW},
         {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx", "jobs_pkey"},  # the group walk: planned, not run
     ),
     "claim 100, fair groups": (
-        flow.JOB_CLAIM_LIMITED,
-        {"queue": "q", "total": 100, "slots": slots(10), "after": "g7", "window": flow.LANE_WINDOW},
+        claim.JOB_CLAIM_LIMITED,
+        {"queue": "q", "total": 100, "slots": slots(10), "after": "g7", "window": claim.LANE_WINDOW},
         {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx", "jobs_pkey"},
     ),
     "heartbeat": (

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-FINISHED = ("completed", "failed", "cancelled")
+from app.db.rows import FINISHED, Status
 
 
 class BadCursor(ValueError):
@@ -22,9 +22,9 @@ class BadCursor(ValueError):
 # bigint id, timestamps as RFC 3339 text.
 _SMALLINT, _BIGINT, _TIME = (-(2**15), 2**15 - 1), (-(2**63), 2**63 - 1), "time"
 _CURSOR_KEYS: dict[str | None, tuple[Any, ...]] = {
-    "pending": (_SMALLINT, _TIME, _BIGINT),
-    "running": (_TIME, _BIGINT),
-    "waiting": (_BIGINT,),
+    Status.pending: (_SMALLINT, _TIME, _BIGINT),
+    Status.running: (_TIME, _BIGINT),
+    Status.waiting: (_BIGINT,),
     **{status: (_TIME, _BIGINT) for status in FINISHED},
     None: (_BIGINT,),
 }

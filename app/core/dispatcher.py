@@ -14,7 +14,7 @@ are claimed on, so a thousand parked claims on a thousand idle queues cost what 
 Rows claimed for a ticket whose request has gone (timed out, disconnected, shutting down) are released
 at once, so a job is never handed to a connection that is closing.
 
-A queue with limits (app/core/flow.py, docs/flow-control.md) is claimed by app/db/flow.py's limited claim
+A queue with limits (app/core/flow.py, docs/flow-control.md) is claimed by app/db/claim.py's limited claim
 instead, chosen by the process's cached configuration; the plain claim refuses a queue whose limits this
 process has not heard of yet, and the line then claims again under them. Tickets held back by a limit
 stay parked until a slot frees up (completes, fails, releases, cancels and rescues of a limited queue
@@ -39,10 +39,10 @@ from typing import Any
 
 from app.core.flow import QueueConfigs
 from app.core.wakeups import Wakeups
-from app.db import flow as store_flow
+from app.db import claim as store_claim
 from app.db import jobs as store
 from app.db import waiting as store_waiting
-from app.db.jobs import ClaimSlot
+from app.db.claim import ClaimSlot
 from app.db.pool import Database
 from app.db.rows import ClaimRow
 from app.errors import AppError, DatabaseUnavailable, TooManyWaiters, Unauthorized
@@ -151,9 +151,9 @@ class _QueueClaims:
                 async with self.owner.db.connection() as conn:
                     if cfg.limited:
                         after = self.owner.fair_after.get(self.queue)
-                        limited = await store_flow.jobs_claim_limited(conn, self.queue, slots, after)
+                        limited = await store_claim.jobs_claim_limited(conn, self.queue, slots, after)
                     else:
-                        result = await store.jobs_claim(conn, self.queue, slots)
+                        result = await store_claim.jobs_claim(conn, self.queue, slots)
             except DatabaseUnavailable as exc:
                 # Transient: the next statement, on a new connection, will likely succeed. Requests that
                 # would not wait answer 503 now; waiting ones stay parked and are tried again later.

@@ -6,8 +6,8 @@ commits together with a NOTIFY ("config <queue>", app/db/flow.py) that app/maint
 into invalidate() in every process, so a change takes effect everywhere as soon as it is durable. A
 listener that reconnects forgets everything (a message may have gone by unheard), and an entry is read
 again after CACHE_SECONDS at the latest. Limits never rely on the cache alone: the claim of an unlimited
-queue refuses to claim from a queue that has limits (app/db/jobs.py JOB_CLAIM), and the limited claim
-reads the limits in its own statement (app/db/flow.py)."""
+queue refuses to claim from a queue that has limits (app/db/claim.py JOB_CLAIM), and the limited claim
+reads the limits in its own statement (app/db/claim.py JOB_CLAIM_LIMITED)."""
 
 from __future__ import annotations
 

@@ -16,8 +16,9 @@ from app.core.flow import Effective, QueueConfigs
 from app.core.results import ResultWaiters
 from app.core.wakeups import Wakeups
 from app.db import jobs as store
+from app.db.claim import ClaimSlot
 from app.db.dependencies import Parent, UnknownJobs, jobs_insert_dependent
-from app.db.jobs import ClaimSlot, Completion, Done, Heartbeat, NewJob, Outcome
+from app.db.jobs import Completion, Done, Heartbeat, NewJob, Outcome
 from app.db.pool import Database
 from app.db.rows import ClaimRow, Inserted, JobRow
 from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, ValidationFailed

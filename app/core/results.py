@@ -23,12 +23,10 @@ from app.core.dispatcher import WaiterCap
 from app.core.wakeups import Wakeups
 from app.db import jobs as store
 from app.db.pool import Database
-from app.db.rows import JobRow
+from app.db.rows import FINISHED, JobRow
 from app.errors import JobNotFound, Unauthorized
 
 log = logging.getLogger("jobq.results")
-
-FINISHED = frozenset({"completed", "failed", "cancelled"})
 
 # A parked request's future: the job's row once finished, None to look again itself (the job is gone, or
 # the process is shutting down).

@@ -29,9 +29,7 @@ import psycopg
 
 from app.auth.policy import queue_allowed
 from app.db.jobs import JOB_COLUMNS, NewJob, as_json, count_finished, jobs_insert
-from app.db.rows import Inserted, JobRow, rows_of
-
-FINISHED = ("completed", "failed", "cancelled")
+from app.db.rows import FINISHED, Inserted, JobRow, Status, rows_of
 
 
 @dataclass(slots=True, frozen=True)
@@ -206,8 +204,8 @@ def _settle(
             ids.append(pid)
             # A job made here (also when an earlier item's key named it again) as decided here; others as
             # locked (one gone since the insert found it was finished: retention deletes nothing else).
-            st = status[pid] if pid in status else found.get(pid, "completed")
-            if st == "completed":
+            st = status[pid] if pid in status else found.get(pid, Status.completed)
+            if st == Status.completed:
                 continue
             if st in FINISHED:
                 bad = bad or (pid, st)
@@ -215,15 +213,15 @@ def _settle(
             unfinished.append(pid)
         item: dict[str, Any] = {"id": ins.job.id, "depends_on": ids, "policy": policy, "pending": len(unfinished)}
         if bad is not None and policy != "run":
-            item |= {"status": "cancelled", "error": f"dependency {bad[0]} {bad[1]}"}
+            item |= {"status": Status.cancelled, "error": f"dependency {bad[0]} {bad[1]}"}
         elif unfinished:
-            item["status"] = "waiting"
+            item["status"] = Status.waiting
             for pid in unfinished:
                 edges.append({"parent_id": pid, "job_id": ins.job.id})
                 if pid in status:  # made here: not marked by the lock
                     items.setdefault(pid, {"id": pid})["mark"] = True
         else:
-            item["status"] = "pending"
+            item["status"] = Status.pending
         items[ins.job.id] = items.get(ins.job.id, {}) | item
         status[ins.job.id] = item["status"]
     return list(items.values()), edges

@@ -1,6 +1,6 @@
-"""All SQL of a job's life (enqueue, claim, heartbeat, complete, fail, release, lease rescue) and the
-typed rows it returns. Every statement runs in autocommit: one statement, one short transaction, no lock
-held across a round trip to a client.
+"""All SQL of a job's life but its claim (enqueue, heartbeat, complete, fail, release, lease rescue; the
+claim is app/db/claim.py) and the typed rows it returns. Every statement runs in autocommit: one
+statement, one short transaction, no lock held across a round trip to a client.
 
 Statements take a batch (a JSON document unpacked by json_to_recordset) so that concurrent requests can
 share one statement and one commit (see app/core/coalesce.py); a single request is the batch-of-one case.
@@ -32,10 +32,15 @@ import psycopg
 from orjson import Fragment
 
 from app.auth.policy import queue_allowed
-from app.db.rows import Beat, ClaimRow, Inserted, JobRow, Written, outcome_rows, rows_of
+from app.db.rows import FINISHED, Beat, ClaimRow, Inserted, JobRow, Status, Written, outcome_rows, rows_of
 
 # A status the planner cannot see when it plans (see above): `j.status = RUNNING` proves no partial index.
 RUNNING = "(SELECT 'running'::text)"
+# Running, as jobs_running_idx's predicate says it (migrations/0008_flow_control.sql): only statements that
+# write it this way may read that index.
+RUNNING_C = "'running' COLLATE \"C\""
+# FINISHED as an SQL list: ('completed', 'failed', 'cancelled').
+FINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in FINISHED) + ")"
 
 
 def job_columns(full: str = "true") -> str:
@@ -65,7 +70,7 @@ def count_finished(source: str, status: str = "status", delta: str = "1") -> str
   INSERT INTO queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, {status}, mod(pg_backend_pid(), 64), sum({delta})
   FROM {source}
-  WHERE {status} IN ('completed', 'failed', 'cancelled')
+  WHERE {status} IN {FINISHED_SQL}
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n"""
 
@@ -99,12 +104,10 @@ async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str 
     return await cur.fetchone()
 
 
-FINISHED = "('completed', 'failed', 'cancelled')"
-
 JOBS_GET_WAITED = f"""
 -- Jobs that requests wait for (app/core/results.py), each as it is now: with payload and result only when
 -- it has finished, since only then is it an answer. A job that is gone is not in the result.
-SELECT {job_columns(f"j.status IN {FINISHED}")} FROM jobs j WHERE j.id = ANY(%(ids)s)
+SELECT {job_columns(f"j.status IN {FINISHED_SQL}")} FROM jobs j WHERE j.id = ANY(%(ids)s)
 """
 
 
@@ -232,109 +235,7 @@ async def _insert_round(
     return left
 
 
-# --- claim --------------------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True, frozen=True)
-class ClaimSlot:
-    """One claim request inside a shared claim statement."""
-
-    worker: str
-    lease_seconds: int
-    limit: int
-
-
-JOB_CLAIM = """
-WITH candidates AS (
-  -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY
-  -- its key order, so this is an ordered index scan that stops after `total` rows it could lock.
-  -- Locked rows are skipped, not waited for. Pending jobs always have an attempt left (CHECK
-  -- jobs_pending_shape), so no attempts filter is needed. A paused queue yields nothing, and so does a
-  -- queue with limits (`limited`, read from the same row): those are claimed by JOB_CLAIM_LIMITED
-  -- (app/db/flow.py), and a process that did not know yet learns it from the marker row below.
-  SELECT id, priority, run_at
-  FROM jobs
-  WHERE queue_name = %(queue)s
-    AND status = 'pending'
-    AND run_at <= clock_timestamp()
-    AND NOT EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND (paused OR limited))
-  ORDER BY priority DESC, run_at, id
-  LIMIT %(total)s
-  FOR UPDATE SKIP LOCKED
-), ranked AS (
-  SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rn FROM candidates
-), slots AS (
-  -- One slot per job a request may receive, oldest request first: slot k gets the k-th best job.
-  SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
-  FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
-  CROSS JOIN LATERAL generate_series(1, r.lim) AS g
-), claimed AS (
-  UPDATE jobs AS j
-  SET status = 'running',
-      attempts = j.attempts + 1,
-      -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
-      claimed_at = stamp.now,
-      lease_seconds = s.lease,
-      lease_expires_at = stamp.now + make_interval(secs => s.lease),
-      locked_by = s.worker,
-      progress = NULL,  -- progress belongs to an attempt: a new claim starts without
-      -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
-      claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
-                                           'base64'), '+/', '-_'), '=')
-  FROM ranked
-  JOIN slots s USING (rn)
-  CROSS JOIN (SELECT clock_timestamp() AS now) AS stamp
-  WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.id = ranked.id
-  RETURNING s.ord AS slot, ranked.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
-            j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
-            j.traceparent, j.group_key AS "group"
-)
-SELECT * FROM claimed
-UNION ALL
--- Nothing claimed: one marker row (slot -1) telling whether ready jobs existed anyway (all locked by
--- other claims, or the queue paused): the "empty claims while ready jobs exist" signal of the article;
--- slot -2 when the queue has limits (the caller then claims with JOB_CLAIM_LIMITED). Only evaluated when
--- nothing was claimed. A scalar subquery in claim order, not EXISTS (which would drop the ORDER BY): the
--- first ready row by jobs_claim_idx, never a scan of the table.
-SELECT CASE WHEN EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND limited) THEN -2 ELSE -1 END,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-WHERE NOT EXISTS (SELECT FROM claimed)
-  AND (SELECT id FROM jobs
-       WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
-       ORDER BY priority DESC, run_at, id LIMIT 1) IS NOT NULL
-"""
-
-
-@dataclass(slots=True)
-class ClaimResult:
-    rows: list[list[ClaimRow]]  # per request, best job first
-    ready_left_behind: bool  # nothing was claimed although ready jobs existed
-    limited: bool = False  # the queue has limits: nothing was claimed, claim with JOB_CLAIM_LIMITED
-
-
-def slots_doc(slots: Sequence[ClaimSlot]) -> str:
-    return as_json(
-        [{"ord": n, "worker": s.worker, "lease": s.lease_seconds, "lim": s.limit} for n, s in enumerate(slots)]
-    )
-
-
-def per_slot(rows: Sequence[ClaimRow], n: int) -> list[list[ClaimRow]]:
-    """Claimed rows by request, best job first."""
-    out: list[list[ClaimRow]] = [[] for _ in range(n)]
-    for row in sorted(rows, key=lambda r: r.rank):
-        out[row.slot].append(row)
-    return out
-
-
-async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]) -> ClaimResult:
-    """Claim jobs for several requests in one statement; returns each request's rows, best job first."""
-    cur = conn.cursor(row_factory=rows_of(ClaimRow))
-    await cur.execute(JOB_CLAIM, {"queue": queue, "total": sum(s.limit for s in slots), "slots": slots_doc(slots)})
-    rows = await cur.fetchall()
-    if len(rows) == 1 and rows[0].slot < 0:
-        return ClaimResult(per_slot([], len(slots)), ready_left_behind=rows[0].slot == -1, limited=rows[0].slot == -2)
-    return ClaimResult(per_slot(rows, len(slots)), ready_left_behind=False)
-
+# --- claims handed back ---------------------------------------------------------------------------------------
 
 JOB_RELEASE = f"""
 -- Claimed for a request that went away before it could be answered (timeout, disconnect, shutdown):
@@ -368,7 +269,7 @@ def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[st
         return "not_found"
     if held_by == token and status in done:
         return "ok"
-    if held_by == token and status == "cancelled":
+    if held_by == token and status == Status.cancelled:
         return "cancelled"
     return "claim_lost"
 
@@ -449,7 +350,7 @@ async def jobs_heartbeat(
     for beat, row in zip(beats, await cur.fetchall(), strict=True):
         if row.lease_expires_at is not None:
             out.append(("ok", row.lease_expires_at))
-        elif row.status == "running" and row.claim_token == beat.token:
+        elif row.status == Status.running and row.claim_token == beat.token:
             # Changed by a concurrent statement after our snapshot (a cancel, the sweeper, a complete):
             # look again, so that a cancel is reported as such and not as a lost claim.
             job = await job_get(conn, beat.id, beat.allowed)
@@ -533,12 +434,12 @@ async def jobs_complete(
             changed.add(item.id)
             continue
         job = row.job
-        if job is not None and job.status == "running" and job.claim_token == item.token:
+        if job is not None and job.status == Status.running and job.claim_token == item.token:
             recheck.append(n)  # a concurrent statement finished it after our snapshot: look again
-        out.append(Done(outcome_of(item.token, job, ("completed",)), job, False))
+        out.append(Done(outcome_of(item.token, job, (Status.completed,)), job, False))
     for n in recheck:
         job = await job_get(conn, items[n].id, items[n].allowed)
-        out[n] = Done(outcome_of(items[n].token, job, ("completed",)), job, False)
+        out[n] = Done(outcome_of(items[n].token, job, (Status.completed,)), job, False)
     return out
 
 
@@ -605,7 +506,7 @@ async def job_fail(
         "base": backoff_base,
         "cap": backoff_cap,
     }
-    return await _guarded_write(conn, JOB_FAIL, params, ("pending", "failed"))
+    return await _guarded_write(conn, JOB_FAIL, params, (Status.pending, Status.failed))
 
 
 JOB_RELEASE_CLAIM = f"""
@@ -650,7 +551,7 @@ async def _guarded_write(
     if row.written:
         return Done("ok", row.job, True)
     job: JobRow | None = row.job
-    if row.job.status == "running" and row.job.claim_token == params["token"]:
+    if row.job.status == Status.running and row.job.claim_token == params["token"]:
         job = await job_get(conn, params["id"], params["allowed"])  # finished concurrently: look again
     return Done(outcome_of(params["token"], job, done), job, False)
 

@@ -12,9 +12,19 @@ from typing import Any
 import psycopg
 
 from app.auth.policy import queue_allowed
-from app.db.flow import RUNNING_C
-from app.db.jobs import JOB_COLUMNS, as_json, count_finished, job_columns, job_get
-from app.db.rows import DatabaseHealthRow, GroupRow, JobRow, QueueRow, QueueStatsRow, Written, outcome_rows, rows_of
+from app.db.jobs import JOB_COLUMNS, RUNNING_C, as_json, count_finished, job_columns, job_get
+from app.db.rows import (
+    FINISHED,
+    DatabaseHealthRow,
+    GroupRow,
+    JobRow,
+    QueueRow,
+    QueueStatsRow,
+    Status,
+    Written,
+    outcome_rows,
+    rows_of,
+)
 
 # --- statistics -------------------------------------------------------------------------------------------
 
@@ -213,7 +223,7 @@ class Listing:
 
 
 LISTINGS: dict[str | None, Listing] = {
-    "pending": Listing(
+    Status.pending: Listing(
         """j.queue_name = %(queue)s AND j.status = 'pending'
   AND (%(after)s::boolean IS NOT TRUE
        OR j.priority < %(k1)s::int
@@ -222,13 +232,13 @@ LISTINGS: dict[str | None, Listing] = {
         ("priority", "run_at", "id"),
     ),
     # Waiting for dependencies: oldest first, through jobs_waiting_idx.
-    "waiting": Listing(
+    Status.waiting: Listing(
         """j.queue_name = %(queue)s AND j.status = 'waiting'
   AND (%(after)s::boolean IS NOT TRUE OR j.id > %(k1)s::bigint)""",
         "j.id",
         ("id",),
     ),
-    "running": Listing(
+    Status.running: Listing(
         """j.queue_name = %(queue)s AND j.status = 'running'
   AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint))""",
         "j.lease_expires_at, j.id",
@@ -241,7 +251,7 @@ LISTINGS: dict[str | None, Listing] = {
             "j.finished_at DESC, j.id DESC",
             ("finished_at", "id"),
         )
-        for status in ("completed", "failed", "cancelled")
+        for status in FINISHED
     },
     None: Listing(
         "j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)",
@@ -350,7 +360,8 @@ ONE, MANY = "j.id = %(id)s", "j.id = ANY(%(ids)s::bigint[])"
 BRIEF = job_columns("false")  # a bulk action's rows: no payload, no result
 JOB_CANCEL, JOB_CANCEL_MANY = _job_cancel(ONE, JOB_COLUMNS), _job_cancel(MANY, BRIEF)
 JOB_RETRY, JOB_RETRY_MANY = _job_retry(ONE, JOB_COLUMNS), _job_retry(MANY, BRIEF)
-CANCELLABLE, RETRYABLE = ("pending", "running", "waiting"), ("failed", "cancelled")
+CANCELLABLE = (Status.pending, Status.running, Status.waiting)
+RETRYABLE = (Status.failed, Status.cancelled)
 
 
 async def job_cancel(

@@ -49,7 +49,7 @@ def translate_errors() -> Iterator[None]:
 # is a sort of the whole table, which never looks cheap. See app/db/jobs.py and tests/test_plans.py.
 # jit: every statement of jobq is short, and JIT compiles each execution anew whenever a plan's estimated
 # cost passes jit_above_cost, which large estimates on fresh statistics do: measured on the limited claim
-# (app/db/flow.py), 525 ms of compiling for 6 ms of work, 390 instead of 4,300 jobs/s.
+# (app/db/claim.py), 525 ms of compiling for 6 ms of work, 390 instead of 4,300 jobs/s.
 SESSION_SETTINGS = (
     "SELECT set_config('timezone', 'UTC', false),"
     " set_config('statement_timeout', %s, false),"

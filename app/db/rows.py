@@ -18,12 +18,29 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, NamedTuple, TypeVar, cast
 
 from psycopg import AsyncCursor
 from psycopg.rows import RowMaker
 
 T = TypeVar("T")
+
+
+# A job's status: the states of the schema's state machine (CHECK constraints in migrations/0001_jobs.sql),
+# the values of a row's `status`, and the API's Status (a docstring here would become its OpenAPI text).
+# Members are the strings themselves: `row.status == Status.running` compares two str.
+class Status(StrEnum):
+    pending = "pending"
+    waiting = "waiting"  # for the jobs it depends on (depends_on)
+    running = "running"
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+# The statuses a job ends in: no claim or write moves it on (a retry starts it again); retention deletes it.
+FINISHED = (Status.completed, Status.failed, Status.cancelled)
 
 
 def _names(cls: type[Any]) -> tuple[str, ...]:
@@ -114,8 +131,11 @@ class JobRow(NamedTuple):
 
 
 class ClaimRow(NamedTuple):
-    """A job handed to a worker (app/models/jobs.py Claim), and which request of a shared claim statement
-    it is for (`slot`, in request order) and its rank among that statement's jobs."""
+    """A row of a claim statement (app/db/claim.py), either a job handed to a worker (app/models/jobs.py
+    Claim), with which request of the shared statement it is for (`slot`, in request order) and its rank
+    among the statement's jobs, its marker fields NULL; or the statement's one marker row (`marker` true,
+    the job's fields NULL), saying what the statement found beside the jobs it claimed. Marker rows never
+    leave app/db/claim.py."""
 
     slot: int
     rank: int
@@ -131,6 +151,20 @@ class ClaimRow(NamedTuple):
     created_at: datetime
     traceparent: str | None
     group: str | None
+    # The marker row's (NULL on a job's):
+    marker: bool | None
+    limited: bool | None  # the queue has limits (the plain claim then claimed nothing)
+    ready_left: bool | None  # ready jobs were left unclaimed
+    # The limited claim's figures: what the queue's concurrency and rate limits alone left room for, which
+    # group limits held a due job back, when a full rate window lets the next claim through (seconds), and
+    # the group of the last job handed out ('': it had none), where a fair queue's next round starts.
+    room_concurrency: int | None
+    room_rate: int | None
+    held_group_concurrency: bool | None
+    held_group_rate: bool | None
+    held_ordered: bool | None
+    wake_in: float | None
+    last_group: str | None
 
 
 class Inserted(NamedTuple):

@@ -25,7 +25,7 @@ import psycopg
 from app.auth.policy import queue_allowed
 from app.db.jobs import JOB_COLUMNS
 from app.db.operations import LISTINGS, Listing
-from app.db.rows import JobRow, outcome_rows
+from app.db.rows import JobRow, Status, outcome_rows
 
 # What every search checks on each job it examines (all parameters may be NULL: no condition).
 MATCHES = f"""(%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
@@ -131,7 +131,7 @@ SEARCH_LISTING = {
     status: _search(_walk(listing.where), listing.order, listing.keys) for status, listing in LISTINGS.items() if status
 }
 SEARCH_BY_ID_DESC = _search(_walk(BY_ID.where), BY_ID.order, BY_ID.keys)
-PAYLOAD_INDEXED = frozenset({"failed", "cancelled"})
+PAYLOAD_INDEXED = frozenset({Status.failed, Status.cancelled})
 
 
 @dataclass(frozen=True, slots=True)

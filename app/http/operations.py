@@ -11,13 +11,14 @@ from pydantic import BaseModel
 
 from app.auth.policy import principal, requires
 from app.core.operations import OpsService
+from app.db.rows import Status
 from app.errors import Forbidden, ValidationFailed
 from app.http.documents import config_document, job_document
 from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
 from app.models.flow import QueueConfig, QueueConfigPatch
-from app.models.jobs import Job, Status
+from app.models.jobs import Job
 from app.models.operations import (
     CancelRequest,
     JobPage,

@@ -6,7 +6,6 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Annotated, Any, Literal, Self, TypeVar
 
 import orjson
@@ -24,6 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from app.db.rows import Status
 from app.settings import Settings
 
 QUEUE_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
@@ -101,15 +101,6 @@ Maybe = Annotated[T | None, BeforeValidator(_not_null)]
 
 def omitted(description: str) -> Any:
     return Field(None, description=description, json_schema_extra=_omittable_schema)
-
-
-class Status(StrEnum):
-    pending = "pending"
-    waiting = "waiting"  # for the jobs it depends on (depends_on)
-    running = "running"
-    completed = "completed"
-    failed = "failed"
-    cancelled = "cancelled"
 
 
 class Body(BaseModel):

@@ -45,7 +45,7 @@ EVENTS = (
     "enqueued", "claimed", "completed", "failed", "retried", "lease_expired", "cancelled", "released",
     "empty_claims",
 )  # fmt: skip
-# Claim requests answered short because of a limit (app/db/flow.py), by limit: jobq_claims_held_back_total
+# Claim requests answered short because of a limit (app/db/claim.py), by limit: jobq_claims_held_back_total
 # {queue, limit} and the held_* columns of queue_stats.
 LIMITS = ("concurrency", "rate", "group_concurrency", "group_rate", "ordered")
 HELD = tuple(f"held_{limit}" for limit in LIMITS)
