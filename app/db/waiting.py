@@ -27,9 +27,9 @@ QUEUES_READY = """
 -- of each priority level is that level's earliest run_at, so a queue has a due job exactly when one of
 -- its levels' first entries is due. The recursion steps from level to level, one index descent each, and
 -- stops at the first due one. `run_at <= now()` as a plain condition instead would read every delayed
--- entry sorted before the first due one: a queue of 100,000 delayed high-priority jobs and one ready
--- low-priority job was 0.06 ms a queue this way against 60 ms that way (measured, 1,000 queues, 400,000
--- jobs). An empty queue is one descent finding nothing (about 3 buffer hits).
+-- entry sorted before the first due one. Measured on 1,000 waited queues over 500,000 jobs, two of the
+-- queues holding 100,000 delayed jobs each (one with a ready low-priority job below them): 3-5 ms this
+-- way, 64 ms that way. An empty queue is one descent finding nothing (3 buffer hits).
 SELECT q.name
 FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN LATERAL (
