@@ -11,6 +11,8 @@
      memory    RSS with --waiters parked long-polls;
      sqs       the SQS API beside jobq's own on one queue: SendMessageBatch of 10 against a batch enqueue of
                10, ReceiveMessage 10 + DeleteMessageBatch against claim 10 + batch complete (bench/sqs_phases.py);
+     parked    single-job enqueue and idle transactions/s with none, --waiters on one queue and --waiters
+               on as many queues parked (bench/parked.py);
   3. PgQueuer 1.6.0 at its best setting (bench/peers/pgqueuer_peer.py) on its own fresh database:
      single-job enqueue, bulk enqueue (1 and 4 clients), drain, wake latency;
   4. a table per topic: jobq, raw SQL, PgQueuer, both ratios, the issue-9 target and whether it was met.
@@ -54,6 +56,8 @@ from bench.harness import (
     timed,
 )
 from bench.loadgen import Connection
+from bench.parked import WAIT_SECONDS as PARKED_WAIT_SECONDS
+from bench.parked import parked_scaling
 from bench.phases import ClaimComplete, Enqueue, handin_supported, latency_httpx, latency_lean, waiting_rss
 from bench.report import Row, as_json, at_least, at_most, below_peer, render
 
@@ -69,6 +73,7 @@ PHASES = (
     "latency",
     "rss",
     "sqs",
+    "parked",
 )
 # phase: (label, claim limit, completes handed in on the next claim, default preload = the reference's)
 DRAIN: dict[str, tuple[str, int, bool, int]] = {
@@ -98,6 +103,8 @@ class Bench:
 
     def service(self, url: str) -> Service:
         env = {"JOBQ_AUTH": "on"} if self.args.auth else {}
+        if "parked" in self.phases:
+            env["JOBQ_WAIT_MAX_SECONDS"] = str(PARKED_WAIT_SECONDS)  # its claims wait longer than it lasts
         service = Service(url, self.args.workers, self.args.port, env, Path(self.args.service_log))
         service.start()
         if self.args.auth:
@@ -118,7 +125,7 @@ class Bench:
     # --- jobq ----------------------------------------------------------------------------------------------
 
     def enqueue_and_latency(self) -> None:
-        if not self.phases & {"enqueue", "batch", "latency", "rss"}:
+        if not self.phases & {"enqueue", "batch", "latency", "rss", "parked"}:
             return
         url = fresh_database(self.args.admin_url, "jobq_bench")
         service = self.service(url)
@@ -147,8 +154,19 @@ class Bench:
             if "rss" in self.phases:
                 jobq["rss"] = asyncio.run(waiting_rss(service, self.args.waiters))
                 print(f"RSS with waiting long-polls: {jobq['rss']}", flush=True)
+            if "parked" in self.phases:
+                jobq["parked"] = asyncio.run(self.parked(url, service))
         finally:
             service.stop()
+
+    async def parked(self, url: str, service: Service) -> dict[str, Any]:
+        n = max(self.clients)
+
+        def load(label: str) -> dict[str, Any]:
+            preload(url, 0)
+            return self.measure(service, n, Enqueue(self.args.port, 1), f"parked scaling, {label}: enqueue, single-job")
+
+        return await parked_scaling(url, service, self.args.waiters, load, max(5.0, self.args.seconds))
 
     def drains(self) -> None:
         for key in [k for k in DRAIN if k in self.phases]:
@@ -360,7 +378,26 @@ class Bench:
                 sqs.append(Row(f"jobq: {label.split(' / ')[1]}", str(n), m[b]["rate"], api_us=m[b]["api_us_per_job"]))
                 ratio = Row(label, str(n), m[a]["rate"] / m[b]["rate"], unit="x")
                 sqs.append(ratio.judge(">= 0.8", at_least(0.8, "jobq")) if n == top else ratio)
-        return {"Enqueue": enqueue, "Drain": drain, "Latency": latency, "Memory": memory, "SQS API": sqs}
+        parked: list[Row] = []
+        if p := jobq.get("parked"):
+            for key in ("none", "one_queue", "many_queues"):
+                m = p[key]
+                parked.append(Row(f"enqueue, single-job, {m['label']}", str(top), m["enqueue"]["rate"]))
+            for key in ("one_queue", "many_queues"):
+                ratio = Row(f"enqueue {p[key]['label']} / none parked", str(top), p[key]["enqueue_vs_none"], unit="x")
+                parked.append(ratio.judge(">= 0.9", at_least(0.9, "jobq")))
+            for key in ("none", "one_queue", "many_queues"):
+                m = p[key]
+                tps = m["idle"]["transactions_per_second"]
+                parked.append(Row(f"idle transactions/s, {m['label']}", "0", tps, unit="tx/s"))
+        return {
+            "Enqueue": enqueue,
+            "Drain": drain,
+            "Latency": latency,
+            "Memory": memory,
+            "SQS API": sqs,
+            "Parked": parked,
+        }
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from app.db import claim
 from app.db import dependencies as deps
 from app.db import jobs as store
 from app.db import operations as store_ops
+from app.db import waiting as store_waiting
 from app.db.pool import SESSION_SETTINGS
 
 pytestmark = pytest.mark.slow
@@ -314,6 +315,13 @@ HOT["stats, top groups"] = (
     store_ops.QUEUE_GROUPS,
     {"queue": "q", "top": 20},
     {"jobs_group_idx", "jobs_running_idx"},
+)
+# The fallback poll's look over every waited queue (app/db/waiting.py): one index probe per queue, never
+# the pending jobs of all queues hashed.
+HOT["queues with ready jobs, 1,000 waited"] = (
+    store_waiting.QUEUES_READY,
+    {"queues": ["q", *(f"tenant-{i}" for i in range(999))]},
+    {"jobs_claim_idx"},
 )
 # Statements that run after a SET LOCAL of their own (app/db/operations.py), or on a configured queue.
 PRELUDE = {

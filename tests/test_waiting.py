@@ -4,6 +4,7 @@ connection, and a key checked again before a request that waited receives jobs (
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ import psycopg
 import pytest
 
 from app.auth.keys import new_key
+from app.core.wakeups import RENEW_INTERVAL
 from app.db import keys as store_keys
 from tests.support import LiveServer, problem, record_wakeups, settle_long_poll, wait_until
 
@@ -235,3 +237,97 @@ def test_a_key_revoked_while_it_waits_for_a_result_gets_401(server_factory: Any,
     body = problem(answers[0], 401, "unauthorized")
     assert "revoked" in body["detail"] and "not for a revoked key" not in answers[0].text
     assert server.services.dispatcher.cap.taken == 0
+
+
+# --- idle queues cost nothing -------------------------------------------------------------------------------------
+
+
+class CountingDatabase:
+    """The dispatcher's database, counting the connections its statements take (one a statement: every claim,
+    release and look of the dispatcher takes its own)."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        self.taken = 0
+
+    def connection(self, timeout: float | None = None) -> Any:
+        self.taken += 1
+        return self.db.connection(timeout)
+
+
+def settle_all(server: LiveServer, queues: list[str]) -> None:
+    wakeups, dispatcher = server.services.wakeups, server.services.dispatcher
+    wait_until(
+        lambda: wakeups.idle() and all(wakeups.announced(q) and dispatcher.settled(q) for q in queues),
+        what=f"the long-polls on {len(queues)} queues to settle",
+    )
+
+
+def test_a_fallback_poll_over_many_idle_queues_is_one_statement(
+    server_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fifty claims parked on fifty empty queues: a pass of the fallback poll asks the database once which of
+    them have a job ready, not once a queue (one queue per tenant must not cost a statement per tenant per
+    second)."""
+    monkeypatch.setattr("app.maintenance.listener.RENEW_INTERVAL", 3600.0)  # no presence renewal looks too
+    server: LiveServer = server_factory(poll_interval_seconds=60)  # the passes are run by hand
+    queues = [f"tenant-{i}" for i in range(50)]
+    answers = [long_poll(server, None, queue=q, wait=30) for q in queues]
+    dispatcher, wakeups = server.services.dispatcher, server.services.wakeups
+    wait_until(lambda: dispatcher.parked == len(queues), what="fifty long-polls waiting")
+    settle_all(server, queues)
+    poll = server.services.maintenance["poll"]
+    counting = CountingDatabase(dispatcher.db)
+    dispatcher.db = counting
+    sent, passes = wakeups.sent, 3
+    for _ in range(passes):
+        server.run(poll.run_once)
+    settle_all(server, queues)
+    assert wakeups.sent == sent  # nothing else looked meanwhile
+    assert counting.taken == passes
+    # A presence renewal announces the fifty queues again and looks once more for jobs enqueued elsewhere
+    # before the announcement arrived: one statement too. Only announcements older than the renewal
+    # interval are renewed, so that much time must pass first.
+    time.sleep(RENEW_INTERVAL)
+    counting.taken = 0
+    server.loop.call_soon_threadsafe(wakeups.renew)
+    wait_until(lambda: wakeups.sent > sent, what="the renewal sent")
+    settle_all(server, queues)
+    assert counting.taken == 1
+    assert dispatcher.parked == len(queues)  # nobody was answered: there was nothing to claim
+    first = server.enqueue(queue=queues[7], payload="for tenant 7")
+    assert [j["id"] for j in answers[7]().json()["jobs"]] == [first["id"]]
+    for q in queues[:7] + queues[8:]:
+        server.enqueue(queue=q)
+    assert all(len(answer().json()["jobs"]) == 1 for answer in answers)
+
+
+def test_a_job_no_wake_up_announced_is_found_by_the_fallback_poll(server_factory: Any, db: psycopg.Connection) -> None:
+    """Jobs written behind jobq's back (no statement of jobq, so no wake-up at all) still reach a waiting claim
+    within a poll interval: a job ready below a crowd of delayed higher-priority ones, and one whose queue
+    is resumed by SQL."""
+    server: LiveServer = server_factory(poll_interval_seconds=0.1)
+    idle = [long_poll(server, None, queue=f"idle-{i}", wait=30) for i in range(5)]
+    crowd = long_poll(server, None, queue="crowd", wait=20)
+    wait_until(lambda: server.services.dispatcher.parked == 6, what="the long-polls waiting")
+    settle_long_poll(server, "crowd")
+    db.execute(
+        "INSERT INTO jobs (queue_name, payload, priority, run_at)"
+        " SELECT 'crowd', '1', 5, now() + interval '1 hour' FROM generate_series(1, 200)"
+    )
+    ready = db.execute("INSERT INTO jobs (queue_name, payload) VALUES ('crowd', '2') RETURNING id").fetchone()
+    assert ready is not None
+    r = crowd()
+    assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [ready[0]]
+
+    server.client.post("/queues/paused/pause")
+    job = server.enqueue(queue="paused", payload=3)
+    resumed = long_poll(server, None, queue="paused", wait=20)
+    wait_until(lambda: server.services.dispatcher.parked == 6, what="a long-poll waiting on the paused queue")
+    settle_long_poll(server, "paused")
+    db.execute("UPDATE queue_state SET paused = false WHERE queue_name = 'paused'")
+    r = resumed()
+    assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]]
+    for i in range(5):
+        server.enqueue(queue=f"idle-{i}")
+    assert all(len(answer().json()["jobs"]) == 1 for answer in idle)

@@ -7,6 +7,9 @@ first) and hands each its rows. Tickets that got nothing either answer empty (no
 until a wake-up (app/core/wakeups.py): a local enqueue, a NOTIFY from another process, the lease
 rescuer, or the fallback poll (app/maintenance/poll.py). One statement per wake-up per process, however
 many requests wait: no thundering herd, and under load concurrent claims share statements and commits.
+What no wake-up names (the fallback poll, the look after a presence announcement or a listener reconnect)
+is one statement for all waited queues (app/db/waiting.py) that says which have a job ready; only those
+are claimed on, so a thousand parked claims on a thousand idle queues cost what a thousand on one do.
 
 Rows claimed for a ticket whose request has gone (timed out, disconnected, shutting down) are released
 at once, so a job is never handed to a connection that is closing.
@@ -39,6 +42,7 @@ from app.core.flow import QueueConfigs
 from app.core.wakeups import Wakeups
 from app.db import claim as store_claim
 from app.db import jobs as store
+from app.db import waiting as store_waiting
 from app.db.claim import ClaimSlot
 from app.db.pool import Database
 from app.db.rows import ClaimRow
@@ -273,6 +277,9 @@ class ClaimDispatcher:
         # Kept apart from the queue's line of claims, which is forgotten whenever nobody waits on the queue.
         self.fair_after: dict[str, str] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._to_look: set[str] = set()
+        self._look_all = False
+        self._looking: asyncio.Task[None] | None = None
 
     def remember_group(self, queue: str, group: str) -> None:
         if queue not in self.fair_after and len(self.fair_after) >= MAX_FAIR_QUEUES:
@@ -379,20 +386,65 @@ class ClaimDispatcher:
         return [name for name, d in self._queues.items() if any(t.parked for t in d.tickets)]
 
     def settled(self, queue: str) -> bool:
-        """A claim waits on `queue` here and no claim statement for it is under way."""
+        """A claim waits on `queue` here and no claim statement for it, nor a look for ready jobs, is under way."""
         claims = self._queues.get(queue)
         return (
-            claims is not None and any(t.parked for t in claims.tickets) and (claims.task is None or claims.task.done())
+            claims is not None
+            and any(t.parked for t in claims.tickets)
+            and (claims.task is None or claims.task.done())
+            and (self._looking is None or self._looking.done())
         )
 
-    def poll_once(self) -> None:
+    async def poll_once(self) -> None:
         """The fallback (app/maintenance/poll.py runs it): delayed jobs coming due, leases recovered
-        elsewhere, notifications lost. Queues nobody waits on any more are forgotten."""
+        elsewhere, notifications lost. One statement asks which waited queues have a job ready, and only
+        those are claimed on: a queue nobody enqueued to costs no claim statement. Queues nobody waits on
+        any more are forgotten."""
         for name, claims in list(self._queues.items()):
             if claims.idle:
                 del self._queues[name]
-            elif any(t.parked for t in claims.tickets):
-                claims.kick()
+        await self._probe(self.waiting_queues())
+
+    def look(self, queues: Iterable[str] | None = None) -> None:
+        """Jobs may have become claimable on these queues (None: on any) with no wake-up to say so, as after
+        a presence announcement or a reconnect of the listener: like poll_once, ask once, claim where ready.
+        Looks asked for while one is under way are made together after it."""
+        if self.closing:
+            return
+        if queues is None:
+            self._look_all = True
+        else:
+            self._to_look.update(queues)
+        if self._looking is None or self._looking.done():
+            self._looking = asyncio.get_running_loop().create_task(self._look())
+
+    async def _look(self) -> None:
+        while self._look_all or self._to_look:
+            names = self.waiting_queues() if self._look_all else [q for q in self._to_look if self._waits_on(q)]
+            self._look_all, self._to_look = False, set()
+            await self._probe(names)
+
+    def _waits_on(self, queue: str) -> bool:
+        claims = self._queues.get(queue)
+        return claims is not None and any(t.parked for t in claims.tickets)
+
+    async def _probe(self, queues: list[str]) -> None:
+        if not queues or self.closing:
+            return
+        try:
+            async with self.db.connection() as conn:
+                ready = await store_waiting.queues_ready(conn, queues)
+        except DatabaseUnavailable:
+            # A claim statement would fail too; the next pass asks again (and queues whose last claim
+            # failed try again on their own, with backoff).
+            log.warning("could not look for ready jobs on %d waited queue(s): database unavailable", len(queues))
+            return
+        except Exception:
+            # Not expected: then claim on every queue, as if the probe had named them all, rather than
+            # let a job wait for a statement that keeps failing.
+            log.exception("the look for ready jobs on %d waited queue(s) failed; claiming on all", len(queues))
+            ready = queues
+        self.wake(ready)
 
     # -- undeliverable claims --------------------------------------------------------------------------------
 
@@ -427,5 +479,7 @@ class ClaimDispatcher:
                 if not t.future.done():
                     t.future.set_result([])
         tasks = [d.task for d in self._queues.values() if d.task is not None]
+        if self._looking is not None:
+            tasks.append(self._looking)
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*self._background, return_exceptions=True)

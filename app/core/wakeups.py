@@ -62,6 +62,8 @@ class LocalWaiters(Protocol):
 
     def wake(self, queues: Iterable[str] | None = None) -> None: ...
 
+    def look(self, queues: Iterable[str] | None = None) -> None: ...
+
     def waiting_queues(self) -> list[str]: ...
 
 
@@ -75,6 +77,9 @@ class LocalResultWaiters(Protocol):
 
 class _Nobody:
     def wake(self, queues: Iterable[str] | None = None) -> None:
+        pass
+
+    def look(self, queues: Iterable[str] | None = None) -> None:
         pass
 
     def waiting_queues(self) -> list[str]:
@@ -198,8 +203,14 @@ class Wakeups:
                 self._announced[q] = now
             if present:
                 # Jobs enqueued (or finished) elsewhere before our announcement arrived got no wake-up:
-                # look once more.
-                self._wake_here(present)
+                # look once more. For queues, one statement asks which have jobs ready (a renewal
+                # re-announces every waited queue every RENEW_INTERVAL: a claim on each would cost one
+                # statement per queue, however idle).
+                queues, ids = _split(present)
+                if queues:
+                    self.local.look(queues)
+                if ids:
+                    self.results.wake_jobs(ids)
 
     def renew(self) -> None:
         """Every RENEW_INTERVAL: announce again the queues still waited on here, forget stale presence."""
@@ -234,7 +245,7 @@ class Wakeups:
         self._hello = True
         self._present.update(self._waited_here())
         self._kick()
-        self.local.wake(None)
+        self.local.look(None)
         self.results.wake_jobs(None)
 
     def deaf(self) -> None:

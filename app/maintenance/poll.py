@@ -1,7 +1,8 @@
-"""The fallback poll: every JOBQ_POLL_INTERVAL_SECONDS, each queue with waiting claims in this process is
-looked at once more, whatever the wake-ups said, and so is each job that requests wait for. It covers
-what no wake-up announces (a delayed job coming due, a retry's backoff ending) and wake-ups that were lost
-(a listener reconnecting, a finish elsewhere just before our presence arrived there)."""
+"""The fallback poll: every JOBQ_POLL_INTERVAL_SECONDS, the queues with waiting claims in this process are
+looked at once more, whatever the wake-ups said (one statement for all of them, then a claim on each that
+has a job ready), and so is each job that requests wait for. It covers what no wake-up announces (a delayed
+job coming due, a retry's backoff ending) and wake-ups that were lost (a listener reconnecting, a finish
+elsewhere just before our presence arrived there)."""
 
 from __future__ import annotations
 
@@ -20,5 +21,5 @@ class FallbackPoll(Ticking):
         self.results = results
 
     async def run_once(self) -> None:
-        self.dispatcher.poll_once()
+        await self.dispatcher.poll_once()
         self.results.poll_once()
