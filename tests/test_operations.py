@@ -16,6 +16,7 @@ import orjson
 import psycopg
 import pytest
 
+from app.db import admin as store_admin
 from app.db import operations as store_ops
 from app.db import writes as store_writes
 from tests.support import LiveServer, problem, wait_until
@@ -357,7 +358,7 @@ def test_a_heartbeat_held_up_by_a_cancel_learns_of_the_cancel(
     c = server.claim_one()
     answers: list[httpx.Response] = []
     with psycopg.connect(database_url) as tx:  # the operator's cancel, held open
-        row = tx.execute(store_ops.JOB_CANCEL, {"id": job["id"], "reason": None, "allowed": None}).fetchone()
+        row = tx.execute(store_admin.JOB_CANCEL, {"id": job["id"], "reason": None, "allowed": None}).fetchone()
         assert row is not None and row[1] is True  # (ord, written, job...)
         beat = threading.Thread(
             target=lambda: answers.append(
@@ -398,7 +399,7 @@ def test_a_retry_held_up_by_a_redrive_names_the_state_it_found(
     fail(server, server.claim_one(), retry=False)
     answers: list[httpx.Response] = []
     with psycopg.connect(database_url) as tx:  # an operator's redrive, held open
-        tx.execute(store_ops.REDRIVE_BATCH, {"queue": "q", "contains": None, "batch": 10})
+        tx.execute(store_admin.REDRIVE_BATCH, {"queue": "q", "contains": None, "batch": 10})
         retry = threading.Thread(target=lambda: answers.append(post(server, f"/jobs/{job['id']}/retry")))
         retry.start()
         wait_until(lambda: lock_waiters(db, "retried") == 1, what="the retry to wait on the row")

@@ -27,6 +27,7 @@ from app.db import dependencies as deps
 from app.db import jobs as store
 from app.db import operations as store_ops
 from app.db import rescue as store_rescue
+from app.db import retention as store_retention
 from app.db import waiting as store_waiting
 from app.db import writes as store_writes
 from app.db.pool import SESSION_SETTINGS
@@ -267,7 +268,7 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         {"jobs_lease_idx", "jobs_pkey"},
     ),
     "retention": (
-        store_ops.JOBS_DELETE_FINISHED,
+        store_retention.JOBS_DELETE_FINISHED,
         {"queue": "q", "status": "completed", "age": 86400, "batch": 1000, "now": None},
         {"jobs_finished_idx", "jobs_pkey"},
     ),

@@ -311,7 +311,7 @@ class GroupRow:
 
 @dataclass(slots=True, frozen=True)
 class DatabaseHealthRow:
-    """What holds vacuum back (app/db/operations.py DATABASE_HEALTH)."""
+    """What holds vacuum back (app/db/retention.py DATABASE_HEALTH)."""
 
     jobs_dead_rows: int
     oldest_xmin_age_seconds: float
