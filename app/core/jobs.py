@@ -36,12 +36,9 @@ from app.models.jobs import (
     EnqueueRequest,
     FailRequest,
     HeartbeatRequest,
-    InvalidUnicode,
-    JsonValueError,
     ReleaseRequest,
-    check_json_value,
-    dump_json,
 )
+from app.models.json_values import InvalidUnicode, JsonValueError, check_json_value, dump_json
 from app.settings import Settings
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -168,7 +165,7 @@ def _moved(path: Path, job: JobRow, frm: str, to: str) -> Moves:
 
 @dataclass(slots=True, frozen=True)
 class Renewal:
-    """A heartbeat's answer (app/models/jobs.py HeartbeatResponse)."""
+    """A heartbeat's answer (app/models/answers.py HeartbeatResponse)."""
 
     id: int
     lease_expires_at: datetime | None

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.http.examples import ONLY_ON, PROBLEMS, SCHEMAS
-from app.models.jobs import INT64_MAX, JSON_VALUE_MARKER
+from app.models.fields import INT64_MAX, JSON_VALUE_MARKER
 from app.settings import Settings
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
@@ -71,7 +71,7 @@ def _problem_content(method: str, operation_id: str, path: str, status: int) -> 
 def json_value_schema(s: Settings) -> dict[str, Any]:
     """Any JSON value that jsonb stores faithfully. Said in words: the recursive schema that would say
     part of it (no NUL in strings and keys) defeats client generators, and the rest (depth, size) JSON
-    Schema cannot say. The server checks every rule (app/models/jobs.py check_json_value)."""
+    Schema cannot say. The server checks every rule (app/models/json_values.py check_json_value)."""
     return {
         "description": (
             "Any JSON value (null, boolean, number, string, array or object), except that strings and object "
