@@ -56,7 +56,7 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying ag
 
 
 def _problems(*codes: int, conflict: str | None = None) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the problem responses an operation can give (examples: app/http/examples.py);
+    """OpenAPI entries for the problem responses an operation can give (examples: app/http/problem_examples.py);
     `conflict` says what a 409 means for this operation."""
     text = {
         400: "Body is not valid JSON.",

@@ -1,6 +1,6 @@
 """The published OpenAPI document: FastAPI's, with every error response as application/problem+json,
-examples on every request body, success response and problem (app/http/examples.py), the bearer-key
-security scheme on every operation that is not open, and the JsonValue schema of payloads.
+examples on every request body, success response (app/http/examples.py) and problem (app/http/problem_examples.py),
+the bearer-key security scheme on every operation that is not open, and the JsonValue schema of payloads.
 
 Client generators read it too (openapi-python-client, openapi-typescript: tests/test_generated_clients.py),
 so it says things the way they understand: payloads as an unconstrained schema with the rules in words,
@@ -16,7 +16,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app.http.examples import ONLY_ON, PROBLEMS, SCHEMAS
+from app.http.examples import SCHEMAS
+from app.http.problem_examples import ONLY_ON, PROBLEMS
 from app.models.fields import INT64_MAX, JSON_VALUE_MARKER
 from app.settings import Settings
 
