@@ -29,7 +29,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.db import claim as store_claim
-from app.db import jobs as store
+from app.db import writes as store_writes
 from app.db.migrate import migrate
 from bench.harness import HOST, Service, fresh_database, preload, timed
 from bench.loadgen import Connection
@@ -135,7 +135,7 @@ def pgbench_scripts(directory: Path) -> tuple[Path, Path]:
     items = (
         "json_build_array(json_build_object('ord', 0, 'id', :id::bigint, 'token', :claim_token::text, 'result', NULL))"
     )
-    complete = store.JOB_COMPLETE_MANY.replace("%(items)s", items).replace("%(full)s", "true")
+    complete = store_writes.JOB_COMPLETE_MANY.replace("%(items)s", items).replace("%(full)s", "true")
     counted = re.search(r", counted AS \(.*?\n\)\n", complete, re.S)
     assert counted, "the complete statement lost its counter CTE"
     plain = complete.replace(counted.group(0), "\n")

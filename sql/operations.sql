@@ -1,56 +1,5 @@
 -- Rendered from app/db/operations.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
--- name: DATABASE_HEALTH --
--- What keeps VACUUM from reclaiming the queue's dead rows: the oldest snapshot still held (xmin) by a
--- session of this database, a prepared transaction or a replication slot. While it is held, every row a
--- claim or complete made dead since stays, and claims walk over its index entries. From the statistics
--- views only: no scan.
-WITH holders AS (
-  SELECT age(backend_xmin) AS xids, now() - coalesce(xact_start, query_start) AS held
-  FROM pg_stat_activity
-  WHERE backend_xmin IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
-  UNION ALL
-  SELECT age(transaction), now() - prepared FROM pg_prepared_xacts WHERE database = current_database()
-  UNION ALL
-  SELECT age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL
-)
-SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0) AS jobs_dead_rows,
-       coalesce(extract(epoch FROM (SELECT max(held) FROM holders))::float8, 0) AS oldest_xmin_age_seconds,
-       coalesce((SELECT max(xids) FROM holders), 0) AS oldest_xmin_age_transactions
-
--- name: FINISHED_QUEUES --
-SELECT queue_name FROM queue_counts GROUP BY queue_name HAVING sum(n) > 0
-
--- name: JOBS_DEAD_ROWS --
--- The cumulative statistics PostgreSQL keeps anyway: no scan.
-SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass
-
--- name: JOBS_DELETE_FINISHED --
-WITH doomed AS (
-  -- Oldest finished jobs of one queue and status past the retention age, via jobs_finished_idx.
-  SELECT id FROM jobs
-  WHERE queue_name = %(queue)s AND status = %(status)s AND finished_at IS NOT NULL
-    AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s)
-  ORDER BY finished_at
-  LIMIT %(batch)s
-  FOR UPDATE SKIP LOCKED
-), deleted AS (
-  DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
-), counted AS (
-  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
-  SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)
-  FROM deleted
-  WHERE status IN ('completed', 'failed', 'cancelled')
-  GROUP BY 1, 2
-  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
-)
-SELECT count(*) FROM deleted
-
--- name: JOBS_GET_BRIEF --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
-WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
-ORDER BY j.id
-
 -- name: JOBS_LIST[<Status.cancelled: 'cancelled'>] --
 SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
 WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
@@ -151,11 +100,6 @@ FROM (
 ) t
 ORDER BY t.ready DESC, t.group_key
 
--- name: QUEUE_SET_PAUSED --
-INSERT INTO queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
-ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
-RETURNING paused
-
 -- name: QUEUE_STATS --
 WITH pending AS (
   -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
@@ -211,37 +155,6 @@ SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 
        w.held_group_rate::bigint AS w_held_group_rate, w.held_ordered::bigint AS w_held_ordered,
        wt.waiting
 FROM pending p, running r, finished f, last_attempts l, window_ w, waiting wt
-
--- name: REDRIVE_BATCH --
-WITH target AS (
-  -- Failed jobs of one queue, oldest first, a batch at a time; SKIP LOCKED lets a concurrent redrive
-  -- or retry proceed without waiting.
-  SELECT id, queue_name AS queue, status FROM jobs
-  WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
-    AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
-  ORDER BY finished_at, id
-  LIMIT %(batch)s
-  FOR UPDATE SKIP LOCKED
-), redriven AS (
-  UPDATE jobs AS j
-  SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
-      lease_expires_at = NULL
-  FROM target t WHERE j.id = t.id
-  RETURNING j.id
-), counted AS (
-  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
-  SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)
-  FROM target
-  WHERE status IN ('completed', 'failed', 'cancelled')
-  GROUP BY 1, 2
-  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
-)
-SELECT count(*) FROM redriven
-
--- name: REDRIVE_COUNT --
-SELECT count(*) FROM jobs
-WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
-  AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
 
 -- name: STATS_ADD --
 -- Add one process's counts since its last flush (a second ago) to the current minute; concurrent flushes

@@ -106,8 +106,8 @@ def test_progress_of_a_stale_claim_or_too_big_is_refused(server: LiveServer) -> 
 def test_heartbeats_of_one_claim_sharing_a_statement_keep_the_latest_progress(server: LiveServer) -> None:
     """Concurrent heartbeats of one job are coalesced into one statement: whatever their order, the latest
     progress reported stays (a beat without progress does not undo it) and every beat is renewed."""
-    from app.db import jobs as store
-    from app.db.jobs import Heartbeat
+    from app.db import writes as store_writes
+    from app.db.writes import Heartbeat
 
     server.enqueue(payload=1)
     c = server.claim_one()
@@ -115,7 +115,7 @@ def test_heartbeats_of_one_claim_sharing_a_statement_keep_the_latest_progress(se
     def beats(*items: Heartbeat) -> list[str]:
         async def go() -> list[str]:
             async with server.services.db.connection() as conn:
-                return [outcome for outcome, _ in await store.jobs_heartbeat(conn, list(items))]
+                return [outcome for outcome, _ in await store_writes.jobs_heartbeat(conn, list(items))]
 
         return server.run(go)
 

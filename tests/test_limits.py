@@ -151,7 +151,7 @@ def test_error_text_is_stored_whole_at_the_limit_and_cut_past_it(server_factory,
 
 
 def test_error_text_in_a_request(server: LiveServer) -> None:
-    from app.models.jobs import ERROR_MAX_CHARS
+    from app.models.fields import ERROR_MAX_CHARS
 
     server.enqueue(payload=1)
     c = server.claim_one()

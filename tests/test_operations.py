@@ -16,8 +16,9 @@ import orjson
 import psycopg
 import pytest
 
-from app.db import jobs as store
+from app.db import admin as store_admin
 from app.db import operations as store_ops
+from app.db import writes as store_writes
 from tests.support import LiveServer, problem, wait_until
 
 FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -357,7 +358,7 @@ def test_a_heartbeat_held_up_by_a_cancel_learns_of_the_cancel(
     c = server.claim_one()
     answers: list[httpx.Response] = []
     with psycopg.connect(database_url) as tx:  # the operator's cancel, held open
-        row = tx.execute(store_ops.JOB_CANCEL, {"id": job["id"], "reason": None, "allowed": None}).fetchone()
+        row = tx.execute(store_admin.JOB_CANCEL, {"id": job["id"], "reason": None, "allowed": None}).fetchone()
         assert row is not None and row[1] is True  # (ord, written, job...)
         beat = threading.Thread(
             target=lambda: answers.append(
@@ -381,7 +382,7 @@ def test_a_cancel_held_up_by_a_complete_names_the_state_it_found(
     answers: list[httpx.Response] = []
     items = orjson.dumps([{"ord": 0, "id": job["id"], "token": c["claim_token"]}]).decode()
     with psycopg.connect(database_url) as tx:  # the worker's complete, held open
-        tx.execute(store.JOB_COMPLETE_MANY, {"items": items, "full": True})
+        tx.execute(store_writes.JOB_COMPLETE_MANY, {"items": items, "full": True})
         cancel = threading.Thread(target=lambda: answers.append(post(server, f"/jobs/{job['id']}/cancel")))
         cancel.start()
         wait_until(lambda: lock_waiters(db, "target") == 1, what="the cancel to wait on the row")
@@ -398,7 +399,7 @@ def test_a_retry_held_up_by_a_redrive_names_the_state_it_found(
     fail(server, server.claim_one(), retry=False)
     answers: list[httpx.Response] = []
     with psycopg.connect(database_url) as tx:  # an operator's redrive, held open
-        tx.execute(store_ops.REDRIVE_BATCH, {"queue": "q", "contains": None, "batch": 10})
+        tx.execute(store_admin.REDRIVE_BATCH, {"queue": "q", "contains": None, "batch": 10})
         retry = threading.Thread(target=lambda: answers.append(post(server, f"/jobs/{job['id']}/retry")))
         retry.start()
         wait_until(lambda: lock_waiters(db, "retried") == 1, what="the retry to wait on the row")

@@ -26,7 +26,10 @@ from app.db import claim
 from app.db import dependencies as deps
 from app.db import jobs as store
 from app.db import operations as store_ops
+from app.db import rescue as store_rescue
+from app.db import retention as store_retention
 from app.db import waiting as store_waiting
+from app.db import writes as store_writes
 from app.db.pool import SESSION_SETTINGS
 
 pytestmark = pytest.mark.slow
@@ -218,12 +221,12 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx", "jobs_pkey"},
     ),
     "heartbeat": (
-        store.JOB_HEARTBEAT_MANY,
+        store_writes.JOB_HEARTBEAT_MANY,
         {"beats": j([{"ord": 0, "id": 1501, "token": "t1501", "lease": None, "allowed": None}])},
         BY_ID,
     ),
     "heartbeats, one stale": (
-        store.JOB_HEARTBEAT_MANY,
+        store_writes.JOB_HEARTBEAT_MANY,
         {
             "beats": j(
                 [
@@ -234,38 +237,38 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         },
         BY_ID,
     ),
-    "complete one": (store.JOB_COMPLETE_MANY, {"items": j(items(range(1601, 1602))), "full": True}, BY_ID),
+    "complete one": (store_writes.JOB_COMPLETE_MANY, {"items": j(items(range(1601, 1602))), "full": True}, BY_ID),
     "complete 10, one stale": (
-        store.JOB_COMPLETE_MANY,
+        store_writes.JOB_COMPLETE_MANY,
         {"items": j(items(range(1611, 1621), lambda i: "stale" if i == 1611 else f"t{i}")), "full": False},
         BY_ID,
     ),
-    "fail": (store.JOB_FAIL, fail_params(1701, "t1701"), BY_ID),
-    "fail, stale token": (store.JOB_FAIL, fail_params(1702, "stale"), BY_ID),
+    "fail": (store_writes.JOB_FAIL, fail_params(1701, "t1701"), BY_ID),
+    "fail, stale token": (store_writes.JOB_FAIL, fail_params(1702, "stale"), BY_ID),
     "release": (
-        store.JOB_RELEASE_CLAIM,
+        store_writes.JOB_RELEASE_CLAIM,
         {"id": 1801, "token": "t1801", "delay": 0.0, "allowed": None},
         BY_ID,
     ),
     "release undelivered claims": (
-        store.JOB_RELEASE,
+        store_writes.JOB_RELEASE,
         {"claims": j([{"id": i, "token": f"t{i}"} for i in range(1901, 1911)])},
         BY_ID,
     ),
     "get": (store.JOB_GET, {"id": 1901, "allowed": None}, BY_ID),
     "jobs waited for": (store.JOBS_GET_WAITED, {"ids": list(range(1501, 1601))}, BY_ID),
     "rescue lapsed leases": (
-        store.JOB_RESCUE_EXPIRED,
+        store_rescue.JOB_RESCUE_EXPIRED,
         {"now": "2100-01-01T00:00:00+00:00", "batch": 1000},
         {"jobs_lease_idx", "jobs_pkey"},
     ),
     "fail exhausted leases": (
-        store.JOB_FAIL_EXHAUSTED,
+        store_rescue.JOB_FAIL_EXHAUSTED,
         {"now": "2100-01-01T00:00:00+00:00", "batch": 1000},
         {"jobs_lease_idx", "jobs_pkey"},
     ),
     "retention": (
-        store_ops.JOBS_DELETE_FINISHED,
+        store_retention.JOBS_DELETE_FINISHED,
         {"queue": "q", "status": "completed", "age": 86400, "batch": 1000, "now": None},
         {"jobs_finished_idx", "jobs_pkey"},
     ),
@@ -361,7 +364,9 @@ def test_hot_statements_keep_their_plans_on_stale_statistics(stale_url: str, nam
 def complete_ten_cost(url: str, first: int) -> tuple[int, float]:
     """(shared buffers touched, ms) of completing ten running jobs in one statement."""
     with session(url) as conn:
-        plan = custom_plan(conn, store.JOB_COMPLETE_MANY, {"items": j(items(range(first, first + 10))), "full": False})
+        plan = custom_plan(
+            conn, store_writes.JOB_COMPLETE_MANY, {"items": j(items(range(first, first + 10))), "full": False}
+        )
     top = plan["Plan"]
     return top["Shared Hit Blocks"] + top["Shared Read Blocks"], plan["Execution Time"]
 

@@ -10,8 +10,8 @@ import httpx
 import orjson
 import psycopg
 
-from app.db import jobs as store
 from app.db import search as store_search
+from app.db import writes as store_writes
 from tests.support import LiveServer, problem, wait_until
 from tests.test_operations import assert_counts_true, complete, fail, lock_waiters, post, true_counts
 from tests.test_security import as_key, create_key
@@ -297,7 +297,7 @@ def test_a_bulk_cancel_held_up_by_a_complete_skips_that_job(
     answers: list[httpx.Response] = []
     items = orjson.dumps([{"ord": 0, "id": c["id"], "token": c["claim_token"]}]).decode()
     with psycopg.connect(database_url) as tx:  # the worker's complete, held open
-        tx.execute(store.JOB_COMPLETE_MANY, {"items": items, "full": True})
+        tx.execute(store_writes.JOB_COMPLETE_MANY, {"items": items, "full": True})
         body = {"action": "cancel", "ids": [c["id"], *others]}
         action = threading.Thread(target=lambda: answers.append(server.client.post("/jobs/bulk", json=body)))
         action.start()

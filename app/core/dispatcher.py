@@ -41,8 +41,8 @@ from app.core.effects import PENDING, RUNNING, Effects, Moves, Path
 from app.core.flow import QueueConfigs
 from app.core.wakeups import Wakeups
 from app.db import claim as store_claim
-from app.db import jobs as store
 from app.db import waiting as store_waiting
+from app.db import writes as store_writes
 from app.db.claim import ClaimSlot
 from app.db.pool import Database
 from app.db.rows import ClaimRow
@@ -456,7 +456,7 @@ class ClaimDispatcher:
     async def _release(self, rows: list[ClaimRow]) -> None:
         try:
             async with self.db.connection() as conn:
-                await store.jobs_release(conn, rows)
+                await store_writes.jobs_release(conn, rows)
             log.info("released %d job(s) claimed for a request that went away", len(rows))
             # The rows it meant to hand back: one whose lease lapsed meanwhile moved nothing, and costs one
             # wake-up too many, no count.

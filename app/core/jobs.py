@@ -19,11 +19,13 @@ from app.core.effects import NEW, PENDING, RUNNING, SCHEDULED, Effects, Moves, P
 from app.core.flow import Effective, QueueConfigs
 from app.core.results import ResultWaiters
 from app.db import jobs as store
+from app.db import writes as store_writes
 from app.db.claim import ClaimSlot
 from app.db.dependencies import Parent, UnknownJobs, jobs_insert_dependent
-from app.db.jobs import Completion, Done, Heartbeat, NewJob, Outcome
+from app.db.jobs import NewJob
 from app.db.pool import Database
 from app.db.rows import ClaimRow, Inserted, JobRow
+from app.db.writes import Completion, Done, Heartbeat, Outcome
 from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, ValidationFailed
 from app.models.jobs import (
     BatchRef,
@@ -34,12 +36,9 @@ from app.models.jobs import (
     EnqueueRequest,
     FailRequest,
     HeartbeatRequest,
-    InvalidUnicode,
-    JsonValueError,
     ReleaseRequest,
-    check_json_value,
-    dump_json,
 )
+from app.models.json_values import InvalidUnicode, JsonValueError, check_json_value, dump_json
 from app.settings import Settings
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -166,7 +165,7 @@ def _moved(path: Path, job: JobRow, frm: str, to: str) -> Moves:
 
 @dataclass(slots=True, frozen=True)
 class Renewal:
-    """A heartbeat's answer (app/models/jobs.py HeartbeatResponse)."""
+    """A heartbeat's answer (app/models/answers.py HeartbeatResponse)."""
 
     id: int
     lease_expires_at: datetime | None
@@ -264,7 +263,7 @@ class JobService:
 
     def _completions(self, items: Sequence[CompleteItem], allowed: str | None, loc: str) -> list[Completion]:
         # An id may occur twice (one item is a retry of the other): each gets its own outcome, and of the
-        # items with the claim's token the first one's result is kept (store.jobs_complete).
+        # items with the claim's token the first one's result is kept (store_writes.jobs_complete).
         return [
             Completion(item.id, item.claim_token, self._result(item.result, ["body", loc, i, "result"]), allowed)
             for i, item in enumerate(items)
@@ -356,7 +355,7 @@ class JobService:
 
     async def _heartbeat_many(self, beats: list[Heartbeat]) -> list[tuple[Outcome, Any]]:
         async with self.db.connection() as conn:
-            return await store.jobs_heartbeat(conn, beats)
+            return await store_writes.jobs_heartbeat(conn, beats)
 
     async def heartbeat(self, job_id: int, req: HeartbeatRequest, allowed: str | None = None) -> Renewal:
         beat = Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed)
@@ -375,7 +374,7 @@ class JobService:
     async def _complete_many(self, requests: list[list[Completion]], *, full: bool) -> list[list[Done]]:
         flat = [item for items in requests for item in items]
         async with self.db.connection() as conn:
-            done = await store.jobs_complete(conn, flat, full=full)
+            done = await store_writes.jobs_complete(conn, flat, full=full)
         # One pass, as the counts before it: ids and durations per queue, then one entry per queue.
         per_queue: dict[str, tuple[list[int], list[float]]] = {}
         for d in done:
@@ -418,7 +417,7 @@ class JobService:
 
     async def fail(self, job_id: int, req: FailRequest, allowed: str | None = None) -> JobRow:
         async with self.db.connection() as conn:
-            done = await store.job_fail(
+            done = await store_writes.job_fail(
                 conn,
                 job_id,
                 req.claim_token,
@@ -443,7 +442,7 @@ class JobService:
         cancel was requested answers job-cancelled, as complete does: the operator's cancel wins, and the
         worker learns the job will not come back."""
         async with self.db.connection() as conn:
-            done = await store.job_release_claim(conn, job_id, req.claim_token, req.delay_seconds, allowed)
+            done = await store_writes.job_release_claim(conn, job_id, req.claim_token, req.delay_seconds, allowed)
         _raise_for(done.outcome)
         job = done.job
         assert job is not None

@@ -11,8 +11,10 @@ from app.core.effects import CANCELLED, FAILED, PENDING, Effects, Moves, Path
 from app.core.flow import QueueConfigs, changes_of
 from app.core.jobs import invalid, sanitise_error
 from app.core.wakeups import Wakeups
+from app.db import admin as store_admin
 from app.db import flow as store_flow
 from app.db import operations as store_ops
+from app.db import retention as store_retention
 from app.db.flow import QueueConfigRow
 from app.db.pool import Database
 from app.db.rows import JobRow
@@ -65,7 +67,7 @@ class OpsService:
         async with self.db.connection() as conn:
             r, groups = await store_ops.queue_stats(conn, queue, seconds)
             config = await store_flow.queue_config_get(conn, queue)
-            health = await store_ops.database_health(conn)
+            health = await store_retention.database_health(conn)
         done = r.w_completed
         max_ms = round(r.w_duration_max_ms, 3) if r.w_duration_max_ms is not None and done else None
         return {
@@ -141,7 +143,7 @@ class OpsService:
         if reason is not None:  # stored as last_error: the same rules as a worker's error text
             reason = sanitise_error(reason, self.settings.max_error_bytes)
         async with self.db.connection() as conn:
-            found = await store_ops.job_cancel(conn, job_id, reason, allowed)
+            found = await store_admin.job_cancel(conn, job_id, reason, allowed)
         if found is None or found.job is None:
             raise JobNotFound()
         job = found.job
@@ -152,7 +154,7 @@ class OpsService:
 
     async def retry(self, job_id: int, allowed: str | None = None) -> JobRow:
         async with self.db.connection() as conn:
-            found = await store_ops.job_retry(conn, job_id, allowed)
+            found = await store_admin.job_retry(conn, job_id, allowed)
         if found is None or found.job is None:
             raise JobNotFound()
         job = found.job
@@ -166,7 +168,7 @@ class OpsService:
             # Stored errors never hold NUL (PostgreSQL text cannot), so nothing matches.
             return {"queue": queue, "dry_run": dry_run, "jobs": 0}
         async with self.db.connection() as conn:
-            n = await store_ops.jobs_redrive(conn, queue, contains, dry_run, self.settings.sweep_batch_size, limit)
+            n = await store_admin.jobs_redrive(conn, queue, contains, dry_run, self.settings.sweep_batch_size, limit)
         if n and not dry_run:
             moves = Moves(Path.REDRIVE)
             moves.add(queue, FAILED, PENDING, n=n)
@@ -175,7 +177,7 @@ class OpsService:
 
     async def set_paused(self, queue: str, paused: bool) -> Doc:
         async with self.db.connection() as conn:
-            await store_ops.queue_set_paused(conn, queue, paused)
+            await store_admin.queue_set_paused(conn, queue, paused)
         if not paused:
             self.wakeups.jobs_available([queue])  # waiting workers get what piled up
         return {"queue": queue, "paused": paused}

@@ -11,9 +11,9 @@ from typing import Any
 from app.core.cursors import BadCursor, decode_cursor, encode_cursor
 from app.core.effects import Effects, Moves, Path
 from app.core.jobs import invalid, json_text, sanitise_error
-from app.db import operations as store_ops
+from app.db import admin as store_admin
 from app.db import search as store_search
-from app.db.operations import CANCELLABLE, RETRYABLE
+from app.db.admin import CANCELLABLE, RETRYABLE
 from app.db.pool import Database
 from app.db.rows import JobRow
 from app.db.search import Criteria, Plan, SearchRow
@@ -109,16 +109,16 @@ class SearchService:
         moves: Moves | None = None
         async with self.db.connection() as conn:
             if req.dry_run:
-                seen = {j.id: (j.status in applies, j) for j in await store_ops.jobs_get_brief(conn, ids, allowed)}
+                seen = {j.id: (j.status in applies, j) for j in await store_admin.jobs_get_brief(conn, ids, allowed)}
             else:
                 if req.action == "cancel":
                     reason = (
                         sanitise_error(req.reason, self.settings.max_error_bytes) if req.reason is not None else None
                     )
-                    written = await store_ops.jobs_cancel_many(conn, ids, reason, allowed)
+                    written = await store_admin.jobs_cancel_many(conn, ids, reason, allowed)
                     moves = Moves(Path.BULK_CANCEL)
                 else:
-                    written = await store_ops.jobs_retry_many(conn, ids, allowed)
+                    written = await store_admin.jobs_retry_many(conn, ids, allowed)
                     moves = Moves(Path.BULK_RETRY)
                 seen = {w.job.id: (w.written, w.job) for w in written if w.job is not None}
                 for w in written:

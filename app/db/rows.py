@@ -99,7 +99,7 @@ def outcome_rows(cls: type[T], job: type[Any]) -> Callable[[AsyncCursor[Any]], R
 
 
 class JobRow(NamedTuple):
-    """A job as the API shows it (app/models/jobs.py Job), plus the claim token, which the API never
+    """A job as the API shows it (app/models/answers.py Job), plus the claim token, which the API never
     shows but the store needs to tell a retried write from a stale one. payload and result are JSON
     text (None when not read)."""
 
@@ -131,7 +131,7 @@ class JobRow(NamedTuple):
 
 
 class ClaimRow(NamedTuple):
-    """A row of a claim statement (app/db/claim.py), either a job handed to a worker (app/models/jobs.py
+    """A row of a claim statement (app/db/claim.py), either a job handed to a worker (app/models/answers.py
     Claim), with which request of the shared statement it is for (`slot`, in request order) and its rank
     among the statement's jobs, its marker fields NULL; or the statement's one marker row (`marker` true,
     the job's fields NULL), saying what the statement found beside the jobs it claimed. Marker rows never
@@ -311,7 +311,7 @@ class GroupRow:
 
 @dataclass(slots=True, frozen=True)
 class DatabaseHealthRow:
-    """What holds vacuum back (app/db/operations.py DATABASE_HEALTH)."""
+    """What holds vacuum back (app/db/retention.py DATABASE_HEALTH)."""
 
     jobs_dead_rows: int
     oldest_xmin_age_seconds: float

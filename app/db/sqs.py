@@ -1,6 +1,6 @@
 """The SQL of the SQS API (app/sqs/, app/core/sqs.py): SQS queues and their attributes, message attributes,
 the FIFO deduplication window and PurgeQueue. Everything a message does after it is sent is jobq's own SQL
-(app/db/jobs.py): SQS adds no statement to a claim, a complete or a heartbeat."""
+(app/db/jobs.py, app/db/writes.py): SQS adds no statement to a claim, a complete or a heartbeat."""
 
 from __future__ import annotations
 

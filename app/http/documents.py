@@ -12,7 +12,7 @@ from orjson import Fragment
 from pydantic import BaseModel
 
 from app.db.flow import QueueConfigRow
-from app.models.jobs import Claim, CompleteOutcome, HeartbeatResponse, Job
+from app.models.answers import Claim, CompleteOutcome, HeartbeatResponse, Job
 from app.models.schedules import Schedule
 
 JSON_FIELDS = frozenset({"payload", "result", "progress"})

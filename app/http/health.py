@@ -9,7 +9,7 @@ from app.db import migrate
 from app.errors import DatabaseUnavailable, NotReady, ShuttingDown
 from app.http.jobs import _problems
 from app.http.responses import json_response
-from app.models.jobs import Health, Readiness
+from app.models.answers import Health, Readiness
 from app.problems import problem_response
 from app.services import services
 

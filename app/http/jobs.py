@@ -31,23 +31,17 @@ from app.errors import (
 from app.http.documents import claim_document, job_document, outcome_document, renewal_document
 from app.http.fastpath import hot
 from app.http.responses import json_response
+from app.models.answers import ClaimResponse, CompleteBatchResponse, HeartbeatResponse, Job, JobList, Problem
+from app.models.fields import INT64_MAX, QUEUE_PATTERN
 from app.models.jobs import (
-    INT64_MAX,
-    QUEUE_PATTERN,
     ClaimRequest,
-    ClaimResponse,
     CompleteBatchRequest,
-    CompleteBatchResponse,
     CompleteRequest,
     Contract,
     EnqueueBatchRequest,
     EnqueueRequest,
     FailRequest,
     HeartbeatRequest,
-    HeartbeatResponse,
-    Job,
-    JobList,
-    Problem,
     ReleaseRequest,
 )
 from app.problems import problem_response
@@ -62,7 +56,7 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying ag
 
 
 def _problems(*codes: int, conflict: str | None = None) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI entries for the problem responses an operation can give (examples: app/http/examples.py);
+    """OpenAPI entries for the problem responses an operation can give (examples: app/http/problem_examples.py);
     `conflict` says what a 409 means for this operation."""
     text = {
         400: "Body is not valid JSON.",

@@ -1,6 +1,6 @@
 """The published OpenAPI document: FastAPI's, with every error response as application/problem+json,
-examples on every request body, success response and problem (app/http/examples.py), the bearer-key
-security scheme on every operation that is not open, and the JsonValue schema of payloads.
+examples on every request body, success response (app/http/examples.py) and problem (app/http/problem_examples.py),
+the bearer-key security scheme on every operation that is not open, and the JsonValue schema of payloads.
 
 Client generators read it too (openapi-python-client, openapi-typescript: tests/test_generated_clients.py),
 so it says things the way they understand: payloads as an unconstrained schema with the rules in words,
@@ -16,8 +16,9 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from app.http.examples import ONLY_ON, PROBLEMS, SCHEMAS
-from app.models.jobs import INT64_MAX, JSON_VALUE_MARKER
+from app.http.examples import SCHEMAS
+from app.http.problem_examples import ONLY_ON, PROBLEMS
+from app.models.fields import INT64_MAX, JSON_VALUE_MARKER
 from app.settings import Settings
 
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
@@ -71,7 +72,7 @@ def _problem_content(method: str, operation_id: str, path: str, status: int) -> 
 def json_value_schema(s: Settings) -> dict[str, Any]:
     """Any JSON value that jsonb stores faithfully. Said in words: the recursive schema that would say
     part of it (no NUL in strings and keys) defeats client generators, and the rest (depth, size) JSON
-    Schema cannot say. The server checks every rule (app/models/jobs.py check_json_value)."""
+    Schema cannot say. The server checks every rule (app/models/json_values.py check_json_value)."""
     return {
         "description": (
             "Any JSON value (null, boolean, number, string, array or object), except that strings and object "

@@ -17,8 +17,8 @@ from app.http.documents import config_document, job_document
 from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
+from app.models.answers import Job
 from app.models.flow import QueueConfig, QueueConfigPatch
-from app.models.jobs import Job
 from app.models.operations import (
     CancelRequest,
     JobPage,

@@ -12,7 +12,7 @@ from app.core.schedules import ScheduleService
 from app.http.documents import schedule_document
 from app.http.jobs import _problems
 from app.http.responses import json_response
-from app.models.jobs import QUEUE_PATTERN
+from app.models.fields import QUEUE_PATTERN
 from app.models.schedules import Schedule, ScheduleList, ScheduleRequest
 from app.services import services
 

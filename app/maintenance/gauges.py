@@ -9,6 +9,7 @@ import time
 from app.core.dispatcher import ClaimDispatcher
 from app.core.results import ResultWaiters
 from app.db import operations as store_ops
+from app.db import retention as store_retention
 from app.db.pool import Database
 from app.maintenance.base import Ticking
 from app.observability.metrics import Metrics
@@ -38,7 +39,7 @@ class Gauges(Ticking):
             self._next_depth = time.monotonic() + self.depth_interval
             async with self.db.connection() as conn:
                 queues = await store_ops.queues_list(conn)
-                health = await store_ops.database_health(conn)
+                health = await store_retention.database_health(conn)
             self.metrics.dead_rows.set(health.jobs_dead_rows)
             self.metrics.xmin_age.set(health.oldest_xmin_age_seconds)
             self.metrics.set_depths(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from app.core.effects import FAILED, PENDING, RUNNING, Effects, Moves, Path
-from app.db import jobs as store
+from app.db import rescue as store_rescue
 from app.db.pool import Database
 from app.maintenance.base import Ticking, between_batches
 from app.observability.metrics import Metrics
@@ -41,7 +41,7 @@ class LeaseRescuer(Ticking):
         rescued = failed = 0
         while True:
             async with self.db.connection() as conn:
-                queues = await store.jobs_rescue_expired(conn, now, self.batch)
+                queues = await store_rescue.jobs_rescue_expired(conn, now, self.batch)
             rescued += len(queues)
             moves = Moves(Path.RESCUE)
             for queue in queues:
@@ -52,7 +52,7 @@ class LeaseRescuer(Ticking):
             await between_batches()
         while True:
             async with self.db.connection() as conn:
-                gone = await store.jobs_fail_exhausted(conn, now, self.batch)
+                gone = await store_rescue.jobs_fail_exhausted(conn, now, self.batch)
             failed += len(gone)
             moves = Moves(Path.RESCUE)
             for queue, job_id in gone:

@@ -14,7 +14,7 @@ from datetime import datetime
 from app.core.effects import GONE, Effects, Moves, Path
 from app.db import flow as store_flow
 from app.db import history as store_history
-from app.db import operations as store_ops
+from app.db import retention as store_retention
 from app.db import sqs as store_sqs
 from app.db.pool import Database
 from app.maintenance.base import Ticking, between_batches
@@ -51,7 +51,7 @@ class Retention(Ticking):
         """`now` replaces the database clock for deciding what is old enough (tests move time forward)."""
         result = RetentionResult()
         async with self.db.connection() as conn:
-            queues = await store_ops.finished_queues(conn)
+            queues = await store_retention.finished_queues(conn)
             overrides = await store_flow.queue_retention_overrides(conn)
         for queue in queues:
             ages = dict(self.ages)
@@ -63,7 +63,7 @@ class Retention(Ticking):
                     continue  # 0: keep
                 while True:
                     async with self.db.connection() as conn:
-                        n = await store_ops.jobs_delete_finished(conn, queue, status, age, self.batch, now)
+                        n = await store_retention.jobs_delete_finished(conn, queue, status, age, self.batch, now)
                     result.deleted[status] = result.deleted.get(status, 0) + n
                     if n:
                         moves = Moves(Path.RETENTION)

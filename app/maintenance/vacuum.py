@@ -11,7 +11,7 @@ import time
 
 import psycopg
 
-from app.db import operations as store_ops
+from app.db import retention as store_retention
 from app.db.pool import Database
 from app.maintenance.base import Ticking
 from app.observability.metrics import Metrics
@@ -36,7 +36,7 @@ class Vacuum(Ticking):
         its own, without the API's statement timeout."""
         if not force:
             async with self.db.connection() as conn:
-                dead, live = await store_ops.jobs_dead_rows(conn)
+                dead, live = await store_retention.jobs_dead_rows(conn)
             if dead < max(self.dead_rows, live // 5):
                 return False
         maintenance = await psycopg.AsyncConnection.connect(

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, Strict, StrictBool
 
-from app.models.jobs import Body, Integral, MaxAttempts, Priority
+from app.models.fields import Body, Integral, MaxAttempts, Priority
 
 Count = Annotated[int, Strict(), Field(ge=1, le=1_000_000), Integral]
 WindowSeconds = Annotated[int, Strict(), Field(ge=1, le=86_400), Integral]

@@ -1,111 +1,30 @@
-"""Request and response bodies of the HTTP contract (pydantic), and the checks on JSON values."""
+"""Request bodies of the jobs API (pydantic) and the contract that fits their limits to the settings."""
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, Self, TypeVar
+from typing import Annotated, Literal, Self
 
-import orjson
-from pydantic import (
-    AfterValidator,
-    AwareDatetime,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    Strict,
-    StrictBool,
-    WithJsonSchema,
-    model_validator,
+from pydantic import ConfigDict, Field, Strict, StrictBool, model_validator
+
+from app.models.fields import (
+    ERROR_MAX_CHARS,
+    LABEL_PATTERN,
+    Body,
+    ClaimToken,
+    Integral,
+    JobId,
+    Json,
+    Label,
+    MaxAttempts,
+    Maybe,
+    Priority,
+    Seconds,
+    Timestamp,
+    _omittable_schema,
+    omitted,
 )
-from pydantic_core import PydanticCustomError
-
-from app.db.rows import Status
 from app.settings import Settings
-
-QUEUE_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
-INT64_MAX = 2**63 - 1
-
-
-def _text(value: Any) -> Any:
-    """Times are RFC 3339 strings. pydantic would also take a number as a Unix time: not in this API."""
-    if not isinstance(value, str | datetime):
-        raise ValueError("must be an RFC 3339 date-time string with an offset")
-    return value
-
-
-def _utc(value: datetime) -> datetime:
-    """The instant in UTC: RFC 3339 allows offsets up to 23:59, PostgreSQL only up to 15:59."""
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise ValueError("out of range (years 1 to 9999 in UTC)") from None
-
-
-def _integral(value: Any) -> Any:
-    """JSON has one number type, and JSON Schema calls 2.0 an integer: take it as 2. Anything else that is
-    not an int ("5", true, 2.5) stays as it is and fails the strict int check, never coerced."""
-    if type(value) is float and value.is_integer():
-        return int(value)
-    return value
-
-
-Integral = BeforeValidator(_integral)
-# Integers: strict (no strings, booleans or fractions), integral floats accepted. The constraint goes
-# before the validator, or pydantic writes it into the JSON Schema under its own name (`ge`).
-Priority = Annotated[int, Strict(), Field(ge=-32768, le=32767), Integral]
-MaxAttempts = Annotated[int, Strict(), Field(ge=1, le=1000), Integral]
-JobId = Annotated[int, Strict(), Field(ge=1, le=INT64_MAX, json_schema_extra={"format": "int64"}), Integral]
-Seconds = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
-Timestamp = Annotated[AwareDatetime, BeforeValidator(_text), AfterValidator(_utc)]
-# Printable text without control characters; PostgreSQL text cannot hold NUL at all.
-LABEL_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-Label = Annotated[str, Field(min_length=1, max_length=255, pattern=LABEL_PATTERN)]
-ClaimToken = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
-ERROR_MAX_CHARS = 65_536  # accepted in a fail request; what is stored is cut to JOBQ_MAX_ERROR_BYTES
-
-# Payloads and results: any JSON value that jsonb can hold. app/http/openapi.py replaces this marker with a
-# reference to the JsonValue schema, which says so in words (no NUL, depth and size limits): a recursive
-# schema defeats client generators, and depth and size are settings. check_json_value() enforces it.
-JSON_VALUE_MARKER = "x-jobq-json-value"
-Json = Annotated[Any, WithJsonSchema({JSON_VALUE_MARKER: True})]
-
-T = TypeVar("T")
-
-
-def _not_null(value: Any) -> Any:
-    if value is None:
-        raise PydanticCustomError("not_null", "Input should not be null: leave the field out instead")
-    return value
-
-
-def _omittable_schema(schema: dict[str, Any]) -> None:
-    """The value's schema alone: no null branch and no `default: null`, so that generated clients type the
-    field as absent-or-value, not a three-way absent/null/value."""
-    variants = [v for v in schema.pop("anyOf", []) if v != {"type": "null"}]
-    if len(variants) == 1:
-        schema.update(variants[0])
-    elif variants:
-        schema["anyOf"] = variants
-    schema.pop("default", None)
-
-
-# An optional request field: left out or a value, never null (null would mean nothing more than leaving it
-# out). Declare it `x: Maybe[T] = omitted("...")`: the type stays `T | None` for the code, the validator
-# refuses an explicit null, and the schema shows T alone.
-Maybe = Annotated[T | None, BeforeValidator(_not_null)]
-
-
-def omitted(description: str) -> Any:
-    return Field(None, description=description, json_schema_extra=_omittable_schema)
-
-
-class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
 
 # --- producers ----------------------------------------------------------------------------------------------
 
@@ -249,126 +168,6 @@ ReleaseRequest = _ReleaseRequest
 CompleteBatchRequest = _CompleteBatchRequest
 
 
-# --- responses (documentation of what the handlers serialise with orjson) -----------------------------------
-
-
-class Job(BaseModel):
-    id: int
-    queue: str
-    status: Status
-    payload: Json
-    priority: int
-    attempts: int = Field(description="Claims so far, the current one included.")
-    max_attempts: int
-    run_at: datetime = Field(description="Earliest time the job may be claimed (next retry when pending).")
-    created_at: datetime
-    claimed_at: datetime | None = Field(description="Start of the latest claim.")
-    lease_expires_at: datetime | None
-    finished_at: datetime | None
-    worker: str | None = Field(description="Worker of the latest claim.")
-    last_error: str | None
-    result: Json = Field(description="What the worker completed it with; null until then.")
-    idempotency_key: str | None
-    traceparent: str | None = Field(
-        description="W3C trace context of the enqueue that made the job (its request's span when the service "
-        "traces, else the producer's `traceparent` header); a worker continues this trace. Null when none."
-    )
-    schedule: str | None = Field(description="The schedule that enqueued this job; null for other jobs.")
-    scheduled_for: datetime | None = Field(
-        description="The schedule's tick this job stands for (its cron time); null for other jobs."
-    )
-    group: str | None = Field(description="The job's group; null: none.")
-    progress: Json = Field(
-        description="What the worker last reported with a heartbeat's `progress` during the latest claim; "
-        "null when it reported nothing (a new claim clears it)."
-    )
-    depends_on: list[int] | None = Field(description="The jobs this one runs after, as enqueued; null: none.")
-    on_dependency_failure: OnDependencyFailure | None = Field(
-        description="What a failed or cancelled dependency does to this job; null for a job without dependencies."
-    )
-    pending_dependencies: int | None = Field(
-        description="While `waiting`: how many of its dependencies have not finished yet; null otherwise."
-    )
-
-
-class JobList(BaseModel):
-    jobs: list[Job]
-
-
-class Claim(BaseModel):
-    id: int
-    queue: str
-    payload: Json
-    priority: int
-    attempts: int = Field(description="Claims so far, this one included.")
-    max_attempts: int
-    claim_token: str = Field(description="Pass it to heartbeat, complete and fail.")
-    lease_expires_at: datetime
-    run_at: datetime
-    created_at: datetime
-    traceparent: str | None = Field(
-        description="W3C trace context of the enqueue that made the job (its request's span when the service "
-        "traces, else the producer's `traceparent` header): start the job's span as its child. Null when none."
-    )
-    group: str | None = Field(description="The job's group; null: none.")
-
-
-class CompleteOutcome(BaseModel):
-    id: int
-    outcome: Literal["completed", "claim_lost", "not_found", "cancelled"]
-    status: Status | None = Field(description="The job's status after the call; null when not found.")
-
-
-class ClaimResponse(BaseModel):
-    jobs: list[Claim]
-    completed: list[CompleteOutcome] = Field(
-        description="The outcome of each item of the request's `complete`, in order (empty when it had none)."
-    )
-
-
-class HeartbeatResponse(BaseModel):
-    id: int
-    lease_expires_at: datetime | None = Field(description="The new expiry; null when the job was cancelled.")
-    cancel_requested: bool = Field(
-        description="An operator cancelled the job: stop working on it and do not complete it."
-    )
-
-
-class CompleteBatchResponse(BaseModel):
-    results: list[CompleteOutcome] = Field(description="One per item, in request order.")
-
-
-class Health(BaseModel):
-    status: Literal["ok"]
-    version: str = Field(description="The jobq release this process runs (semantic versioning; CHANGELOG.md).")
-
-
-class Readiness(BaseModel):
-    status: Literal["ready"]
-
-
-class ValidationIssue(BaseModel):
-    loc: list[str | int] = Field(
-        description="Where: `body`, `path`, `query` or `header`, then field names and list indexes."
-    )
-    msg: str = Field(description="What is wrong, in words.")
-    type: str = Field(description="The kind of error (pydantic's error type, e.g. `missing`, `greater_than`).")
-
-
-class Problem(BaseModel):
-    type: str = Field(description="A stable URN, `urn:jobq:problem:<slug>`: branch on this, not on the text.")
-    title: str
-    status: int
-    detail: str
-    instance: str = Field(description="The request's path.")
-    # Sent with validation-error (422) only, and never null.
-    errors: list[ValidationIssue] | None = Field(
-        None,
-        description="With `validation-error` only: each problem of the request.",
-        json_schema_extra=_omittable_schema,
-    )
-
-
 # --- the contract for one configuration ---------------------------------------------------------------------
 
 
@@ -452,68 +251,3 @@ def build_contract(s: Settings) -> Contract:
         CompleteBatchRequest,
         s.wait_max_seconds,
     )
-
-
-# --- JSON values --------------------------------------------------------------------------------------------
-
-
-class JsonValueError(ValueError):
-    pass
-
-
-class InvalidUnicode(JsonValueError):
-    """Lone surrogates: legal JSON syntax, but not I-JSON (RFC 7493) and not storable."""
-
-
-def _check_text(text: str, what: str) -> None:
-    if "\x00" in text:
-        raise JsonValueError(f"{what} must not contain NUL (\\u0000)")
-    if not text.isascii():
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            raise InvalidUnicode(f"{what} must be valid Unicode (no lone surrogates)") from None
-
-
-def check_json_value(value: Any, max_depth: int) -> None:
-    """Refuse what jsonb cannot store faithfully: NaN/Infinity (would turn into null), NUL characters,
-    lone surrogates, and nesting deeper than max_depth. Iterative, so a hostile depth cannot exhaust the
-    Python stack."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is str:
-            # The common case inline (ASCII without NUL); _check_text says what is wrong otherwise.
-            if not item.isascii() or "\x00" in item:
-                _check_text(item, "strings")
-        elif kind is float:
-            if not math.isfinite(item):
-                raise JsonValueError("numbers must be finite")
-        elif kind is dict:
-            if depth > max_depth:
-                raise JsonValueError(f"nesting deeper than {max_depth} levels")
-            for k, v in item.items():
-                if not k.isascii() or "\x00" in k:
-                    _check_text(k, "keys")
-                if type(v) in _CONTAINERS_OR_TEXT:
-                    stack.append((v, depth + 1))
-                elif type(v) is float and not math.isfinite(v):
-                    raise JsonValueError("numbers must be finite")
-        elif kind is list:
-            if depth > max_depth:
-                raise JsonValueError(f"nesting deeper than {max_depth} levels")
-            stack.extend((v, depth + 1) for v in item)
-
-
-# JSON values as parsed are exactly these types (bool and int need no check; floats are checked in place).
-_CONTAINERS_OR_TEXT = frozenset({str, dict, list})
-
-
-def dump_json(value: Any) -> str:
-    """Serialise a checked JSON value for a jsonb parameter. Integers beyond 64 bits go through the
-    standard library so that they are stored exactly rather than refused."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -7,8 +7,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, Strict, StrictBool
 
+from app.models.answers import Job
+from app.models.fields import Body, Integral, Maybe, omitted
 from app.models.flow import QueueConfig
-from app.models.jobs import Body, Integral, Job, Maybe, omitted
 
 
 class QueueCounts(BaseModel):

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field, StrictBool
 
 from app.cron import Cron, zone
-from app.models.jobs import QUEUE_PATTERN, Body, Json, Label, MaxAttempts, Maybe, Priority, omitted
+from app.models.fields import QUEUE_PATTERN, Body, Json, Label, MaxAttempts, Maybe, Priority, omitted
 
 CRON_HELP = (
     "5 fields (minute hour day-of-month month day-of-week), or 6 with the second first: `*`, `N`, `A-B`, "

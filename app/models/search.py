@@ -7,7 +7,8 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, Field, Strict, StrictBool, model_validator
 
 from app.db.rows import Status
-from app.models.jobs import QUEUE_PATTERN, Body, Integral, Job, JobId, Json, Label, Maybe, omitted
+from app.models.answers import Job
+from app.models.fields import QUEUE_PATTERN, Body, Integral, JobId, Json, Label, Maybe, omitted
 
 SEARCH_PAGE_MAX = 100
 BULK_MAX_JOBS = 1000  # jobs one bulk request may name or act on: each is one row lock in one statement

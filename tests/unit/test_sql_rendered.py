@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.db import claim, jobs, render
+from app.db import claim, jobs, render, writes
 
 COMMITTED = Path(__file__).parent.parent.parent / "sql"
 
@@ -23,6 +23,6 @@ def test_statements_are_rendered_whole_and_fragments_left_out() -> None:
     assert (
         "JOB_GET" in found and "{JOB_COLUMNS}" not in found["JOB_GET"] and "j.queue_name AS queue" in found["JOB_GET"]
     )
-    assert found["JOB_COMPLETE_MANY"] == jobs.JOB_COMPLETE_MANY
+    assert render.statements(writes)["JOB_COMPLETE_MANY"] == writes.JOB_COMPLETE_MANY
     assert "JOB_COLUMNS" not in found and "RUNNING" not in found  # fragments, not statements
     assert f"-- name: JOB_CLAIM --\n{claim.JOB_CLAIM.strip()}\n" in render.render()["claim.sql"]

@@ -1,0 +1,222 @@
+"""SQL for operators' actions: cancel, retry (one job or many), redrive, pause. Like app/db/writes.py, every
+statement is one autocommit transaction, guarded by the job's status so that it cannot race a worker
+into an impossible state, and keeps queue_counts exact in the same statement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from app.db.jobs import JOB_COLUMNS, count_finished, job_columns, job_get
+from app.db.rows import JobRow, Moved, Status, outcome_rows, rows_of
+from app.db.scope import queue_allowed
+
+# --- admin actions ----------------------------------------------------------------------------------------
+
+# Each action is one template: for one job (by id, the whole row back) and for many (ids, the rows
+# without payload and result), so that a bulk action is guarded exactly as the single one.
+
+
+def _job_cancel(target: str, columns: str) -> str:
+    """Cancel the jobs `target` (a condition on j.id) names, returning each as changed or as found."""
+    return f"""
+WITH target AS (
+  SELECT j.id, j.status AS was FROM jobs j
+  WHERE {target} AND j.status IN ('pending', 'running', 'waiting')
+    AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
+  ORDER BY j.id  -- rows locked in one order: two bulk actions never wait on each other in a cycle
+  FOR UPDATE
+), cancelled AS (
+  -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
+  -- learns of it (cancel_requested) and its complete or fail is refused with job-cancelled. The jobs
+  -- that depend on a cancelled one are cancelled too, by the trigger jobs_release_dependants.
+  UPDATE jobs AS j
+  SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
+      last_error = coalesce(%(reason)s, j.last_error)
+  FROM target t WHERE j.id = t.id
+  RETURNING t.was, {columns}
+), counted AS ({count_finished("cancelled")}
+)
+SELECT 0 AS ord, true AS written, * FROM cancelled
+UNION ALL
+SELECT 0, false, NULL, {columns} FROM jobs j
+WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+  AND j.id NOT IN (SELECT id FROM cancelled)
+"""
+
+
+def _job_retry(target: str, columns: str) -> str:
+    """Send the failed or cancelled jobs `target` names back to pending, returning each as changed or
+    as found."""
+    return f"""
+WITH target AS (
+  SELECT j.id, j.queue_name AS queue, j.status FROM jobs j
+  WHERE {target} AND j.status IN ('failed', 'cancelled')
+    AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
+  ORDER BY j.id
+  FOR UPDATE
+), retried AS (
+  -- Back to pending with a fresh set of attempts; result and token of the old run are dropped. A job
+  -- cancelled because a dependency failed runs now, whatever its dependencies (docs/workflows.md).
+  UPDATE jobs AS j
+  SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
+      lease_expires_at = NULL, result = NULL
+  FROM target t WHERE j.id = t.id
+  RETURNING t.status AS was, {columns}
+), counted AS ({count_finished("target", "status", "-1")}
+)
+SELECT 0 AS ord, true AS written, * FROM retried
+UNION ALL
+SELECT 0, false, NULL, {columns} FROM jobs j
+WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+  AND j.id NOT IN (SELECT id FROM retried)
+"""
+
+
+ONE, MANY = "j.id = %(id)s", "j.id = ANY(%(ids)s::bigint[])"
+BRIEF = job_columns("false")  # a bulk action's rows: no payload, no result
+JOB_CANCEL, JOB_CANCEL_MANY = _job_cancel(ONE, JOB_COLUMNS), _job_cancel(MANY, BRIEF)
+JOB_RETRY, JOB_RETRY_MANY = _job_retry(ONE, JOB_COLUMNS), _job_retry(MANY, BRIEF)
+CANCELLABLE = (Status.pending, Status.running, Status.waiting)
+RETRYABLE = (Status.failed, Status.cancelled)
+
+
+async def job_cancel(
+    conn: psycopg.AsyncConnection[Any], job_id: int, reason: str | None, allowed: str | None = None
+) -> Moved | None:
+    """The outcome; None when there is no such job (or none in the caller's queues, `allowed`). Only
+    pending, waiting and running jobs change."""
+    return await _admin_write(conn, JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed}, CANCELLABLE)
+
+
+async def job_retry(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> Moved | None:
+    return await _admin_write(conn, JOB_RETRY, {"id": job_id, "allowed": allowed}, RETRYABLE)
+
+
+async def jobs_cancel_many(
+    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], reason: str | None, allowed: str | None
+) -> list[Moved]:
+    """One outcome per job found among `ids` (payload and result left out); the others do not exist for
+    the caller."""
+    params = {"ids": list(ids), "reason": reason, "allowed": allowed}
+    return await _admin_write_many(conn, JOB_CANCEL_MANY, params, CANCELLABLE)
+
+
+async def jobs_retry_many(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> list[Moved]:
+    return await _admin_write_many(conn, JOB_RETRY_MANY, {"ids": list(ids), "allowed": allowed}, RETRYABLE)
+
+
+async def _admin_write(
+    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], could: tuple[str, ...]
+) -> Moved | None:
+    """The outcome of an admin action on one job (None: no such job). A refused row that still shows a
+    status the action takes was read before a concurrent statement changed it (the action waited on the
+    row lock, then found it changed): read it again, so that the refusal names the job's real state."""
+    cur = conn.cursor(row_factory=outcome_rows(Moved, JobRow))
+    await cur.execute(query, params)
+    row = await cur.fetchone()
+    if row is None or row.job is None:
+        return None
+    if row.written or row.job.status not in could:
+        return row
+    now = await job_get(conn, params["id"], params["allowed"])
+    return None if now is None else Moved(0, False, None, now)
+
+
+JOBS_GET_BRIEF = f"""
+SELECT {BRIEF} FROM jobs j
+WHERE {MANY} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+ORDER BY j.id
+"""
+
+
+async def jobs_get_brief(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> list[JobRow]:
+    """The jobs among `ids` that the caller may see, without payload and result."""
+    cur = conn.cursor(row_factory=rows_of(JobRow))
+    await cur.execute(JOBS_GET_BRIEF, {"ids": list(ids), "allowed": allowed})
+    return await cur.fetchall()
+
+
+async def _admin_write_many(
+    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], could: tuple[str, ...]
+) -> list[Moved]:
+    """The outcomes of a bulk action, each job's refusal naming its real state as in _admin_write."""
+    cur = conn.cursor(row_factory=outcome_rows(Moved, JobRow))
+    await cur.execute(query, params)
+    rows = [r for r in await cur.fetchall() if r.job is not None]
+    stale = {r.job.id for r in rows if r.job is not None and not r.written and r.job.status in could}
+    if not stale:
+        return rows
+    fresh = {j.id: j for j in await jobs_get_brief(conn, sorted(stale), params["allowed"])}
+    out = []
+    for r in rows:
+        job_id = r.job.id if r.job is not None else 0
+        if job_id not in stale:
+            out.append(r)
+        elif job_id in fresh:  # (gone meanwhile: deleted by retention, so not found)
+            out.append(Moved(0, False, None, fresh[job_id]))
+    return out
+
+
+REDRIVE_COUNT = """
+SELECT count(*) FROM jobs
+WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
+  AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
+"""
+
+REDRIVE_BATCH = f"""
+WITH target AS (
+  -- Failed jobs of one queue, oldest first, a batch at a time; SKIP LOCKED lets a concurrent redrive
+  -- or retry proceed without waiting.
+  SELECT id, queue_name AS queue, status FROM jobs
+  WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
+    AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
+  ORDER BY finished_at, id
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), redriven AS (
+  UPDATE jobs AS j
+  SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
+      lease_expires_at = NULL
+  FROM target t WHERE j.id = t.id
+  RETURNING j.id
+), counted AS ({count_finished("target", "status", "-1")}
+)
+SELECT count(*) FROM redriven
+"""
+
+
+async def jobs_redrive(
+    conn: psycopg.AsyncConnection[Any], queue: str, contains: str | None, dry_run: bool, batch: int, limit: int | None
+) -> int:
+    """Failed jobs back to pending (or only counted, dry_run), in batches so that no transaction grows
+    with the size of the dead-letter set."""
+    params: dict[str, Any] = {"queue": queue, "contains": contains}
+    if dry_run:
+        cur = await conn.execute(REDRIVE_COUNT, params)
+        found = await cur.fetchone()
+        total = int(found[0]) if found else 0
+        return min(total, limit) if limit is not None else total
+    moved = 0
+    while limit is None or moved < limit:
+        size = batch if limit is None else min(batch, limit - moved)
+        cur = await conn.execute(REDRIVE_BATCH, {**params, "batch": size})
+        row = await cur.fetchone()
+        n = int(row[0]) if row else 0
+        moved += n
+        if n < size:
+            break
+    return moved
+
+
+QUEUE_SET_PAUSED = """
+INSERT INTO queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
+ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
+RETURNING paused
+"""
+
+
+async def queue_set_paused(conn: psycopg.AsyncConnection[Any], queue: str, paused: bool) -> None:
+    await conn.execute(QUEUE_SET_PAUSED, {"queue": queue, "paused": paused})

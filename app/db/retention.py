@@ -1,0 +1,90 @@
+"""What the jobs table keeps: finished jobs deleted past their retention age, its dead rows, what holds vacuum back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from app.db.jobs import count_finished
+from app.db.rows import DatabaseHealthRow, rows_of
+
+# --- retention ----------------------------------------------------------------------------------------------
+
+FINISHED_QUEUES = "SELECT queue_name FROM queue_counts GROUP BY queue_name HAVING sum(n) > 0"
+
+JOBS_DELETE_FINISHED = f"""
+WITH doomed AS (
+  -- Oldest finished jobs of one queue and status past the retention age, via jobs_finished_idx.
+  SELECT id FROM jobs
+  WHERE queue_name = %(queue)s AND status = %(status)s AND finished_at IS NOT NULL
+    AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s)
+  ORDER BY finished_at
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), deleted AS (
+  DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
+), counted AS ({count_finished("deleted", "status", "-1")}
+)
+SELECT count(*) FROM deleted
+"""
+
+
+async def finished_queues(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    cur = await conn.execute(FINISHED_QUEUES)
+    return [r[0] for r in await cur.fetchall()]
+
+
+async def jobs_delete_finished(
+    conn: psycopg.AsyncConnection[Any], queue: str, status: str, age_seconds: float, batch: int, now: datetime | None
+) -> int:
+    cur = await conn.execute(
+        JOBS_DELETE_FINISHED, {"queue": queue, "status": status, "age": age_seconds, "batch": batch, "now": now}
+    )
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+# --- vacuum ---------------------------------------------------------------------------------------------------
+
+JOBS_DEAD_ROWS = """
+-- The cumulative statistics PostgreSQL keeps anyway: no scan.
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass
+"""
+
+
+async def jobs_dead_rows(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
+    cur = await conn.execute(JOBS_DEAD_ROWS)
+    row = await cur.fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+# --- what holds vacuum back -----------------------------------------------------------------------------------
+
+DATABASE_HEALTH = """
+-- What keeps VACUUM from reclaiming the queue's dead rows: the oldest snapshot still held (xmin) by a
+-- session of this database, a prepared transaction or a replication slot. While it is held, every row a
+-- claim or complete made dead since stays, and claims walk over its index entries. From the statistics
+-- views only: no scan.
+WITH holders AS (
+  SELECT age(backend_xmin) AS xids, now() - coalesce(xact_start, query_start) AS held
+  FROM pg_stat_activity
+  WHERE backend_xmin IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
+  UNION ALL
+  SELECT age(transaction), now() - prepared FROM pg_prepared_xacts WHERE database = current_database()
+  UNION ALL
+  SELECT age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL
+)
+SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0) AS jobs_dead_rows,
+       coalesce(extract(epoch FROM (SELECT max(held) FROM holders))::float8, 0) AS oldest_xmin_age_seconds,
+       coalesce((SELECT max(xids) FROM holders), 0) AS oldest_xmin_age_transactions
+"""
+
+
+async def database_health(conn: psycopg.AsyncConnection[Any]) -> DatabaseHealthRow:
+    cur = conn.cursor(row_factory=rows_of(DatabaseHealthRow))
+    await cur.execute(DATABASE_HEALTH)
+    row = await cur.fetchone()
+    assert row is not None
+    return row

@@ -1,0 +1,131 @@
+"""Answer bodies of the jobs API, health and problems: documentation of what the handlers serialise with orjson."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from app.db.rows import Status
+from app.models.fields import Json, _omittable_schema
+from app.models.jobs import OnDependencyFailure
+
+# --- responses (documentation of what the handlers serialise with orjson) -----------------------------------
+
+
+class Job(BaseModel):
+    id: int
+    queue: str
+    status: Status
+    payload: Json
+    priority: int
+    attempts: int = Field(description="Claims so far, the current one included.")
+    max_attempts: int
+    run_at: datetime = Field(description="Earliest time the job may be claimed (next retry when pending).")
+    created_at: datetime
+    claimed_at: datetime | None = Field(description="Start of the latest claim.")
+    lease_expires_at: datetime | None
+    finished_at: datetime | None
+    worker: str | None = Field(description="Worker of the latest claim.")
+    last_error: str | None
+    result: Json = Field(description="What the worker completed it with; null until then.")
+    idempotency_key: str | None
+    traceparent: str | None = Field(
+        description="W3C trace context of the enqueue that made the job (its request's span when the service "
+        "traces, else the producer's `traceparent` header); a worker continues this trace. Null when none."
+    )
+    schedule: str | None = Field(description="The schedule that enqueued this job; null for other jobs.")
+    scheduled_for: datetime | None = Field(
+        description="The schedule's tick this job stands for (its cron time); null for other jobs."
+    )
+    group: str | None = Field(description="The job's group; null: none.")
+    progress: Json = Field(
+        description="What the worker last reported with a heartbeat's `progress` during the latest claim; "
+        "null when it reported nothing (a new claim clears it)."
+    )
+    depends_on: list[int] | None = Field(description="The jobs this one runs after, as enqueued; null: none.")
+    on_dependency_failure: OnDependencyFailure | None = Field(
+        description="What a failed or cancelled dependency does to this job; null for a job without dependencies."
+    )
+    pending_dependencies: int | None = Field(
+        description="While `waiting`: how many of its dependencies have not finished yet; null otherwise."
+    )
+
+
+class JobList(BaseModel):
+    jobs: list[Job]
+
+
+class Claim(BaseModel):
+    id: int
+    queue: str
+    payload: Json
+    priority: int
+    attempts: int = Field(description="Claims so far, this one included.")
+    max_attempts: int
+    claim_token: str = Field(description="Pass it to heartbeat, complete and fail.")
+    lease_expires_at: datetime
+    run_at: datetime
+    created_at: datetime
+    traceparent: str | None = Field(
+        description="W3C trace context of the enqueue that made the job (its request's span when the service "
+        "traces, else the producer's `traceparent` header): start the job's span as its child. Null when none."
+    )
+    group: str | None = Field(description="The job's group; null: none.")
+
+
+class CompleteOutcome(BaseModel):
+    id: int
+    outcome: Literal["completed", "claim_lost", "not_found", "cancelled"]
+    status: Status | None = Field(description="The job's status after the call; null when not found.")
+
+
+class ClaimResponse(BaseModel):
+    jobs: list[Claim]
+    completed: list[CompleteOutcome] = Field(
+        description="The outcome of each item of the request's `complete`, in order (empty when it had none)."
+    )
+
+
+class HeartbeatResponse(BaseModel):
+    id: int
+    lease_expires_at: datetime | None = Field(description="The new expiry; null when the job was cancelled.")
+    cancel_requested: bool = Field(
+        description="An operator cancelled the job: stop working on it and do not complete it."
+    )
+
+
+class CompleteBatchResponse(BaseModel):
+    results: list[CompleteOutcome] = Field(description="One per item, in request order.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str = Field(description="The jobq release this process runs (semantic versioning; CHANGELOG.md).")
+
+
+class Readiness(BaseModel):
+    status: Literal["ready"]
+
+
+class ValidationIssue(BaseModel):
+    loc: list[str | int] = Field(
+        description="Where: `body`, `path`, `query` or `header`, then field names and list indexes."
+    )
+    msg: str = Field(description="What is wrong, in words.")
+    type: str = Field(description="The kind of error (pydantic's error type, e.g. `missing`, `greater_than`).")
+
+
+class Problem(BaseModel):
+    type: str = Field(description="A stable URN, `urn:jobq:problem:<slug>`: branch on this, not on the text.")
+    title: str
+    status: int
+    detail: str
+    instance: str = Field(description="The request's path.")
+    # Sent with validation-error (422) only, and never null.
+    errors: list[ValidationIssue] | None = Field(
+        None,
+        description="With `validation-error` only: each problem of the request.",
+        json_schema_extra=_omittable_schema,
+    )

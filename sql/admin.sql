@@ -1,0 +1,42 @@
+-- Rendered from app/db/admin.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
+
+-- name: JOBS_GET_BRIEF --
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+ORDER BY j.id
+
+-- name: QUEUE_SET_PAUSED --
+INSERT INTO queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
+ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
+RETURNING paused
+
+-- name: REDRIVE_BATCH --
+WITH target AS (
+  -- Failed jobs of one queue, oldest first, a batch at a time; SKIP LOCKED lets a concurrent redrive
+  -- or retry proceed without waiting.
+  SELECT id, queue_name AS queue, status FROM jobs
+  WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
+    AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
+  ORDER BY finished_at, id
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), redriven AS (
+  UPDATE jobs AS j
+  SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
+      lease_expires_at = NULL
+  FROM target t WHERE j.id = t.id
+  RETURNING j.id
+), counted AS (
+  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)
+  FROM target
+  WHERE status IN ('completed', 'failed', 'cancelled')
+  GROUP BY 1, 2
+  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+)
+SELECT count(*) FROM redriven
+
+-- name: REDRIVE_COUNT --
+SELECT count(*) FROM jobs
+WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
+  AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)

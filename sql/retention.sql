@@ -1,0 +1,47 @@
+-- Rendered from app/db/retention.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
+
+-- name: DATABASE_HEALTH --
+-- What keeps VACUUM from reclaiming the queue's dead rows: the oldest snapshot still held (xmin) by a
+-- session of this database, a prepared transaction or a replication slot. While it is held, every row a
+-- claim or complete made dead since stays, and claims walk over its index entries. From the statistics
+-- views only: no scan.
+WITH holders AS (
+  SELECT age(backend_xmin) AS xids, now() - coalesce(xact_start, query_start) AS held
+  FROM pg_stat_activity
+  WHERE backend_xmin IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
+  UNION ALL
+  SELECT age(transaction), now() - prepared FROM pg_prepared_xacts WHERE database = current_database()
+  UNION ALL
+  SELECT age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL
+)
+SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0) AS jobs_dead_rows,
+       coalesce(extract(epoch FROM (SELECT max(held) FROM holders))::float8, 0) AS oldest_xmin_age_seconds,
+       coalesce((SELECT max(xids) FROM holders), 0) AS oldest_xmin_age_transactions
+
+-- name: FINISHED_QUEUES --
+SELECT queue_name FROM queue_counts GROUP BY queue_name HAVING sum(n) > 0
+
+-- name: JOBS_DEAD_ROWS --
+-- The cumulative statistics PostgreSQL keeps anyway: no scan.
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass
+
+-- name: JOBS_DELETE_FINISHED --
+WITH doomed AS (
+  -- Oldest finished jobs of one queue and status past the retention age, via jobs_finished_idx.
+  SELECT id FROM jobs
+  WHERE queue_name = %(queue)s AND status = %(status)s AND finished_at IS NOT NULL
+    AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s)
+  ORDER BY finished_at
+  LIMIT %(batch)s
+  FOR UPDATE SKIP LOCKED
+), deleted AS (
+  DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
+), counted AS (
+  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)
+  FROM deleted
+  WHERE status IN ('completed', 'failed', 'cancelled')
+  GROUP BY 1, 2
+  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+)
+SELECT count(*) FROM deleted
