@@ -1314,7 +1314,7 @@ export interface components {
          * Health
          * @example {
          *       "status": "ok",
-         *       "version": "1.0.0"
+         *       "version": "1.1.0"
          *     }
          */
         Health: {
@@ -3106,7 +3106,7 @@ export interface operations {
                     /**
                      * @example {
                      *       "status": "ok",
-                     *       "version": "1.0.0"
+                     *       "version": "1.1.0"
                      *     }
                      */
                     "application/json": components["schemas"]["Health"];
