@@ -230,7 +230,8 @@ def _handle(handle: Any) -> tuple[int, str]:
     """A receipt handle: `<job id>:<claim token>`."""
     if isinstance(handle, str):
         job, sep, token = handle.partition(":")
-        if sep and job.isdigit() and 0 < len(job) <= 18 and int(job) > 0 and _TOKEN.fullmatch(token):
+        # [0-9], not str.isdigit(): that is true of `²`, which int() refuses.
+        if sep and re.fullmatch(r"[0-9]{1,18}", job) and int(job) > 0 and _TOKEN.fullmatch(token):
             return int(job), token
     raise ReceiptHandleIsInvalid(f'The input receipt handle "{handle}" is not a valid receipt handle.')
 

@@ -134,7 +134,7 @@ def _redrive_policy(text: str) -> tuple[str | None, int]:
     except orjson.JSONDecodeError:
         policy = None
     count = policy.get("maxReceiveCount") if isinstance(policy, dict) else None
-    if isinstance(count, str) and count.isdigit():
+    if isinstance(count, str) and re.fullmatch(r"[0-9]{1,4}", count):  # not isdigit(): `²` is one
         count = int(count)
     target = policy.get("deadLetterTargetArn") if isinstance(policy, dict) else None
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 1000 or not isinstance(target, str):

@@ -88,7 +88,7 @@ def _items(node: Any) -> list[Any]:
     """A flattened list's members, by their 1-based index (gaps allowed, as SQS allows)."""
     if not isinstance(node, dict):
         return []
-    numbered = [(int(k), v) for k, v in node.items() if k.isdigit()]
+    numbered = [(int(k), v) for k, v in node.items() if k.isascii() and k.isdigit()]  # `²` is a digit to isdigit()
     return [v for _, v in sorted(numbered)]
 
 
