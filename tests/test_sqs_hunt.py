@@ -32,3 +32,10 @@ def test_non_ascii_digits_are_refused_not_a_500(server: LiveServer) -> None:
     assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue"
     root = form(server, f"Action=SendMessage&QueueUrl={url}&MessageBody=x&MessageAttribute.%C2%B2.Name=a".encode())
     assert root.tag.endswith("SendMessageResponse")  # the odd index is no list member: left out, as SQS does
+
+
+def test_a_queue_attribute_that_is_not_a_string_is_refused(server: LiveServer) -> None:
+    for attrs in ({"FifoQueue": 5}, {"FifoQueue": None}, {"FifoQueue": ["true"]}, {"DelaySeconds": 5}):
+        r = json_call(server, "CreateQueue", {"QueueName": "typed", "Attributes": attrs})
+        assert r.status_code == 400, (attrs, r.text)
+        assert r.json()["__type"] == "com.amazonaws.sqs#InvalidAttributeValue", (attrs, r.text)

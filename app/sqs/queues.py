@@ -156,7 +156,8 @@ async def create_queue(call: Call, p: Params) -> Result:
     authorize(call, "admin", name)
     fifo = name.endswith(".fifo")
     attrs = read_map(p, "Attributes")
-    if attrs.get("FifoQueue", "").lower() == "true" and not fifo:
+    asked = attrs.get("FifoQueue")  # a non-string is refused by _queue_attributes below
+    if isinstance(asked, str) and asked.lower() == "true" and not fifo:
         raise InvalidParameterValue("The name of a FIFO queue must end with the .fifo suffix.")
     values, config = _queue_attributes(call, attrs, fifo, creating=True)
     tags = _tags(read_strings(p, "tags"))
