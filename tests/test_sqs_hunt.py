@@ -39,3 +39,29 @@ def test_a_queue_attribute_that_is_not_a_string_is_refused(server: LiveServer) -
         r = json_call(server, "CreateQueue", {"QueueName": "typed", "Attributes": attrs})
         assert r.status_code == 400, (attrs, r.text)
         assert r.json()["__type"] == "com.amazonaws.sqs#InvalidAttributeValue", (attrs, r.text)
+
+
+def test_a_redrive_policy_holding_nul_is_refused_and_breaks_no_other_queue(server: LiveServer) -> None:
+    # Every queue's RedrivePolicy is read as jsonb, which refuses \u0000: one stored would fail the lookup
+    # of dead-letter sources for every queue, whoever owns it.
+    url = f"{server.url}/000000000000/"
+    for name in ("a1", "b1", "b1-src"):
+        assert json_call(server, "CreateQueue", {"QueueName": name}).status_code == 200
+    arn = "arn:aws:sqs:us-east-1:000000000000:"
+    good = f'{{"maxReceiveCount": 3, "deadLetterTargetArn": "{arn}b1"}}'
+    assert (
+        json_call(
+            server, "SetQueueAttributes", {"QueueUrl": url + "b1-src", "Attributes": {"RedrivePolicy": good}}
+        ).status_code
+        == 200
+    )
+    for bad in (
+        '{"maxReceiveCount": 3, "deadLetterTargetArn": "arn:aws:sqs:us-east-1\\u0000:000000000000:a1"}',
+        f'{{"maxReceiveCount": 3, "deadLetterTargetArn": "{arn}a1", "x": ["\\u0000"]}}',
+    ):
+        r = json_call(server, "SetQueueAttributes", {"QueueUrl": url + "a1", "Attributes": {"RedrivePolicy": bad}})
+        assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue", r.text
+    r = json_call(server, "ListDeadLetterSourceQueues", {"QueueUrl": url + "b1"})
+    assert r.status_code == 200 and r.json() == {"queueUrls": [url + "b1-src"]}, r.text
+    r = json_call(server, "StartMessageMoveTask", {"SourceArn": arn + "b1"})
+    assert r.status_code == 200, r.text

@@ -137,6 +137,10 @@ def _redrive_policy(text: str) -> tuple[str | None, int]:
     if isinstance(count, str) and re.fullmatch(r"[0-9]{1,4}", count):  # not isdigit(): `²` is one
         count = int(count)
     target = policy.get("deadLetterTargetArn") if isinstance(policy, dict) else None
+    if _holds_nul(policy):
+        # The SQL reads every queue's policy as jsonb, which refuses \u0000: one such policy stored would
+        # break ListDeadLetterSourceQueues and StartMessageMoveTask for every queue.
+        policy, count = None, None
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 1000 or not isinstance(target, str):
         raise InvalidParameterValue(
             "Value for parameter RedrivePolicy is invalid. Reason: Redrive policy is not a valid JSON map "
@@ -144,6 +148,14 @@ def _redrive_policy(text: str) -> tuple[str | None, int]:
         )
     name_of_arn(target, "RedrivePolicy.deadLetterTargetArn")
     return text, count
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    return isinstance(value, list) and any(_holds_nul(v) for v in value)
 
 
 async def create_queue(call: Call, p: Params) -> Result:
