@@ -65,3 +65,16 @@ def test_a_redrive_policy_holding_nul_is_refused_and_breaks_no_other_queue(serve
     assert r.status_code == 200 and r.json() == {"queueUrls": [url + "b1-src"]}, r.text
     r = json_call(server, "StartMessageMoveTask", {"SourceArn": arn + "b1"})
     assert r.status_code == 200, r.text
+
+
+def test_an_underscore_in_a_dead_letter_queue_name_matches_itself_only(server: LiveServer) -> None:
+    url = f"{server.url}/000000000000/"
+    for name in ("dl_q", "dlxq", "src"):
+        assert json_call(server, "CreateQueue", {"QueueName": name}).status_code == 200
+    policy = '{"maxReceiveCount": 3, "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:dlxq"}'
+    r = json_call(server, "SetQueueAttributes", {"QueueUrl": url + "src", "Attributes": {"RedrivePolicy": policy}})
+    assert r.status_code == 200
+    assert json_call(server, "ListDeadLetterSourceQueues", {"QueueUrl": url + "dlxq"}).json() == {
+        "queueUrls": [url + "src"]
+    }
+    assert json_call(server, "ListDeadLetterSourceQueues", {"QueueUrl": url + "dl_q"}).json() == {"queueUrls": []}
