@@ -78,3 +78,32 @@ def test_an_underscore_in_a_dead_letter_queue_name_matches_itself_only(server: L
         "queueUrls": [url + "src"]
     }
     assert json_call(server, "ListDeadLetterSourceQueues", {"QueueUrl": url + "dl_q"}).json() == {"queueUrls": []}
+
+
+def test_query_answers_stay_xml_whatever_the_request_holds(server: LiveServer) -> None:
+    # XML 1.0 cannot hold a control character, not even as &#1;: an error quoting one, or a value stored
+    # with one, would be an answer the query protocol's SDKs fail to parse instead of an SQS error.
+    json_call(server, "CreateQueue", {"QueueName": "q"})
+    url = f"{server.url}/000000000000/q"
+    for body in (
+        f"Action=SendMessage&QueueUrl={url}&MessageBody=x&MessageGroupId=%01",
+        f"Action=DeleteMessage&QueueUrl={url}&ReceiptHandle=%01%EF%BF%BF",
+        "Action=Nope%01",
+        f"Action=SendMessage&QueueUrl={url}&MessageBody=x&MessageAttribute.1.Name=a%01",
+    ):
+        root = form(server, body.encode())
+        assert root.tag.endswith("ErrorResponse"), body
+    # Values kept and answered later: refused when given.
+    r = json_call(server, "TagQueue", {"QueueUrl": url, "Tags": {"k": "v\x01"}})
+    assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue"
+    assert form(server, f"Action=TagQueue&QueueUrl={url}&Tag.1.Key=k%01&Tag.1.Value=v".encode()).tag.endswith(
+        "ErrorResponse"
+    )
+    assert form(server, f"Action=ListQueueTags&QueueUrl={url}".encode()).tag.endswith("ListQueueTagsResponse")
+    attrs = {"a": {"DataType": "String.\uffff", "StringValue": "v"}}
+    r = json_call(server, "SendMessage", {"QueueUrl": url, "MessageBody": "x", "MessageAttributes": attrs})
+    assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue"
+    r = json_call(server, "StartMessageMoveTask", {"SourceArn": "arn:aws:sqs:us-east-1\x01:000000000000:q"})
+    assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue"
+    listed = form(server, b"Action=ListMessageMoveTasks&SourceArn=arn:aws:sqs:us-east-1:000000000000:q")
+    assert listed.tag.endswith("ListMessageMoveTasksResponse")

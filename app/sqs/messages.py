@@ -91,7 +91,7 @@ def _message_attributes(p: Params) -> tuple[dict[str, dict[str, str]], int]:
         if not isinstance(value, dict):
             raise InvalidParameterValue(f"The message attribute '{name}' must have a value.")
         data_type = value.get("DataType")
-        if not isinstance(data_type, str) or not _DATA_TYPE.fullmatch(data_type):
+        if not isinstance(data_type, str) or not _DATA_TYPE.fullmatch(data_type) or _BAD_CHAR.search(data_type):
             raise InvalidParameterValue(f"The message attribute '{name}' has an invalid message attribute type.")
         if data_type.startswith("Binary"):
             raw = value.get("BinaryValue")

@@ -43,6 +43,7 @@ from app.sqs.params import (
     target,
     valid_name,
 )
+from app.sqs.wire import NOT_XML
 
 _SETTABLE = {
     "DelaySeconds": ("delay_seconds", 0, 900),
@@ -191,7 +192,9 @@ def _tags(tags: dict[str, str]) -> dict[str, str]:
     if len(tags) > MAX_TAGS:
         raise InvalidParameterValue(f"Too many tags: a queue has at most {MAX_TAGS}.")
     for key, value in tags.items():
-        if not 1 <= len(key) <= 128 or len(value) > 256 or key.startswith("aws:"):
+        # Characters XML cannot hold would make ListQueueTags unreadable to the query protocol's SDKs.
+        bad = NOT_XML.search(key) or NOT_XML.search(value)
+        if not 1 <= len(key) <= 128 or len(value) > 256 or key.startswith("aws:") or bad:
             raise InvalidParameterValue(f"Tag {key!r} is invalid: keys are 1-128 characters, values at most 256.")
     return tags
 

@@ -8,6 +8,7 @@ an action's JSON-shaped result is written back as the XML the query protocol's S
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -214,6 +215,12 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
+# What XML 1.0 cannot hold, even as a character reference.
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 def _text(value: str) -> str:
     # XML 1.0 text: the body of a message may hold \r, which a parser would turn into \n unless escaped.
-    return escape(value).replace("\r", "&#xD;")
+    # What XML cannot hold at all (a control character an error message quotes from the request) is
+    # written as U+FFFD, so that the SDK parses the answer; stored values never hold any (they are refused).
+    return NOT_XML.sub("\ufffd", escape(value)).replace("\r", "&#xD;")
