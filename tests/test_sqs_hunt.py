@@ -4,7 +4,12 @@ error an SDK expects, never a 500 nor an answer its parser cannot read."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from typing import Any
 
+import psycopg
+
+from app.auth.keys import new_key
+from app.db import keys as store_keys
 from tests.support import LiveServer
 from tests.test_sqs import json_call
 
@@ -107,3 +112,28 @@ def test_query_answers_stay_xml_whatever_the_request_holds(server: LiveServer) -
     assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue"
     listed = form(server, b"Action=ListMessageMoveTasks&SourceArn=arn:aws:sqs:us-east-1:000000000000:q")
     assert listed.tag.endswith("ListMessageMoveTasksResponse")
+
+
+def test_a_move_task_names_no_queue_outside_the_keys_patterns(server_factory: Any, db: psycopg.Connection) -> None:
+    key = "k" * 40
+    server = server_factory(auth="on", api_key=key)
+    admin = {"authorization": f"Bearer {key}"}
+    token, selector, key_hash = new_key()
+    store_keys.api_key_insert(db, "a-admin", selector, key_hash, ["produce", "consume", "admin"], ["a*"])
+    mine = {"authorization": f"Bearer {token}"}
+    url, arn = f"{server.url}/000000000000/", "arn:aws:sqs:us-east-1:000000000000:"
+    for name in ("a-dlq", "a-src", "b1"):
+        assert json_call(server, "CreateQueue", {"QueueName": name}, **admin).status_code == 200
+    policy = f'{{"maxReceiveCount": 1, "deadLetterTargetArn": "{arn}a-dlq"}}'
+    for name in ("a-src", "b1"):  # b1's owner points its dead letters at a queue of the a-admin's
+        r = json_call(
+            server, "SetQueueAttributes", {"QueueUrl": url + name, "Attributes": {"RedrivePolicy": policy}}, **admin
+        )
+        assert r.status_code == 200
+    assert json_call(server, "ListDeadLetterSourceQueues", {"QueueUrl": url + "a-dlq"}, **mine).json() == {
+        "queueUrls": [url + "a-src"]
+    }
+    r = json_call(server, "StartMessageMoveTask", {"SourceArn": arn + "a-dlq"}, **mine)
+    assert r.status_code == 200 and "b1" not in r.text, r.text
+    r = json_call(server, "StartMessageMoveTask", {"SourceArn": arn + "a-dlq", "DestinationArn": arn + "b1"}, **mine)
+    assert r.status_code == 400 and "b1" not in r.json()["message"], r.text

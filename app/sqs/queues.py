@@ -341,7 +341,9 @@ async def start_message_move_task(call: Call, p: Params) -> Result:
         raise ResourceNotFoundException(_NO_SOURCE) from None
     rate = read_int(p, "MaxNumberOfMessagesPerSecond", 1, 500)
     # jobq keeps dead letters where they failed (the source queues' failed jobs) and redrives them there.
-    queues = await call.sqs.dead_letter_sources(source) or [source]
+    # Only the sources this key may use, as ListDeadLetterSourceQueues lists them: naming another in an
+    # AccessDenied would show a key limited to some queues a queue it may not see.
+    queues = [q for q in await call.sqs.dead_letter_sources(source) if call.who.allows(q)] or [source]
     destination_arn = read_str(p, "DestinationArn")
     if destination_arn is not None:
         destination = name_of_arn(destination_arn, "DestinationArn")
