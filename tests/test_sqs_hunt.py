@@ -137,3 +137,20 @@ def test_a_move_task_names_no_queue_outside_the_keys_patterns(server_factory: An
     assert r.status_code == 200 and "b1" not in r.text, r.text
     r = json_call(server, "StartMessageMoveTask", {"SourceArn": arn + "a-dlq", "DestinationArn": arn + "b1"}, **mine)
     assert r.status_code == 400 and "b1" not in r.json()["message"], r.text
+
+
+def test_list_queues_pages_past_queues_the_key_may_not_see(server_factory: Any, db: psycopg.Connection) -> None:
+    key = "k" * 40
+    server = server_factory(auth="on", api_key=key)
+    admin = {"authorization": f"Bearer {key}"}
+    token, selector, key_hash = new_key()
+    store_keys.api_key_insert(db, "two", selector, key_hash, ["consume"], ["a1", "x1"])
+    mine = {"authorization": f"Bearer {token}"}
+    url = f"{server.url}/000000000000/"
+    for name in ("a1", "b1", "b2", "b3", "x1"):
+        assert json_call(server, "CreateQueue", {"QueueName": name}, **admin).status_code == 200
+    first = json_call(server, "ListQueues", {"MaxResults": 1}, **mine).json()
+    assert first["QueueUrls"] == [url + "a1"] and "NextToken" in first, first
+    second = json_call(server, "ListQueues", {"MaxResults": 1, "NextToken": first["NextToken"]}, **mine).json()
+    assert second == {"QueueUrls": [url + "x1"]}
+    assert json_call(server, "ListQueues", {"MaxResults": 2}, **mine).json() == {"QueueUrls": [url + "a1", url + "x1"]}

@@ -224,7 +224,15 @@ async def list_queues(call: Call, p: Params) -> Result:
         except (binascii.Error, UnicodeDecodeError, ValueError):
             raise InvalidParameterValue("Invalid NextToken value.") from None
     page = limit or 1000
-    names = [n for n in await call.sqs.names(prefix, after, page + 1) if call.who.allows(n)]
+    # A page of the queues the key may use: read on past those it may not, else a page of others would end
+    # the listing early (no NextToken) and hide the key's queues that sort after them.
+    names: list[str] = []
+    while len(names) <= page:
+        batch = await call.sqs.names(prefix, after, page + 1)
+        names += [n for n in batch if call.who.allows(n)]
+        if len(batch) <= page:
+            break
+        after = batch[-1]
     out: Result = {"QueueUrls": [queue_url(call, n) for n in names[:page]]}
     if limit is not None and len(names) > page:
         out["NextToken"] = base64.urlsafe_b64encode(names[page - 1].encode()).decode()
