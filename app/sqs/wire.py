@@ -222,5 +222,6 @@ NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 def _text(value: str) -> str:
     # XML 1.0 text: the body of a message may hold \r, which a parser would turn into \n unless escaped.
     # What XML cannot hold at all (a control character an error message quotes from the request) is
-    # written as U+FFFD, so that the SDK parses the answer; stored values never hold any (they are refused).
+    # written as U+FFFD, so that the SDK parses the answer. SQS requests cannot store one (refused when
+    # given); a body enqueued over jobq's own API can, and is then answered changed, unlike its MD5OfBody.
     return NOT_XML.sub("\ufffd", escape(value)).replace("\r", "&#xD;")
