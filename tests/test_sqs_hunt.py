@@ -108,6 +108,9 @@ def test_query_answers_stay_xml_whatever_the_request_holds(server: LiveServer) -
     attrs = {"a": {"DataType": "String.\uffff", "StringValue": "v"}}
     r = json_call(server, "SendMessage", {"QueueUrl": url, "MessageBody": "x", "MessageAttributes": attrs})
     assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue"
+    policy = '{"maxReceiveCount": 3, "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:q", "x": "\uffff"}'
+    r = json_call(server, "SetQueueAttributes", {"QueueUrl": url, "Attributes": {"RedrivePolicy": policy}})
+    assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue"
     r = json_call(server, "StartMessageMoveTask", {"SourceArn": "arn:aws:sqs:us-east-1\x01:000000000000:q"})
     assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue"
     listed = form(server, b"Action=ListMessageMoveTasks&SourceArn=arn:aws:sqs:us-east-1:000000000000:q")

@@ -138,7 +138,7 @@ def _redrive_policy(text: str) -> tuple[str | None, int]:
     if isinstance(count, str) and re.fullmatch(r"[0-9]{1,4}", count):  # not isdigit(): `²` is one
         count = int(count)
     target = policy.get("deadLetterTargetArn") if isinstance(policy, dict) else None
-    if _holds_nul(policy):
+    if _holds_nul(policy) or NOT_XML.search(text):  # (the latter: GetQueueAttributes answers it as given)
         # The SQL reads every queue's policy as jsonb, which refuses \u0000: one such policy stored would
         # break ListDeadLetterSourceQueues and StartMessageMoveTask for every queue.
         policy, count = None, None
