@@ -157,3 +157,16 @@ def test_list_queues_pages_past_queues_the_key_may_not_see(server_factory: Any, 
     second = json_call(server, "ListQueues", {"MaxResults": 1, "NextToken": first["NextToken"]}, **mine).json()
     assert second == {"QueueUrls": [url + "x1"]}
     assert json_call(server, "ListQueues", {"MaxResults": 2}, **mine).json() == {"QueueUrls": [url + "a1", url + "x1"]}
+
+
+def test_batch_entries_nested_in_entries_are_left_out(server: LiveServer) -> None:
+    json_call(server, "CreateQueue", {"QueueName": "q"})
+    url = f"{server.url}/000000000000/q"
+    deep = ".".join(["SendMessageBatchRequestEntry.1"] * 2000)  # fits the request size; deeper than recursion may go
+    root = form(server, f"Action=SendMessageBatch&QueueUrl={url}&{deep}.Id=a&{deep}.MessageBody=x".encode())
+    assert root.tag.endswith("ErrorResponse")  # the one entry has no Id of its own
+    entry = "SendMessageBatchRequestEntry.1"
+    body = f"Action=SendMessageBatch&QueueUrl={url}&{entry}.Id=a&{entry}.MessageBody=x&{entry}.{entry}.Id=b"
+    root = form(server, body.encode())
+    assert root.tag.endswith("SendMessageBatchResponse")
+    assert [e.text for e in root.iter() if e.tag.endswith("}Id")] == ["a"]

@@ -119,7 +119,7 @@ _ENTRIES = (
 )
 
 
-def _normalise(tree: dict[str, Any], action: str) -> Params:
+def _normalise(tree: dict[str, Any], action: str, entry: bool = False) -> Params:
     out: Params = {}
     for key, node in tree.items():
         if key in _LISTS:
@@ -131,8 +131,10 @@ def _normalise(tree: dict[str, Any], action: str) -> Params:
             out[key + "s"] = {k: _attribute_value(v) for k, v in pairs.items()}
         elif key == "Tag":
             out["tags" if action == "CreateQueue" else "Tags"] = _pairs(node, "Key", "Value")
-        elif key in _ENTRIES:
-            out["Entries"] = [_normalise(e, action) if isinstance(e, dict) else {} for e in _items(node)]
+        elif key in _ENTRIES and not entry:
+            # One level: entries within an entry mean nothing, and nested thousands deep would recurse past
+            # Python's limit (a RecursionError, once a 500).
+            out["Entries"] = [_normalise(e, action, True) if isinstance(e, dict) else {} for e in _items(node)]
         elif isinstance(node, str):
             out[key] = node
         # anything else (a nested value no action takes) is left out, as SQS ignores unknown parameters
