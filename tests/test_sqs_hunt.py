@@ -63,6 +63,7 @@ def test_a_redrive_policy_holding_nul_is_refused_and_breaks_no_other_queue(serve
     for bad in (
         '{"maxReceiveCount": 3, "deadLetterTargetArn": "arn:aws:sqs:us-east-1\\u0000:000000000000:a1"}',
         f'{{"maxReceiveCount": 3, "deadLetterTargetArn": "{arn}a1", "x": ["\\u0000"]}}',
+        f'{{"maxReceiveCount": 3, "deadLetterTargetArn": "{arn}a1", "x": {"[" * 1000}"\\u0000"{"]" * 1000}}}',
     ):
         r = json_call(server, "SetQueueAttributes", {"QueueUrl": url + "a1", "Attributes": {"RedrivePolicy": bad}})
         assert r.status_code == 400 and r.json()["__type"] == "com.amazonaws.sqs#InvalidParameterValue", r.text

@@ -152,11 +152,17 @@ def _redrive_policy(text: str) -> tuple[str | None, int]:
 
 
 def _holds_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
-    return isinstance(value, list) and any(_holds_nul(v) for v in value)
+    # A walk with a stack, not recursion: the JSON may nest 1,024 deep (orjson's limit), past Python's.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return True
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+    return False
 
 
 async def create_queue(call: Call, p: Params) -> Result:
