@@ -88,10 +88,11 @@ WHERE queue_name = %(queue)s
 """
 
 SQS_DEAD_LETTER_SOURCES = """
--- The queues whose RedrivePolicy names this queue's ARN as their dead-letter target.
+-- The queues whose RedrivePolicy names this queue's ARN as their dead-letter target. Its end compared
+-- as text, not with LIKE: `_` in a queue name would match any character.
 SELECT queue_name FROM sqs_queues
 WHERE redrive_policy IS NOT NULL
-  AND (redrive_policy::jsonb ->> 'deadLetterTargetArn') LIKE '%%:' || %(queue)s
+  AND right(redrive_policy::jsonb ->> 'deadLetterTargetArn', length(%(queue)s) + 1) = ':' || %(queue)s
 ORDER BY queue_name COLLATE "C"
 """
 

@@ -91,7 +91,7 @@ def _message_attributes(p: Params) -> tuple[dict[str, dict[str, str]], int]:
         if not isinstance(value, dict):
             raise InvalidParameterValue(f"The message attribute '{name}' must have a value.")
         data_type = value.get("DataType")
-        if not isinstance(data_type, str) or not _DATA_TYPE.fullmatch(data_type):
+        if not isinstance(data_type, str) or not _DATA_TYPE.fullmatch(data_type) or _BAD_CHAR.search(data_type):
             raise InvalidParameterValue(f"The message attribute '{name}' has an invalid message attribute type.")
         if data_type.startswith("Binary"):
             raw = value.get("BinaryValue")
@@ -230,7 +230,8 @@ def _handle(handle: Any) -> tuple[int, str]:
     """A receipt handle: `<job id>:<claim token>`."""
     if isinstance(handle, str):
         job, sep, token = handle.partition(":")
-        if sep and job.isdigit() and 0 < len(job) <= 18 and int(job) > 0 and _TOKEN.fullmatch(token):
+        # [0-9], not str.isdigit(): that is true of `²`, which int() refuses.
+        if sep and re.fullmatch(r"[0-9]{1,18}", job) and int(job) > 0 and _TOKEN.fullmatch(token):
             return int(job), token
     raise ReceiptHandleIsInvalid(f'The input receipt handle "{handle}" is not a valid receipt handle.')
 

@@ -182,7 +182,9 @@ def name_of_url(url: str) -> str:
 
 def name_of_arn(arn: str, name: str) -> str:
     parts = arn.split(":")
-    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sqs" or not valid_name(parts[5]):
+    # Partition, region and account are checked too: a task's SourceArn is stored and answered as given.
+    plain = all(re.fullmatch(r"[A-Za-z0-9-]*", part) for part in parts[1:5]) if len(parts) == 6 else False
+    if not plain or parts[0] != "arn" or parts[2] != "sqs" or not valid_name(parts[5]):
         raise InvalidParameterValue(f"Value {arn} for parameter {name} is invalid: not an SQS queue ARN.")
     return parts[5]
 

@@ -43,6 +43,7 @@ from app.sqs.params import (
     target,
     valid_name,
 )
+from app.sqs.wire import NOT_XML
 
 _SETTABLE = {
     "DelaySeconds": ("delay_seconds", 0, 900),
@@ -134,9 +135,13 @@ def _redrive_policy(text: str) -> tuple[str | None, int]:
     except orjson.JSONDecodeError:
         policy = None
     count = policy.get("maxReceiveCount") if isinstance(policy, dict) else None
-    if isinstance(count, str) and count.isdigit():
+    if isinstance(count, str) and re.fullmatch(r"[0-9]{1,4}", count):  # not isdigit(): `²` is one
         count = int(count)
     target = policy.get("deadLetterTargetArn") if isinstance(policy, dict) else None
+    if _holds_nul(policy) or NOT_XML.search(text):  # (the latter: GetQueueAttributes answers it as given)
+        # The SQL reads every queue's policy as jsonb, which refuses \u0000: one such policy stored would
+        # break ListDeadLetterSourceQueues and StartMessageMoveTask for every queue.
+        policy, count = None, None
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 1000 or not isinstance(target, str):
         raise InvalidParameterValue(
             "Value for parameter RedrivePolicy is invalid. Reason: Redrive policy is not a valid JSON map "
@@ -144,6 +149,20 @@ def _redrive_policy(text: str) -> tuple[str | None, int]:
         )
     name_of_arn(target, "RedrivePolicy.deadLetterTargetArn")
     return text, count
+
+
+def _holds_nul(value: Any) -> bool:
+    # A walk with a stack, not recursion: the JSON may nest 1,024 deep (orjson's limit), past Python's.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) and "\x00" in item:
+            return True
+        if isinstance(item, dict):
+            stack += [*item.keys(), *item.values()]
+        elif isinstance(item, list):
+            stack += item
+    return False
 
 
 async def create_queue(call: Call, p: Params) -> Result:
@@ -156,7 +175,8 @@ async def create_queue(call: Call, p: Params) -> Result:
     authorize(call, "admin", name)
     fifo = name.endswith(".fifo")
     attrs = read_map(p, "Attributes")
-    if attrs.get("FifoQueue", "").lower() == "true" and not fifo:
+    asked = attrs.get("FifoQueue")  # a non-string is refused by _queue_attributes below
+    if isinstance(asked, str) and asked.lower() == "true" and not fifo:
         raise InvalidParameterValue("The name of a FIFO queue must end with the .fifo suffix.")
     values, config = _queue_attributes(call, attrs, fifo, creating=True)
     tags = _tags(read_strings(p, "tags"))
@@ -178,7 +198,9 @@ def _tags(tags: dict[str, str]) -> dict[str, str]:
     if len(tags) > MAX_TAGS:
         raise InvalidParameterValue(f"Too many tags: a queue has at most {MAX_TAGS}.")
     for key, value in tags.items():
-        if not 1 <= len(key) <= 128 or len(value) > 256 or key.startswith("aws:"):
+        # Characters XML cannot hold would make ListQueueTags unreadable to the query protocol's SDKs.
+        bad = NOT_XML.search(key) or NOT_XML.search(value)
+        if not 1 <= len(key) <= 128 or len(value) > 256 or key.startswith("aws:") or bad:
             raise InvalidParameterValue(f"Tag {key!r} is invalid: keys are 1-128 characters, values at most 256.")
     return tags
 
@@ -208,7 +230,15 @@ async def list_queues(call: Call, p: Params) -> Result:
         except (binascii.Error, UnicodeDecodeError, ValueError):
             raise InvalidParameterValue("Invalid NextToken value.") from None
     page = limit or 1000
-    names = [n for n in await call.sqs.names(prefix, after, page + 1) if call.who.allows(n)]
+    # A page of the queues the key may use: read on past those it may not, else a page of others would end
+    # the listing early (no NextToken) and hide the key's queues that sort after them.
+    names: list[str] = []
+    while len(names) <= page:
+        batch = await call.sqs.names(prefix, after, page + 1)
+        names += [n for n in batch if call.who.allows(n)]
+        if len(batch) <= page:
+            break
+        after = batch[-1]
     out: Result = {"QueueUrls": [queue_url(call, n) for n in names[:page]]}
     if limit is not None and len(names) > page:
         out["NextToken"] = base64.urlsafe_b64encode(names[page - 1].encode()).decode()
@@ -325,7 +355,9 @@ async def start_message_move_task(call: Call, p: Params) -> Result:
         raise ResourceNotFoundException(_NO_SOURCE) from None
     rate = read_int(p, "MaxNumberOfMessagesPerSecond", 1, 500)
     # jobq keeps dead letters where they failed (the source queues' failed jobs) and redrives them there.
-    queues = await call.sqs.dead_letter_sources(source) or [source]
+    # Only the sources this key may use, as ListDeadLetterSourceQueues lists them: naming another in an
+    # AccessDenied would show a key limited to some queues a queue it may not see.
+    queues = [q for q in await call.sqs.dead_letter_sources(source) if call.who.allows(q)] or [source]
     destination_arn = read_str(p, "DestinationArn")
     if destination_arn is not None:
         destination = name_of_arn(destination_arn, "DestinationArn")

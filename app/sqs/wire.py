@@ -8,6 +8,7 @@ an action's JSON-shaped result is written back as the XML the query protocol's S
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -88,7 +89,7 @@ def _items(node: Any) -> list[Any]:
     """A flattened list's members, by their 1-based index (gaps allowed, as SQS allows)."""
     if not isinstance(node, dict):
         return []
-    numbered = [(int(k), v) for k, v in node.items() if k.isdigit()]
+    numbered = [(int(k), v) for k, v in node.items() if k.isascii() and k.isdigit()]  # `²` is a digit to isdigit()
     return [v for _, v in sorted(numbered)]
 
 
@@ -118,7 +119,7 @@ _ENTRIES = (
 )
 
 
-def _normalise(tree: dict[str, Any], action: str) -> Params:
+def _normalise(tree: dict[str, Any], action: str, entry: bool = False) -> Params:
     out: Params = {}
     for key, node in tree.items():
         if key in _LISTS:
@@ -130,8 +131,10 @@ def _normalise(tree: dict[str, Any], action: str) -> Params:
             out[key + "s"] = {k: _attribute_value(v) for k, v in pairs.items()}
         elif key == "Tag":
             out["tags" if action == "CreateQueue" else "Tags"] = _pairs(node, "Key", "Value")
-        elif key in _ENTRIES:
-            out["Entries"] = [_normalise(e, action) if isinstance(e, dict) else {} for e in _items(node)]
+        elif key in _ENTRIES and not entry:
+            # One level: entries within an entry mean nothing, and nested thousands deep would recurse past
+            # Python's limit (a RecursionError, once a 500).
+            out["Entries"] = [_normalise(e, action, True) if isinstance(e, dict) else {} for e in _items(node)]
         elif isinstance(node, str):
             out[key] = node
         # anything else (a nested value no action takes) is left out, as SQS ignores unknown parameters
@@ -214,6 +217,13 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
+# What XML 1.0 cannot hold, even as a character reference.
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 def _text(value: str) -> str:
     # XML 1.0 text: the body of a message may hold \r, which a parser would turn into \n unless escaped.
-    return escape(value).replace("\r", "&#xD;")
+    # What XML cannot hold at all (a control character an error message quotes from the request) is
+    # written as U+FFFD, so that the SDK parses the answer. SQS requests cannot store one (refused when
+    # given); a body enqueued over jobq's own API can, and is then answered changed, unlike its MD5OfBody.
+    return NOT_XML.sub("\ufffd", escape(value)).replace("\r", "&#xD;")
