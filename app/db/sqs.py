@@ -255,13 +255,18 @@ async def sqs_dedup_take(
     conn: psycopg.AsyncConnection[Any], queue: str, ids: Sequence[str], window: float
 ) -> tuple[set[str], dict[str, int]]:
     """(the ids taken now, the jobs of the ids already live). Run inside the sending transaction."""
-    cur = await conn.execute(SQS_DEDUP_TAKE, {"queue": queue, "ids": list(ids), "window": window})
-    taken = {r[0] for r in await cur.fetchall()}
-    others = [i for i in ids if i not in taken]
+    taken: set[str] = set()
     found: dict[str, int] = {}
-    if others:
-        cur = await conn.execute(SQS_DEDUP_FOUND, {"queue": queue, "ids": others})
-        found = {r[0]: int(r[1]) for r in await cur.fetchall()}
+    wanted = list(ids)
+    while wanted:
+        cur = await conn.execute(SQS_DEDUP_TAKE, {"queue": queue, "ids": wanted, "window": window})
+        taken.update(r[0] for r in await cur.fetchall())
+        others = [i for i in wanted if i not in taken]
+        if others:
+            cur = await conn.execute(SQS_DEDUP_FOUND, {"queue": queue, "ids": others})
+            found.update((r[0], int(r[1])) for r in await cur.fetchall())
+        # An id live when taken and gone (pruned, expired) when looked up is neither: take it again.
+        wanted = [i for i in others if i not in found]
     return taken, found
 
 
