@@ -1,5 +1,8 @@
 -- Rendered from app/db/migrate.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
+-- name: INVALID_INDEX --
+SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)
+
 -- name: MIGRATIONS_TABLE --
 CREATE TABLE IF NOT EXISTS jobq_migrations (
   version    integer PRIMARY KEY,
@@ -7,3 +10,6 @@ CREATE TABLE IF NOT EXISTS jobq_migrations (
   checksum   text        NOT NULL,
   applied_at timestamptz NOT NULL DEFAULT now()
 )
+
+-- name: RECORD_MIGRATION --
+INSERT INTO jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)

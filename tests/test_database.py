@@ -80,6 +80,38 @@ def test_a_migration_whose_comments_changed_is_still_applied(empty_database: str
     )
 
 
+def test_a_no_transaction_migration_builds_an_index_concurrently_and_rebuilds_an_invalid_one(
+    empty_database: str, tmp_path: Path
+) -> None:
+    """A file marked `-- jobq: no-transaction` runs statement by statement outside a transaction (CREATE INDEX
+    CONCURRENTLY refuses a transaction). When an earlier run left its index invalid (here: a unique build
+    that met a duplicate), the next run drops and builds it again instead of keeping a dead index."""
+    for m in load_migrations():
+        (tmp_path / m.name).write_text(m.sql)
+    migrate(empty_database, tmp_path)
+    with psycopg.connect(empty_database, autocommit=True) as conn:
+        for key in ("a", "a"):
+            conn.execute("INSERT INTO jobs (queue_name, payload, locked_by) VALUES ('q', '{}', %s)", (key,))
+        with pytest.raises(pg_errors.UniqueViolation):
+            conn.execute("CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS jobs_test_worker_idx ON jobs (locked_by)")
+        assert conn.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'jobs_test_worker_idx'::regclass"
+        ).fetchone() == (False,)
+        conn.execute("DELETE FROM jobs WHERE id = (SELECT max(id) FROM jobs)")
+    (tmp_path / "9999_concurrent_index.sql").write_text(
+        "-- jobq: no-transaction\n-- a comment; with a semicolon\n"
+        "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS jobs_test_worker_idx ON jobs (locked_by);\n"
+        "COMMENT ON INDEX jobs_test_worker_idx IS 'built; concurrently';\n"
+    )
+    assert migrate(empty_database, tmp_path) == ["9999_concurrent_index.sql"]
+    assert migrate(empty_database, tmp_path) == []
+    with psycopg.connect(empty_database) as conn:
+        assert conn.execute(
+            "SELECT indisvalid, obj_description(indexrelid, 'pg_class') FROM pg_index"
+            " WHERE indexrelid = 'jobs_test_worker_idx'::regclass"
+        ).fetchone() == (True, "built; concurrently")
+
+
 def test_a_database_migrated_by_an_earlier_release_is_current(empty_database: str) -> None:
     """Releases before comment-insensitive checksums recorded each file's whole text, and some comments
     were corrected since: such a database needs no migration and is ready."""

@@ -1,10 +1,17 @@
-"""Schema migrations: ordered SQL files applied once each, under an advisory lock, recorded in a table."""
+"""Schema migrations: ordered SQL files applied once each, under an advisory lock, recorded in a table.
+
+A file runs in one transaction, unless its first line is `-- jobq: no-transaction`: then each of its
+statements runs on its own, outside any transaction. That is how an index is built on a big table without
+stopping writes (`CREATE INDEX CONCURRENTLY`, which cannot run inside a transaction). Such a file is
+re-run from its first statement when a run stopped half-way, so each statement must be idempotent (`IF
+NOT EXISTS`); an index a stopped `CONCURRENTLY` build left invalid is dropped and built again."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +23,10 @@ log = logging.getLogger("jobq.migrate")
 # Any constant works; it only has to be the same in every jobq process sharing the database.
 MIGRATION_LOCK_KEY = 0x6A6F6271  # "jobq"
 _FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+_NO_TRANSACTION = "-- jobq: no-transaction"
+_CONCURRENT_INDEX = re.compile(
+    r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\"?[A-Za-z_][A-Za-z0-9_]*\"?)", re.I
+)
 
 MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS jobq_migrations (
@@ -38,13 +49,28 @@ _EARLIER_TEXTS: dict[int, frozenset[str]] = {
 }
 _SQL_TOKEN = re.compile(
     # a quoted string, a quoted identifier, a dollar-quoted body, a comment, whitespace, other text
-    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$\w*\$).*?\1|--[^\n]*|/\*.*?\*/|\s+|[^'\"$\s/-]+|.",
+    r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|(\$\w*\$).*?\1|--[^\n]*|/\*.*?\*/|\s+|[^'\"$\s/;-]+|.",
     re.S,
 )
 
 
 class MigrationError(RuntimeError):
     pass
+
+
+def split_statements(sql: str) -> list[str]:
+    """The statements of a file, split on `;` outside quotes, comments and dollar-quoted bodies."""
+    parts: list[str] = []
+    current: list[str] = []
+    for m in _SQL_TOKEN.finditer(sql):
+        token = m.group(0)
+        if token == ";":
+            parts.append("".join(current))
+            current = []
+        elif not token.startswith("--") and not token.startswith("/*"):
+            current.append(token)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()]
 
 
 def statements(sql: str) -> str:
@@ -70,6 +96,10 @@ class Migration:
     @property
     def checksum(self) -> str:
         return hashlib.sha256(statements(self.sql).encode()).hexdigest()
+
+    @property
+    def transactional(self) -> bool:
+        return not self.sql.startswith(_NO_TRANSACTION)
 
     def recorded_as_applied(self, recorded: str) -> bool:
         """Whether a checksum in jobq_migrations stands for this file's statements: today's form, or the
@@ -118,22 +148,49 @@ def pending_migrations(conn: psycopg.Connection, directory: Path | None = None) 
     return todo
 
 
+RECORD_MIGRATION = "INSERT INTO jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)"
+
+# An index left invalid by a CREATE INDEX CONCURRENTLY that did not finish (the runner stopped, a
+# duplicate broke a unique build): IF NOT EXISTS would keep it, and it would never be used.
+INVALID_INDEX = "SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)"
+
+
+def _lock(conn: psycopg.Connection) -> None:
+    """The migration lock, asked for without waiting inside a statement: a CREATE INDEX CONCURRENTLY of
+    the process that holds it waits for every statement older than its own to end, and a statement
+    blocked in pg_advisory_lock() would never end."""
+    while not conn.execute("SELECT pg_try_advisory_lock(%s)", (MIGRATION_LOCK_KEY,)).fetchone()[0]:  # type: ignore[index]
+        time.sleep(0.2)
+
+
+def _apply_without_transaction(conn: psycopg.Connection, m: Migration) -> None:
+    for statement in split_statements(m.sql):
+        if index := _CONCURRENT_INDEX.match(statement):
+            name = index.group(1).strip('"')
+            row = conn.execute(INVALID_INDEX, (name,)).fetchone()
+            if row and row[0]:
+                log.warning("%s: index %s was left invalid by an earlier run; building it again", m.name, name)
+                conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"'.encode())
+        conn.execute(statement.encode())
+    conn.execute(RECORD_MIGRATION, (m.version, m.name, m.checksum))
+
+
 def migrate(database_url: str, directory: Path | None = None) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to run concurrently from many processes:
     the advisory lock serialises them and the second one finds nothing left to do."""
     with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
         conn.execute("SET statement_timeout = 0")
-        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        _lock(conn)
         try:
             conn.execute(MIGRATIONS_TABLE)
             done = []
             for m in pending_migrations(conn, directory):
-                with conn.transaction():
-                    conn.execute(m.sql.encode())
-                    conn.execute(
-                        "INSERT INTO jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)",
-                        (m.version, m.name, m.checksum),
-                    )
+                if m.transactional:
+                    with conn.transaction():
+                        conn.execute(m.sql.encode())
+                        conn.execute(RECORD_MIGRATION, (m.version, m.name, m.checksum))
+                else:
+                    _apply_without_transaction(conn, m)
                 log.info("applied migration %s", m.name)
                 done.append(m.name)
             return done
