@@ -117,6 +117,9 @@ def test_a_schedule_is_created_read_listed_replaced_and_deleted(quiet: LiveServe
         ({"cron": "0 0 30 2 *"}, "never fires"),
         ({"cron": "0 0 * * MON#1"}, "day-of-week: cannot read 'MON#1'"),
         ({"cron": ""}, "body.cron"),
+        # Stored as typed, it would read back with a line break in it.
+        ({"cron": "0 7\n* * *"}, "character '\\n': separate the fields with spaces"),
+        ({"cron": "0 7 * * *\u2003"}, "separate the fields with spaces"),
         ({"timezone": "Mars/Olympus_Mons"}, "unknown time zone 'Mars/Olympus_Mons'"),
         ({"timezone": "../../etc/passwd"}, "unknown time zone"),
         ({"timezone": None}, "body.timezone"),
