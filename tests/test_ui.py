@@ -611,3 +611,33 @@ def test_dashboard_shows_a_waiting_job_and_its_dependencies_in_a_browser(browser
     page.locator('[data-field="depends on"]').get_by_role("link", name=str(parent["id"])).click()
     expect(page.locator('[data-field="status"]')).to_have_text("pending")
     tab.close()
+
+
+def test_the_api_docs_run_under_a_strict_content_security_policy_in_a_browser(browser: Any, server: LiveServer) -> None:
+    """/docs, where an operator pastes a key, had no Content-Security-Policy: a script injected into the page
+    could have sent the key anywhere. Swagger UI now starts from a file of this origin, and the policy allows
+    no inline script, no eval and no other origin; the page still renders every operation."""
+    from playwright.sync_api import expect
+
+    r = server.client.get("/docs")
+    csp = csp_directives(r)
+    assert csp["script-src"] == "script-src 'self'" and csp["default-src"] == "default-src 'none'"
+    assert csp["connect-src"] == "connect-src 'self'" and csp["frame-ancestors"] == "frame-ancestors 'none'"
+    assert "unsafe" not in r.headers["content-security-policy"]
+    assert re.findall(r"<script\b[^>]*>", r.text) == [
+        '<script src="/docs/swagger-ui-bundle.js">',
+        '<script src="/docs/init.js">',
+    ]
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        violations: list[str] = []
+        page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+        page.on("pageerror", lambda err: violations.append(str(err)))
+        page.goto(server.url + "/docs")
+        expect(page.locator("#operations-producers-enqueueJob")).to_be_visible()
+        page.locator("#operations-producers-enqueueJob").click()  # expands: examples, schemas
+        expect(page.locator("#operations-producers-enqueueJob")).to_contain_text("Request body")
+        assert violations == []
+    finally:
+        context.close()
