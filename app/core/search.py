@@ -140,8 +140,7 @@ def _page(how: Plan, rows: list[SearchRow], limit: int, budget: int) -> Found:
     """The page of matches, and where the next one starts: after the last match shown when there are more
     matches than `limit`, after the last job examined when the walk stopped at its budget."""
     jobs = [r.job for r in rows if r.job is not None]
-    scanned = rows[0].scanned if rows else 0
-    examined = rows[0].examined if rows else 0  # what the caller is told: jobs of its queues only
+    examined = rows[0].examined if rows else 0  # jobs of the caller's queues only (app/db/search.py)
     last_key = rows[0].last_key if rows else None
     kind = how.cursor_kind
     if not how.pages:
@@ -149,6 +148,6 @@ def _page(how: Plan, rows: list[SearchRow], limit: int, budget: int) -> Found:
     if len(jobs) > limit:
         jobs = jobs[:limit]
         return Found(jobs, encode_cursor(kind, [getattr(jobs[-1], k) for k in how.keys]), examined, False)
-    if scanned >= budget and last_key is not None:
+    if examined >= budget and last_key is not None:
         return Found(jobs, encode_cursor(kind, last_key), examined, True)
     return Found(jobs, None, examined, False)
