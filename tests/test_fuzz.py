@@ -18,6 +18,8 @@ ADMIN_KEY = "fuzz-admin-key-" + "f" * 32
 EXAMPLES = int(os.environ.get("JOBQ_FUZZ_EXAMPLES", "100"))
 SEED = os.environ.get("JOBQ_FUZZ_SEED", "20261129")
 CONFIG = Path(__file__).parent / "schemathesis.toml"
+
+
 @pytest.mark.slow
 def test_schemathesis_finds_nothing(server_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     # Auth on, with an admin key that schemathesis sends: its ignored_auth check then verifies that the
