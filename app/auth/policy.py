@@ -67,10 +67,20 @@ class Principal:
     queue_regex: str | None = None
     key_id: int | None = None
     _match: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
+    # The key's own request rate (requests a second, 0: none) and burst; None: the global settings.
+    rate: float | None = None
+    burst: int | None = None
 
     @classmethod
     def of(
-        cls, name: str, scopes: Iterable[str], patterns: Iterable[str] | None, key_id: int | None = None
+        cls,
+        name: str,
+        scopes: Iterable[str],
+        patterns: Iterable[str] | None,
+        key_id: int | None = None,
+        *,
+        rate: float | None = None,
+        burst: int | None = None,
     ) -> Principal:
         patterns = list(patterns) if patterns is not None else None
         core = queue_alternation(patterns) if patterns is not None else None
@@ -80,6 +90,8 @@ class Principal:
             None if core is None else f"^(?:{core})$",
             key_id,
             None if patterns is None else glob_matcher(patterns),
+            rate,
+            burst,
         )
 
     def has(self, scope: KeyScope) -> bool:
