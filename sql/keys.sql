@@ -28,11 +28,19 @@ WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
 
 -- name: API_KEY_INSERT --
 WITH created AS (
+  INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns)
+  VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s)
+  RETURNING id
+)
+-- A process may have cached "no such key" for this selector: tell every process to forget it.
+SELECT id, pg_notify('jobq_wakeup', 'keys k') FROM created
+
+-- name: API_KEY_INSERT_RATED --
+WITH created AS (
   INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns, rate_per_second, rate_burst)
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s, %(rate)s, %(burst)s)
   RETURNING id
 )
--- A process may have cached "no such key" for this selector: tell every process to forget it.
 SELECT id, pg_notify('jobq_wakeup', 'keys k') FROM created
 
 -- name: API_KEY_REVOKE --

@@ -92,11 +92,22 @@ async def api_keys_count_live(conn: psycopg.AsyncConnection[Any]) -> int:
 
 API_KEY_INSERT = f"""
 WITH created AS (
+  INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns)
+  VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s)
+  RETURNING id
+)
+-- A process may have cached "no such key" for this selector: tell every process to forget it.
+SELECT id, {_NOTIFY} FROM created
+"""
+
+# With a rate of its own (migrations/0020_key_rates.sql); the statement above still works on a schema from
+# before it.
+API_KEY_INSERT_RATED = f"""
+WITH created AS (
   INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns, rate_per_second, rate_burst)
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s, %(rate)s, %(burst)s)
   RETURNING id
 )
--- A process may have cached "no such key" for this selector: tell every process to forget it.
 SELECT id, {_NOTIFY} FROM created
 """
 
@@ -112,7 +123,7 @@ def api_key_insert(
     burst: int | None = None,
 ) -> int:
     row = conn.execute(
-        API_KEY_INSERT,
+        API_KEY_INSERT if rate is None and burst is None else API_KEY_INSERT_RATED,
         {
             "name": name,
             "selector": selector,
