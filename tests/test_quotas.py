@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from typing import Any
 
+import httpx
 import psycopg
 
 from tests.processes import JOBQ
@@ -99,3 +101,53 @@ def test_without_a_key_the_share_is_the_client_address(server_factory: Any) -> N
     problem(server.client.get("/healthz"), 429, "too-many-requests-in-flight")
     assert poll().json()["jobs"] == []  # its deadline: the request ends
     assert server.client.get("/healthz").status_code == 200
+
+
+# --- searches at once per key --------------------------------------------------------------------------------
+
+
+def test_one_key_runs_at_most_its_share_of_searches_at_once(
+    server_factory: Any, db: psycopg.Connection, database_url: str
+) -> None:
+    """The review's probe: 20 parallel searches by one key took the pool from another key's enqueues (p50 from
+    2.2 ms to 117 ms). JOBQ_MAX_SEARCHES_PER_KEY (2) run at once per key; more are 429 `too-many-searches` at
+    once, holding nothing, while another key's search still runs. Here the table is locked so that the
+    searches admitted stay running until the test lets them go."""
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, max_searches_per_key=2, max_searches=3)
+    greedy, other = create_key(db, "greedy", ["admin"]), create_key(db, "other", ["admin"])
+    search = {"error_contains": "boom"}
+    answers: list[tuple[str, int]] = []
+    threads: list[threading.Thread] = []
+
+    def send(who: str, key: str) -> None:
+        def run() -> None:
+            with httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {key}"}, timeout=60) as c:
+                answers.append((who, c.post("/jobs/search", json=search).status_code))
+
+        threads.append(threading.Thread(target=run))
+        threads[-1].start()
+
+    def waiting_on_the_lock() -> int:
+        row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").fetchone()
+        return int(row[0]) if row else 0
+
+    with psycopg.connect(database_url, autocommit=False) as locker:
+        locker.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        for _ in range(2):
+            send("greedy", greedy)
+        wait_until(lambda: waiting_on_the_lock() == 2, what="two searches running")
+        with as_key(server, greedy) as c:
+            for _ in range(3):
+                body = problem(c.post("/jobs/search", json=search), 429, "too-many-searches")
+                assert "JOBQ_MAX_SEARCHES_PER_KEY" in body["detail"]
+        send("other", other)
+        wait_until(lambda: waiting_on_the_lock() == 3, what="another key's search running")
+        problem(as_key(server, ENV_KEY).post("/jobs/search", json=search), 429, "too-many-searches")  # all 3 taken
+        locker.rollback()
+    for t in threads:
+        t.join(60)
+    assert sorted(answers) == [("greedy", 200), ("greedy", 200), ("other", 200)]
+    with as_key(server, greedy) as c:  # their places are free again
+        assert c.post("/jobs/search", json=search).status_code == 200
+        bulk = {"action": "retry", "dry_run": True, "filter": search}
+        assert c.post("/jobs/bulk", json=bulk).status_code == 200
