@@ -30,6 +30,7 @@ from app.core.flow import QueueConfigs
 from app.core.history import HistoryService
 from app.core.jobs import JobService
 from app.core.operations import OpsService
+from app.core.quotas import EnqueueQuotas
 from app.core.results import ResultWaiters
 from app.core.schedules import ScheduleService
 from app.core.search import SearchService
@@ -148,7 +149,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs, effects)
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
-    jobs = JobService(settings, db, dispatcher, effects, results, configs)
+    jobs = JobService(settings, db, dispatcher, effects, results, configs, EnqueueQuotas(settings, db))
     ops = OpsService(settings, db, effects, wakeups, configs)
     scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(

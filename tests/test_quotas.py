@@ -151,3 +151,133 @@ def test_one_key_runs_at_most_its_share_of_searches_at_once(
         assert c.post("/jobs/search", json=search).status_code == 200
         bulk = {"action": "retry", "dry_run": True, "filter": search}
         assert c.post("/jobs/bulk", json=bulk).status_code == 200
+
+
+# --- jobs not yet started per queue (max_pending) ----------------------------------------------------------------
+
+
+def pending_jobs(db: psycopg.Connection, queue: str) -> int:
+    row = db.execute("SELECT count(*) FROM jobs WHERE queue_name = %s AND status IN ('pending', 'waiting')", (queue,))
+    return int(row.fetchone()[0])  # type: ignore[index]
+
+
+def test_a_queue_at_its_max_pending_refuses_enqueues_and_writes_nothing(
+    server: LiveServer, db: psycopg.Connection
+) -> None:
+    """A runaway producer fills its own queue, not the table: past `max_pending` (queue config) an enqueue,
+    single or batch, with dependencies or not, is 429 `queue-full` with Retry-After and writes nothing; delayed
+    and waiting jobs count; once a worker has taken a job there is room again; other queues are untouched."""
+    c = server.client
+    r = c.patch("/queues/capped/config", json={"max_pending": 4})
+    assert r.status_code == 200 and r.json()["max_pending"] == 4
+    assert c.get("/queues/capped/config").json()["max_pending"] == 4
+    first = server.enqueue("capped", 1)
+    assert c.post("/queues/capped/jobs", json={"payload": 2, "delay_seconds": 3600}).status_code == 201
+    assert c.post("/queues/capped/jobs", json={"payload": 3, "depends_on": [first["id"]]}).status_code == 201
+    assert c.post("/queues/capped/jobs/batch", json={"jobs": [{"payload": 4}, {"payload": 5}]}).status_code == 429
+    assert c.post("/queues/capped/jobs", json={"payload": 4}).status_code == 201
+    for refused in (
+        c.post("/queues/capped/jobs", json={"payload": 5}),
+        c.post("/queues/capped/jobs/batch", json={"jobs": [{"payload": 5}]}),
+        c.post("/queues/capped/jobs", json={"payload": 5, "depends_on": [first["id"]]}),
+    ):
+        body = problem(refused, 429, "queue-full")
+        assert "max_pending" in body["detail"] and int(refused.headers["retry-after"]) >= 1
+    assert pending_jobs(db, "capped") == 4
+    assert server.enqueue("elsewhere", 1)["status"] == "pending"
+    claimed = server.claim_one("capped")  # a worker takes one: room for one more
+    assert c.post(f"/jobs/{claimed['id']}/complete", json={"claim_token": claimed["claim_token"]}).status_code == 200
+    # A refusal counts again, at most ten times a second per queue: the room shows within a moment.
+    wait_until(lambda: c.post("/queues/capped/jobs", json={"payload": 6}).status_code == 201, what="room again")
+    problem(c.post("/queues/capped/jobs", json={"payload": 7}), 429, "queue-full")
+    assert c.patch("/queues/capped/config", json={"max_pending": None}).json()["max_pending"] is None
+    assert c.post("/queues/capped/jobs", json={"payload": 7}).status_code == 201  # back to the global default
+
+
+def test_every_queue_has_a_default_max_pending_and_sqs_sends_are_held_to_it(
+    server_factory: Any, db: psycopg.Connection
+) -> None:
+    """JOBQ_MAX_PENDING_JOBS holds every queue without a `max_pending` of its own; an SQS SendMessage past it
+    is refused as SQS throttles (RequestThrottled), and writes nothing."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    server: LiveServer = server_factory(max_pending_jobs=3)
+    assert (
+        server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(3)]}).status_code == 201
+    )
+    problem(server.client.post("/queues/q/jobs", json={"payload": 3}), 429, "queue-full")
+    assert server.client.patch("/queues/q/config", json={"max_pending": 5}).status_code == 200
+    assert server.client.post("/queues/q/jobs", json={"payload": 3}).status_code == 201
+    sqs = boto3.client(
+        "sqs", endpoint_url=server.url, region_name="us-east-1", aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="secret", config=Config(retries={"max_attempts": 0}),
+    )  # fmt: skip
+    try:
+        url = sqs.create_queue(QueueName="sqs-q")["QueueUrl"]
+        for n in range(3):
+            sqs.send_message(QueueUrl=url, MessageBody=f"m{n}")
+        for send in (
+            lambda: sqs.send_message(QueueUrl=url, MessageBody="over"),
+            lambda: sqs.send_message(QueueUrl=url, MessageBody="over", MessageAttributes={
+                "a": {"DataType": "String", "StringValue": "b"}}),
+            lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "1", "MessageBody": "over"}]),
+        ):  # fmt: skip
+            try:
+                answer = send()
+            except ClientError as exc:
+                assert exc.response["Error"]["Code"] == "RequestThrottled", exc.response
+            else:  # a batch reports the refusal per entry
+                assert [f["Code"] for f in answer["Failed"]] == ["RequestThrottled"], answer
+    finally:
+        sqs.close()
+    assert pending_jobs(db, "sqs-q") == 3
+
+
+def test_one_process_never_passes_a_limit_under_concurrent_enqueues(server: LiveServer, db: psycopg.Connection) -> None:
+    """Its own enqueues are counted as they are admitted: 40 at once onto a queue with room for 15 make exactly
+    15 jobs (with other processes enqueueing too, what they add within a count's interval may pass it)."""
+    assert server.client.patch("/queues/q/config", json={"max_pending": 15}).status_code == 200
+    statuses: list[int] = []
+
+    def enqueue() -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            statuses.append(c.post("/queues/q/jobs", json={"payload": 1}).status_code)
+
+    threads = [threading.Thread(target=enqueue) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(statuses) == [201] * 15 + [429] * 25
+    assert pending_jobs(db, "q") == 15
+
+
+# --- the number of queues ----------------------------------------------------------------------------------------
+
+
+def test_the_number_of_live_queues_is_capped(server_factory: Any, db: psycopg.Connection) -> None:
+    """JOBQ_MAX_QUEUES: queues holding jobs not yet finished, or a configuration. An enqueue that would make one
+    more is 409 `too-many-queues` and writes nothing; queues that exist take jobs as usual; once a queue has
+    emptied, a new one may take its place."""
+    server: LiveServer = server_factory(max_queues=3)
+    assert server.client.patch("/queues/c/config", json={"max_attempts": 2}).status_code == 200  # a queue too
+    for queue in ("a", "b"):
+        server.enqueue(queue, 1)
+    body = problem(server.client.post("/queues/d/jobs", json={"payload": 1}), 409, "too-many-queues")
+    assert "JOBQ_MAX_QUEUES" in body["detail"]
+    problem(server.client.post("/queues/d/jobs/batch", json={"jobs": [{"payload": 1}]}), 409, "too-many-queues")
+    assert db.execute("SELECT count(*) FROM jobs WHERE queue_name = 'd'").fetchone() == (0,)
+    assert server.client.post("/queues/a/jobs", json={"payload": 2}).status_code == 201
+    assert server.client.post("/queues/c/jobs", json={"payload": 1}).status_code == 201
+    job = server.claim_one("b")
+    assert (
+        server.client.post(f"/jobs/{job['id']}/complete", json={"claim_token": job["claim_token"]}).status_code == 200
+    )
+
+    def d_accepted() -> bool:
+        return server.client.post("/queues/d/jobs", json={"payload": 1}).status_code == 201
+
+    wait_until(d_accepted, what="queue b, emptied, making room for d")  # counted again within an interval
+    problem(server.client.post("/queues/e/jobs", json={"payload": 1}), 409, "too-many-queues")

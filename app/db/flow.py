@@ -32,6 +32,7 @@ CONFIG_FIELDS = (
     "group_rate_per_seconds",
     "fair",
     "ordered",
+    "max_pending",
 )
 
 
@@ -56,6 +57,7 @@ class QueueConfigRow:
     group_rate_per_seconds: int | None
     fair: bool | None
     ordered: bool | None
+    max_pending: int | None
     limited: bool
     grouped: bool
     changed_at: datetime | None

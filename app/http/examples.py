@@ -131,6 +131,7 @@ _CONFIG = {
     "group_rate": None,
     "fair": True,
     "ordered": None,
+    "max_pending": 100000,
     "changed_at": _AT,
 }
 _GROUPS = [

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.http.examples import SCHEMAS
+from app.http.jobs import _RETRY_AFTER, RATE_LIMIT_HEADERS, TOO_MANY_REQUESTS
 from app.http.problem_examples import ONLY_ON, PROBLEMS
 from app.models.fields import INT64_MAX, JSON_VALUE_MARKER
 from app.settings import Settings
@@ -205,6 +206,13 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
                     schemas[name]["examples"] = examples
             for path, ops in doc.get("paths", {}).items():
                 for method, op in ops.items():
+                    # Every request counts against its client's share and, with a key, the key's rate
+                    # (app/http/quotas.py): any operation may answer 429.
+                    if "429" not in op.setdefault("responses", {}):
+                        op["responses"]["429"] = {
+                            "description": TOO_MANY_REQUESTS,
+                            "headers": {**_RETRY_AFTER, **RATE_LIMIT_HEADERS},
+                        }
                     for parameter in op.get("parameters", []):
                         if parameter.get("in") == "query":
                             _no_null_in_query(parameter)

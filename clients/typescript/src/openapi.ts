@@ -69,7 +69,7 @@ export interface paths {
         put?: never;
         /**
          * Search jobs
-         * @description Find jobs by `id`, by `idempotency_key`, by text in `last_error` (`error_contains`), by JSON containment on the payload (`payload_contains`), narrowed by `queue` and `status`; the conditions given all hold. A page is bounded: it examines at most JOBQ_SEARCH_SCAN_ROWS jobs (`examined`), in one index's order, and stops there (`partial: true`) with a `next_cursor` to go on, so a rare match in a big table takes more pages rather than one long query; it runs within JOBQ_SEARCH_TIMEOUT_MS (422 `search-too-broad` past it). Order: with a `queue` and one `status`, the listing's (GET /queues/{queue}/jobs); otherwise newest first. Payload filters are indexed for failed and cancelled jobs; on other statuses they are checked on each job examined.
+         * @description Find jobs by `id`, by `idempotency_key`, by text in `last_error` (`error_contains`), by JSON containment on the payload (`payload_contains`), narrowed by `queue` and `status`; the conditions given all hold. A page is bounded: it examines at most JOBQ_SEARCH_SCAN_ROWS jobs (`examined`), in one index's order, and stops there (`partial: true`) with a `next_cursor` to go on, so a rare match in a big table takes more pages rather than one long query; it runs within JOBQ_SEARCH_TIMEOUT_MS (422 `search-too-broad` past it). Order: with a `queue` and one `status`, the listing's (GET /queues/{queue}/jobs); otherwise newest first. Payload filters are indexed for failed and cancelled jobs; on other statuses they are checked on each job examined. One key runs at most JOBQ_MAX_SEARCHES_PER_KEY searches at once (and bulk actions by filter) per server, all keys JOBQ_MAX_SEARCHES: past either, 429 `too-many-searches`.
          */
         post: operations["searchJobs"];
         delete?: never;
@@ -470,7 +470,7 @@ export interface paths {
         get: operations["getSchedule"];
         /**
          * Create or replace a schedule
-         * @description Creates the schedule (201) or replaces it (200). From then on, each tick of `cron` in `timezone`, by the database clock, enqueues one job with `payload`, `priority` and `max_attempts` on `queue`, whatever the number of replicas; the job shows `schedule` and `scheduled_for` (the tick). Replacing keeps the next tick when `cron` and `timezone` are unchanged (applying the same definition again neither skips nor repeats a tick), and keeps the paused state unless `paused` is given. A bad `cron` or `timezone` is 422 with what is wrong.
+         * @description Creates the schedule (201) or replaces it (200). From then on, each tick of `cron` in `timezone`, by the database clock, enqueues one job with `payload`, `priority` and `max_attempts` on `queue`, whatever the number of replicas; the job shows `schedule` and `scheduled_for` (the tick). Replacing keeps the next tick when `cron` and `timezone` are unchanged (applying the same definition again neither skips nor repeats a tick), and keeps the paused state unless `paused` is given. A bad `cron` or `timezone` is 422 with what is wrong. A key limited to some queues creates schedules only under names matching its queue patterns (403 otherwise); 409 `schedule-name-taken`: a schedule of a queue the key may not use has the name; 409 `too-many-schedules`: JOBQ_MAX_SCHEDULES schedules exist.
          */
         put: operations["putSchedule"];
         post?: never;
@@ -1839,6 +1839,7 @@ export interface components {
          *       "group_rate": null,
          *       "lease_seconds": 120,
          *       "max_attempts": 8,
+         *       "max_pending": 100000,
          *       "ordered": null,
          *       "queue": "emails",
          *       "rate": {
@@ -1900,6 +1901,11 @@ export interface components {
              * @description null: JOBQ_DEFAULT_MAX_ATTEMPTS.
              */
             max_attempts: number | null;
+            /**
+             * Max Pending
+             * @description Most jobs not yet started; null: JOBQ_MAX_PENDING_JOBS.
+             */
+            max_pending: number | null;
             /**
              * Ordered
              * @description Strict order within each group; null: false.
@@ -1976,6 +1982,11 @@ export interface components {
              * @description Attempts of a job enqueued without max_attempts.
              */
             max_attempts?: number | null;
+            /**
+             * Max Pending
+             * @description Most jobs not yet started (pending, delayed, waiting for dependencies) the queue may hold; an enqueue past it is refused with 429 `queue-full`. Checked by each server against a count it refreshes about once a second: other servers' enqueues of that second may pass it (docs/flow-control.md).
+             */
+            max_pending?: number | null;
             /**
              * Ordered
              * @description Within a group, a job is claimable only once the job before it has finished for good (a job waiting for its retry holds its group back); needs group_concurrency 1 or unset.
@@ -2156,6 +2167,7 @@ export interface components {
          *         "group_rate": null,
          *         "lease_seconds": 120,
          *         "max_attempts": 8,
+         *         "max_pending": 100000,
          *         "ordered": null,
          *         "queue": "emails",
          *         "rate": {
@@ -3112,6 +3124,21 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     bulkJobs: {
@@ -3223,6 +3250,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3353,6 +3395,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3495,6 +3552,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -3599,9 +3671,13 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Too many long-polls waiting: retry after Retry-After. */
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
             429: {
                 headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
                     /** @description Seconds to wait before trying again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
@@ -3750,6 +3826,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3905,6 +3996,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -4053,6 +4159,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -4169,6 +4290,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4321,6 +4457,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -4431,6 +4582,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -4479,6 +4645,21 @@ export interface operations {
             /** @description The API key lacks the scope, or may not use this queue. */
             403: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4553,6 +4734,21 @@ export interface operations {
             /** @description The API key lacks the scope, or may not use this queue. */
             403: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4683,9 +4879,13 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Too many long-polls waiting: retry after Retry-After. */
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
             429: {
                 headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
                     /** @description Seconds to wait before trying again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
@@ -4737,6 +4937,7 @@ export interface operations {
                      *       "group_rate": null,
                      *       "lease_seconds": 120,
                      *       "max_attempts": 8,
+                     *       "max_pending": 100000,
                      *       "ordered": null,
                      *       "queue": "emails",
                      *       "rate": {
@@ -4774,6 +4975,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4836,6 +5052,7 @@ export interface operations {
                      *       "group_rate": null,
                      *       "lease_seconds": 120,
                      *       "max_attempts": 8,
+                     *       "max_pending": 100000,
                      *       "ordered": null,
                      *       "queue": "emails",
                      *       "rate": {
@@ -4900,6 +5117,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5004,6 +5236,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5156,6 +5403,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description `too-many-queues`: the queue is new and the service holds JOBQ_MAX_QUEUES live queues; nothing was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Body larger than the server accepts. */
             413: {
                 headers: {
@@ -5177,6 +5433,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5329,6 +5600,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description `too-many-queues`: the queue is new and the service holds JOBQ_MAX_QUEUES live queues; nothing was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Body larger than the server accepts. */
             413: {
                 headers: {
@@ -5350,6 +5630,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5417,6 +5712,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5528,6 +5838,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -5595,6 +5920,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -5643,6 +5983,7 @@ export interface operations {
                      *         "group_rate": null,
                      *         "lease_seconds": 120,
                      *         "max_attempts": 8,
+                     *         "max_pending": 100000,
                      *         "ordered": null,
                      *         "queue": "emails",
                      *         "rate": {
@@ -5745,6 +6086,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -5840,6 +6196,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -5874,6 +6245,21 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["Readiness"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
@@ -5943,6 +6329,21 @@ export interface operations {
             /** @description The API key lacks the scope, or may not use this queue. */
             403: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6033,6 +6434,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6163,6 +6579,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description `schedule-name-taken`: a schedule of a queue this key may not use has this name. `too-many-schedules`: JOBQ_MAX_SCHEDULES schedules exist; delete one first. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Body larger than the server accepts. */
             413: {
                 headers: {
@@ -6184,6 +6609,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6252,6 +6692,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6357,6 +6812,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -6456,6 +6926,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -6548,6 +7033,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -6632,6 +7132,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
