@@ -6,7 +6,9 @@ Neither counts per enqueue: counting a million pending jobs takes about 65 ms, t
 fraction of a millisecond. Each process keeps, per queue it enqueues to, the last count it took and what it
 has enqueued itself since, and admits an enqueue when the two together stay within the limit: a dictionary
 lookup and an addition. The count is taken again in the background once it is older than
-JOBQ_PENDING_COUNT_INTERVAL_MS (ten times that while the queue is under half its limit), and at once, on
+JOBQ_PENDING_COUNT_INTERVAL_MS (ten times that while the queue is under half its limit; and never more
+often than every twenty times the last count's own duration, so that counts of a big backlog take at most
+a twentieth of a database core per queue and process), and at once, on
 the request's path, only when an enqueue would pass the limit by the count in hand (so that a queue that
 drained is seen to have room). The first enqueue of a queue in a process waits for its first count. Each
 count stops at the limit, so it costs min(backlog, limit) index entries.
@@ -15,7 +17,8 @@ How exact: this process's own enqueues are counted as they are admitted, so one 
 limit (an enqueue still being written when a count starts stays added after it, and may be in the count
 too: counted twice, it errs on the side of refusing; one that fails gives its place back). Other processes'
 enqueues are seen at the next count: a queue may hold more than its limit by what the other processes
-(replicas, --workers) enqueue into it within one interval (ten while it was under half its limit). An
+(replicas, --workers) enqueue into it between two counts: one interval (ten while it was under half its
+limit; twenty count durations when those are longer, about 1.3 s for a million jobs). An
 idempotency key that names an existing job takes a place until the next count. The same holds for the
 number of queues, counted at most once per interval, and then only for a queue this process has not seen
 live within the last minute."""
@@ -37,6 +40,7 @@ log = logging.getLogger("jobq.quotas")
 MAX_QUEUES_TRACKED = 10_000  # per process; past it the entries are dropped and counted again on next use
 KNOWN_SECONDS = 60.0  # a queue seen live is not checked again for this long
 FAR_FACTOR = 10  # counts are this many times rarer while a queue is under half its limit
+COST_FACTOR = 20  # and never closer together than this many times the last count's duration
 
 
 @dataclass(slots=True)
@@ -47,6 +51,7 @@ class _Backlog:
     writing: int = 0  # of those, jobs admitted whose insert has not ended
     counted: bool = False  # a count has been taken (until then, enqueues wait for the first)
     cap: int = 0  # the count stopped there: a limit raised past it needs a count again
+    took: float = 0.0  # seconds the last count took
     refresh: asyncio.Future[None] | None = field(default=None, repr=False)  # the count being taken
 
 
@@ -88,7 +93,7 @@ class EnqueueQuotas:
         entry.added += jobs
         entry.writing += jobs
         due = self.interval if 2 * (entry.count + entry.added) >= limit else self.interval * FAR_FACTOR
-        if now - entry.at >= due:
+        if now - entry.at >= max(due, COST_FACTOR * entry.took):
             self._counting(queue, entry, limit)  # in the background
 
     def written(self, queue: str, jobs: int, ok: bool) -> None:
@@ -122,6 +127,7 @@ class EnqueueQuotas:
             count = await store.queue_backlog_count(conn, queue, limit + 1)
         self.counts += 1
         entry.count, entry.at, entry.counted, entry.cap = count, started, True, limit + 1
+        entry.took = time.monotonic() - started
         entry.added -= written_before
 
     # -- live queues -------------------------------------------------------------------------------------------
