@@ -290,7 +290,10 @@ SCHEMAS: dict[str, list[Any]] = {
     "RetentionPatch": [{"completed": 3600, "failed": None}],
     "Retention": [_RETENTION],
     "QueueSummary": [_SUMMARY],
-    "QueueList": [{"queues": [_SUMMARY, {**_SUMMARY, "queue": "reports", "paused": True}]}],
+    "QueueList": [
+        {"queues": [_SUMMARY, {**_SUMMARY, "queue": "reports", "paused": True}], "next_cursor": None},
+        {"queues": [_SUMMARY], "next_cursor": "eyJzIjoicXVldWVzIiwiayI6WyJlbWFpbHMiXX0"},
+    ],
     "JobPage": [
         {"jobs": [_JOB], "next_cursor": "eyJzIjoicGVuZGluZyIsImsiOls1LCIyMDI2In0"},
         {"jobs": [], "next_cursor": None},

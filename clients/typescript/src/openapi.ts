@@ -246,8 +246,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Every queue with its counts
-         * @description With a key limited to some queues, only those.
+         * The queues with their counts, a page at a time
+         * @description Every queue with a job not finished, a count of finished jobs or a configuration, by name, a page at a time (`limit`, by default 1000; follow `next_cursor`). With a key limited to some queues, only those.
          */
         get: operations["listQueues"];
         put?: never;
@@ -2055,6 +2055,7 @@ export interface components {
         /**
          * QueueList
          * @example {
+         *       "next_cursor": null,
          *       "queues": [
          *         {
          *           "counts": {
@@ -2088,9 +2089,37 @@ export interface components {
          *         }
          *       ]
          *     }
+         * @example {
+         *       "next_cursor": "eyJzIjoicXVldWVzIiwiayI6WyJlbWFpbHMiXX0",
+         *       "queues": [
+         *         {
+         *           "counts": {
+         *             "cancelled": 0,
+         *             "completed": 48211,
+         *             "failed": 3,
+         *             "pending": 128,
+         *             "ready": 120,
+         *             "running": 16,
+         *             "scheduled": 8,
+         *             "waiting": 0
+         *           },
+         *           "oldest_ready_age_seconds": 2.4,
+         *           "paused": false,
+         *           "queue": "emails"
+         *         }
+         *       ]
+         *     }
          */
         QueueList: {
-            /** Queues */
+            /**
+             * Next Cursor
+             * @description Pass as `cursor` for the next page; null on the last page.
+             */
+            next_cursor: string | null;
+            /**
+             * Queues
+             * @description By name.
+             */
             queues: components["schemas"]["QueueSummary"][];
         };
         /**
@@ -4670,7 +4699,12 @@ export interface operations {
     };
     listQueues: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Page size (default 1000). */
+                limit?: number;
+                /** @description next_cursor of the previous page. */
+                cursor?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -4685,6 +4719,7 @@ export interface operations {
                 content: {
                     /**
                      * @example {
+                     *       "next_cursor": null,
                      *       "queues": [
                      *         {
                      *           "counts": {
@@ -4733,6 +4768,15 @@ export interface operations {
             };
             /** @description The API key lacks the scope, or may not use this queue. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };
