@@ -122,6 +122,16 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
                 {"loc": ["query", "range"], "msg": "Input should be 'hour', 'day' or 'week'", "type": "literal_error"}
             ],
         ),
+        "bad-cursor": ValidationFailed(
+            "query.cursor: not a cursor of this listing; start again without one",
+            errors=[
+                {
+                    "loc": ["query", "cursor"],
+                    "msg": "not a cursor of this listing; start again without one",
+                    "type": "value_error",
+                }
+            ],
+        ),
         "search-too-broad": SearchTooBroad(
             "The search did not finish within 5000 ms: narrow it (a queue and a status, or a more specific filter)."
         ),
@@ -151,6 +161,7 @@ _SCHEDULE_ROUTES = {"putSchedule", "getSchedule", "deleteSchedule", "pauseSchedu
 ONLY_ON: dict[str, set[str]] = {
     "not-ready": {"readyz"},
     "search-too-broad": {"searchJobs", "bulkJobs"},
+    "bad-cursor": {"listQueues", "listJobs"},
     "bad-range": {"getSeries", "getQueueSeries", "getSparklines"},
     "missing-body": {
         "enqueueJob",
