@@ -322,6 +322,7 @@ SCHEMAS: dict[str, list[Any]] = {
             "since": "2026-11-29T11:01:00+00:00",
             "as_of": _AT,
             "queues": [_SPARKLINE],
+            "next_cursor": None,
         }
     ],
     # search and bulk actions

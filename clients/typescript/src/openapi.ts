@@ -550,7 +550,7 @@ export interface paths {
         };
         /**
          * Per queue: enqueued, completed, failed and backlog per bucket
-         * @description For an overview of many queues: each queue with statistics in the range, its figures as plain lists (a number per bucket).
+         * @description For an overview of many queues: each queue with statistics in the range, its figures as plain lists (a number per bucket). Only the queues named by `queue` (at most 100), or else a page of `limit` queues by name (follow `next_cursor`). Answers are kept 10 s by each server (the buckets are minutes).
          */
         get: operations["getSparklines"];
         put?: never;
@@ -2956,6 +2956,7 @@ export interface components {
          * @example {
          *       "as_of": "2026-11-29T12:00:00.125+00:00",
          *       "bucket_seconds": 60,
+         *       "next_cursor": null,
          *       "queues": [
          *         {
          *           "completed": [
@@ -2991,8 +2992,13 @@ export interface components {
             /** Bucket Seconds */
             bucket_seconds: number;
             /**
+             * Next Cursor
+             * @description Pass as `cursor` for the next page; null on the last page.
+             */
+            next_cursor: string | null;
+            /**
              * Queues
-             * @description The queues with statistics in the range, by name; a queue that is absent had none (all zero, backlog included).
+             * @description The queues with statistics in the range (among those asked for), by name, a page at a time; a queue that is absent had none (all zero, backlog included).
              */
             queues: components["schemas"]["QueueSparkline"][];
             /**
@@ -7110,6 +7116,12 @@ export interface operations {
             query?: {
                 /** @description `hour`: 60 buckets of a minute; `day`: 96 buckets of 15 minutes; `week`: 168 buckets of an hour. Buckets are aligned to multiples of their length (UTC); the last one holds now and is still filling. */
                 range?: "hour" | "day" | "week";
+                /** @description Only these queues (repeat the parameter). */
+                queue?: string[];
+                /** @description Page size (default 1000). */
+                limit?: number;
+                /** @description next_cursor of the previous page. */
+                cursor?: string;
             };
             header?: never;
             path?: never;
@@ -7127,6 +7139,7 @@ export interface operations {
                      * @example {
                      *       "as_of": "2026-11-29T12:00:00.125+00:00",
                      *       "bucket_seconds": 60,
+                     *       "next_cursor": null,
                      *       "queues": [
                      *         {
                      *           "completed": [
