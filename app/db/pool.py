@@ -67,6 +67,17 @@ SESSION_SETTINGS = (
 )
 
 
+def _connection_lost(exc: BaseException | None) -> bool:
+    """A failure of the connection itself (no SQLSTATE: refused, reset, closed; class 08: connection
+    exception; 57P: the server shutting down or restarting), not of a statement (a deadlock, a lock wait)."""
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        state = exc.sqlstate
+        return state is None or state.startswith(("08", "57P"))
+    return False
+
+
 class Database:
     """An async pool with per-connection settings; `connection()` hands out one connection."""
 
@@ -111,7 +122,7 @@ class Database:
         except DatabaseUnavailable as exc:
             # A lost or refused connection, not a pool busy with slow statements (a PoolTimeout): from now on
             # until a connection is handed out again, waits are short.
-            if isinstance(exc.__cause__, psycopg.OperationalError | psycopg.InterfaceError):
+            if _connection_lost(exc.__cause__):
                 self.unreachable = True
             self._purge_broken()
             raise
