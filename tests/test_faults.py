@@ -377,6 +377,21 @@ def test_requests_during_a_postgresql_stop_are_answered_503_within_3_seconds(ser
                             held.remove(job)
                     time.sleep(0.01)
 
+        # A job claimed before the stop, which a worker tries to heartbeat and complete while PostgreSQL is down
+        # (the review's slow `complete`).
+        with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+            assert c.post("/queues/kept/jobs", json={"payload": 1}).status_code == 201
+            kept = c.post("/queues/kept/claim", json={"worker": "w", "lease_seconds": 600}).json()["jobs"][0]
+
+        def keeper() -> None:
+            token = {"claim_token": kept["claim_token"]}
+            with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
+                while not done.is_set():
+                    if "stopped" in window and "restarting" not in window:
+                        call(c, "heartbeat", "POST", f"/jobs/{kept['id']}/heartbeat", json=token)
+                        call(c, "complete", "POST", f"/jobs/{kept['id']}/complete", json=token)
+                    time.sleep(0.05)
+
         def reader() -> None:
             with httpx.Client(base_url=server.url, headers=headers, timeout=30) as c:
                 while not done.is_set():
@@ -387,7 +402,7 @@ def test_requests_during_a_postgresql_stop_are_answered_503_within_3_seconds(ser
                         call(c, "new key", "GET", "/queues/q/stats", headers=spare_headers)
                     time.sleep(0.05)
 
-        threads = [threading.Thread(target=f) for f in (producer, producer, worker, worker, reader)]
+        threads = [threading.Thread(target=f) for f in (producer, producer, worker, worker, reader, keeper)]
         for t in threads:
             t.start()
         try:
