@@ -2,26 +2,26 @@
 JOBQ_MAX_PENDING_JOBS: 429 `queue-full`) and the most live queues (JOBQ_MAX_QUEUES: 409 `too-many-queues`),
 each refused before anything is written.
 
-Neither counts per enqueue: counting a million pending jobs takes about 65 ms, the enqueue itself a
-fraction of a millisecond. Each process keeps, per queue it enqueues to, the last count it took and what it
-has enqueued itself since, and admits an enqueue when the two together stay within the limit: a dictionary
-lookup and an addition. The count is taken again in the background once it is older than
-JOBQ_PENDING_COUNT_INTERVAL_MS (ten times that while the queue is under half its limit; and never more
-often than every twenty times the last count's own duration, so that counts of a big backlog take at most
-a twentieth of a database core per queue and process), and at once, on
-the request's path, only when an enqueue would pass the limit by the count in hand (so that a queue that
-drained is seen to have room). The first enqueue of a queue in a process waits for its first count. Each
-count stops at the limit, so it costs min(backlog, limit) index entries.
+Neither counts per enqueue: counting a million pending jobs takes 65 ms (150-200 ms on a loaded machine),
+the enqueue itself a fraction of a millisecond. Each process keeps, per queue it enqueues to, the last count
+it took and what it has enqueued itself since, and admits an enqueue when the two together stay within the
+limit: a lookup, a comparison and two additions. The count is taken again in the background once it is
+older than JOBQ_PENDING_COUNT_INTERVAL_MS (ten times that while the queue was under half its limit; and
+never more often than every twenty times the last count's own duration, so that counts of a big backlog
+take at most a twentieth of a database core per queue and process), and at once, on the request's path,
+only when an enqueue would pass the limit by the count in hand (so that a queue that drained is seen to
+have room). The first enqueue of a queue in a process waits for its first count. Each count stops at the
+limit, so it costs min(backlog, limit) index entries.
 
 How exact: this process's own enqueues are counted as they are admitted, so one process alone never passes a
 limit (an enqueue still being written when a count starts stays added after it, and may be in the count
 too: counted twice, it errs on the side of refusing; one that fails gives its place back). Other processes'
 enqueues are seen at the next count: a queue may hold more than its limit by what the other processes
 (replicas, --workers) enqueue into it between two counts: one interval (ten while it was under half its
-limit; twenty count durations when those are longer, about 1.3 s for a million jobs). An
-idempotency key that names an existing job takes a place until the next count. The same holds for the
-number of queues, counted at most once per interval, and then only for a queue this process has not seen
-live within the last minute."""
+limit; twenty count durations when those are longer: 1.3-4 s for a million jobs). An idempotency key that
+names an existing job takes a place until the next count. The same holds for the number of queues, counted
+at most once per interval, and then only for a queue this process has not seen live within the last
+minute."""
 
 from __future__ import annotations
 
