@@ -9,12 +9,12 @@ arrives, so that an ordinary workflow looks as it always has. Whatever is left (
 cascade) is the background service's (app/maintenance/releaser.py), which `after_finish()` pokes; so do the
 paths that finish jobs in bulk in the background (the lease rescuer, an SQS purge).
 
-A step (`step()`) is one transaction on one queue's outbox rows, of at most `batch` dependency rows, each
-statement under JOBQ_MAINTENANCE_STATEMENT_TIMEOUT_MS. In the background a step follows the cascade a level
-after another, within its batch, before it commits. After each commit the moves go through
-app/core/effects.py (path DEPENDENCY): claims parked on a released job's queue and requests waiting for a
-cancelled job's result are woken here and, through app/core/wakeups.py, in the other processes; nothing is
-sent from inside a statement."""
+A step (`step()`) is one transaction on one queue's outbox rows, of at most `batch` dependency rows (one
+level of a cascade: its commit makes the level's work durable, so a dependant locked by someone else holds
+up only the step that waits for it), each statement under JOBQ_MAINTENANCE_STATEMENT_TIMEOUT_MS. After each
+commit the moves go through app/core/effects.py (path DEPENDENCY): claims parked on a released job's
+queue and requests waiting for a cancelled job's result are woken here and, through app/core/wakeups.py, in
+the other processes; nothing is sent from inside a statement."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ class DependencyRelease:
             self.backlog()
 
     async def step(
-        self, queue: str, jobs: Sequence[int] | None = None, levels: int = 1_000_000, room: int | None = None
+        self, queue: str, jobs: Sequence[int] | None = None, levels: int = 1, room: int | None = None
     ) -> Step:
         """One transaction on `queue`'s outbox rows (those of `jobs`, or any): at most `room` (by default
         `batch`) dependency rows consumed, following cancelled dependants of this queue `levels` levels
