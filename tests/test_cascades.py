@@ -114,8 +114,14 @@ def test_a_chain_at_the_limit_is_cancelled_after_the_request_answered(
     assert server.job(jobs[0]["id"])["last_error"] == f"dependency {root['id']} {r.json()['status']}"
     assert server.job(jobs[INLINE_LEVELS - 1]["id"])["status"] == "cancelled"
     assert server.job(jobs[INLINE_LEVELS]["id"])["status"] == "waiting"
-    result = releaser(server)
-    assert result.cancelled == 1000 - INLINE_LEVELS and result.errors == 0
+    cancelled = 0
+    while True:  # passes until one ends with nothing left (a pass gives each queue a slice of time)
+        result = releaser(server)
+        assert result.errors == 0
+        cancelled += result.cancelled
+        if not result.more:
+            break
+    assert cancelled == 1000 - INLINE_LEVELS
     got = counts(server, "a1")
     assert (got["waiting"], got["cancelled"]) == (0, 1000 + (how == "cancel"))
     assert server.job(jobs[-1]["id"])["last_error"] == f"dependency {jobs[-2]['id']} cancelled"
@@ -170,7 +176,7 @@ def _lapse(db: psycopg.Connection, *ids: int) -> None:
 
 
 def test_a_lapsed_last_attempt_in_another_queue_is_failed_while_a_big_cascade_is_in_progress(
-    server_factory: Callable[..., LiveServer], db: psycopg.Connection
+    server_factory: Callable[..., LiveServer], db: psycopg.Connection, database_url: str
 ) -> None:
     """Tenant a1's root (last attempt) lapses with a chain of 1,000 and a fan-out of 1,000 below it; tenant
     b1's job (last attempt) lapses too. The sweeper fails both at once; a1's cascade, held up mid-way by a
@@ -184,7 +190,7 @@ def test_a_lapsed_last_attempt_in_another_queue_is_failed_while_a_big_cascade_is
     assert server.claim_one("b1")["id"] == other["id"]
     _lapse(db, root["id"], other["id"])
     held = jobs[500]
-    with psycopg.connect(db.info.dsn) as holder:
+    with psycopg.connect(database_url) as holder:
         holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (held["id"],))
         result = server.run(lambda: server.services.maintenance["rescuer"].run_once())
         assert (result.failed, result.errors) == (2, 0)
@@ -284,9 +290,9 @@ def test_a_cascade_a_killed_process_was_doing_is_finished_by_another(database_ur
             assert db.execute("SELECT count(*) FROM dependency_releases").fetchone() == (0,)
             assert db.execute("SELECT count(*) FROM job_dependencies").fetchone() == (0,)
     finally:
-        first.kill()
+        first.close()
         if second is not None:
-            second.stop()
+            second.close()
 
 
 def test_what_a_previous_releases_process_left_is_released_by_the_reconciliation(

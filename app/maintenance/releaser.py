@@ -4,8 +4,11 @@ rescuer's terminal fails, an SQS purge), and whatever a process that died mid-wa
 
 Runs in every API process: a pass takes each queue with outbox rows in turn and runs release steps on it
 (app/core/dependencies.py; SKIP LOCKED, so replicas share the work, and one that died mid-step leaves its
-rows to the others), a slice of time per queue so that a big cascade in one queue delays none in another;
-a queue whose step fails is logged and tried again on the next pass, the others go on. A finish pokes it;
+rows to the others), a slice of time per queue so that a big cascade in one queue delays none in another.
+A step follows up to LEVELS_PER_STEP levels of a cascade in one transaction (a chain goes that much
+faster); one that fails (a dependant locked past the statement budget, say) is undone whole, and the queue
+goes on a level per transaction, so the levels before the trouble are kept; a queue whose single-level step
+fails is logged and tried again on the next pass, the others go on. A finish pokes it;
 otherwise it looks every JOBQ_DEPENDENCY_INTERVAL_SECONDS.
 
 Every JOBQ_DEPENDENCY_RECONCILE_SECONDS a pass also reconciles: it gives dependency rows written by a
@@ -27,6 +30,8 @@ from app.settings import Settings
 log = logging.getLogger("jobq.releaser")
 
 SLICE_SECONDS = 0.5  # of one pass, per queue, before the next queue's turn
+LEVELS_PER_STEP = 10  # of a cascade, in one transaction; after a step that failed, one level at a time
+SINGLE_LEVEL_SECONDS = 30.0  # ... on that queue for this long
 QUEUES_PER_LOOK = 100  # queues with outbox rows read at a time
 RECONCILE_QUEUES = 1000  # parent queues walked by one reconciliation (the next one goes on from there)
 RECONCILE_PAGES = 20  # pages of one queue's dependency rows per reconciliation (likewise)
@@ -53,6 +58,7 @@ class DependencyReleaser(Ticking):
         self._queue_cursor = ""  # the reconciliation's place among the parent queues
         self._page_cursor: dict[str, int] = {}
         self._more = False
+        self._single: dict[str, float] = {}  # queue -> until when its steps go one level at a time
         release.backlog = self.poke
 
     def next_delay(self) -> float:
@@ -62,6 +68,8 @@ class DependencyReleaser(Ticking):
         """One pass over every queue with outbox rows (a slice each); with `reconcile` (by default: when one
         is due) the reconciliation first."""
         out = ReleaseResult()
+        now = time.monotonic()
+        self._single = {q: t for q, t in self._single.items() if t > now}
         if reconcile or (reconcile is None and time.monotonic() - self._reconciled >= self.reconcile_every):
             self._reconciled = time.monotonic()
             out.recorded = await self._reconcile(out)
@@ -81,10 +89,19 @@ class DependencyReleaser(Ticking):
     async def _drain(self, queue: str, out: ReleaseResult) -> None:
         """Steps on one queue until it has no work left or its slice of the pass ran out."""
         until = time.monotonic() + SLICE_SECONDS
+        levels = 1 if self._single.get(queue, 0.0) > time.monotonic() else LEVELS_PER_STEP
         while True:
             try:
-                step = await self.release.step(queue)
+                step = await self.release.step(queue, levels=levels)
             except Exception:
+                if levels > 1:
+                    # Undone whole: a level at a time now (and for a while on this queue), each committed, up
+                    # to whatever held it up; a slice of its own for that.
+                    log.warning("%s: a step on queue %r failed; one level at a time", self.name, queue, exc_info=True)
+                    levels = 1
+                    self._single[queue] = time.monotonic() + SINGLE_LEVEL_SECONDS
+                    until = time.monotonic() + SLICE_SECONDS
+                    continue
                 out.errors += 1
                 self.metrics.maintenance_errors.labels(self.name).inc()
                 log.exception("%s: a step on queue %r failed; the other queues go on", self.name, queue)
