@@ -5,6 +5,7 @@ that works queue by queue, a crash mid-cascade, and the leftovers of a previous 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -100,13 +101,15 @@ def test_a_chain_at_the_limit_is_cancelled_after_the_request_answered(
     root = server.enqueue("a1", payload="root")
     jobs = chain(server, "a1", root["id"], 1000)
     assert counts(server, "a1")["waiting"] == 1000
-    if how == "fail":
-        claim = server.claim_one("a1")
+    claim = server.claim_one("a1") if how == "fail" else None
+    start = time.perf_counter()
+    if claim is not None:
         r = server.client.post(
             f"/jobs/{root['id']}/fail", json={"claim_token": claim["claim_token"], "error": "no", "retry": False}
         )
     else:
         r = server.client.post(f"/jobs/{root['id']}/cancel", json={})
+    answered = time.perf_counter() - start
     assert r.status_code == 200, r.text
     assert r.json()["status"] == ("failed" if how == "fail" else "cancelled")
     # What the request did: the first levels, each cancelled with the reason; the rest still waits.
@@ -115,6 +118,7 @@ def test_a_chain_at_the_limit_is_cancelled_after_the_request_answered(
     assert server.job(jobs[INLINE_LEVELS - 1]["id"])["status"] == "cancelled"
     assert server.job(jobs[INLINE_LEVELS]["id"])["status"] == "waiting"
     cancelled = 0
+    start = time.perf_counter()
     while True:  # passes until one ends with nothing left (a pass gives each queue a slice of time)
         result = releaser(server)
         assert result.errors == 0
@@ -122,6 +126,8 @@ def test_a_chain_at_the_limit_is_cancelled_after_the_request_answered(
         if not result.more:
             break
     assert cancelled == 1000 - INLINE_LEVELS
+    print(f"\n{how} of the root of a 1,000-deep chain: answered in {answered * 1000:.0f} ms; "
+          f"the background cancelled the rest in {(time.perf_counter() - start) * 1000:.0f} ms")  # fmt: skip
     got = counts(server, "a1")
     assert (got["waiting"], got["cancelled"]) == (0, 1000 + (how == "cancel"))
     assert server.job(jobs[-1]["id"])["last_error"] == f"dependency {jobs[-2]['id']} cancelled"
@@ -143,13 +149,17 @@ def test_a_wide_fan_out_is_released_a_batch_per_step(server_factory: Callable[..
                 ]
             batch(server, jobs, queue)
     # (left: 1,250 children of the root and 1,250 grandchildren; right the same)
+    start = time.perf_counter()
     r = server.client.post(f"/jobs/{root['id']}/cancel", json={})
+    answered = time.perf_counter() - start
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
 
     def cancelled() -> int:
         return counts(server, "left")["cancelled"] + counts(server, "right")["cancelled"]
 
     wait_until(lambda: cancelled() == 5000, timeout=120, what="every dependant cancelled")
+    print(f"\ncancel of a root of 2,500 (each with one dependant), batches of 100: answered in "
+          f"{answered * 1000:.0f} ms, all cancelled after {(time.perf_counter() - start) * 1000:.0f} ms")  # fmt: skip
     assert counts(server, "left")["waiting"] == counts(server, "right")["waiting"] == 0
 
 
