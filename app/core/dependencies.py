@@ -34,7 +34,7 @@ log = logging.getLogger("jobq.dependencies")
 
 # Levels of a cancellation the request that finished the job follows before it answers (within one batch of
 # rows in all): a workflow of ordinary depth looks as it always has; a deeper one goes on in the background.
-INLINE_LEVELS = 16
+INLINE_LEVELS = 4
 
 
 @dataclass(slots=True)
