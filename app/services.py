@@ -24,6 +24,7 @@ from starlette.requests import Request
 
 from app.auth.exposure import is_loopback
 from app.auth.keyring import KeyRing
+from app.core.dependencies import DependencyRelease
 from app.core.dispatcher import ClaimDispatcher
 from app.core.effects import Effects
 from app.core.flow import QueueConfigs
@@ -43,6 +44,7 @@ from app.maintenance.gauges import Gauges
 from app.maintenance.keys import KeyUse
 from app.maintenance.listener import WakeupListener
 from app.maintenance.poll import FallbackPoll
+from app.maintenance.releaser import DependencyReleaser
 from app.maintenance.rescuer import LeaseRescuer
 from app.maintenance.retention import Retention
 from app.maintenance.samples import BacklogSampler
@@ -98,6 +100,7 @@ class Services:
     history: HistoryService
     search: SearchService
     schedules: ScheduleService
+    release: DependencyRelease  # jobs waiting for finished ones (app/core/dependencies.py)
     sqs: SqsService  # the SQS API's queues and sends (app/sqs/)
     maintenance: Supervisor
     metrics: Metrics
@@ -148,14 +151,18 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs, effects)
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
-    jobs = JobService(settings, db, dispatcher, effects, results, configs)
-    ops = OpsService(settings, db, effects, wakeups, configs)
+    # The release of jobs waiting for finished ones (app/core/dependencies.py): the write paths run its first
+    # step, the background service the rest.
+    release = DependencyRelease(settings, db, effects)
+    jobs = JobService(settings, db, dispatcher, effects, results, configs, release)
+    ops = OpsService(settings, db, effects, wakeups, configs, release)
     scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(
         [
             WakeupListener(url, wakeups, keys, configs),
             FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
-            LeaseRescuer(settings, db, metrics, effects),
+            LeaseRescuer(settings, db, metrics, effects, release),
+            DependencyReleaser(settings, release, metrics),
             scheduler,
             Retention(settings, db, metrics, effects),
             Vacuum(settings, db, metrics),
@@ -176,8 +183,9 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         jobs=jobs,
         ops=ops,
         history=HistoryService(db),
-        search=SearchService(settings, db, effects),
+        search=SearchService(settings, db, effects, release),
         schedules=ScheduleService(settings, db, scheduler.poke),
+        release=release,
         sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, effects),
         maintenance=maintenance,
         metrics=metrics,

@@ -14,6 +14,7 @@ from operator import attrgetter, gt
 from typing import Any
 
 from app.core.coalesce import Coalescer
+from app.core.dependencies import DependencyRelease
 from app.core.dispatcher import ClaimDispatcher
 from app.core.effects import NEW, PENDING, RUNNING, SCHEDULED, Effects, Moves, Path
 from app.core.flow import Effective, QueueConfigs
@@ -21,7 +22,7 @@ from app.core.results import ResultWaiters
 from app.db import jobs as store
 from app.db import writes as store_writes
 from app.db.claim import ClaimSlot
-from app.db.dependencies import Parent, UnknownJobs, jobs_insert_dependent
+from app.db.dependencies import Parent, TooDeep, UnknownJobs, jobs_insert_dependent
 from app.db.jobs import NewJob
 from app.db.pool import Database
 from app.db.rows import ClaimRow, Inserted, JobRow
@@ -198,9 +199,11 @@ class JobService:
         effects: Effects,
         results: ResultWaiters,
         configs: QueueConfigs,
+        release: DependencyRelease,
     ) -> None:
         self.settings = settings
         self.configs = configs
+        self.dependants = release  # the jobs waiting for those a complete or fail finished
         self.db = db
         self.dispatcher = dispatcher
         self.effects = effects
@@ -318,9 +321,19 @@ class JobService:
         policies = [r.on_dependency_failure for r in reqs]
         try:
             async with self.db.connection() as conn:
-                rows = await jobs_insert_dependent(conn, jobs, parents, policies, allowed)
+                rows = await jobs_insert_dependent(
+                    conn, jobs, parents, policies, allowed, self.settings.max_dependency_depth
+                )
         except UnknownJobs as exc:
             raise _unknown(reqs, loc, batch, set(exc.ids)) from None
+        except TooDeep as exc:
+            where = [*loc, exc.item, "depends_on"] if batch else [*loc, "depends_on"]
+            msg = (
+                f"this job would be {exc.depth} dependencies deep (a chain of jobs, each waiting for the one "
+                f"before it); at most {exc.limit} (JOBQ_MAX_DEPENDENCY_DEPTH). Depend on fewer levels, or on "
+                "a job nearer the start of the chain"
+            )
+            raise invalid(where, msg, "too_deep") from None
         self.effects.apply(_inserted_dependent(rows))
         return rows
 
@@ -388,6 +401,8 @@ class JobService:
         for queue, (ids, durations) in per_queue.items():
             moves.completed(queue, ids, durations)
         self.effects.apply(moves)
+        # Their dependants: the direct ones released now, before the completes are answered.
+        await self.dependants.after_finish(d.job for d in done if d.changed)
         out, at = [], 0
         for items in requests:
             out.append(done[at : at + len(items)])
@@ -435,6 +450,7 @@ class JobService:
             # A retry asked for now is claimable at once; one after a backoff only frees the slot.
             due = job.status != PENDING or req.retry_in_seconds == 0
             self.effects.apply(_moved(Path.FAIL, job, RUNNING, job.status if due else SCHEDULED))
+            await self.dependants.after_finish([job])  # failed for good: its dependants cancelled
         return job
 
     async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> JobRow:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.cursors import BadCursor, decode_cursor, encode_cursor
+from app.core.dependencies import DependencyRelease
 from app.core.effects import Effects, Moves, Path
 from app.core.jobs import invalid, json_text, sanitise_error
 from app.db import admin as store_admin
@@ -34,7 +35,8 @@ class Found:
 
 
 class SearchService:
-    def __init__(self, settings: Settings, db: Database, effects: Effects) -> None:
+    def __init__(self, settings: Settings, db: Database, effects: Effects, release: DependencyRelease) -> None:
+        self.dependants = release  # the jobs waiting for those a bulk cancel cancelled
         self.settings = settings
         self.db = db
         self.effects = effects
@@ -107,6 +109,7 @@ class SearchService:
 
     async def _act(self, req: BulkRequest, ids: list[int], applies: tuple[str, ...], allowed: str | None) -> list[Doc]:
         moves: Moves | None = None
+        finished: list[JobRow] = []
         async with self.db.connection() as conn:
             if req.dry_run:
                 seen = {j.id: (j.status in applies, j) for j in await store_admin.jobs_get_brief(conn, ids, allowed)}
@@ -124,8 +127,11 @@ class SearchService:
                 for w in written:
                     if w.written and w.job is not None and w.was is not None:
                         moves.add_jobs(w.job.queue, w.was, w.job.status, (w.job.id,))
+                        finished.append(w.job)
         if moves is not None:
             self.effects.apply(moves)
+        if req.action == "cancel":
+            await self.dependants.after_finish(finished)
         out = []
         for job_id in ids:
             if job_id not in seen:

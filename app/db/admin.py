@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from app.db.jobs import JOB_COLUMNS, count_finished, job_columns, job_get
+from app.db.jobs import JOB_COLUMNS, count_finished, job_columns, job_get, record_finished
 from app.db.rows import JobRow, Moved, Status, outcome_rows, rows_of
 from app.db.scope import queue_allowed
 
@@ -31,13 +31,14 @@ WITH target AS (
 ), cancelled AS (
   -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
   -- learns of it (cancel_requested) and its complete or fail is refused with job-cancelled. The jobs
-  -- that depend on a cancelled one are cancelled too, by the trigger jobs_release_dependants.
+  -- that depend on a cancelled one are cancelled too, by the release (`recorded`, app/db/releases.py).
   UPDATE jobs AS j
   SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = coalesce(%(reason)s, j.last_error)
   FROM target t WHERE j.id = t.id
   RETURNING t.was, {columns}
 ), counted AS ({count_finished("cancelled")}
+), recorded AS ({record_finished("cancelled")}
 )
 SELECT 0 AS ord, true AS written, * FROM cancelled
 UNION ALL

@@ -56,7 +56,9 @@ def job_columns(full: str = "true") -> str:
         # NULL means cancel, and says nothing for a job without dependencies; the count only while waiting.
         "CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END "
         "AS on_dependency_failure, "
-        "CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies"
+        "CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, "
+        # Not shown by the API: whether a job enqueued later depends on this one (the release, app/db/releases.py).
+        "coalesce(j.has_dependants, false) AS has_dependants"
     )
 
 
@@ -74,6 +76,17 @@ def count_finished(source: str, status: str = "status", delta: str = "1") -> str
   WHERE {status} IN {FINISHED_SQL}
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n"""
+
+
+def record_finished(source: str) -> str:
+    """A data-modifying CTE body that records, in the dependency release's outbox, each job of `source` (with
+    columns queue, id, status, has_dependants) that finished while some job depends on it: the release
+    (app/db/releases.py) then releases or cancels its dependants. Same statement as the finish, so a finish
+    never commits without its record; the row stays in the finished job's queue."""
+    return f"""
+  INSERT INTO dependency_releases (queue_name, job_id, status)
+  SELECT queue, id, status FROM {source}
+  WHERE has_dependants AND status IN {FINISHED_SQL}"""
 
 
 def as_json(doc: Any) -> str:

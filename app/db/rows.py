@@ -128,6 +128,7 @@ class JobRow(NamedTuple):
     depends_on: list[int] | None  # dependencies between jobs (app/db/dependencies.py)
     on_dependency_failure: str | None
     pending_dependencies: int | None
+    has_dependants: bool = False  # some job depends on it (not shown by the API; the release reads it)
 
 
 class ClaimRow(NamedTuple):

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import psycopg
 from orjson import Fragment
 
-from app.db.jobs import JOB_COLUMNS, RUNNING, as_json, count_finished, job_columns, job_get
+from app.db.jobs import JOB_COLUMNS, RUNNING, as_json, count_finished, job_columns, job_get, record_finished
 from app.db.rows import Beat, ClaimRow, JobRow, Status, Written, outcome_rows, rows_of
 from app.db.scope import queue_allowed
 
@@ -177,6 +177,7 @@ WITH input AS (
     AND j.status = {RUNNING} AND j.claim_token = i.token AND {queue_allowed("j.queue_name", "i.allowed")}
   RETURNING {job_columns("%(full)s")}
 ), counted AS ({count_finished("done", "'completed'")}
+), recorded AS ({record_finished("done")}
 )
 {_written_many("done", "%(full)s")}
 """
@@ -261,6 +262,7 @@ WITH failed AS (
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   RETURNING {JOB_COLUMNS}
 ), counted AS ({count_finished("failed")}
+), recorded AS ({record_finished("failed")}
 )
 {_written_one("failed")}
 """

@@ -199,7 +199,8 @@ def build_contract(s: Settings) -> Contract:
         )
         group: Maybe[key_text] = omitted(GROUP_TEXT)
         depends_on: Maybe[Annotated[list[Dependency], Field(max_length=s.max_dependencies)]] = omitted(
-            DEPENDS_ON_TEXT + f" At most {s.max_dependencies} entries."
+            DEPENDS_ON_TEXT + f" At most {s.max_dependencies} entries; the job at most {s.max_dependency_depth} "
+            "dependencies deep (1 + the deepest of the jobs it names), else 422."
         )
 
     class EnqueueBatchRequest(_EnqueueBatchRequest):

@@ -47,9 +47,9 @@ MACHINE = {
     (RUNNING, PENDING),  # retry now, release now, lapsed lease, the dispatcher's hand-back
     (RUNNING, SCHEDULED),  # retry later, release later
     (PENDING, CANCELLED),
-    (WAITING, CANCELLED),  # cancel, or a dependency failed (the trigger)
+    (WAITING, CANCELLED),  # cancel, or a dependency failed (the release)
     (RUNNING, CANCELLED),
-    (WAITING, PENDING),  # the last dependency finished (the trigger)
+    (WAITING, PENDING),  # the last dependency finished (the release)
     (FAILED, PENDING),  # retry, redrive
     (CANCELLED, PENDING),  # retry
     (COMPLETED, GONE),  # retention
@@ -145,10 +145,10 @@ def test_apply_refuses_a_move_its_row_does_not_list() -> None:
     impossible.add("q", COMPLETED, PENDING)
     with pytest.raises(UnlistedMove):
         fx.apply(impossible)
-    trigger = Moves(Path.TRIGGER)
-    trigger.add("q", WAITING, PENDING)
+    backwards = Moves(Path.DEPENDENCY)  # the release only ever moves waiting jobs on
+    backwards.add("q", PENDING, WAITING)
     with pytest.raises(UnlistedMove):
-        fx.apply(trigger)
+        fx.apply(backwards)
 
 
 def job(queue: str, job_id: int, later: bool = False) -> Inserted:

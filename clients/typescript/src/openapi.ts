@@ -1205,7 +1205,7 @@ export interface components {
             delay_seconds?: number;
             /**
              * Depends On
-             * @description Jobs this one runs after: it is `waiting` until each of them is `completed`. An entry is a job id (of any queue this key may enqueue to), or, in a batch, an earlier item of the same batch: its `ref` as a string, or `{"ref": n}` with its index (0-based) or its `ref`. Unknown ids -> 422. See docs/workflows.md. At most 100 entries.
+             * @description Jobs this one runs after: it is `waiting` until each of them is `completed`. An entry is a job id (of any queue this key may enqueue to), or, in a batch, an earlier item of the same batch: its `ref` as a string, or `{"ref": n}` with its index (0-based) or its `ref`. Unknown ids -> 422. See docs/workflows.md. At most 100 entries; the job at most 1000 dependencies deep (1 + the deepest of the jobs it names), else 422.
              */
             depends_on?: (number | string | components["schemas"]["BatchRef"])[];
             /**
