@@ -174,7 +174,7 @@ def test_completing_a_parent_of_many_releases_them_all(
     r = server.client.post(f"/jobs/{parent['id']}/complete", json={"claim_token": claim["claim_token"]})
     assert r.status_code == 200
     assert len(answer()) == 100  # released in the request, woken at once
-    wait_until(lambda: counts(server, "kids")["waiting"] == 0, what="every dependant released")
+    wait_until(lambda: counts(server, "kids")["waiting"] == 0, timeout=120, what="every dependant released")
     assert counts(server, "kids")["ready"] + counts(server, "kids")["running"] == 2000
 
 
@@ -207,7 +207,9 @@ def test_a_lapsed_last_attempt_in_another_queue_is_failed_while_a_big_cascade_is
         assert server.job(other["id"])["status"] == "failed"
         assert server.job(root["id"])["status"] == "failed"
         # The cascade is under way, and stuck at the held job until the lock goes.
-        wait_until(lambda: server.job(jobs[499]["id"])["status"] == "cancelled", what="the cascade under way")
+        wait_until(
+            lambda: server.job(jobs[499]["id"])["status"] == "cancelled", timeout=120, what="the cascade under way"
+        )
         assert server.job(held["id"])["status"] == "waiting"
     wait_until(lambda: counts(server, "a1")["waiting"] == 0, timeout=120, what="the chain cancelled")
     assert counts(server, "a1-fan")["waiting"] == 0
