@@ -35,6 +35,7 @@ from app.core.schedules import ScheduleService
 from app.core.search import SearchService
 from app.core.sqs import SqsService
 from app.core.wakeups import Wakeups
+from app.core.workers import WorkerActivity, WorkerService
 from app.db import keys as store_keys
 from app.db import migrate
 from app.db.pool import Database
@@ -49,6 +50,7 @@ from app.maintenance.samples import BacklogSampler
 from app.maintenance.scheduler import Scheduler
 from app.maintenance.stats import StatsFlush
 from app.maintenance.vacuum import Vacuum
+from app.maintenance.workers import WorkersFlush
 from app.observability.logs import AccessLog, resolve_format
 from app.observability.metrics import Metrics
 from app.observability.tracing import TraceContext, Tracing, incoming_traceparent
@@ -98,6 +100,7 @@ class Services:
     history: HistoryService
     search: SearchService
     schedules: ScheduleService
+    workers: WorkerService
     sqs: SqsService  # the SQS API's queues and sends (app/sqs/)
     maintenance: Supervisor
     metrics: Metrics
@@ -148,7 +151,8 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs, effects)
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
-    jobs = JobService(settings, db, dispatcher, effects, results, configs)
+    activity = WorkerActivity()  # the worker registry's sightings, flushed by WorkersFlush
+    jobs = JobService(settings, db, dispatcher, effects, results, configs, activity)
     ops = OpsService(settings, db, effects, wakeups, configs)
     scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(
@@ -162,6 +166,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
             Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds),
             BacklogSampler(db, metrics),
             StatsFlush(metrics, db),
+            WorkersFlush(settings, activity, db, metrics),
             KeyUse(keys, metrics),
         ]
     )
@@ -178,6 +183,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         history=HistoryService(db),
         search=SearchService(settings, db, effects),
         schedules=ScheduleService(settings, db, scheduler.poke),
+        workers=WorkerService(settings, db),
         sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, effects),
         maintenance=maintenance,
         metrics=metrics,

@@ -86,11 +86,12 @@ WITH input AS (
   FROM input i
   WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id AND i.writes
     AND j.status = (SELECT 'running'::text) AND j.claim_token = i.token AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
-  RETURNING j.id, j.claim_token, j.lease_expires_at
+  RETURNING j.id, j.claim_token, j.lease_expires_at, j.locked_by, j.queue_name
 )
 -- Per input: the new expiry, else the job's state as this statement found it (to tell why not); a job
 -- outside the caller's queues is not found.
-SELECT i.ord, r.lease_expires_at, c.status, c.claim_token
+-- The worker and queue of a renewed claim go to the worker registry (app/core/workers.py).
+SELECT i.ord, r.lease_expires_at, c.status, c.claim_token, r.locked_by AS worker, r.queue_name AS queue
 FROM input i
 LEFT JOIN renewed r ON r.id = i.id AND r.claim_token = i.token
 LEFT JOIN LATERAL (

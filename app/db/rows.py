@@ -202,6 +202,8 @@ class Beat(NamedTuple):
     lease_expires_at: datetime | None
     status: str | None
     claim_token: str | None
+    worker: str | None  # of the renewed claim (NULL when not renewed), and its queue
+    queue: str | None
 
 
 @dataclass(slots=True, frozen=True)

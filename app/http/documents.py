@@ -12,8 +12,10 @@ from orjson import Fragment
 from pydantic import BaseModel
 
 from app.db.flow import QueueConfigRow
+from app.db.workers import WorkerRow
 from app.models.answers import Claim, CompleteOutcome, HeartbeatResponse, Job
 from app.models.schedules import Schedule
+from app.models.workers import HeldJob, WorkerSummary
 
 JSON_FIELDS = frozenset({"payload", "result", "progress"})
 
@@ -41,6 +43,13 @@ claim_document = documenter(Claim)
 renewal_document = documenter(HeartbeatResponse)
 outcome_document = documenter(CompleteOutcome)
 schedule_document = documenter(Schedule)
+held_job_document = documenter(HeldJob)
+_SUMMARY = tuple(n for n in WorkerSummary.model_fields if n != "state")
+
+
+def worker_document(row: WorkerRow) -> Document:
+    """A worker (app/models/workers.py WorkerSummary)."""
+    return {"state": "live" if row.live else "gone", **{n: getattr(row, n) for n in _SUMMARY}}
 
 
 def _rate(limit: int | None, per_seconds: int | None) -> Document | None:

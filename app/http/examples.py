@@ -191,6 +191,43 @@ _FAILED = {
 }
 
 # Component schema name -> examples (JSON Schema `examples`; the first also becomes the media type's).
+_WORKER = {
+    "name": "mailer-1-4242",
+    "state": "live",
+    "queues": ["emails"],
+    "sdk": "jobq-client-python",
+    "version": __version__,
+    "host": "mailer-1",
+    "first_seen": "2026-11-29T08:00:00+00:00",
+    "last_seen": _AT,
+    "jobs_held": 1,
+    "job_ids": [42],
+    "lease_expires_at": _LATER,
+    "completed_last_hour": 1840,
+    "failed_last_hour": 3,
+}
+_GONE_WORKER = {
+    **_WORKER,
+    "name": "mailer-2-977",
+    "state": "gone",
+    "host": "10.0.3.17",
+    "jobs_held": 0,
+    "job_ids": [],
+    "lease_expires_at": None,
+    "last_seen": "2026-11-29T11:40:00+00:00",
+    "completed_last_hour": 12,
+    "failed_last_hour": 0,
+}
+_HELD_JOB = {
+    "id": 42,
+    "queue": "emails",
+    "attempts": 1,
+    "max_attempts": 5,
+    "claimed_at": _AT,
+    "lease_expires_at": _LATER,
+    "progress": {"done": 40, "total": 100},
+}
+
 SCHEMAS: dict[str, list[Any]] = {
     "EnqueueRequest": [
         _ENQUEUE,
@@ -356,6 +393,11 @@ SCHEMAS: dict[str, list[Any]] = {
             "partial": False,
         }
     ],
+    # workers
+    "WorkerSummary": [_WORKER, _GONE_WORKER],
+    "WorkerList": [{"workers": [_WORKER, _GONE_WORKER]}],
+    "HeldJob": [_HELD_JOB],
+    "WorkerDetail": [{**_WORKER, "jobs": [_HELD_JOB]}],
     # schedules
     "ScheduleRequest": [
         {"queue": "reports", "cron": "0 7 * * MON-FRI", "timezone": "Europe/Paris", "payload": {"report": "daily"}},

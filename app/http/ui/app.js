@@ -1102,6 +1102,53 @@
     };
   }
 
+  // Workers: live ones, and those gone recently, each with the jobs it holds now (GET /workers).
+  function workersView() {
+    const body = el("div", { id: "workers" });
+    let last = "";
+    const jobLinks = (w) => {
+      if (!w.jobs_held) return none();
+      const links = w.job_ids.flatMap((id, i) => [i ? ", " : "", el("a", { href: jobHref(id) }, String(id))]);
+      const more = w.jobs_held > w.job_ids.length ? ` and ${w.jobs_held - w.job_ids.length} more` : "";
+      return el("span", {}, links, more);
+    };
+    const rows = (workers) => workers.map((w) =>
+      el("tr", { "data-worker": w.name },
+        el("td", {}, w.name),
+        el("td", { "data-col": "queues" }, w.queues.flatMap((queue, i) => [i ? ", " : "", el("a", { href: queueHref(queue) }, queue)])),
+        el("td", { "data-col": "sdk" }, [w.sdk, w.version].filter(Boolean).join(" ") || none()),
+        el("td", { "data-col": "host" }, w.host ?? none()),
+        el("td", { "data-col": "jobs" }, jobLinks(w)),
+        el("td", { class: "num", "data-col": "completed" }, String(w.completed_last_hour)),
+        el("td", { class: "num", "data-col": "failed" }, String(w.failed_last_hour)),
+        el("td", { "data-col": "last-seen" }, fmtTime(w.last_seen))));
+    const tableOf = (id, caption, workers, empty) =>
+      workers.length
+        ? el("table", { id },
+          el("caption", {}, caption),
+          el("thead", {}, el("tr", {}, ["Worker", "Queues", "SDK", "Host", "Holds", "Completed (1 h)", "Failed (1 h)", "Last seen"]
+            .map((h) => el("th", {}, h)))),
+          el("tbody", {}, rows(workers)))
+        : el("p", { class: "muted", id: `${id}-empty` }, empty);
+    return {
+      mount(root) {
+        root.replaceChildren(el("h2", {}, "Workers"), body);
+      },
+      async load() {
+        const doc = await api("GET", "workers");
+        const text = JSON.stringify(doc);
+        if (text === last) return;
+        last = text;
+        const live = doc.workers.filter((w) => w.state === "live");
+        const gone = doc.workers.filter((w) => w.state === "gone");
+        body.replaceChildren(
+          tableOf("live-workers", `Live (${live.length})`, live, "No live worker: none holds a lease or was seen lately."),
+          tableOf("gone-workers", `Gone recently (${gone.length})`, gone, "No worker has gone lately."),
+        );
+      },
+    };
+  }
+
   function notFoundView() {
     return {
       mount(root) {
@@ -1124,6 +1171,7 @@
     }
     if (parts[0] === "jobs" && parts.length === 2 && /^[0-9]+$/.test(parts[1])) return jobView(parts[1]);
     if (parts[0] === "search" && parts.length === 1) return searchView(new URLSearchParams(query || ""));
+    if (parts[0] === "workers" && parts.length === 1) return workersView();
     return notFoundView();
   }
 

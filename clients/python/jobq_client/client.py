@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -37,6 +39,10 @@ def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
 
+# This machine's name as the User-Agent carries it: the characters a host name may hold, nothing else.
+_HOST = re.sub(r"[^A-Za-z0-9._:-]", "-", socket.gethostname())[:255] or "unknown"
+
+
 class _Base:
     def __init__(
         self,
@@ -55,7 +61,8 @@ class _Base:
         self._headers = {
             "accept": "application/json, application/problem+json",
             "content-type": "application/json",
-            "user-agent": f"jobq-client-python/{__version__}",
+            # The host rides in a comment: jobq's worker registry shows it (GET /workers).
+            "user-agent": f"jobq-client-python/{__version__} (host={_HOST})",
         }
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"

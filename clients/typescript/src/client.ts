@@ -4,6 +4,10 @@
 
 import { JobqError, RateLimited, ServerError, TransportError, WaitTimeout, errorFromAnswer } from "./errors.js";
 import type { components } from "./openapi.js";
+import { hostname } from "node:os";
+
+// This machine's name as the User-Agent carries it: the characters a host name may hold, nothing else.
+const HOST = hostname().replace(/[^A-Za-z0-9._:-]/g, "-").slice(0, 255) || "unknown";
 
 type Schemas = components["schemas"];
 export type Job = Schemas["Job"];
@@ -241,7 +245,8 @@ export class Client {
     this.onRetry = options.onRetry;
     this.headers = {
       accept: "application/json, application/problem+json",
-      "user-agent": `jobq-client-typescript/${VERSION}`,
+      // The host rides in a comment: jobq's worker registry shows it (GET /workers).
+      "user-agent": `jobq-client-typescript/${VERSION} (host=${HOST})`,
     };
     if (options.apiKey) this.headers["authorization"] = `Bearer ${options.apiKey}`;
   }

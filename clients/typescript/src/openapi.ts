@@ -561,6 +561,43 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Workers: live ones, and those gone recently
+         * @description Every worker seen within JOBQ_WORKERS_KEEP_SECONDS: live ones first (holding a lease that has not lapsed, or seen within JOBQ_WORKER_GONE_SECONDS), then gone ones, each with the queues it claimed from, its SDK, version and host, when it was first and last seen, the jobs it holds now and what it completed and failed in the last hour. A worker is recorded by each process about once a second, so `last_seen` lags by that much. With a key limited to some queues, only those queues count.
+         */
+        get: operations["listWorkers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workers/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A worker, with the jobs it holds now */
+        get: operations["getWorker"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -1423,6 +1460,49 @@ export interface components {
              * @description By `rate` (the queue's claims in the window).
              */
             rate: number;
+        };
+        /**
+         * HeldJob
+         * @example {
+         *       "attempts": 1,
+         *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
+         *       "id": 42,
+         *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *       "max_attempts": 5,
+         *       "progress": {
+         *         "done": 40,
+         *         "total": 100
+         *       },
+         *       "queue": "emails"
+         *     }
+         */
+        HeldJob: {
+            /** Attempts */
+            attempts: number;
+            /**
+             * Claimed At
+             * Format: date-time
+             */
+            claimed_at: string;
+            /**
+             * Id
+             * Format: int64
+             */
+            id: number;
+            /**
+             * Lease Expires At
+             * Format: date-time
+             */
+            lease_expires_at: string;
+            /** Max Attempts */
+            max_attempts: number;
+            /**
+             * Progress
+             * @description What the worker last reported for the job (heartbeat `progress`); null: none.
+             */
+            progress: components["schemas"]["JsonValue"];
+            /** Queue */
+            queue: string;
         };
         /**
          * Job
@@ -3078,6 +3158,274 @@ export interface components {
              * @description Length of the window these figures cover, ending now.
              */
             seconds: number;
+        };
+        /**
+         * WorkerDetail
+         * @example {
+         *       "completed_last_hour": 1840,
+         *       "failed_last_hour": 3,
+         *       "first_seen": "2026-11-29T08:00:00+00:00",
+         *       "host": "mailer-1",
+         *       "job_ids": [
+         *         42
+         *       ],
+         *       "jobs": [
+         *         {
+         *           "attempts": 1,
+         *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
+         *           "id": 42,
+         *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *           "max_attempts": 5,
+         *           "progress": {
+         *             "done": 40,
+         *             "total": 100
+         *           },
+         *           "queue": "emails"
+         *         }
+         *       ],
+         *       "jobs_held": 1,
+         *       "last_seen": "2026-11-29T12:00:00.125+00:00",
+         *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *       "name": "mailer-1-4242",
+         *       "queues": [
+         *         "emails"
+         *       ],
+         *       "sdk": "jobq-client-python",
+         *       "state": "live",
+         *       "version": "1.1.0"
+         *     }
+         */
+        WorkerDetail: {
+            /**
+             * Completed Last Hour
+             * @description Jobs it completed in the last hour.
+             */
+            completed_last_hour: number;
+            /**
+             * Failed Last Hour
+             * @description Attempts it failed in the last hour (fails, and hard timeouts).
+             */
+            failed_last_hour: number;
+            /**
+             * First Seen
+             * Format: date-time
+             */
+            first_seen: string;
+            /**
+             * Host
+             * @description The User-Agent's `host=` comment, else the address it called from.
+             */
+            host: string | null;
+            /**
+             * Job Ids
+             * @description Ids of the jobs it holds, oldest claim first (the first 100).
+             */
+            job_ids: number[];
+            /**
+             * Jobs
+             * @description The jobs it holds now, oldest claim first.
+             */
+            jobs: components["schemas"]["HeldJob"][];
+            /**
+             * Jobs Held
+             * @description Jobs it holds now (running under its claims).
+             */
+            jobs_held: number;
+            /**
+             * Last Seen
+             * Format: date-time
+             * @description Its latest claim, heartbeat, complete or fail (within a second).
+             */
+            last_seen: string;
+            /**
+             * Lease Expires At
+             * @description When the latest lease it holds lapses; null: none.
+             */
+            lease_expires_at: string | null;
+            /**
+             * Name
+             * @description The `worker` its claims named (the SDKs send `<host>-<pid>`).
+             */
+            name: string;
+            /**
+             * Queues
+             * @description The queues it claimed from (of those this key may use).
+             */
+            queues: string[];
+            /**
+             * Sdk
+             * @description From its User-Agent's first product, e.g. `jobq-client-python`.
+             */
+            sdk: string | null;
+            /**
+             * State
+             * @description `live` while it holds a lease that has not lapsed or was seen within JOBQ_WORKER_GONE_SECONDS; `gone` otherwise.
+             * @enum {string}
+             */
+            state: "live" | "gone";
+            /**
+             * Version
+             * @description The SDK's version, from the same product.
+             */
+            version: string | null;
+        };
+        /**
+         * WorkerList
+         * @example {
+         *       "workers": [
+         *         {
+         *           "completed_last_hour": 1840,
+         *           "failed_last_hour": 3,
+         *           "first_seen": "2026-11-29T08:00:00+00:00",
+         *           "host": "mailer-1",
+         *           "job_ids": [
+         *             42
+         *           ],
+         *           "jobs_held": 1,
+         *           "last_seen": "2026-11-29T12:00:00.125+00:00",
+         *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *           "name": "mailer-1-4242",
+         *           "queues": [
+         *             "emails"
+         *           ],
+         *           "sdk": "jobq-client-python",
+         *           "state": "live",
+         *           "version": "1.1.0"
+         *         },
+         *         {
+         *           "completed_last_hour": 12,
+         *           "failed_last_hour": 0,
+         *           "first_seen": "2026-11-29T08:00:00+00:00",
+         *           "host": "10.0.3.17",
+         *           "job_ids": [],
+         *           "jobs_held": 0,
+         *           "last_seen": "2026-11-29T11:40:00+00:00",
+         *           "lease_expires_at": null,
+         *           "name": "mailer-2-977",
+         *           "queues": [
+         *             "emails"
+         *           ],
+         *           "sdk": "jobq-client-python",
+         *           "state": "gone",
+         *           "version": "1.1.0"
+         *         }
+         *       ]
+         *     }
+         */
+        WorkerList: {
+            /**
+             * Workers
+             * @description Live workers first, then by when last seen, newest first.
+             */
+            workers: components["schemas"]["WorkerSummary"][];
+        };
+        /**
+         * WorkerSummary
+         * @example {
+         *       "completed_last_hour": 1840,
+         *       "failed_last_hour": 3,
+         *       "first_seen": "2026-11-29T08:00:00+00:00",
+         *       "host": "mailer-1",
+         *       "job_ids": [
+         *         42
+         *       ],
+         *       "jobs_held": 1,
+         *       "last_seen": "2026-11-29T12:00:00.125+00:00",
+         *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *       "name": "mailer-1-4242",
+         *       "queues": [
+         *         "emails"
+         *       ],
+         *       "sdk": "jobq-client-python",
+         *       "state": "live",
+         *       "version": "1.1.0"
+         *     }
+         * @example {
+         *       "completed_last_hour": 12,
+         *       "failed_last_hour": 0,
+         *       "first_seen": "2026-11-29T08:00:00+00:00",
+         *       "host": "10.0.3.17",
+         *       "job_ids": [],
+         *       "jobs_held": 0,
+         *       "last_seen": "2026-11-29T11:40:00+00:00",
+         *       "lease_expires_at": null,
+         *       "name": "mailer-2-977",
+         *       "queues": [
+         *         "emails"
+         *       ],
+         *       "sdk": "jobq-client-python",
+         *       "state": "gone",
+         *       "version": "1.1.0"
+         *     }
+         */
+        WorkerSummary: {
+            /**
+             * Completed Last Hour
+             * @description Jobs it completed in the last hour.
+             */
+            completed_last_hour: number;
+            /**
+             * Failed Last Hour
+             * @description Attempts it failed in the last hour (fails, and hard timeouts).
+             */
+            failed_last_hour: number;
+            /**
+             * First Seen
+             * Format: date-time
+             */
+            first_seen: string;
+            /**
+             * Host
+             * @description The User-Agent's `host=` comment, else the address it called from.
+             */
+            host: string | null;
+            /**
+             * Job Ids
+             * @description Ids of the jobs it holds, oldest claim first (the first 100).
+             */
+            job_ids: number[];
+            /**
+             * Jobs Held
+             * @description Jobs it holds now (running under its claims).
+             */
+            jobs_held: number;
+            /**
+             * Last Seen
+             * Format: date-time
+             * @description Its latest claim, heartbeat, complete or fail (within a second).
+             */
+            last_seen: string;
+            /**
+             * Lease Expires At
+             * @description When the latest lease it holds lapses; null: none.
+             */
+            lease_expires_at: string | null;
+            /**
+             * Name
+             * @description The `worker` its claims named (the SDKs send `<host>-<pid>`).
+             */
+            name: string;
+            /**
+             * Queues
+             * @description The queues it claimed from (of those this key may use).
+             */
+            queues: string[];
+            /**
+             * Sdk
+             * @description From its User-Agent's first product, e.g. `jobq-client-python`.
+             */
+            sdk: string | null;
+            /**
+             * State
+             * @description `live` while it holds a lease that has not lapsed or was seen within JOBQ_WORKER_GONE_SECONDS; `gone` otherwise.
+             * @enum {string}
+             */
+            state: "live" | "gone";
+            /**
+             * Version
+             * @description The SDK's version, from the same product.
+             */
+            version: string | null;
         };
     };
     responses: never;
@@ -6622,6 +6970,214 @@ export interface operations {
             };
             /** @description The API key lacks the scope, or may not use this queue. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listWorkers: {
+        parameters: {
+            query?: {
+                /** @description Most workers listed. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "workers": [
+                     *         {
+                     *           "completed_last_hour": 1840,
+                     *           "failed_last_hour": 3,
+                     *           "first_seen": "2026-11-29T08:00:00+00:00",
+                     *           "host": "mailer-1",
+                     *           "job_ids": [
+                     *             42
+                     *           ],
+                     *           "jobs_held": 1,
+                     *           "last_seen": "2026-11-29T12:00:00.125+00:00",
+                     *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+                     *           "name": "mailer-1-4242",
+                     *           "queues": [
+                     *             "emails"
+                     *           ],
+                     *           "sdk": "jobq-client-python",
+                     *           "state": "live",
+                     *           "version": "1.1.0"
+                     *         },
+                     *         {
+                     *           "completed_last_hour": 12,
+                     *           "failed_last_hour": 0,
+                     *           "first_seen": "2026-11-29T08:00:00+00:00",
+                     *           "host": "10.0.3.17",
+                     *           "job_ids": [],
+                     *           "jobs_held": 0,
+                     *           "last_seen": "2026-11-29T11:40:00+00:00",
+                     *           "lease_expires_at": null,
+                     *           "name": "mailer-2-977",
+                     *           "queues": [
+                     *             "emails"
+                     *           ],
+                     *           "sdk": "jobq-client-python",
+                     *           "state": "gone",
+                     *           "version": "1.1.0"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WorkerList"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getWorker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The `worker` its claims named. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "completed_last_hour": 1840,
+                     *       "failed_last_hour": 3,
+                     *       "first_seen": "2026-11-29T08:00:00+00:00",
+                     *       "host": "mailer-1",
+                     *       "job_ids": [
+                     *         42
+                     *       ],
+                     *       "jobs": [
+                     *         {
+                     *           "attempts": 1,
+                     *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "id": 42,
+                     *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+                     *           "max_attempts": 5,
+                     *           "progress": {
+                     *             "done": 40,
+                     *             "total": 100
+                     *           },
+                     *           "queue": "emails"
+                     *         }
+                     *       ],
+                     *       "jobs_held": 1,
+                     *       "last_seen": "2026-11-29T12:00:00.125+00:00",
+                     *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+                     *       "name": "mailer-1-4242",
+                     *       "queues": [
+                     *         "emails"
+                     *       ],
+                     *       "sdk": "jobq-client-python",
+                     *       "state": "live",
+                     *       "version": "1.1.0"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WorkerDetail"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `worker-not-found`: no worker of this name was seen within JOBQ_WORKERS_KEEP_SECONDS (in a queue this key may use). */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
