@@ -31,6 +31,7 @@ from app.core.history import HistoryService
 from app.core.jobs import JobService
 from app.core.operations import OpsService
 from app.core.results import ResultWaiters
+from app.core.scale import ScaleService
 from app.core.schedules import ScheduleService
 from app.core.search import SearchService
 from app.core.sqs import SqsService
@@ -101,6 +102,7 @@ class Services:
     search: SearchService
     schedules: ScheduleService
     workers: WorkerService
+    scale: ScaleService
     sqs: SqsService  # the SQS API's queues and sends (app/sqs/)
     maintenance: Supervisor
     metrics: Metrics
@@ -184,6 +186,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         search=SearchService(settings, db, effects),
         schedules=ScheduleService(settings, db, scheduler.poke),
         workers=WorkerService(settings, db),
+        scale=ScaleService(db),
         sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, effects),
         maintenance=maintenance,
         metrics=metrics,

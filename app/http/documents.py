@@ -11,6 +11,7 @@ from typing import Any
 from orjson import Fragment
 from pydantic import BaseModel
 
+from app.core.scale import Scale
 from app.db.flow import QueueConfigRow
 from app.db.workers import WorkerRow
 from app.models.answers import Claim, CompleteOutcome, HeartbeatResponse, Job
@@ -77,4 +78,21 @@ def config_document(queue: str, row: QueueConfigRow | None) -> Document:
         "fair": get("fair"),
         "ordered": get("ordered"),
         "changed_at": get("changed_at"),
+    }
+
+
+def scale_document(s: Scale) -> Document:
+    """GET /queues/{queue}/scale (app/models/operations.py QueueScale)."""
+    r = s.row
+    rate = None if r.rate_limit is None else {"limit": r.rate_limit, "per_seconds": r.rate_per_seconds}
+    return {
+        "queue": s.queue,
+        "claimable": s.claimable,
+        "ready": r.ready,
+        "capped": r.capped,
+        "running": r.running,
+        "oldest_ready_age_seconds": r.oldest_ready_age,
+        "paused": r.paused,
+        "held_by": s.held_by,
+        "limits": {"concurrency": r.concurrency, "rate": rate},
     }

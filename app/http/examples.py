@@ -393,6 +393,21 @@ SCHEMAS: dict[str, list[Any]] = {
             "partial": False,
         }
     ],
+    # scaling signals
+    "ScaleLimits": [{"concurrency": 20, "rate": None}],
+    "QueueScale": [
+        {
+            "queue": "emails",
+            "claimable": 12,
+            "ready": 412,
+            "capped": False,
+            "running": 8,
+            "oldest_ready_age_seconds": 3.2,
+            "paused": False,
+            "held_by": ["concurrency"],
+            "limits": {"concurrency": 20, "rate": None},
+        }
+    ],
     # workers
     "WorkerSummary": [_WORKER, _GONE_WORKER],
     "WorkerList": [{"workers": [_WORKER, _GONE_WORKER]}],

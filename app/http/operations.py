@@ -11,9 +11,10 @@ from pydantic import BaseModel
 
 from app.auth.policy import principal, requires
 from app.core.operations import OpsService
+from app.core.scale import DEFAULT_CAP
 from app.db.rows import Status
 from app.errors import Forbidden, ValidationFailed
-from app.http.documents import config_document, job_document
+from app.http.documents import config_document, job_document, scale_document
 from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
@@ -23,6 +24,7 @@ from app.models.operations import (
     CancelRequest,
     JobPage,
     QueueList,
+    QueueScale,
     QueueState,
     QueueStats,
     RedriveRequest,
@@ -102,6 +104,30 @@ def add_operator_routes(api: FastAPI) -> None:
     ) -> Response:
         page = await ops(request).list_jobs(queue, status.value if status else None, limit, cursor)
         return json_response({"jobs": [job_document(j) for j in page.jobs], "next_cursor": page.next_cursor})
+
+    @api.get(
+        "/queues/{queue}/scale",
+        operation_id="getQueueScale",
+        summary="How many workers the queue could use now (for autoscalers)",
+        description="`claimable`: how many more jobs claims could take right now under the queue's limits "
+        "(ready jobs that concurrency, rate and group limits let through; 0 while paused), with the jobs in "
+        "flight and the age of the oldest ready job. One statement whose cost does not grow with the backlog "
+        "(ready jobs are counted up to `max`). For KEDA's metrics-api scaler; the same figures are the gauges "
+        "jobq_queue_claimable_jobs and jobq_queue_running_jobs on /metrics. An admin key, or a `metrics` key (a "
+        "scraper's credential); a key limited to some queues reaches those only. See docs/autoscaling.md.",
+        tags=["operators"],
+        response_model=QueueScale,
+        responses=_problems(401, 403, 422, 503),
+    )
+    @requires("metrics")
+    async def queue_scale(
+        queue: QueueName,
+        request: Request,
+        max: Annotated[
+            int, Query(ge=1, le=10_000, description="Count ready jobs up to this many (default 1000).")
+        ] = DEFAULT_CAP,
+    ) -> Response:
+        return json_response(scale_document(await services(request).scale.scale(queue, max)))
 
     @api.post(
         "/jobs/{job_id:int}/cancel",

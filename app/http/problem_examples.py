@@ -184,6 +184,7 @@ ONLY_ON: dict[str, set[str]] = {
         "resumeQueue",
         "getQueueConfig",
         "setQueueConfig",
+        "getQueueScale",
     },
     "job-not-found": _JOB_ROUTES,
     "schedule-not-found": _SCHEDULE_ROUTES - {"putSchedule"},
@@ -195,7 +196,7 @@ ONLY_ON: dict[str, set[str]] = {
     "job-cancelled": {"completeJob", "failJob", "releaseJob"},
     "job-timed-out": _WORKER_WRITES,
     "worker-not-found": {"getWorker"},
-    "bad-limit": {"listWorkers"},
+    "bad-limit": {"listWorkers", "getQueueScale"},
     "bad-worker-name": {"getWorker"},
     "invalid-state": {"cancelJob", "retryJob"},
 }

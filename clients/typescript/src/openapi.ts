@@ -388,6 +388,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/queues/{queue}/scale": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How many workers the queue could use now (for autoscalers)
+         * @description `claimable`: how many more jobs claims could take right now under the queue's limits (ready jobs that concurrency, rate and group limits let through; 0 while paused), with the jobs in flight and the age of the oldest ready job. One statement whose cost does not grow with the backlog (ready jobs are counted up to `max`). For KEDA's metrics-api scaler; the same figures are the gauges jobq_queue_claimable_jobs and jobq_queue_running_jobs on /metrics. An admin key, or a `metrics` key (a scraper's credential); a key limited to some queues reaches those only. See docs/autoscaling.md.
+         */
+        get: operations["getQueueScale"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/queues/{queue}/stats": {
         parameters: {
             query?: never;
@@ -2163,6 +2183,63 @@ export interface components {
             queues: components["schemas"]["QueueSummary"][];
         };
         /**
+         * QueueScale
+         * @description What an autoscaler needs of a queue, from one cheap statement (docs/autoscaling.md).
+         * @example {
+         *       "capped": false,
+         *       "claimable": 12,
+         *       "held_by": [
+         *         "concurrency"
+         *       ],
+         *       "limits": {
+         *         "concurrency": 20,
+         *         "rate": null
+         *       },
+         *       "oldest_ready_age_seconds": 3.2,
+         *       "paused": false,
+         *       "queue": "emails",
+         *       "ready": 412,
+         *       "running": 8
+         *     }
+         */
+        QueueScale: {
+            /**
+             * Capped
+             * @description A count stopped at a bound (`max`, 100 priority levels, 1,000 groups).
+             */
+            capped: boolean;
+            /**
+             * Claimable
+             * @description How many more jobs claims could take right now: the ready jobs that the queue's limits let through (concurrency and rate less what counts against them, group limits per group), 0 while paused. Scale workers on this, not on `ready`.
+             */
+            claimable: number;
+            /**
+             * Held By
+             * @description What keeps `claimable` below `ready` now; empty: nothing.
+             */
+            held_by: ("paused" | "concurrency" | "rate" | "groups")[];
+            limits: components["schemas"]["ScaleLimits"];
+            /**
+             * Oldest Ready Age Seconds
+             * @description Age of the oldest ready job; null: none ready.
+             */
+            oldest_ready_age_seconds: number | null;
+            /** Paused */
+            paused: boolean;
+            /** Queue */
+            queue: string;
+            /**
+             * Ready
+             * @description Pending jobs that are due, counted up to `max`.
+             */
+            ready: number;
+            /**
+             * Running
+             * @description Jobs in flight (held by a claim).
+             */
+            running: number;
+        };
+        /**
          * QueueSparkline
          * @example {
          *       "completed": [
@@ -2539,6 +2616,22 @@ export interface components {
              * @description Delete failed jobs this long after they failed (0: keep).
              */
             failed?: number | null;
+        };
+        /**
+         * ScaleLimits
+         * @example {
+         *       "concurrency": 20,
+         *       "rate": null
+         *     }
+         */
+        ScaleLimits: {
+            /**
+             * Concurrency
+             * @description The queue's concurrency limit; null: none.
+             */
+            concurrency: number | null;
+            /** @description The queue's rate limit; null: none. */
+            rate: components["schemas"]["RateLimit"] | null;
         };
         /**
          * Schedule
@@ -5914,6 +6007,88 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["QueueState"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getQueueScale: {
+        parameters: {
+            query?: {
+                /** @description Count ready jobs up to this many (default 1000). */
+                max?: number;
+            };
+            header?: never;
+            path: {
+                /** @description `[A-Za-z0-9_.:-]{1,128}` */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "capped": false,
+                     *       "claimable": 12,
+                     *       "held_by": [
+                     *         "concurrency"
+                     *       ],
+                     *       "limits": {
+                     *         "concurrency": 20,
+                     *         "rate": null
+                     *       },
+                     *       "oldest_ready_age_seconds": 3.2,
+                     *       "paused": false,
+                     *       "queue": "emails",
+                     *       "ready": 412,
+                     *       "running": 8
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QueueScale"];
                 };
             };
             /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
