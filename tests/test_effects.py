@@ -214,6 +214,8 @@ ACTIONS: dict[tuple[Path, str, str], Callable[[Case], int]] = {
     (Path.RETRY, CANCELLED, PENDING): lambda c: c.post(f"/jobs/{_id(c)}/retry")["id"],
     (Path.BULK_RETRY, FAILED, PENDING): _bulk("retry"),
     (Path.BULK_RETRY, CANCELLED, PENDING): _bulk("retry"),
+    (Path.RETRY, COMPLETED, PENDING): lambda c: c.post(f"/jobs/{_id(c)}/retry")["id"],
+    (Path.BULK_RETRY, COMPLETED, PENDING): _bulk("retry"),
     (Path.REDRIVE, FAILED, PENDING): lambda c: c.post(f"/queues/{c.queue}/redrive")["jobs"] and _id(c),
     (Path.RETENTION, COMPLETED, GONE): lambda c: sum(c.run("retention", now=FAR_FUTURE).deleted.values()) and _id(c),
     (Path.RETENTION, FAILED, GONE): lambda c: sum(c.run("retention", now=FAR_FUTURE).deleted.values()) and _id(c),

@@ -126,6 +126,7 @@ TABLE: Mapping[tuple[str, str], Effect] = {
     # Back from a final status, due at once.
     (FAILED, PENDING): Effect({**_RETRY, Path.REDRIVE: ()}, claims="now"),
     (CANCELLED, PENDING): Effect(_RETRY, claims="now"),
+    (COMPLETED, PENDING): Effect(_RETRY, claims="now"),  # a replay
     (COMPLETED, GONE): Effect({Path.RETENTION: ("swept_deleted",)}),
     (FAILED, GONE): Effect({Path.RETENTION: ("swept_deleted",)}),
     (CANCELLED, GONE): Effect({Path.RETENTION: ("swept_deleted",)}),

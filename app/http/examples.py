@@ -383,7 +383,7 @@ SCHEMAS: dict[str, list[Any]] = {
             "dry_run": False,
             "jobs": [
                 {"id": 42, "outcome": "done", "status": "pending"},
-                {"id": 43, "outcome": "skipped", "status": "completed"},
+                {"id": 43, "outcome": "skipped", "status": "running"},
                 {"id": 44, "outcome": "not_found", "status": None},
             ],
             "done": 1,

@@ -34,7 +34,7 @@ from app.services import services
 
 _ADMIN_WRITE = (400, 401, 403, 413, 415, 422, 503)
 _CANCEL_409 = "`invalid-state`: the job is finished (completed, failed or cancelled) and cannot be cancelled."
-_RETRY_409 = "`invalid-state`: only failed or cancelled jobs can be retried."
+_RETRY_409 = "`invalid-state`: only failed, cancelled or completed jobs can be retried."
 
 
 def ops(request: Request) -> OpsService:
@@ -149,8 +149,12 @@ def add_operator_routes(api: FastAPI) -> None:
     @api.post(
         "/jobs/{job_id:int}/retry",
         operation_id="retryJob",
-        summary="Run a failed or cancelled job again",
-        description="Back to pending with its attempts reset; 409 invalid-state for other statuses.",
+        summary="Run a failed, cancelled or completed job again",
+        description="Back to pending with its attempts reset, due now: the same job (its id, payload, group and "
+        "creation time), so its history stays with it; `last_error`, `worker` and `claimed_at` show its last "
+        "run until it is claimed again. A completed job runs again with the same payload (a replay); its "
+        "result is dropped, and the jobs that depend on it, which already ran, do not run again. 409 "
+        "invalid-state for pending, waiting and running jobs.",
         tags=["operators"],
         response_model=Job,
         responses=_problems(401, 403, 404, 409, 422, 503, conflict=_RETRY_409),

@@ -967,7 +967,7 @@
         const job = await api("GET", `jobs/${encodeURIComponent(id)}`);
         back.replaceChildren(el("a", { href: queueHref(job.queue) }, `← Queue ${job.queue}`));
         state.replaceChildren(badge(job.status));
-        retry.hidden = !["failed", "cancelled"].includes(job.status);
+        retry.hidden = !["failed", "cancelled", "completed"].includes(job.status);
         cancel.hidden = !["pending", "waiting", "running"].includes(job.status);
         const rows = [
           ["queue", job.queue], ["status", job.status], ["attempts", `${job.attempts} of ${job.max_attempts}`],

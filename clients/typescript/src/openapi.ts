@@ -208,8 +208,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Run a failed or cancelled job again
-         * @description Back to pending with its attempts reset; 409 invalid-state for other statuses.
+         * Run a failed, cancelled or completed job again
+         * @description Back to pending with its attempts reset, due now: the same job (its id, payload, group and creation time), so its history stays with it; `last_error`, `worker` and `claimed_at` show its last run until it is claimed again. A completed job runs again with the same payload (a replay); its result is dropped, and the jobs that depend on it, which already ran, do not run again. 409 invalid-state for pending, waiting and running jobs.
          */
         post: operations["retryJob"];
         delete?: never;
@@ -679,7 +679,7 @@ export interface components {
         BulkRequest: {
             /**
              * Action
-             * @description `cancel`: pending, waiting and running jobs, as POST /jobs/{id}/cancel; `retry`: failed and cancelled jobs, as POST /jobs/{id}/retry.
+             * @description `cancel`: pending, waiting and running jobs, as POST /jobs/{id}/cancel; `retry`: failed, cancelled and completed jobs, as POST /jobs/{id}/retry (a filter without `status` retries failed and cancelled ones: completed jobs are replayed only when named, by id or by `status: completed`).
              * @enum {string}
              */
             action: "cancel" | "retry";
@@ -726,7 +726,7 @@ export interface components {
          *         {
          *           "id": 43,
          *           "outcome": "skipped",
-         *           "status": "completed"
+         *           "status": "running"
          *         },
          *         {
          *           "id": 44,
@@ -3599,7 +3599,7 @@ export interface operations {
                      *         {
                      *           "id": 43,
                      *           "outcome": "skipped",
-                     *           "status": "completed"
+                     *           "status": "running"
                      *         },
                      *         {
                      *           "id": 44,
@@ -4854,7 +4854,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `invalid-state`: only failed or cancelled jobs can be retried. */
+            /** @description `invalid-state`: only failed, cancelled or completed jobs can be retried. */
             409: {
                 headers: {
                     [name: string]: unknown;
