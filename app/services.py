@@ -50,6 +50,7 @@ from app.maintenance.retention import Retention
 from app.maintenance.samples import BacklogSampler
 from app.maintenance.scheduler import Scheduler
 from app.maintenance.stats import StatsFlush
+from app.maintenance.timeouts import TimeoutSweeper
 from app.maintenance.vacuum import Vacuum
 from app.maintenance.workers import WorkersFlush
 from app.observability.logs import AccessLog, resolve_format
@@ -162,6 +163,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
             WakeupListener(url, wakeups, keys, configs),
             FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
             LeaseRescuer(settings, db, metrics, effects),
+            TimeoutSweeper(settings, db, metrics, effects, activity),
             scheduler,
             Retention(settings, db, metrics, effects),
             Vacuum(settings, db, metrics),

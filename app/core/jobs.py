@@ -260,6 +260,7 @@ class JobService:
             idempotency_key=req.idempotency_key,
             traceparent=traceparent,
             group=req.group,
+            timeout_seconds=req.timeout_seconds,
         )
 
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:

@@ -128,6 +128,7 @@ class JobRow(NamedTuple):
     depends_on: list[int] | None  # dependencies between jobs (app/db/dependencies.py)
     on_dependency_failure: str | None
     pending_dependencies: int | None
+    timeout_seconds: int | None  # its own hard timeout, as enqueued (None: its queue's, if any)
 
 
 class ClaimRow(NamedTuple):

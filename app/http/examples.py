@@ -37,6 +37,7 @@ _JOB: dict[str, Any] = {
     "depends_on": None,
     "on_dependency_failure": None,
     "pending_dependencies": None,
+    "timeout_seconds": None,
 }
 # A job of a workflow: it runs once jobs 40 and 41 have completed; one of them has.
 _WAITING = {
@@ -131,6 +132,7 @@ _CONFIG = {
     "group_rate": None,
     "fair": True,
     "ordered": None,
+    "timeout_seconds": 600,
     "changed_at": _AT,
 }
 _GROUPS = [

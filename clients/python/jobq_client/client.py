@@ -169,6 +169,7 @@ class Client(_Base):
         idempotency_key: str | None = None,
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
         """Add a job. With an `idempotency_key`, a repeat returns the existing job, and this call is
         retried on any transient failure; without one it is retried only when it cannot have arrived.
@@ -185,6 +186,7 @@ class Client(_Base):
                 idempotency_key=idempotency_key,
                 depends_on=depends_on,
                 on_dependency_failure=on_dependency_failure,
+                timeout_seconds=timeout_seconds,
             )
         )
 
@@ -284,6 +286,7 @@ class Client(_Base):
         idempotency_key: str | None = None,
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
         """enqueue() then wait(): the job once a worker has finished it. With an `idempotency_key`, calling
         this again after a failure waits for the same job rather than making a second one."""
@@ -297,6 +300,7 @@ class Client(_Base):
             idempotency_key=idempotency_key,
             depends_on=depends_on,
             on_dependency_failure=on_dependency_failure,
+            timeout_seconds=timeout_seconds,
         )
         return self.wait(job.id, timeout=timeout)
 
@@ -369,6 +373,7 @@ class AsyncClient(_Base):
         idempotency_key: str | None = None,
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
         return await self._send(
             _calls.enqueue(
@@ -381,6 +386,7 @@ class AsyncClient(_Base):
                 idempotency_key=idempotency_key,
                 depends_on=depends_on,
                 on_dependency_failure=on_dependency_failure,
+                timeout_seconds=timeout_seconds,
             )
         )
 
@@ -463,6 +469,7 @@ class AsyncClient(_Base):
         idempotency_key: str | None = None,
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
         """enqueue() then wait() (see Client.enqueue_and_wait)."""
         job = await self.enqueue(
@@ -475,6 +482,7 @@ class AsyncClient(_Base):
             idempotency_key=idempotency_key,
             depends_on=depends_on,
             on_dependency_failure=on_dependency_failure,
+            timeout_seconds=timeout_seconds,
         )
         return await self.wait(job.id, timeout=timeout)
 

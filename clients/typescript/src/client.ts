@@ -57,6 +57,8 @@ export interface NewJob {
   onDependencyFailure?: "cancel" | "run";
   /** This item's name, by which later items of the same batch name it in `dependsOn`. */
   ref?: string;
+  /** Hard timeout: a claim that runs this long is failed by the server ("timeout"), heartbeats or not. */
+  timeoutSeconds?: number;
 }
 
 /** One job to complete in a batch (`completeMany`) or on a claim (`claim` with `complete`). */
@@ -204,6 +206,7 @@ function jobBody(job: NewJob): EnqueueRequest {
   if (job.dependsOn !== undefined) body.depends_on = job.dependsOn;
   if (job.onDependencyFailure !== undefined) body.on_dependency_failure = job.onDependencyFailure;
   if (job.ref !== undefined) body.ref = job.ref;
+  if (job.timeoutSeconds !== undefined) body.timeout_seconds = job.timeoutSeconds;
   return body;
 }
 

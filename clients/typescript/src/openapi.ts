@@ -1053,7 +1053,7 @@ export interface components {
              * Outcome
              * @enum {string}
              */
-            outcome: "completed" | "claim_lost" | "not_found" | "cancelled";
+            outcome: "completed" | "claim_lost" | "not_found" | "cancelled" | "timed_out";
             /** @description The job's status after the call; null when not found. */
             status: components["schemas"]["Status"] | null;
         };
@@ -1307,6 +1307,11 @@ export interface components {
              * @description Earliest start (RFC 3339 with offset); default: now.
              */
             run_at?: string;
+            /**
+             * Timeout Seconds
+             * @description Hard timeout (1-604800): a claim that runs this long is failed (`last_error` "timeout"), heartbeats or not, and the job retried or not as after any failure. Default: the queue's `timeout_seconds`, else none.
+             */
+            timeout_seconds?: number;
         };
         /**
          * FailRequest
@@ -1552,6 +1557,7 @@ export interface components {
          *       "schedule": null,
          *       "scheduled_for": null,
          *       "status": "pending",
+         *       "timeout_seconds": null,
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
          *     }
@@ -1583,6 +1589,7 @@ export interface components {
          *       "schedule": null,
          *       "scheduled_for": null,
          *       "status": "completed",
+         *       "timeout_seconds": null,
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": "mailer-1"
          *     }
@@ -1613,6 +1620,7 @@ export interface components {
          *       "schedule": "daily-report",
          *       "scheduled_for": "2026-11-29T06:00:00+00:00",
          *       "status": "completed",
+         *       "timeout_seconds": null,
          *       "traceparent": null,
          *       "worker": "mailer-1"
          *     }
@@ -1644,6 +1652,7 @@ export interface components {
          *       "schedule": null,
          *       "scheduled_for": null,
          *       "status": "waiting",
+         *       "timeout_seconds": null,
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
          *     }
@@ -1730,6 +1739,11 @@ export interface components {
             scheduled_for: string | null;
             status: components["schemas"]["Status"];
             /**
+             * Timeout Seconds
+             * @description Its own hard timeout, as enqueued; null: its queue's `timeout_seconds`, if any.
+             */
+            timeout_seconds: number | null;
+            /**
              * Traceparent
              * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header); a worker continues this trace. Null when none.
              */
@@ -1810,6 +1824,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "pending",
+         *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         },
@@ -1839,6 +1854,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "pending",
+         *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
@@ -1879,6 +1895,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "pending",
+         *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
@@ -1949,7 +1966,8 @@ export interface components {
          *         "cancelled": null,
          *         "completed": 3600,
          *         "failed": null
-         *       }
+         *       },
+         *       "timeout_seconds": 600
          *     }
          */
         QueueConfig: {
@@ -2010,6 +2028,11 @@ export interface components {
             /** @description Most claims of the queue per window; null: no limit. */
             rate: components["schemas"]["RateLimit"] | null;
             retention: components["schemas"]["Retention"];
+            /**
+             * Timeout Seconds
+             * @description Hard timeout of jobs enqueued without one; null: none.
+             */
+            timeout_seconds: number | null;
         };
         /**
          * QueueConfigPatch
@@ -2085,6 +2108,11 @@ export interface components {
             rate?: components["schemas"]["Rate"] | null;
             /** @description Retention per status; null clears all three. */
             retention?: components["schemas"]["RetentionPatch"] | null;
+            /**
+             * Timeout Seconds
+             * @description Hard timeout (1-604800) of the queue's jobs enqueued without one: a claim that runs this long is failed (`last_error` "timeout") whatever its heartbeats, and the job retried or not as after any failure. Applies to running jobs at once.
+             */
+            timeout_seconds?: number | null;
         };
         /**
          * QueueCounts
@@ -2323,7 +2351,8 @@ export interface components {
          *           "cancelled": null,
          *           "completed": 3600,
          *           "failed": null
-         *         }
+         *         },
+         *         "timeout_seconds": 600
          *       },
          *       "counts": {
          *         "cancelled": 0,
@@ -2915,6 +2944,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "failed",
+         *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": "mailer-1"
          *         }
@@ -3871,6 +3901,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "failed",
+                     *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": "mailer-1"
                      *         }
@@ -3997,6 +4028,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -4118,6 +4150,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -4267,6 +4300,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -4415,6 +4449,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -4683,6 +4718,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -4820,6 +4856,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -5188,7 +5225,8 @@ export interface operations {
                      *         "cancelled": null,
                      *         "completed": 3600,
                      *         "failed": null
-                     *       }
+                     *       },
+                     *       "timeout_seconds": 600
                      *     }
                      */
                     "application/json": components["schemas"]["QueueConfig"];
@@ -5287,7 +5325,8 @@ export interface operations {
                      *         "cancelled": null,
                      *         "completed": 3600,
                      *         "failed": null
-                     *       }
+                     *       },
+                     *       "timeout_seconds": 600
                      *     }
                      */
                     "application/json": components["schemas"]["QueueConfig"];
@@ -5414,6 +5453,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "pending",
+                     *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
@@ -5523,6 +5563,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -5563,6 +5604,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -5705,6 +5747,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "pending",
+                     *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         },
@@ -5734,6 +5777,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "pending",
+                     *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
@@ -6176,7 +6220,8 @@ export interface operations {
                      *           "cancelled": null,
                      *           "completed": 3600,
                      *           "failed": null
-                     *         }
+                     *         },
+                     *         "timeout_seconds": 600
                      *       },
                      *       "counts": {
                      *         "cancelled": 0,
