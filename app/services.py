@@ -26,6 +26,7 @@ from app.auth.exposure import is_loopback
 from app.auth.keyring import KeyRing
 from app.core.dispatcher import ClaimDispatcher
 from app.core.effects import Effects
+from app.core.explain import ExplainService
 from app.core.flow import QueueConfigs
 from app.core.history import HistoryService
 from app.core.jobs import JobService
@@ -104,6 +105,7 @@ class Services:
     schedules: ScheduleService
     workers: WorkerService
     scale: ScaleService
+    explain: ExplainService
     sqs: SqsService  # the SQS API's queues and sends (app/sqs/)
     maintenance: Supervisor
     metrics: Metrics
@@ -189,6 +191,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         schedules=ScheduleService(settings, db, scheduler.poke),
         workers=WorkerService(settings, db),
         scale=ScaleService(db),
+        explain=ExplainService(db),
         sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, effects),
         maintenance=maintenance,
         metrics=metrics,

@@ -9,6 +9,12 @@ FROM claimed
 -- name: FLOW_LOCK --
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_xact_lock(1785684593, hashtext(%(queue)s))
 
+-- name: GROUP_RECENT_CLAIMS --
+SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
+    FROM queue_claims c, stamp
+    WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
+      AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
+
 -- name: JOB_CLAIM --
 WITH candidates AS (
   -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY

@@ -643,3 +643,30 @@ def test_dashboard_lists_live_and_gone_workers_with_their_jobs_in_a_browser(
     live.locator('[data-col="jobs"] a').first.click()
     expect(page.locator("#payload")).to_contain_text('"n": 0')
     tab.close()
+
+
+def test_dashboard_job_page_says_why_a_job_is_not_running_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    assert server.client.patch("/queues/emails/config", json={"concurrency": 1}).status_code == 200
+    first = server.enqueue("emails", {"n": 1})
+    assert server.claim_one("emails")["id"] == first["id"]
+    waiting = server.enqueue("emails", {"n": 2}, group=XSS, timeout_seconds=90)
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    page.goto(f"{server.url}/ui#/jobs/{waiting['id']}")
+    reason = page.locator('#explain li[data-kind="concurrency"]')
+    expect(reason).to_contain_text("The queue's concurrency (1) is full, held by")
+    expect(page.locator('[data-field="timeout"]')).to_have_text("90 s")
+    # The job holding the place is a link.
+    reason.locator("a").click()
+    expect(page.locator("#payload")).to_contain_text('"n": 1')
+    expect(page.locator("#explain")).to_be_hidden()  # running: no explanation
+    page.goto(f"{server.url}/ui#/jobs/{waiting['id']}")
+    expect(reason).to_be_visible()
+    assert server.client.patch("/queues/emails/config", json={"concurrency": None}).status_code == 200
+    page.reload()
+    expect(page.locator('#explain [data-kind="runnable"]')).to_be_visible()
+    assert page.locator("img").count() == 0
+    tab.close()

@@ -227,6 +227,14 @@ RECENT_CLAIMS = """
   GROUP BY cfg.rate_per_seconds
 """
 
+# A LATERAL subquery on group `w.g`: its claims inside the group rate window (reads `cfg`).
+GROUP_RECENT_CLAIMS = """
+    SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
+    FROM queue_claims c, stamp
+    WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
+      AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
+"""
+
 JOB_CLAIM_LIMITED = f"""
 WITH RECURSIVE cfg AS ({QUEUE_LIMITS}), stamp AS (
   SELECT clock_timestamp() AS now
@@ -271,12 +279,7 @@ WITH RECURSIVE cfg AS ({QUEUE_LIMITS}), stamp AS (
          count(*) OVER () AS ngroups
   FROM walk w CROSS JOIN cfg
   LEFT JOIN running r ON r.group_key = w.g
-  LEFT JOIN LATERAL (
-    SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
-    FROM queue_claims c, stamp
-    WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
-      AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
-  ) gr ON true
+  LEFT JOIN LATERAL ({GROUP_RECENT_CLAIMS}  ) gr ON true
   WHERE w.g IS NOT NULL
 ), heads AS (
   -- Each group's next jobs, up to its room: in the group's order (priority, then enqueue order), due ones.

@@ -395,6 +395,33 @@ SCHEMAS: dict[str, list[Any]] = {
             "partial": False,
         }
     ],
+    # explain
+    "PausedReason": [{"kind": "paused"}],
+    "ScheduledReason": [{"kind": "scheduled", "run_at": _LATER}],
+    "BackoffReason": [{"kind": "backoff", "run_at": _LATER, "attempts": 2, "last_error": "SMTP 451 greylisted"}],
+    "ConcurrencyReason": [{"kind": "concurrency", "limit": 2, "held_by": [40, 41]}],
+    "RateReason": [{"kind": "rate", "limit": 100, "per_seconds": 60, "until": _LATER}],
+    "GroupConcurrencyReason": [{"kind": "group_concurrency", "group": "customer-1042", "limit": 1, "held_by": [39]}],
+    "GroupRateReason": [
+        {"kind": "group_rate", "group": "customer-1042", "limit": 5, "per_seconds": 60, "until": _LATER}
+    ],
+    "OrderedReason": [{"kind": "ordered", "group": "customer-1042", "behind": 38}],
+    "DependenciesReason": [{"kind": "dependencies", "waiting_for": [41]}],
+    "RunningReason": [{"kind": "running", "worker": "mailer-1-4242", "lease_expires_at": _LATER}],
+    "FinishedReason": [{"kind": "finished", "status": "completed"}],
+    "JobExplanation": [
+        {
+            "id": 42,
+            "queue": "emails",
+            "status": "pending",
+            "runnable": False,
+            "reasons": [
+                {"kind": "concurrency", "limit": 2, "held_by": [40, 41]},
+                {"kind": "group_concurrency", "group": "customer-1042", "limit": 1, "held_by": [40]},
+            ],
+        },
+        {"id": 43, "queue": "emails", "status": "pending", "runnable": True, "reasons": []},
+    ],
     # scaling signals
     "ScaleLimits": [{"concurrency": 20, "rate": None}],
     "QueueScale": [

@@ -19,6 +19,7 @@ from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
 from app.models.answers import Job
+from app.models.explain import JobExplanation
 from app.models.flow import QueueConfig, QueueConfigPatch
 from app.models.operations import (
     CancelRequest,
@@ -145,6 +146,23 @@ def add_operator_routes(api: FastAPI) -> None:
         await _not_null(request, body)
         reason = body.reason if body else None
         return json_response(job_document(await ops(request).cancel(job_id, reason, principal(request).queue_regex)))
+
+    @api.get(
+        "/jobs/{job_id:int}/explain",
+        operation_id="explainJob",
+        summary="Why a job is not running",
+        description="Every rule of the claim that holds the job right now, as data: its queue paused, due later "
+        "(`scheduled`) or after a failed attempt (`backoff`), the queue's `concurrency` or `rate` full, its "
+        "group's `group_concurrency` or `group_rate` full, not its turn in an `ordered` group, waiting for "
+        "`dependencies`; or that it is running or finished. Read with the claim's own SQL fragments, so it "
+        "says what the claim does. `runnable: true` (no reasons): the next claim may take it, in claim order.",
+        tags=["operators"],
+        response_model=JobExplanation,
+        responses=_problems(401, 403, 404, 422, 503),
+    )
+    @requires("admin")
+    async def explain_job(job_id: JobIdPath, request: Request) -> Response:
+        return json_response(await services(request).explain.explain(job_id, principal(request).queue_regex))
 
     @api.post(
         "/jobs/{job_id:int}/retry",

@@ -152,7 +152,7 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
 }
 
 _WORKER_WRITES = {"heartbeatJob", "completeJob", "failJob", "releaseJob"}
-_JOB_ROUTES = {"getJob", "cancelJob", "retryJob", *_WORKER_WRITES}
+_JOB_ROUTES = {"getJob", "cancelJob", "retryJob", "explainJob", *_WORKER_WRITES}
 _SCHEDULE_ROUTES = {"putSchedule", "getSchedule", "deleteSchedule", "pauseSchedule", "resumeSchedule"}
 
 # Problems that only some operations give: by operationId or HTTP method.

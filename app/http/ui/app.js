@@ -922,6 +922,33 @@
     box.replaceChildren(...parts);
   }
 
+  // Why a job is not running (GET /jobs/{id}/explain): one line per rule of the claim that holds it.
+  const idLinks = (ids) => ids.flatMap((job, i) => [i ? ", " : "", el("a", { href: jobHref(job) }, String(job))]);
+  function reasonLine(r) {
+    switch (r.kind) {
+      case "paused": return ["Its queue is paused."];
+      case "scheduled": return ["Scheduled for ", fmtTime(r.run_at), "."];
+      case "backoff": return [`Attempt ${r.attempts} failed; its retry is due at `, fmtTime(r.run_at),
+        r.last_error ? ` (last error: ${r.last_error})` : "", "."];
+      case "concurrency": return [`The queue's concurrency (${r.limit}) is full, held by `, ...idLinks(r.held_by), "."];
+      case "rate": return [`The queue's rate (${r.limit} per ${r.per_seconds} s) is used up until `, fmtTime(r.until), "."];
+      case "group_concurrency": return [`Group ${r.group}'s concurrency (${r.limit}) is full, held by `, ...idLinks(r.held_by), "."];
+      case "group_rate": return [`Group ${r.group}'s rate (${r.limit} per ${r.per_seconds} s) is used up until `, fmtTime(r.until), "."];
+      case "ordered": return [`Not its turn in ordered group ${r.group}: job `, ...idLinks([r.behind]), " comes first."];
+      case "dependencies": return ["Waiting for jobs ", ...idLinks(r.waiting_for), "."];
+      default: return [r.kind];
+    }
+  }
+
+  function showExplanation(box, title, doc) {
+    const shown = doc && ["pending", "waiting"].includes(doc.status);
+    box.hidden = title.hidden = !shown;
+    if (!shown) return box.replaceChildren();
+    box.replaceChildren(doc.runnable
+      ? el("p", { "data-kind": "runnable" }, "Nothing holds it: the next claim of its queue may take it.")
+      : el("ul", {}, doc.reasons.map((r) => el("li", { "data-kind": r.kind }, reasonLine(r)))));
+  }
+
   function jobView(id) {
     const back = el("p");
     const title = el("h2", {}, `Job ${id} `);
@@ -935,6 +962,8 @@
     const error = el("pre", { id: "last-error", class: "error" });
     const progressTitle = el("h3", { hidden: true }, "Progress");
     const progress = el("div", { id: "progress", hidden: true });
+    const whyTitle = el("h3", { hidden: true }, "Why it is not running");
+    const why = el("div", { id: "explain", hidden: true });
     title.append(state);
 
     retry.addEventListener("click", () =>
@@ -953,6 +982,8 @@
           el("div", { class: "toolbar" }, retry, cancel),
           panel,
           fields,
+          whyTitle,
+          why,
           progressTitle,
           progress,
           el("h3", {}, "Payload"),
@@ -965,6 +996,10 @@
       },
       async load() {
         const job = await api("GET", `jobs/${encodeURIComponent(id)}`);
+        const explained = ["pending", "waiting"].includes(job.status)
+          ? await api("GET", `jobs/${encodeURIComponent(id)}/explain`)
+          : null;
+        showExplanation(why, whyTitle, explained);
         back.replaceChildren(el("a", { href: queueHref(job.queue) }, `← Queue ${job.queue}`));
         state.replaceChildren(badge(job.status));
         retry.hidden = !["failed", "cancelled", "completed"].includes(job.status);
@@ -975,6 +1010,7 @@
           ["run at", fmtTime(job.run_at)], ["claimed", fmtTime(job.claimed_at)],
           ["lease expires", fmtTime(job.lease_expires_at)], ["finished", fmtTime(job.finished_at)],
           ["idempotency key", job.idempotency_key ?? none()],
+          ["timeout", job.timeout_seconds ? `${job.timeout_seconds} s` : none()],
         ];
         if (job.schedule !== null && job.schedule !== undefined) {
           rows.push(["schedule", job.schedule], ["scheduled for", fmtTime(job.scheduled_for)]);

@@ -138,6 +138,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{job_id}/explain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Why a job is not running
+         * @description Every rule of the claim that holds the job right now, as data: its queue paused, due later (`scheduled`) or after a failed attempt (`backoff`), the queue's `concurrency` or `rate` full, its group's `group_concurrency` or `group_rate` full, not its turn in an `ordered` group, waiting for `dependencies`; or that it is running or finished. Read with the claim's own SQL fragments, so it says what the claim does. `runnable: true` (no reasons): the next claim may take it, in claim order.
+         */
+        get: operations["explainJob"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{job_id}/fail": {
         parameters: {
             query?: never;
@@ -623,6 +643,32 @@ export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
         /**
+         * BackoffReason
+         * @description An attempt failed (or timed out, or its lease lapsed); the retry is not due yet.
+         * @example {
+         *       "attempts": 2,
+         *       "kind": "backoff",
+         *       "last_error": "SMTP 451 greylisted",
+         *       "run_at": "2026-11-29T12:05:00.125+00:00"
+         *     }
+         */
+        BackoffReason: {
+            /** Attempts */
+            attempts: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "backoff";
+            /** Last Error */
+            last_error: string | null;
+            /**
+             * Run At
+             * Format: date-time
+             */
+            run_at: string;
+        };
+        /**
          * BatchRef
          * @description An earlier item of the same batch, by index or by its `ref`.
          */
@@ -1076,6 +1122,32 @@ export interface components {
             result?: components["schemas"]["JsonValue"];
         };
         /**
+         * ConcurrencyReason
+         * @description The queue's `concurrency` is full: these running jobs hold its places.
+         * @example {
+         *       "held_by": [
+         *         40,
+         *         41
+         *       ],
+         *       "kind": "concurrency",
+         *       "limit": 2
+         *     }
+         */
+        ConcurrencyReason: {
+            /**
+             * Held By
+             * @description The running jobs that count against it (the first 100).
+             */
+            held_by: number[];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "concurrency";
+            /** Limit */
+            limit: number;
+        };
+        /**
          * DatabaseHealth
          * @description What holds back the vacuuming of the jobs table, for every queue alike.
          * @example {
@@ -1100,6 +1172,28 @@ export interface components {
              * @description The same holder's age in transaction ids (replication slots included).
              */
             oldest_xmin_age_transactions: number;
+        };
+        /**
+         * DependenciesReason
+         * @description It is `waiting` for jobs it depends on (`depends_on`).
+         * @example {
+         *       "kind": "dependencies",
+         *       "waiting_for": [
+         *         41
+         *       ]
+         *     }
+         */
+        DependenciesReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "dependencies";
+            /**
+             * Waiting For
+             * @description Those not finished yet (of the queues this key may use).
+             */
+            waiting_for: number[];
         };
         /**
          * DurationStats
@@ -1344,6 +1438,79 @@ export interface components {
              * @description Retry after this long instead of the backoff.
              */
             retry_in_seconds?: number;
+        };
+        /**
+         * FinishedReason
+         * @description It has finished; it runs again only if retried.
+         * @example {
+         *       "kind": "finished",
+         *       "status": "completed"
+         *     }
+         */
+        FinishedReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "finished";
+            status: components["schemas"]["Status"];
+        };
+        /**
+         * GroupConcurrencyReason
+         * @description Its group's `group_concurrency` is full (an ordered queue runs one job of a group at a time).
+         * @example {
+         *       "group": "customer-1042",
+         *       "held_by": [
+         *         39
+         *       ],
+         *       "kind": "group_concurrency",
+         *       "limit": 1
+         *     }
+         */
+        GroupConcurrencyReason: {
+            /** Group */
+            group: string;
+            /**
+             * Held By
+             * @description The running jobs of the group (the first 100).
+             */
+            held_by: number[];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "group_concurrency";
+            /** Limit */
+            limit: number;
+        };
+        /**
+         * GroupRateReason
+         * @description Its group's `group_rate` window is full.
+         * @example {
+         *       "group": "customer-1042",
+         *       "kind": "group_rate",
+         *       "limit": 5,
+         *       "per_seconds": 60,
+         *       "until": "2026-11-29T12:05:00.125+00:00"
+         *     }
+         */
+        GroupRateReason: {
+            /** Group */
+            group: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "group_rate";
+            /** Limit */
+            limit: number;
+            /** Per Seconds */
+            per_seconds: number;
+            /**
+             * Until
+             * @description When the oldest claim of the group's window leaves it.
+             */
+            until: string | null;
         };
         /**
          * GroupStats
@@ -1755,6 +1922,61 @@ export interface components {
             worker: string | null;
         };
         /**
+         * JobExplanation
+         * @description Why a job is not running now.
+         * @example {
+         *       "id": 42,
+         *       "queue": "emails",
+         *       "reasons": [
+         *         {
+         *           "held_by": [
+         *             40,
+         *             41
+         *           ],
+         *           "kind": "concurrency",
+         *           "limit": 2
+         *         },
+         *         {
+         *           "group": "customer-1042",
+         *           "held_by": [
+         *             40
+         *           ],
+         *           "kind": "group_concurrency",
+         *           "limit": 1
+         *         }
+         *       ],
+         *       "runnable": false,
+         *       "status": "pending"
+         *     }
+         * @example {
+         *       "id": 43,
+         *       "queue": "emails",
+         *       "reasons": [],
+         *       "runnable": true,
+         *       "status": "pending"
+         *     }
+         */
+        JobExplanation: {
+            /**
+             * Id
+             * Format: int64
+             */
+            id: number;
+            /** Queue */
+            queue: string;
+            /**
+             * Reasons
+             * @description Every rule that holds it now; empty when runnable.
+             */
+            reasons: (components["schemas"]["PausedReason"] | components["schemas"]["ScheduledReason"] | components["schemas"]["BackoffReason"] | components["schemas"]["ConcurrencyReason"] | components["schemas"]["RateReason"] | components["schemas"]["GroupConcurrencyReason"] | components["schemas"]["GroupRateReason"] | components["schemas"]["OrderedReason"] | components["schemas"]["DependenciesReason"] | components["schemas"]["RunningReason"] | components["schemas"]["FinishedReason"])[];
+            /**
+             * Runnable
+             * @description Nothing holds it: the next claim of its queue may take it, in claim order (priority, then run_at, then id) among the other runnable jobs.
+             */
+            runnable: boolean;
+            status: components["schemas"]["Status"];
+        };
+        /**
          * JobFilter
          * @example {
          *       "payload_contains": {
@@ -1918,6 +2140,43 @@ export interface components {
         };
         /** @description Any JSON value (null, boolean, number, string, array or object), except that strings and object keys cannot contain NUL (\u0000), which PostgreSQL cannot store, and numbers must be finite. Nested at most 32 levels (JOBQ_MAX_JSON_DEPTH); at most 1048576 bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES), 1048576 as a result (JOBQ_MAX_RESULT_BYTES) and 4096 as a heartbeat's progress (JOBQ_MAX_PROGRESS_BYTES). Anything else is refused with 422. */
         JsonValue: unknown;
+        /**
+         * OrderedReason
+         * @description The queue is `ordered` and it is not this job's turn: the job `behind` comes first in its group.
+         * @example {
+         *       "behind": 38,
+         *       "group": "customer-1042",
+         *       "kind": "ordered"
+         *     }
+         */
+        OrderedReason: {
+            /**
+             * Behind
+             * @description The group's first pending job, which must finish first.
+             */
+            behind: number;
+            /** Group */
+            group: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "ordered";
+        };
+        /**
+         * PausedReason
+         * @description Its queue is paused: claims take nothing from it until it is resumed.
+         * @example {
+         *       "kind": "paused"
+         *     }
+         */
+        PausedReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "paused";
+        };
         /** Problem */
         Problem: {
             /** Detail */
@@ -2520,6 +2779,32 @@ export interface components {
             per_seconds: number;
         };
         /**
+         * RateReason
+         * @description The queue's `rate` window is full.
+         * @example {
+         *       "kind": "rate",
+         *       "limit": 100,
+         *       "per_seconds": 60,
+         *       "until": "2026-11-29T12:05:00.125+00:00"
+         *     }
+         */
+        RateReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "rate";
+            /** Limit */
+            limit: number;
+            /** Per Seconds */
+            per_seconds: number;
+            /**
+             * Until
+             * @description When the oldest claim of the window leaves it.
+             */
+            until: string | null;
+        };
+        /**
          * Readiness
          * @example {
          *       "status": "ready"
@@ -2645,6 +2930,26 @@ export interface components {
              * @description Delete failed jobs this long after they failed (0: keep).
              */
             failed?: number | null;
+        };
+        /**
+         * RunningReason
+         * @description It is running: a worker holds it.
+         * @example {
+         *       "kind": "running",
+         *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *       "worker": "mailer-1-4242"
+         *     }
+         */
+        RunningReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "running";
+            /** Lease Expires At */
+            lease_expires_at: string | null;
+            /** Worker */
+            worker: string | null;
         };
         /**
          * ScaleLimits
@@ -2855,6 +3160,26 @@ export interface components {
              * @description IANA time zone of the cron's wall-clock times (default UTC). Across DST changes each local time runs once: a time the clocks skip runs when the gap ends, a repeated time at its first occurrence.
              */
             timezone?: string;
+        };
+        /**
+         * ScheduledReason
+         * @description Enqueued to run later (`run_at`, `delay_seconds`), and not due yet.
+         * @example {
+         *       "kind": "scheduled",
+         *       "run_at": "2026-11-29T12:05:00.125+00:00"
+         *     }
+         */
+        ScheduledReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "scheduled";
+            /**
+             * Run At
+             * Format: date-time
+             */
+            run_at: string;
         };
         /**
          * SearchRequest
@@ -4364,6 +4689,102 @@ export interface operations {
             };
             /** @description Body is not application/json. */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    explainJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 42,
+                     *       "queue": "emails",
+                     *       "reasons": [
+                     *         {
+                     *           "held_by": [
+                     *             40,
+                     *             41
+                     *           ],
+                     *           "kind": "concurrency",
+                     *           "limit": 2
+                     *         },
+                     *         {
+                     *           "group": "customer-1042",
+                     *           "held_by": [
+                     *             40
+                     *           ],
+                     *           "kind": "group_concurrency",
+                     *           "limit": 1
+                     *         }
+                     *       ],
+                     *       "runnable": false,
+                     *       "status": "pending"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobExplanation"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job (or none that this key may see). */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
