@@ -36,6 +36,8 @@ WITH RECURSIVE cfg AS (
   SELECT f.priority, f.run_at, 1, (SELECT count(*) FROM (
       SELECT 1 FROM jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND priority = f.priority AND run_at <= stamp.now
+      -- In the index's order: with stale statistics, a LIMIT alone may look cheapest as a sequential scan.
+      ORDER BY priority DESC, run_at, id
       LIMIT greatest(%(cap)s, 0)) d)
   FROM stamp CROSS JOIN LATERAL (
     SELECT priority, run_at FROM jobs WHERE queue_name = %(queue)s AND status = 'pending'
@@ -44,6 +46,8 @@ WITH RECURSIVE cfg AS (
   SELECT x.priority, x.run_at, l.k + 1, l.acc + (SELECT count(*) FROM (
       SELECT 1 FROM jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND priority = x.priority AND run_at <= stamp.now
+      -- In the index's order: with stale statistics, a LIMIT alone may look cheapest as a sequential scan.
+      ORDER BY priority DESC, run_at, id
       LIMIT greatest(%(cap)s - l.acc, 0)) d)
   FROM levels l CROSS JOIN stamp CROSS JOIN LATERAL (
     SELECT priority, run_at FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND priority < l.p

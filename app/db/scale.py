@@ -27,6 +27,8 @@ def _due_in_level(p: str, left: str) -> str:
     return f"""(SELECT count(*) FROM (
       SELECT 1 FROM jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND priority = {p} AND run_at <= stamp.now
+      -- In the index's order: with stale statistics, a LIMIT alone may look cheapest as a sequential scan.
+      ORDER BY priority DESC, run_at, id
       LIMIT greatest({left}, 0)) d)"""
 
 
