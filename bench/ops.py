@@ -150,6 +150,10 @@ def part_scale(admin_url: str, port: int, pending: int, n: int = 200) -> dict[st
     service = Service(url, 1, port, extra_env={"JOBQ_ACCESS_LOG": "false"}).start()
     out: dict[str, Any] = {}
     try:
+        # A floor on this machine at this moment: a route that reads one row by key (HTTP, auth, the pool).
+        asyncio.run(time_get(port, "/queues/q/config", 10))
+        out["floor"] = asyncio.run(time_get(port, "/queues/q/config", n))
+        print(f"GET /queues/q/config (the floor): {out['floor']}", flush=True)
         for queue in ("q", "limited"):
             path = f"/queues/{queue}/scale"
             asyncio.run(time_get(port, path, 10))  # warm
@@ -157,6 +161,22 @@ def part_scale(admin_url: str, port: int, pending: int, n: int = 200) -> dict[st
             print(f"GET {path}: {out[queue]['timing']}\n  {out[queue]['answer']}", flush=True)
     finally:
         service.stop()
+    # The statement alone, on one connection (prepared after its fifth run, as the pool's are): what the
+    # database pays per call, apart from HTTP and the machine's other load on the API process.
+    from app.db.scale import GROUPS, LEVELS, QUEUE_SCALE
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET enable_bitmapscan = off")
+        for queue in ("q", "limited"):
+            params = {"queue": queue, "cap": 1000, "levels": LEVELS, "groups": GROUPS}
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                conn.execute(QUEUE_SCALE, params).fetchall()
+                times.append((time.perf_counter() - t0) * 1000)
+            times.sort()
+            out[queue]["statement_p50_ms"] = statistics.median(times)
+            print(f"QUEUE_SCALE on {queue}: p50 {out[queue]['statement_p50_ms']:.2f} ms", flush=True)
     out["target_met"] = all(out[q]["timing"]["p50_ms"] < 10 for q in ("q", "limited"))
     print(f"p50 under 10 ms: {out['target_met']}", flush=True)
     return out

@@ -3,12 +3,13 @@ through each process's flush (app/maintenance/workers.py)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import httpx
 import psycopg
 
-from tests.support import LiveServer, problem
+from tests.support import LiveServer, problem, wait_until
 from tests.test_security import ENV_KEY, as_key, create_key
 
 UA = {"user-agent": "jobq-client-python/9.8.7 (host=box-1)"}
@@ -158,3 +159,34 @@ def test_jobq_workers_lists_them_and_shows_one(server: LiveServer) -> None:
     assert str(job["id"]) in shown
     r = jobq(server, "workers", "nobody")
     assert r.returncode == 3 and "worker-not-found" in r.stderr
+
+
+def test_the_python_sdk_worker_is_listed_with_its_identity(server: LiveServer) -> None:
+    import re
+    import socket
+    import threading
+
+    from jobq_client import Worker, __version__
+
+    job = server.enqueue(payload="hello")
+    worker = Worker(server.url, concurrency=1, wait_seconds=0.5)
+    done = threading.Event()
+
+    @worker.handler("q")
+    def handler(ctx: Any) -> str:
+        done.set()
+        return "ok"
+
+    runner = threading.Thread(target=worker.run, daemon=True)  # not the main thread: no signal handlers
+    runner.start()
+    try:
+        wait_until(lambda: server.job(job["id"])["status"] == "completed", what="the job to complete")
+    finally:
+        worker.stop()
+        runner.join(60)
+    flush(server)
+    w = workers(server.client)[worker.name]
+    assert worker.name == f"{socket.gethostname()}-{os.getpid()}"  # the same for every claim of the process
+    assert (w["sdk"], w["version"]) == ("jobq-client-python", __version__)
+    assert w["host"] == re.sub(r"[^A-Za-z0-9._:-]", "-", socket.gethostname())
+    assert w["completed_last_hour"] == 1 and w["queues"] == ["q"]
