@@ -32,7 +32,8 @@ def workers(client: httpx.Client) -> dict[str, dict[str, Any]]:
     return {w["name"]: w for w in r.json()["workers"]}
 
 
-def test_claims_heartbeats_and_outcomes_make_a_worker_record(server: LiveServer, db: psycopg.Connection) -> None:
+def test_claims_heartbeats_and_outcomes_make_a_worker_record(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    server = server_factory(workers_flush_interval_seconds=0)  # flushed by this test only
     server.client.headers.update(UA)  # as the SDK does, on every call
     for _ in range(3):
         server.enqueue("emails")
