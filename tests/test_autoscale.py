@@ -125,6 +125,31 @@ def test_the_gauges_carry_the_same_figures(server: LiveServer) -> None:
     assert gauge("jobq_queue_running_jobs", "free") == 1
 
 
+def test_scraping_metrics_runs_no_statement(server: LiveServer) -> None:
+    """hatchet-dev/hatchet#3790: a metrics endpoint that queries per scrape saturated PostgreSQL under KEDA.
+    Here a scrape reads what the background refresh left: with every way to the database cut, 50 scrapes in
+    a row still answer, with the figures."""
+    configure(server, concurrency=1)
+    server.enqueue()
+    server.enqueue()
+    gauges = server.services.maintenance["gauges"]
+    gauges._next_depth = 0.0
+    server.run(gauges.run_once)
+    db = server.services.db
+
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a scrape reached the database")
+
+    db.connection = cut  # type: ignore[method-assign]
+    try:
+        for _ in range(50):
+            r = server.client.get("/metrics")
+            assert r.status_code == 200
+            assert 'jobq_queue_claimable_jobs{queue="q"} 1.0' in r.text
+    finally:
+        del db.connection  # the class's method again
+
+
 def test_who_may_read_the_scale(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
     server = server_factory(auth="on", api_key=ENV_KEY)
     with as_key(server, ENV_KEY) as admin:
