@@ -199,6 +199,19 @@ class Settings(BaseSettings):
     gauges_interval_seconds: float = Field(
         15.0, ge=1, le=3600, description="How often queue depth gauges for /metrics are refreshed."
     )
+    worker_gone_seconds: float = Field(
+        60.0,
+        ge=5,
+        le=86_400,
+        description="A worker that holds no live lease and was not seen (claim, heartbeat, complete, fail) for "
+        "this long shows as gone in GET /workers.",
+    )
+    workers_keep_seconds: float = Field(
+        86_400.0, ge=60, le=31_536_000, description="How long a gone worker stays listed before it is forgotten."
+    )
+    workers_flush_interval_seconds: float = Field(
+        1.0, ge=0, le=60, description="How often each process writes what it saw of workers (0: never; tests)."
+    )
     search_scan_rows: int = Field(
         10_000,
         ge=100,

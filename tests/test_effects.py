@@ -152,6 +152,11 @@ def _last_attempt(c: Case) -> bool:
     return True
 
 
+def _timeout(c: Case) -> bool:
+    c.db.execute("UPDATE jobs SET timeout_seconds = 1 WHERE id = %s", (_id(c),))
+    return True
+
+
 def _bulk(action: str) -> Callable[[Case], int]:
     def act(c: Case) -> int:
         doc = c.post("/jobs/bulk", {"action": action, "ids": [_id(c)]})
@@ -201,6 +206,10 @@ ACTIONS: dict[tuple[Path, str, str], Callable[[Case], int]] = {
     (Path.HAND_BACK, RUNNING, PENDING): _hand_back,
     (Path.RESCUE, RUNNING, PENDING): lambda c: c.run("rescuer", now=FAR_FUTURE).rescued and _id(c),
     (Path.RESCUE, RUNNING, FAILED): lambda c: _last_attempt(c) and c.run("rescuer", now=FAR_FUTURE).failed and _id(c),
+    (Path.TIMEOUT, RUNNING, SCHEDULED): lambda c: _timeout(c) and c.run("timeouts", now=FAR_FUTURE) and _id(c),
+    (Path.TIMEOUT, RUNNING, FAILED): lambda c: (
+        _last_attempt(c) and _timeout(c) and c.run("timeouts", now=FAR_FUTURE) and _id(c)
+    ),
     (Path.CANCEL, PENDING, CANCELLED): lambda c: c.post(f"/jobs/{_id(c)}/cancel", {})["id"],
     (Path.CANCEL, WAITING, CANCELLED): lambda c: c.post(f"/jobs/{_id(c)}/cancel", {})["id"],
     (Path.CANCEL, RUNNING, CANCELLED): lambda c: c.post(f"/jobs/{_id(c)}/cancel", {})["id"],
@@ -214,6 +223,8 @@ ACTIONS: dict[tuple[Path, str, str], Callable[[Case], int]] = {
     (Path.RETRY, CANCELLED, PENDING): lambda c: c.post(f"/jobs/{_id(c)}/retry")["id"],
     (Path.BULK_RETRY, FAILED, PENDING): _bulk("retry"),
     (Path.BULK_RETRY, CANCELLED, PENDING): _bulk("retry"),
+    (Path.RETRY, COMPLETED, PENDING): lambda c: c.post(f"/jobs/{_id(c)}/retry")["id"],
+    (Path.BULK_RETRY, COMPLETED, PENDING): _bulk("retry"),
     (Path.REDRIVE, FAILED, PENDING): lambda c: c.post(f"/queues/{c.queue}/redrive")["jobs"] and _id(c),
     (Path.RETENTION, COMPLETED, GONE): lambda c: sum(c.run("retention", now=FAR_FUTURE).deleted.values()) and _id(c),
     (Path.RETENTION, FAILED, GONE): lambda c: sum(c.run("retention", now=FAR_FUTURE).deleted.values()) and _id(c),
@@ -243,7 +254,7 @@ def counts(server: LiveServer, queue: str) -> dict[str, float]:
     out = {e: value(f"jobq_jobs_{e}_total", queue=queue) for e in EVENTS if e != "empty_claims"}
     out["empty_claims"] = value("jobq_claims_empty_with_ready_total", queue=queue)
     out["durations"] = value("jobq_job_duration_seconds_count", queue=queue)
-    for action in ("rescued", "failed", "deleted"):
+    for action in ("rescued", "failed", "deleted", "timed_out"):
         out[f"swept_{action}"] = value("jobq_sweeper_rows_total", action=action)
     out["ticks_enqueued"] = value("jobq_schedule_ticks_total", outcome="enqueued")
     return out

@@ -23,12 +23,16 @@ from psycopg import sql
 
 from app.db import claim
 from app.db import dependencies as deps
+from app.db import explain as store_explain
 from app.db import jobs as store
 from app.db import operations as store_ops
 from app.db import releases as store_releases
 from app.db import rescue as store_rescue
 from app.db import retention as store_retention
+from app.db import scale as store_scale
+from app.db import timeouts as store_timeouts
 from app.db import waiting as store_waiting
+from app.db import workers as store_workers
 from app.db import writes as store_writes
 from app.db.pool import SESSION_SETTINGS
 
@@ -350,6 +354,30 @@ WAITING_10K = (
     "UPDATE jobs SET has_dependants = true WHERE id = 1501;\n"
     "INSERT INTO dependency_releases (queue_name, job_id, status) VALUES ('q', 1501, 'failed')"
 )
+# Issue 25: the scaling signal (polled by autoscalers), the timeout sweep (every second), explain, the
+# worker registry's reads (the dashboard's Workers page refreshes every 3 s).
+HOT["scale"] = (
+    store_scale.QUEUE_SCALE,
+    {"queue": "q", "cap": 1000, "levels": store_scale.LEVELS, "groups": store_scale.GROUPS},
+    {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx"},
+)
+HOT["scale, group limits"] = HOT["scale"]
+HOT["fail timed-out jobs"] = (
+    store_timeouts.JOB_FAIL_TIMED_OUT,
+    {"now": "2100-01-01T00:00:00+00:00", "batch": 1000, "base": 1.0, "cap": 60.0},
+    {"jobs_timeout_idx", "jobs_running_idx", "jobs_pkey"},
+)
+HOT["explain"] = (
+    store_explain.JOB_EXPLAIN,
+    {"id": 250_000, "queue": "q", "allowed": None},
+    {"jobs_group_idx", "jobs_running_idx", "jobs_pkey"},
+)
+HOT["workers"] = (
+    store_workers.WORKERS_LIST,
+    {"allowed": None, "gone": 60, "keep": 86400, "limit": 200, "ids": store_workers.JOB_IDS_LISTED},
+    {"jobs_lease_idx"},
+)
+HOT["a worker's jobs"] = (store_workers.WORKER_JOBS, {"name": "w", "allowed": None, "limit": 1000}, {"jobs_lease_idx"})
 # Statements that run after a SET LOCAL of their own (app/db/operations.py), or on a configured queue.
 PRELUDE = {
     **dict.fromkeys(
@@ -365,6 +393,12 @@ PRELUDE = {
     "queues": store_ops.NO_SEQSCAN,
     "stats, top groups": store_ops.NO_SEQSCAN,
     "claim 10, concurrency limit": "INSERT INTO queue_state (queue_name, concurrency) VALUES ('q', 6000)",
+    "scale, group limits": "INSERT INTO queue_state (queue_name, concurrency, group_concurrency) VALUES ('q', 6000, 2)",
+    "fail timed-out jobs": "INSERT INTO queue_state (queue_name, timeout_seconds) VALUES ('q', 60);\n"
+    "UPDATE jobs SET timeout_seconds = 30 WHERE id BETWEEN 1001 AND 1500",
+    "explain": "INSERT INTO queue_state (queue_name, concurrency, ordered) VALUES ('q', 6000, true)",
+    "workers": "INSERT INTO workers (name, queue_name, first_seen, last_seen) SELECT 'w' || g, 'q', now(), now()"
+    " FROM generate_series(1, 100) g",
     "claim 100, fair groups": "INSERT INTO queue_state (queue_name, concurrency, fair, group_concurrency,"
     " group_rate_limit, group_rate_per_seconds) VALUES ('q', 6000, true, 3, 100, 60)",
 }

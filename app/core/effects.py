@@ -59,6 +59,7 @@ class Path(StrEnum):
     RELEASE = "release"  # a worker hands its claim back
     HAND_BACK = "hand_back"  # app/core/dispatcher.py: claimed for a request that went away
     RESCUE = "rescue"  # app/maintenance/rescuer.py, lapsed leases
+    TIMEOUT = "timeout"  # app/maintenance/timeouts.py, hard timeouts
     CANCEL = "cancel"  # app/core/operations.py
     BULK_CANCEL = "bulk_cancel"  # app/core/search.py
     PURGE = "purge"  # app/core/sqs.py, SQS PurgeQueue and DeleteQueue
@@ -101,7 +102,13 @@ TABLE: Mapping[tuple[str, str], Effect] = {
     # Leaving `running`: a slot is free under a concurrency limit.
     (RUNNING, COMPLETED): Effect({Path.COMPLETE: ("completed",)}, claims="slot", results=True),
     (RUNNING, FAILED): Effect(
-        {Path.FAIL: ("failed",), Path.RESCUE: ("lease_expired", "failed", "swept_failed")}, claims="slot", results=True
+        {
+            Path.FAIL: ("failed",),
+            Path.RESCUE: ("lease_expired", "failed", "swept_failed"),
+            Path.TIMEOUT: ("failed", "swept_timed_out"),
+        },
+        claims="slot",
+        results=True,
     ),
     (RUNNING, PENDING): Effect(
         {
@@ -112,7 +119,10 @@ TABLE: Mapping[tuple[str, str], Effect] = {
         },
         claims="now",
     ),
-    (RUNNING, SCHEDULED): Effect({Path.FAIL: ("retried",), Path.RELEASE: ("released",)}, claims="slot"),
+    (RUNNING, SCHEDULED): Effect(
+        {Path.FAIL: ("retried",), Path.RELEASE: ("released",), Path.TIMEOUT: ("retried", "swept_timed_out")},
+        claims="slot",
+    ),
     (RUNNING, CANCELLED): Effect(_CANCEL, claims="slot", results=True),
     # A pending job may hold its ordered group's turn (docs/flow-control.md), due or not; a waiting one
     # holds nothing (docs/workflows.md).
@@ -122,6 +132,7 @@ TABLE: Mapping[tuple[str, str], Effect] = {
     # Back from a final status, due at once.
     (FAILED, PENDING): Effect({**_RETRY, Path.REDRIVE: ()}, claims="now"),
     (CANCELLED, PENDING): Effect(_RETRY, claims="now"),
+    (COMPLETED, PENDING): Effect(_RETRY, claims="now"),  # a replay
     (COMPLETED, GONE): Effect({Path.RETENTION: ("swept_deleted",)}),
     (FAILED, GONE): Effect({Path.RETENTION: ("swept_deleted",)}),
     (CANCELLED, GONE): Effect({Path.RETENTION: ("swept_deleted",)}),

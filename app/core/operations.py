@@ -168,7 +168,7 @@ class OpsService:
             raise JobNotFound()
         job = found.job
         if not found.written:
-            raise InvalidState(f"The job is {job.status}; only failed and cancelled jobs can be retried.")
+            raise InvalidState(f"The job is {job.status}; only failed, cancelled and completed jobs can be retried.")
         self.effects.apply(_moved(Path.RETRY, job, found.was, PENDING))
         return job
 

@@ -14,7 +14,7 @@ from app.core.effects import Effects, Moves, Path
 from app.core.jobs import invalid, json_text, sanitise_error
 from app.db import admin as store_admin
 from app.db import search as store_search
-from app.db.admin import CANCELLABLE, RETRYABLE
+from app.db.admin import CANCELLABLE, RETRYABLE, RETRYABLE_BY_DEFAULT
 from app.db.pool import Database
 from app.db.rows import JobRow
 from app.db.search import Criteria, Plan, SearchRow
@@ -24,6 +24,7 @@ from app.settings import Settings
 
 Doc = dict[str, Any]
 APPLIES_TO = {"cancel": CANCELLABLE, "retry": RETRYABLE}
+BY_DEFAULT = {"cancel": CANCELLABLE, "retry": RETRYABLE_BY_DEFAULT}  # a filter that names no status
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +93,7 @@ class SearchService:
             if status is not None and status not in applies:
                 msg = f"`{req.action}` applies to {' and '.join(applies)} jobs, not {status} ones"
                 raise invalid(["body", "filter", "status"], msg)
-            statuses = (status.value,) if status is not None else applies
+            statuses = (status.value,) if status is not None else BY_DEFAULT[req.action]
             c = self.criteria(req.filter, statuses, ["body", "filter"])
             found = await self.search(c, allowed, req.limit or BULK_MAX_JOBS, req.cursor)
             ids = [j.id for j in found.jobs]
