@@ -365,7 +365,8 @@ HOT["scale, group limits"] = HOT["scale"]
 HOT["fail timed-out jobs"] = (
     store_timeouts.JOB_FAIL_TIMED_OUT,
     {"now": "2100-01-01T00:00:00+00:00", "batch": 1000, "base": 1.0, "cap": 60.0},
-    {"jobs_timeout_idx", "jobs_running_idx", "jobs_pkey"},
+    # A queue's running jobs, by either index that holds exactly them (jobs_queue_lease_idx: the sweeper's).
+    {"jobs_timeout_idx", "jobs_running_idx", "jobs_queue_lease_idx", "jobs_pkey"},
 )
 HOT["explain"] = (
     store_explain.JOB_EXPLAIN,
