@@ -376,9 +376,14 @@ HOT["explain"] = (
 HOT["workers"] = (
     store_workers.WORKERS_LIST,
     {"allowed": None, "gone": 60, "keep": 86400, "limit": 200, "ids": store_workers.JOB_IDS_LISTED},
-    {"jobs_lease_idx"},
+    # The running jobs, through either index that holds exactly them.
+    {"jobs_lease_idx", "jobs_queue_lease_idx"},
 )
-HOT["a worker's jobs"] = (store_workers.WORKER_JOBS, {"name": "w", "allowed": None, "limit": 1000}, {"jobs_lease_idx"})
+HOT["a worker's jobs"] = (
+    store_workers.WORKER_JOBS,
+    {"name": "w", "allowed": None, "limit": 1000},
+    {"jobs_lease_idx", "jobs_queue_lease_idx"},
+)
 # Statements that run after a SET LOCAL of their own (app/db/operations.py), or on a configured queue.
 PRELUDE = {
     **dict.fromkeys(
