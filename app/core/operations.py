@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.cursors import QUEUES, BadCursor, decode_cursor, encode_cursor
+from app.core.dependencies import DependencyRelease
 from app.core.effects import CANCELLED, FAILED, PENDING, Effects, Moves, Path
 from app.core.flow import QueueConfigs, changes_of
 from app.core.jobs import invalid, sanitise_error
@@ -54,9 +55,16 @@ def _moved(path: Path, job: JobRow, was: str | None, to: str) -> Moves:
 
 class OpsService:
     def __init__(
-        self, settings: Settings, db: Database, effects: Effects, wakeups: Wakeups, configs: QueueConfigs
+        self,
+        settings: Settings,
+        db: Database,
+        effects: Effects,
+        wakeups: Wakeups,
+        configs: QueueConfigs,
+        release: DependencyRelease,
     ) -> None:
         self.settings = settings
+        self.dependants = release  # the jobs waiting for a cancelled one
         self.db = db
         self.effects = effects
         self.wakeups = wakeups  # a queue resumed or reconfigured: not a move of any job
@@ -156,6 +164,7 @@ class OpsService:
         if not found.written:
             raise InvalidState(f"The job is {job.status}; only pending, waiting and running jobs can be cancelled.")
         self.effects.apply(_moved(Path.CANCEL, job, found.was, CANCELLED))
+        await self.dependants.after_finish([job])  # its direct dependants now, the rest in the background
         return job
 
     async def retry(self, job_id: int, allowed: str | None = None) -> JobRow:
@@ -165,7 +174,7 @@ class OpsService:
             raise JobNotFound()
         job = found.job
         if not found.written:
-            raise InvalidState(f"The job is {job.status}; only failed and cancelled jobs can be retried.")
+            raise InvalidState(f"The job is {job.status}; only failed, cancelled and completed jobs can be retried.")
         self.effects.apply(_moved(Path.RETRY, job, found.was, PENDING))
         return job
 

@@ -33,6 +33,7 @@ CONFIG_FIELDS = (
     "fair",
     "ordered",
     "max_pending",
+    "timeout_seconds",
 )
 
 
@@ -58,6 +59,7 @@ class QueueConfigRow:
     fair: bool | None
     ordered: bool | None
     max_pending: int | None
+    timeout_seconds: int | None  # hard timeout of the queue's jobs that have none of their own
     limited: bool
     grouped: bool
     changed_at: datetime | None

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, Strict, StrictBool
 
-from app.models.fields import Body, Integral, MaxAttempts, Priority
+from app.models.fields import Body, Integral, MaxAttempts, Priority, TimeoutSeconds
 
 Count = Annotated[int, Strict(), Field(ge=1, le=1_000_000), Integral]
 PendingCount = Annotated[int, Strict(), Field(ge=1, le=1_000_000_000), Integral]
@@ -65,6 +65,11 @@ class QueueConfigPatch(Body):
         "past it is refused with 429 `queue-full`. Checked by each server against a count it refreshes about "
         "once a second: other servers' enqueues of that second may pass it (docs/flow-control.md)."
     )
+    timeout_seconds: TimeoutSeconds | None = clearable(
+        "Hard timeout (1-604800) of the queue's jobs enqueued without one: a claim that runs this long is "
+        'failed (`last_error` "timeout") whatever its heartbeats, and the job retried or not as after any '
+        "failure. Applies to running jobs at once."
+    )
 
 
 class RateLimit(BaseModel):
@@ -95,4 +100,5 @@ class QueueConfig(BaseModel):
     fair: bool | None = Field(description="Round-robin across groups; null: false.")
     ordered: bool | None = Field(description="Strict order within each group; null: false.")
     max_pending: int | None = Field(description="Most jobs not yet started; null: JOBQ_MAX_PENDING_JOBS.")
+    timeout_seconds: int | None = Field(description="Hard timeout of jobs enqueued without one; null: none.")
     changed_at: datetime | None = Field(description="When the configuration last changed; null: never.")
