@@ -42,6 +42,26 @@ def test_a_key_past_its_rate_gets_429_with_ratelimit_fields(server_factory: Any,
     assert all(root.get("/queues").status_code == 200 for _ in range(10))
 
 
+def test_the_rate_holds_on_workers_explain_and_scale_too(server_factory: Any, db: psycopg.Connection) -> None:
+    """The listings and diagnostics any key may poll (GET /workers, /jobs/{id}/explain, /queues/{queue}/scale,
+    the last by a `metrics` key too) count against the key's rate like every other route."""
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, key_rate_per_second=SLOW_RATE, key_rate_burst=1)
+    job = as_key(server, ENV_KEY).post("/queues/q/jobs", json={"payload": 1}).json()
+    for n, (path, scope) in enumerate(
+        (
+            ("/workers", "admin"),
+            (f"/jobs/{job['id']}/explain", "admin"),
+            ("/queues/q/scale", "admin"),
+            ("/queues/q/scale", "metrics"),
+        )
+    ):
+        client = as_key(server, create_key(db, f"poller-{n}", [scope]))
+        assert client.get(path).status_code == 200, path
+        r = client.get(path)
+        problem(r, 429, "rate-limited")
+        assert int(r.headers["retry-after"]) >= 1
+
+
 def test_a_key_has_a_rate_of_its_own_set_by_the_command(server_factory: Any, database_url: str) -> None:
     """`jobq keys create --rate --burst` and `jobq keys rate`: a key's own rate replaces the global one, at once
     in every process (the change is announced like a revocation)."""
