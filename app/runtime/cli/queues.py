@@ -157,7 +157,7 @@ def cmd_resume(args: argparse.Namespace, api: ApiClient) -> int:
 CONFIG_KEYS = (
     "max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, "
     "retention.completed, retention.failed, retention.cancelled, concurrency, rate (LIMIT/SECONDS), "
-    "group_concurrency, group_rate (LIMIT/SECONDS), fair, ordered, max_pending"
+    "group_concurrency, group_rate (LIMIT/SECONDS), fair, ordered, max_pending, timeout_seconds"
 )
 
 
