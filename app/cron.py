@@ -57,6 +57,10 @@ _DAYS = {d: i for i, d in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "
 _ITEM = re.compile(r"^(?:(?P<star>[*?])|(?P<lo>[0-9A-Za-z]+)(?:-(?P<hi>[0-9A-Za-z]+))?)(?:/(?P<step>[0-9]+))?$")
 
 
+# Anything but printable ASCII, space and tab (a cron expression is ASCII: names of months and days).
+_UNPRINTABLE = re.compile(r"[^\t\x20-\x7e]")
+
+
 class CronError(ValueError):
     """A cron expression or a time zone that cannot be used; the message says what is wrong."""
 
@@ -137,6 +141,9 @@ class Cron:
 
     @classmethod
     def parse(cls, text: str) -> Cron:
+        if bad := _UNPRINTABLE.search(text):
+            # A newline (or a Unicode space) would split into fields like a space, and be stored as typed.
+            raise CronError(f"character {bad.group()!r}: separate the fields with spaces (or tabs) only")
         spec = text.strip()
         if spec.startswith("@"):
             if spec.lower() not in MACROS:

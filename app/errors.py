@@ -20,10 +20,17 @@ AppError
  |    +-- JobCancelled      409 job-cancelled        an operator cancelled the job while this claim held it
  |    +-- JobTimedOut       409 job-timed-out        the job ran past its timeout_seconds and was failed
  |    +-- InvalidState      409 invalid-state        the job is not in a state that allows the action
+ |    +-- ScheduleNameTaken 409 schedule-name-taken  a schedule of a queue the key may not use has this name
+ |    +-- TooManySchedules  409 too-many-schedules   JOBQ_MAX_SCHEDULES reached
+ |    +-- TooManyQueues     409 too-many-queues      JOBQ_MAX_QUEUES reached: an enqueue would make one more
  +-- RequestTimeout         408 request-timeout      the request's headers did not arrive in time
  +-- HostNotAllowed         421 host-not-allowed     auth off, and Host is not a loopback name (DNS rebinding)
  +-- HeadersTooLarge        431 headers-too-large    request line and headers over their caps
  +-- TooManyWaiters         429 too-many-waiters     long-poll cap of the process, or of the client, reached
+ +-- RateLimited            429 rate-limited         the key's request rate (RateLimit headers, Retry-After)
+ +-- QueueFull              429 queue-full           the queue holds max_pending jobs not yet started
+ +-- TooManySearches        429 too-many-searches    searches at once of the key, or of the process
+ +-- TooManyInFlight        429 too-many-requests-in-flight  the client's share of the connection cap
  +-- KeyLookupsThrottled    429 key-lookups-throttled  too many unknown API keys tried at once
  +-- DatabaseUnavailable    503 database-unavailable (Retry-After)
  |    +-- StatementTimeout  503 database-unavailable a statement ran past its statement_timeout
@@ -232,10 +239,63 @@ class InvalidState(Conflict):
     slug, title = "invalid-state", "Invalid job state"
 
 
+class ScheduleNameTaken(Conflict):
+    """A schedule of a queue this API key may not use has this name; choose another."""
+
+    slug, title = "schedule-name-taken", "Schedule name taken"
+
+
+class TooManySchedules(Conflict):
+    """This service holds as many schedules as it may (JOBQ_MAX_SCHEDULES); delete one first."""
+
+    slug, title = "too-many-schedules", "Too many schedules"
+
+
+class TooManyQueues(Conflict):
+    """This service holds as many queues as it may (JOBQ_MAX_QUEUES); a job on a new queue is refused until
+    one empties."""
+
+    slug, title = "too-many-queues", "Too many queues"
+
+
 class TooManyWaiters(AppError):
     """Too many long-polls are waiting on this server; retry after a pause."""
 
     status, slug, title, retry_after = 429, "too-many-waiters", "Too many waiting claims", 1
+
+
+class RateLimited(AppError):
+    """This API key sent more requests than its rate allows; retry after Retry-After."""
+
+    status, slug, title, retry_after = 429, "rate-limited", "Rate limited", 1
+
+    def __init__(self, detail: str | None = None, *, retry_after: int = 1, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.wait = retry_after
+        self.rate_headers = headers or {}
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.wait), **self.rate_headers}
+
+
+class QueueFull(AppError):
+    """The queue holds as many jobs not yet started as it may (its `max_pending`); nothing was enqueued. Retry
+    once workers have taken some."""
+
+    status, slug, title, retry_after = 429, "queue-full", "Queue full", 1
+
+
+class TooManySearches(AppError):
+    """Too many searches of this API key (or of this server) run at once; retry after a pause."""
+
+    status, slug, title, retry_after = 429, "too-many-searches", "Too many searches at once", 1
+
+
+class TooManyInFlight(AppError):
+    """This client has as many requests in flight on this server as its share of the connections allows; retry
+    after a pause."""
+
+    status, slug, title, retry_after = 429, "too-many-requests-in-flight", "Too many requests in flight", 1
 
 
 class KeyLookupsThrottled(AppError):

@@ -26,6 +26,7 @@ from app.http.history import add_history_routes
 from app.http.jobs import JobqRoute, add_routes, install_error_handlers
 from app.http.openapi import customise_openapi
 from app.http.operations import add_operator_routes
+from app.http.quotas import Quotas
 from app.http.schedules import add_schedule_routes
 from app.http.search import add_search_routes
 from app.http.workers import add_worker_routes
@@ -42,7 +43,8 @@ log = logging.getLogger("jobq")
 
 
 class JobqApp:
-    """The ASGI stack: Observability -> Authenticate -> SqsEndpoint -> RequestGuard -> FastPath -> FastAPI. `.api`
+    """The ASGI stack: Observability -> Authenticate -> Quotas -> SqsEndpoint -> RequestGuard -> FastPath -> FastAPI.
+    Quotas (a key's rate, a client's requests in flight) come right after the caller is known. `.api`
     is the FastAPI app (routes), `.services` the parts its lifespan built. Authentication comes before the guard so
     that a caller without a key gets 401 before its body is read; both HTTP paths below it see the same
     principal. Observability is outermost so that refusals are counted and logged like any answer."""
@@ -69,14 +71,14 @@ class JobqApp:
             return services_of(api).keys.authenticate
 
         exposure = Exposure(settings.auth, settings.allowed_hosts)
+        clients = ClientAddress(settings.trusted_proxies)
         authenticate = Authenticate(
-            sqs,
+            Quotas(sqs, settings, clients),
             exposure=exposure,
             keys=keys,
             open_paths=open_paths(api, docs_paths),
             authenticates_itself=is_sqs_request,
         )
-        clients = ClientAddress(settings.trusted_proxies)
         self._stack = Observability(authenticate, telemetry.metrics, telemetry.access_log, telemetry.tracing, clients)
 
     @property

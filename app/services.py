@@ -32,6 +32,7 @@ from app.core.flow import QueueConfigs
 from app.core.history import HistoryService
 from app.core.jobs import JobService
 from app.core.operations import OpsService
+from app.core.quotas import EnqueueQuotas
 from app.core.results import ResultWaiters
 from app.core.scale import ScaleService
 from app.core.schedules import ScheduleService
@@ -163,7 +164,8 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     # step, the background service the rest.
     release = DependencyRelease(settings, db, effects)
     activity = WorkerActivity()  # the worker registry's sightings, flushed by WorkersFlush
-    jobs = JobService(settings, db, dispatcher, effects, results, configs, release, activity)
+    quotas = EnqueueQuotas(settings, db)
+    jobs = JobService(settings, db, dispatcher, effects, results, configs, quotas, release, activity)
     ops = OpsService(settings, db, effects, wakeups, configs, release)
     scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(

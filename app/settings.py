@@ -288,6 +288,72 @@ class Settings(BaseSettings):
         f"open-file limit (RLIMIT_NOFILE) less the pool, the listener and {RESERVED_FILES} files.",
     )
 
+    # -- quotas -------------------------------------------------------------------------------------------------
+    key_rate_per_second: float = Field(
+        1000.0,
+        ge=0,
+        le=1_000_000,
+        description="Requests per second one API key may send to one process: a token bucket per key and "
+        "process (replicas and --workers each keep their own); past it -> 429 `rate-limited` with Retry-After and "
+        "RateLimit headers. 0: no limit. A key's own rate (`jobq keys create --rate`) replaces it; JOBQ_API_KEY "
+        "and a service running without keys are not limited.",
+    )
+    key_rate_burst: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="Requests a key may send at once after a pause (the bucket's size). Unset: twice the rate "
+        "(at least 1).",
+    )
+    max_connections_per_client: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Requests one client (an API key; without one, a client address) may have in flight at once "
+        "per process, its share of the connection cap; past it -> 429 `too-many-requests-in-flight`. Unset: half "
+        "of JOBQ_MAX_CONNECTIONS.",
+    )
+    max_pending_jobs: int = Field(
+        1_000_000,
+        ge=1,
+        le=1_000_000_000,
+        description="Jobs not yet started (pending, delayed or waiting for dependencies) one queue may hold, "
+        "unless its configuration says otherwise (`max_pending`); an enqueue past it -> 429 `queue-full`, "
+        "nothing written.",
+    )
+    pending_count_interval_ms: int = Field(
+        1000,
+        ge=10,
+        le=60_000,
+        description="How often a process counts the jobs not yet started of a queue it enqueues to, for "
+        "`max_pending` (ten times less often while the queue is under half its limit). Between counts it adds "
+        "what it enqueued itself: other processes' enqueues of one interval may pass the limit.",
+    )
+    max_queues: int = Field(
+        10_000,
+        ge=1,
+        le=10_000_000,
+        description="Queues holding jobs not yet finished or a configuration; an enqueue that would make one "
+        "more -> 409 `too-many-queues`, nothing written.",
+    )
+    max_schedules: int = Field(
+        1000, ge=1, le=1_000_000, description="Schedules; creating one more -> 409 `too-many-schedules`."
+    )
+    max_searches_per_key: int = Field(
+        2,
+        ge=1,
+        le=1000,
+        description="Searches and bulk actions by filter one API key (with auth off, one client address) may "
+        "run at once per process; past it -> 429 `too-many-searches`.",
+    )
+    max_searches: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Searches and bulk actions by filter running at once per process, all keys together; past "
+        "it -> 429 `too-many-searches`. Unset: half the pool (JOBQ_POOL_MAX_SIZE), at least 1.",
+    )
+
     # -- metrics ------------------------------------------------------------------------------------------------
     metrics_max_queues: int = Field(
         1000,
@@ -362,6 +428,18 @@ class Settings(BaseSettings):
     @property
     def waiter_cap_per_client(self) -> int:
         return self.max_waiters_per_client or max(1, self.waiter_cap // 2)
+
+    @property
+    def connection_cap_per_client(self) -> int:
+        return self.max_connections_per_client or max(1, self.connection_cap // 2)
+
+    @property
+    def key_burst(self) -> int:
+        return self.key_rate_burst or max(1, int(self.key_rate_per_second * 2))
+
+    @property
+    def search_cap(self) -> int:
+        return self.max_searches or max(1, self.pool_max_size // 2)
 
 
 def open_files_limit() -> int:

@@ -128,13 +128,14 @@ async def _get(port: int, path: str) -> tuple[int, bytes]:
 
 
 def create_key(url: str) -> str:
-    """A key with every scope, as `jobq keys create --scope admin` makes it."""
+    """A key with every scope and no request rate (the benchmark measures the service, not the key's quota),
+    as `jobq keys create --scope admin --rate 0` makes it."""
     from app.auth.keys import new_key
     from app.db.keys import api_key_insert
 
     key, selector, key_hash = new_key()
     with psycopg.connect(url, autocommit=True) as conn:
-        api_key_insert(conn, "bench", selector, key_hash, ["admin"], None)
+        api_key_insert(conn, "bench", selector, key_hash, ["admin"], None, rate=0)
     return key
 
 

@@ -12,6 +12,10 @@
 #
 #   JOBQ_URL=http://127.0.0.1:8000 examples/shell-worker.sh emails ./send-email.sh
 #
+# Nothing secret goes on a command line, where `ps` shows it to every user of the machine: the key reaches
+# curl in a header file, bodies (claim tokens, results, errors) in files, values handed to jq or python3
+# in their environment; the work directory is the worker's own (mode 700).
+#
 # Environment: JOBQ_URL, JOBQ_API_KEY (Bearer), JOBQ_WORKER, JOBQ_LEASE_SECONDS (30), JOBQ_WAIT_SECONDS
 # (20), JOBQ_EXIT_WHEN_IDLE=1 (exit once a claim comes back empty), JOBQ_JSON=jq|python3 (the JSON tool;
 # default jq when installed, else python3).
@@ -71,19 +75,19 @@ print("" if v is None else json.dumps(v).strip("\""))' "$1" "$2" 2>/dev/null
 complete_body() {
   if [[ $JSON == jq ]]; then
     if jq -e . "$2" >/dev/null 2>&1 && [[ -s $2 ]]; then
-      jq -c --arg t "$1" '{claim_token: $t, result: .}' "$2"
+      JOBQ_TOKEN=$1 jq -c '{claim_token: env.JOBQ_TOKEN, result: .}' "$2"
     else
-      jq -Rsc --arg t "$1" '{claim_token: $t, result: .}' "$2"
+      JOBQ_TOKEN=$1 jq -Rsc '{claim_token: env.JOBQ_TOKEN, result: .}' "$2"
     fi
   else
-    python3 -c '
-import json, sys
-text = open(sys.argv[2], encoding="utf-8", errors="replace").read()
+    JOBQ_TOKEN=$1 python3 -c '
+import json, os, sys
+text = open(sys.argv[1], encoding="utf-8", errors="replace").read()
 try:
     result = json.loads(text)
 except ValueError:
     result = text
-print(json.dumps({"claim_token": sys.argv[1], "result": result}))' "$1" "$2"
+print(json.dumps({"claim_token": os.environ["JOBQ_TOKEN"], "result": result}))' "$2"
   fi
 }
 
@@ -113,20 +117,24 @@ print(done[0].get("outcome", ""))' "$1" 2>/dev/null
 # fail_body TOKEN ERROR RETRY: {"claim_token", "error", "retry"}.
 fail_body() {
   if [[ $JSON == jq ]]; then
-    jq -nc --arg t "$1" --arg e "$2" --argjson r "$3" '{claim_token: $t, error: $e, retry: $r}'
+    JOBQ_TOKEN=$1 JOBQ_ERROR=$2 jq -nc --argjson r "$3" '{claim_token: env.JOBQ_TOKEN, error: env.JOBQ_ERROR, retry: $r}'
   else
-    python3 -c '
-import json, sys
-print(json.dumps({"claim_token": sys.argv[1], "error": sys.argv[2], "retry": sys.argv[3] == "true"}))' "$1" "$2" "$3"
+    JOBQ_TOKEN=$1 JOBQ_ERROR=$2 python3 -c '
+import json, os, sys
+print(json.dumps({"claim_token": os.environ["JOBQ_TOKEN"], "error": os.environ["JOBQ_ERROR"], "retry": sys.argv[1] == "true"}))' "$3"
   fi
 }
 
 # --- HTTP -------------------------------------------------------------------------------------------------
 
 AUTH=()
-[[ -n ${JOBQ_API_KEY:-} ]] && AUTH=(-H "Authorization: Bearer $JOBQ_API_KEY")
+if [[ -n ${JOBQ_API_KEY:-} ]]; then
+  # curl reads the header from this file (`-H @file`): on its command line, `ps` would show the key.
+  printf 'Authorization: Bearer %s\n' "$JOBQ_API_KEY" >"$WORK/auth"
+  AUTH=(-H "@$WORK/auth")
+fi
 
-# api PATH BODY OUT [MAX_TIME]: POST BODY (a JSON string), the answer in OUT; prints the status (000:
+# api PATH BODYFILE OUT [MAX_TIME]: POST the JSON in BODYFILE, the answer in OUT; prints the status (000:
 # no answer). Retries no answer, 429 and 503 after Retry-After: every call here is safe to repeat
 # (heartbeat/complete/fail with the same token answer 200 again; a claim whose answer is lost only
 # leaves its job claimed until the lease lapses).
@@ -134,7 +142,7 @@ api() {
   local path=$1 body=$2 out=$3 max=${4:-10} status attempt after
   for attempt in 1 2 3 4 5; do
     status=$(curl -sS -o "$out" -D "$WORK/headers" -w '%{http_code}' --max-time "$max" \
-      -H 'Content-Type: application/json' "${AUTH[@]}" --data-binary "$body" "$BASE$path" 2>/dev/null)
+      -H 'Content-Type: application/json' "${AUTH[@]}" --data-binary "@$body" "$BASE$path" 2>/dev/null)
     status=${status:-000}
     case $status in
       000 | 429 | 503) ;;
@@ -170,7 +178,8 @@ heartbeat() {
     nap=$!
     wait "$nap"
     nap=
-    status=$(api "/jobs/$id/heartbeat" "{\"claim_token\":\"$token\"}" "$WORK/heartbeat")
+    printf '{"claim_token":"%s"}' "$token" >"$WORK/heartbeat-body"
+    status=$(api "/jobs/$id/heartbeat" "$WORK/heartbeat-body" "$WORK/heartbeat")
     if [[ $status == 409 || $status == 404 ]] || [[ $(json_get "$WORK/heartbeat" cancel_requested) == true ]]; then
       log "job $id: no longer ours (heartbeat: $status); stopping the command"
       touch "$WORK/lost"
@@ -208,14 +217,16 @@ run_job() {
       HANDIN=$id
       log "job $id: done; the result goes on the next claim"
     else
-      status=$(api "/jobs/$id/complete" "$(complete_body "$token" "$WORK/out")" "$WORK/answer")
+      complete_body "$token" "$WORK/out" >"$WORK/body"
+      status=$(api "/jobs/$id/complete" "$WORK/body" "$WORK/answer")
       log "job $id: complete -> $status"
     fi
   else
     error="exit $rc: $(tail -c 1000 "$WORK/err")"
     retry=true
     [[ $rc == 65 ]] && retry=false
-    status=$(api "/jobs/$id/fail" "$(fail_body "$token" "$error" "$retry")" "$WORK/answer")
+    fail_body "$token" "$error" "$retry" >"$WORK/body"
+    status=$(api "/jobs/$id/fail" "$WORK/body" "$WORK/answer")
     log "job $id: attempt $attempts failed ($error) -> $status $(json_get "$WORK/answer" status)"
   fi
 }
@@ -225,7 +236,7 @@ run_job() {
 send_handin() {
   [[ -z $HANDIN ]] && return
   local status
-  status=$(api "/jobs/$HANDIN/complete" "$(cat "$WORK/handin-body")" "$WORK/answer")
+  status=$(api "/jobs/$HANDIN/complete" "$WORK/handin-body" "$WORK/answer")
   log "job $HANDIN: complete -> $status"
   HANDIN=
 }
@@ -237,10 +248,11 @@ claim="{\"worker\":\"$WORKER\",\"limit\":1,\"lease_seconds\":$LEASE,\"wait_secon
 while [[ -z $STOP ]]; do
   rm -f "$WORK/claim" "$WORK/claim-status"
   body=$claim
-  [[ -n $HANDIN ]] && body="${claim%\}},\"complete\":[$(cat "$WORK/handin")]}"
+  [[ -n $HANDIN ]] && body="${claim%\}},\"complete\":[$(<"$WORK/handin")]}"
+  printf '%s' "$body" >"$WORK/claim-body"
   # curl in the background, so that a signal interrupts the long-poll (the trap kills curl).
   curl -sS -o "$WORK/claim" -D "$WORK/headers" -w '%{http_code}' --max-time $((WAIT + 10)) \
-    -H 'Content-Type: application/json' "${AUTH[@]}" --data-binary "$body" "$BASE/queues/$QUEUE/claim" \
+    -H 'Content-Type: application/json' "${AUTH[@]}" --data-binary "@$WORK/claim-body" "$BASE/queues/$QUEUE/claim" \
     >"$WORK/claim-status" 2>/dev/null &
   CLAIMING=$!
   wait "$CLAIMING"

@@ -121,14 +121,28 @@ WITH
 bounds AS (
   SELECT to_timestamp((floor(extract(epoch FROM now()) / %(bucket)s) - (%(buckets)s - 1)) * %(bucket)s) AS since,
          now() AS as_of
+), names AS (
+  SELECT queue_name FROM (
+    SELECT s.queue_name FROM queue_stats s, bounds b
+    WHERE s.minute >= b.since AND 
+  (%(queues)s::text[] IS NULL OR s.queue_name = ANY(%(queues)s::text[])) AND s.queue_name > %(after)s::text
+  AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+    UNION
+    SELECT h.queue_name FROM queue_stats_hourly h, bounds b
+    WHERE h.hour >= b.since AND 
+  (%(queues)s::text[] IS NULL OR h.queue_name = ANY(%(queues)s::text[])) AND h.queue_name > %(after)s::text
+  AND (%(allowed)s::text IS NULL OR h.queue_name ~ %(allowed)s::text)
+  ) u
+  ORDER BY queue_name
+  LIMIT %(n)s
 ), sources AS (
   SELECT s.queue_name, s.minute AS at, s.enqueued, s.completed, s.failed, coalesce(s.ready, 0) AS ready
   FROM queue_stats s, bounds b
-  WHERE s.minute >= b.since AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+  WHERE s.minute >= b.since AND s.queue_name IN (SELECT queue_name FROM names)
   UNION ALL
   SELECT h.queue_name, h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
   FROM queue_stats_hourly h, bounds b
-  WHERE h.hour >= b.since AND (%(allowed)s::text IS NULL OR h.queue_name ~ %(allowed)s::text)
+  WHERE h.hour >= b.since AND h.queue_name IN (SELECT queue_name FROM names)
 )
 SELECT r.queue_name AS queue, floor(extract(epoch FROM r.at - b.since) / %(bucket)s)::int AS bucket, sum(r.enqueued)::bigint AS enqueued,
        sum(r.completed)::bigint AS completed, sum(r.failed)::bigint AS failed, sum(r.ready)::bigint AS ready_sum

@@ -4,7 +4,8 @@
 SELECT count(*) FROM api_keys WHERE revoked_at IS NULL
 
 -- name: API_KEYS_LIST --
-SELECT id, name, selector, scopes, queue_patterns, created_at, last_used_at, revoked_at
+SELECT id, name, selector, scopes, queue_patterns, created_at, last_used_at, revoked_at, rate_per_second,
+       rate_burst
 FROM api_keys
 WHERE %(all)s OR revoked_at IS NULL
 ORDER BY id
@@ -16,7 +17,7 @@ WHERE id = ANY(%s) AND revoked_at IS NULL
 
 -- name: API_KEY_BY_SELECTOR --
 -- Live keys only: a revoked key is unknown from the moment its revocation commits.
-SELECT id, name, key_hash, scopes, queue_patterns
+SELECT id, name, key_hash, scopes, queue_patterns, rate_per_second, rate_burst
 FROM api_keys
 WHERE selector = %s AND revoked_at IS NULL
 
@@ -34,6 +35,14 @@ WITH created AS (
 -- A process may have cached "no such key" for this selector: tell every process to forget it.
 SELECT id, pg_notify('jobq_wakeup', 'keys k') FROM created
 
+-- name: API_KEY_INSERT_RATED --
+WITH created AS (
+  INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns, rate_per_second, rate_burst)
+  VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s, %(rate)s, %(burst)s)
+  RETURNING id
+)
+SELECT id, pg_notify('jobq_wakeup', 'keys k') FROM created
+
 -- name: API_KEY_REVOKE --
 WITH revoked AS (
   UPDATE api_keys SET revoked_at = now()
@@ -46,3 +55,12 @@ SELECT id, name, pg_notify('jobq_wakeup', 'keys k') FROM revoked
 -- name: API_KEY_SELECTORS --
 -- Every live key's selector (not secret): whether a selector may be a key, without a lookup per selector.
 SELECT selector FROM api_keys WHERE revoked_at IS NULL
+
+-- name: API_KEY_SET_RATE --
+WITH changed AS (
+  UPDATE api_keys SET rate_per_second = %(rate)s, rate_burst = %(burst)s
+  WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
+  RETURNING id, name
+)
+-- Delivered at commit: every process reads the key again, with its new rate.
+SELECT id, name, pg_notify('jobq_wakeup', 'keys k') FROM changed

@@ -85,6 +85,70 @@ LEFT JOIN finished f USING (queue_name)
 LEFT JOIN queue_state s USING (queue_name)
 ORDER BY n.queue_name
 
+-- name: QUEUES_PAGE --
+WITH RECURSIVE
+  pending_walk(name, seen) AS (
+  SELECT (SELECT queue_name FROM jobs WHERE status = 'pending' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  UNION ALL
+  SELECT (SELECT queue_name FROM jobs WHERE status = 'pending' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
+  FROM pending_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
+),
+  waiting_walk(name, seen) AS (
+  SELECT (SELECT queue_name FROM jobs WHERE status = 'waiting' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  UNION ALL
+  SELECT (SELECT queue_name FROM jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
+  FROM waiting_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
+),
+  running_walk(name, seen) AS (
+  SELECT (SELECT queue_name FROM jobs WHERE status = 'running' COLLATE "C" AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  UNION ALL
+  SELECT (SELECT queue_name FROM jobs WHERE status = 'running' COLLATE "C" AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
+  FROM running_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
+),
+  finished_walk(name, seen) AS (
+  SELECT (SELECT queue_name FROM queue_counts WHERE true AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  UNION ALL
+  SELECT (SELECT queue_name FROM queue_counts WHERE true AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
+  FROM finished_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
+),
+  names AS (
+    SELECT name FROM (
+      SELECT name FROM pending_walk UNION SELECT name FROM waiting_walk UNION SELECT name FROM running_walk
+      UNION SELECT name FROM finished_walk
+      UNION (SELECT queue_name FROM queue_state
+             WHERE queue_name > %(after)s::text AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)
+             ORDER BY queue_name LIMIT %(n)s)
+    ) u
+    WHERE name IS NOT NULL AND (%(allowed)s::text IS NULL OR name ~ %(allowed)s::text)
+    ORDER BY name
+    LIMIT %(n)s
+  )
+SELECT n.name AS queue, p.ready, p.scheduled,
+       (SELECT count(*) FROM jobs r WHERE r.queue_name = n.name AND r.status = 'running' COLLATE "C") AS running,
+       coalesce(f.completed, 0)::bigint AS completed, coalesce(f.failed, 0)::bigint AS failed,
+       coalesce(f.cancelled, 0)::bigint AS cancelled,
+       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       coalesce((SELECT s.paused FROM queue_state s WHERE s.queue_name = n.name), false) AS paused,
+       (SELECT count(*) FROM jobs w WHERE w.queue_name = n.name AND w.status = 'waiting') AS waiting
+FROM names n
+CROSS JOIN LATERAL (
+  -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
+  SELECT count(*) FILTER (WHERE j.run_at <= now()) AS ready, count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
+         min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready
+  FROM jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
+) p
+LEFT JOIN LATERAL (
+  SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
+         sum(c.n) FILTER (WHERE c.status = 'failed') AS failed,
+         sum(c.n) FILTER (WHERE c.status = 'cancelled') AS cancelled
+  FROM queue_counts c WHERE c.queue_name = n.name
+) f ON true
+ORDER BY n.name
+
 -- name: QUEUE_GROUPS --
 -- The groups with the most ready jobs (index-only over jobs_group_idx, whose last key is run_at), with
 -- their running jobs (jobs_running_idx).

@@ -3,6 +3,9 @@
 -- name: CLOCK --
 SELECT clock_timestamp()
 
+-- name: SCHEDULES_COUNT --
+SELECT count(*) FROM schedules
+
 -- name: SCHEDULES_DUE --
 -- Active schedules whose next tick has come, by the database clock, through schedules_due_idx. Not
 -- locked: replicas that read the same schedule compute the same ticks, and SCHEDULES_FIRE lets one of
@@ -50,6 +53,9 @@ SELECT
 WHERE (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
 ORDER BY s.name
 
+-- name: SCHEDULES_LOCK --
+SELECT pg_advisory_xact_lock(1785684595)
+
 -- name: SCHEDULES_NEXT_DUE --
 -- Seconds until the earliest active schedule is due, by the database clock (NULL: none).
 SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM schedules WHERE NOT paused AND NOT EXISTS (
@@ -66,6 +72,10 @@ SELECT
   s.job_group AS group, s.missed, s.paused, CASE WHEN s.paused THEN NULL ELSE s.next_run_at END AS next_run_at,
   s.last_run_at, s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick FROM schedules s
 WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+
+-- name: SCHEDULE_HOLDER --
+-- Whether a schedule has this name, and whether the caller may see it (its queue is one of the caller's).
+SELECT (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text) AS visible FROM schedules s WHERE s.name = %(name)s
 
 -- name: SCHEDULE_PAUSE --
 UPDATE schedules s SET paused = true, revision = s.revision + 1, updated_at = now()

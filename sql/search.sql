@@ -7,8 +7,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
-  FROM jobs j WHERE j.id = %(id)s
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+  FROM jobs j WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -16,13 +16,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -34,8 +34,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
-  FROM jobs j WHERE (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+  FROM jobs j WHERE (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -43,13 +43,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -61,8 +61,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
-  FROM jobs j WHERE j.queue_name = %(queue)s AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+  FROM jobs j WHERE j.queue_name = %(queue)s AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -70,13 +70,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -104,12 +104,13 @@ RECURSIVE pending_queues(name) AS (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
   FROM queues q CROSS JOIN LATERAL (
     -- OFFSET 0: one lookup per queue through jobs_idempotency_idx, never flattened into a join
     SELECT * FROM jobs j WHERE j.queue_name = q.name AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL
     OFFSET 0
   ) j
+  WHERE (%(allowed)s::text IS NULL OR q.name ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -117,13 +118,13 @@ RECURSIVE pending_queues(name) AS (
          json_build_array(s.k1) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -135,8 +136,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
-  FROM jobs j WHERE j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s) AND ((%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint))
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+  FROM jobs j WHERE j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s) AND ((%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -144,13 +145,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -162,9 +163,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
   FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
-  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.finished_at DESC, j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -172,13 +173,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1, s.k2) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -190,9 +191,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
   FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
-  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.finished_at DESC, j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -200,13 +201,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1, s.k2) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -218,9 +219,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
   FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
-  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.finished_at DESC, j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -228,13 +229,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1, s.k2) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -246,11 +247,11 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
   FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = 'pending'
   AND (%(after)s::boolean IS NOT TRUE
        OR j.priority < %(k1)s::int
-       OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint)))
+       OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint))) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.priority DESC, j.run_at, j.id
   LIMIT %(budget)s
 ), numbered AS (
@@ -258,13 +259,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1, s.k2, s.k3) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -276,9 +277,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
   FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = 'running'
-  AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint))
+  AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.lease_expires_at, j.id
   LIMIT %(budget)s
 ), numbered AS (
@@ -286,13 +287,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1, s.k2) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -304,9 +305,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit, ((%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS visible
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
   FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = 'waiting'
-  AND (%(after)s::boolean IS NOT TRUE OR j.id > %(k1)s::bigint)
+  AND (%(after)s::boolean IS NOT TRUE OR j.id > %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id
   LIMIT %(budget)s
 ), numbered AS (
@@ -314,13 +315,13 @@ WITH  examined AS MATERIALIZED (
          json_build_array(s.k1) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n

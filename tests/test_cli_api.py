@@ -72,6 +72,10 @@ def test_enqueue_then_read_it_back_as_tables_and_json(server: LiveServer) -> Non
         "QUEUE", "STATE", "READY", "SCHEDULED", "WAITING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"
     ]  # fmt: skip
     assert row.split()[:9] == ["emails", "active", "2", "1", "0", "0", "0", "0", "0"]
+    # it follows the pages of GET /queues
+    server.enqueue("zz", 1)
+    paged = as_json(jobq(server, "queues", "--json", "--page-size", "1"))
+    assert [q["queue"] for q in paged["queues"]] == ["emails", "zz"] and paged["next_cursor"] is None
 
     # job: every field a person looks for, and the JSON the API returns
     shown = ok(jobq(server, "job", str(made["id"])))
@@ -250,4 +254,4 @@ def test_the_key_comes_from_the_flag_or_the_environment(server_factory, flag: st
         r = run_jobq("queues", "--json", "--url", secured.url, flag, ADMIN_KEY)
     else:
         r = run_jobq("queues", "--json", env={"JOBQ_URL": secured.url, "JOBQ_API_KEY": ADMIN_KEY})
-    assert as_json(r) == {"queues": []}
+    assert as_json(r) == {"queues": [], "next_cursor": None}

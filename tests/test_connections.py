@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support import LiveServer, wait_until
@@ -51,6 +52,13 @@ def read_response(s: socket.socket) -> bytes:
     while len(body) < length:
         body += s.recv(65536)
     return head + b"\r\n\r\n" + body
+
+
+# A request whose 100-byte body has not come yet: in flight, its connection held.
+BODY_PENDING = (
+    b"POST /queues/q/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 100\r\nConnection: close\r\n\r\n"
+)
 
 
 def status_and_problem(answer: bytes) -> tuple[int, dict[str, Any]]:
@@ -170,12 +178,16 @@ def test_header_bytes_and_lines_are_capped(server_factory: Any, sockets: list[so
 
 
 def test_past_the_connection_cap_a_request_gets_503_at_once(server_factory: Any, sockets: list[socket.socket]) -> None:
-    """Connections held (idle here, as a slow client's would be) fill the cap; the next connection's request is
-    answered 503 at once instead of waiting for a place, and served again once a place is free."""
-    server: LiveServer = server_factory(max_connections=16, header_timeout_seconds=60)
+    """Connections each with a request in flight (a body that has not come yet, as a slow client's would be) fill
+    the cap; the next connection's request is answered 503 at once instead of waiting for a place, and served
+    again once a place is free."""
+    server: LiveServer = server_factory(max_connections=16, max_connections_per_client=16, header_timeout_seconds=60)
     state = server.server.server_state
     held = [connect(server, sockets) for _ in range(16)]
+    for s in held:  # the request is in flight while the server waits for its body
+        s.sendall(BODY_PENDING)
     wait_until(lambda: len(state.connections) == 16, what="16 connections held")
+    wait_until(lambda: not any(c.waits_for_a_request for c in state.connections), what="16 requests in flight")
     s = connect(server, sockets)
     s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     answer = read_answer(s)  # and the server closes it
@@ -188,5 +200,49 @@ def test_past_the_connection_cap_a_request_gets_503_at_once(server_factory: Any,
     s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
     assert read_answer(s).startswith(b"HTTP/1.1 200")
     # The connections that were already held are served as usual.
-    held[0].sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-    assert read_answer(held[0]).startswith(b"HTTP/1.1 200")
+    held[0].sendall(b'{"payload": 1}' + b" " * 86)
+    assert read_answer(held[0]).startswith(b"HTTP/1.1 201")
+
+
+def test_idle_sockets_of_one_client_cannot_keep_another_out(server_factory: Any, sockets: list[socket.socket]) -> None:
+    """The review's probe: with JOBQ_MAX_CONNECTIONS=16, 16 kept-alive sockets without a key, each sending
+    `GET /healthz` every 4 s, kept a keyed `GET /queues` at 503 `too-many-connections`, 8 times out of 8. A
+    newcomer at the cap now takes the place of a connection that waits for its next request, of the client
+    holding the most: the keyed request is served, and the idle socket closed is one of the 16."""
+    key = "connection-share-key-" + "c" * 32
+    server: LiveServer = server_factory(max_connections=16, auth="on", api_key=key, header_timeout_seconds=60)
+    state = server.server.server_state
+    idle: list[socket.socket] = []
+    for attempt in range(8):
+        while len(idle) < 16:  # the probe's client keeps its 16 sockets, opening new ones as they are closed
+            s = connect(server, sockets)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert _answers(s)
+            idle.append(s)
+        wait_until(lambda: len(state.connections) == 16, what="16 connections held")
+        with httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {key}"}, timeout=30) as c:
+            r = c.get("/queues")
+            assert r.status_code == 200, (attempt, r.text)
+        for s in idle:  # its healthz every 4 s: one socket of the 16 was closed to make room
+            with contextlib.suppress(OSError):
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        idle = [s for s in idle if _answers(s)]
+        assert len(idle) == 15, attempt
+
+
+def _answers(s: socket.socket) -> bool:
+    """Whether a kept-alive connection answered its healthz (False: the server closed it)."""
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+    except OSError:
+        return False
+    length = int(data.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    body = data.partition(b"\r\n\r\n")[2]
+    while len(body) < length:
+        body += s.recv(65536)
+    return data.startswith(b"HTTP/1.1 200")

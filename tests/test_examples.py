@@ -4,6 +4,7 @@ heartbeat, complete and fail jobs of a live service; the final states are read f
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 from tests.node import typescript_sdk
 from tests.support import LiveServer, wait_until
+from tests.test_security import as_key, create_key
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
@@ -86,6 +88,8 @@ if p.get("fail") and int(os.environ["JOBQ_ATTEMPT"]) <= p.get("fail_attempts", 9
     sys.exit(p.get("exit", 1))
 if p.get("text"):
     print("plain text")
+elif p.get("echo"):
+    print(json.dumps(p["echo"]))
 else:
     print(json.dumps({"job": int(os.environ["JOBQ_JOB_ID"]), "attempt": int(os.environ["JOBQ_ATTEMPT"])}))
 """
@@ -117,6 +121,64 @@ def test_shell_worker(sweeping_server: LiveServer, db: psycopg.Connection, json_
     # One request per job: every result rode on the next claim; none needed a complete of its own.
     assert output.count("complete (on the claim) -> completed") == 4, output
     assert [line for line in output.splitlines() if "complete -> " in line and "on the claim" not in line] == []
+
+
+# Every program the shell worker runs, each replaced by a shim that notes its command line and runs it.
+SHELL_WORKER_TOOLS = ("awk", "cat", "curl", "date", "grep", "hostname", "jq", "mktemp", "python3", "rm", "sleep",
+                      "tail", "touch", "tr")  # fmt: skip
+
+
+@pytest.mark.parametrize("json_tool", ["python3", "jq"])
+def test_the_shell_worker_puts_no_secret_on_a_command_line(
+    server_factory: Any, db: psycopg.Connection, json_tool: str, tmp_path: Path
+) -> None:
+    """`ps` shows every process's command line to every user of the machine. The shell worker put its API key
+    (curl's -H), claim tokens, results and errors (curl's --data-binary, jq's --arg, python3's argv) there.
+    Each program it runs is a shim here that writes down its command line: none holds the key, a token (any
+    run of 40 or more token characters), a payload, a result or an error."""
+    if shutil.which(json_tool) is None:
+        pytest.skip(f"{json_tool} is not installed")
+    admin = "shell-worker-admin-" + "a" * 32
+    server: LiveServer = server_factory(
+        auth="on", api_key=admin, sweep_interval_seconds=0.1, backoff_base_seconds=0.01, backoff_cap_seconds=0.05
+    )
+    key = create_key(db, "shell-worker", ["consume"], ["q"])
+    producer = as_key(server, admin)
+    secret = "do-not-show-9c41"
+    jobs = [
+        {"payload": {"name": "ok", "echo": f"result {secret}"}},
+        {"payload": {"name": "slow", "sleep": 2, "echo": "slow"}},  # heartbeats: a third of a 4 s lease
+        {"payload": {"name": "doomed", "fail": f"error {secret}"}, "max_attempts": 1},
+        {"payload": {"name": "secret", "text": True, "note": secret}},
+    ]
+    for job in jobs:
+        assert producer.post("/queues/q/jobs", json=job).status_code == 201
+    shims, log = tmp_path / "bin", tmp_path / "argv.log"
+    shims.mkdir()
+    for tool in SHELL_WORKER_TOOLS:
+        real = shutil.which(tool)
+        if real is None:
+            pytest.skip(f"{tool} is not installed")
+        shim = shims / tool
+        # The program runs with the usual PATH (a pyenv shim is itself a script); the worker sees the shims only.
+        note = 'printf "%s\\0" "$0" "$@" >>"$ARGV_LOG"; printf "\\n" >>"$ARGV_LOG"'
+        shim.write_text(f'#!/bin/bash\n{note}\nPATH="$REAL_PATH" exec {real} "$@"\n')
+        shim.chmod(0o755)
+    command = ["/bin/bash", str(EXAMPLES / "shell-worker.sh"), "q", sys.executable, "-c", JOB_COMMAND]
+    env = {"JOBQ_JSON": json_tool, "JOBQ_API_KEY": key, "PATH": str(shims), "ARGV_LOG": str(log)}
+    env["REAL_PATH"] = os.environ.get("PATH", "")
+    output = run_worker(server, command, env)
+    states = final_states(db)
+    assert states["ok"][:3] == ("completed", 1, f"result {secret}"), output
+    assert states["slow"][:2] == ("completed", 1), output
+    assert states["doomed"][::3] == ("failed", f"exit 1: error {secret}"), output
+    lines = [line.rstrip("\0").split("\0") for line in log.read_text().split("\0\n") if line]
+    assert {Path(line[0]).name for line in lines} >= {"curl", json_tool}, lines  # the shims saw the work
+    assert "heartbeat" in " ".join(" ".join(line) for line in lines)  # and a heartbeat among it
+    for line in lines:
+        text = " ".join(line)
+        assert key not in text and secret not in text, text
+        assert not re.search(r"[A-Za-z0-9_-]{40,}", text), text
 
 
 @pytest.mark.parametrize("language", ["node", "shell"])

@@ -213,6 +213,49 @@ def test_list_queues(server: LiveServer, db: psycopg.Connection) -> None:
     assert queues["c"]["paused"] is True
 
 
+def queue_pages(client: Any, **params: Any) -> list[list[str]]:
+    out, cursor = [], None
+    while True:
+        r = client.get("/queues", params={**params, **({"cursor": cursor} if cursor else {})})
+        assert r.status_code == 200, r.text
+        out.append([q["queue"] for q in r.json()["queues"]])
+        cursor = r.json()["next_cursor"]
+        if cursor is None:
+            return out
+
+
+def test_the_queue_list_pages(server_factory: Any, db: psycopg.Connection) -> None:
+    """GET /queues was one answer of every queue (548 KB at 3,000): it pages by name (`limit`, `cursor`,
+    `next_cursor`) as the job listing does, a key limited to some queues gets full pages of its own, and a
+    call without `limit` gets up to 1,000 queues at once (every queue of most services, as before)."""
+    from tests.test_security import ENV_KEY, as_key, create_key
+
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY)
+    root = as_key(server, ENV_KEY)
+    names = [f"{prefix}-{i}" for prefix in ("a", "b") for i in range(5)]
+    for n, name in enumerate(names):  # every kind of queue: pending, waiting, running, finished, configured
+        job = root.post(f"/queues/{name}/jobs", json={"payload": n}).json()
+        if n % 5 == 1:
+            root.post(f"/queues/{name}/jobs", json={"payload": n, "depends_on": [job["id"]]})
+            root.post(f"/jobs/{job['id']}/cancel")
+        elif n % 5 == 2:
+            root.post(f"/queues/{name}/claim", json={"worker": "w"})
+        elif n % 5 == 3:
+            claimed = root.post(f"/queues/{name}/claim", json={"worker": "w"}).json()["jobs"][0]
+            root.post(f"/jobs/{claimed['id']}/complete", json={"claim_token": claimed["claim_token"]})
+    assert root.patch("/queues/c-configured/config", json={"max_attempts": 3}).status_code == 200
+    everything = sorted([*names, "c-configured"])
+    assert queue_pages(root, limit=3) == [everything[i : i + 3] for i in range(0, 11, 3)]
+    assert queue_pages(root) == [everything]
+    team = as_key(server, create_key(db, "team", ["admin"], ["b-*"]))
+    assert queue_pages(team, limit=2) == [["b-0", "b-1"], ["b-2", "b-3"], ["b-4"]]
+    first = root.get("/queues", params={"limit": 4}).json()
+    assert first["queues"][3]["queue"] == "a-3" and first["queues"][3]["counts"]["completed"] == 1
+    assert first["queues"][2]["counts"]["running"] == 1 and first["queues"][1]["counts"]["waiting"] == 0
+    for bad in ({"limit": 0}, {"limit": 1001}, {"cursor": "nope"}, {"cursor": first["next_cursor"] + "x"}):
+        problem(root.get("/queues", params=bad), 422, "validation-error")
+
+
 # --- listing -------------------------------------------------------------------------------------------------
 
 

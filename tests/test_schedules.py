@@ -117,6 +117,9 @@ def test_a_schedule_is_created_read_listed_replaced_and_deleted(quiet: LiveServe
         ({"cron": "0 0 30 2 *"}, "never fires"),
         ({"cron": "0 0 * * MON#1"}, "day-of-week: cannot read 'MON#1'"),
         ({"cron": ""}, "body.cron"),
+        # Stored as typed, it would read back with a line break in it.
+        ({"cron": "0 7\n* * *"}, "character '\\n': separate the fields with spaces"),
+        ({"cron": "0 7 * * *\u2003"}, "separate the fields with spaces"),
         ({"timezone": "Mars/Olympus_Mons"}, "unknown time zone 'Mars/Olympus_Mons'"),
         ({"timezone": "../../etc/passwd"}, "unknown time zone"),
         ({"timezone": None}, "body.timezone"),
@@ -303,8 +306,8 @@ def test_schedules_need_an_admin_key_for_their_queue(server_factory, db: psycopg
     root = as_key(server, ENV_KEY)
     assert root.put("/schedules/secret", json={**HOURLY, "queue": "secret"}).status_code == 201
     limited = as_key(server, create_key(db, "pub-admin", ["admin"], ["pub*"]))
-    assert limited.put("/schedules/mine", json={**HOURLY, "queue": "pub.a"}).status_code == 201
-    assert [s["name"] for s in limited.get("/schedules").json()["schedules"]] == ["mine"]
+    assert limited.put("/schedules/pub-mine", json={**HOURLY, "queue": "pub.a"}).status_code == 201
+    assert [s["name"] for s in limited.get("/schedules").json()["schedules"]] == ["pub-mine"]
     problem(limited.get("/schedules/secret"), 404, "schedule-not-found")
     problem(limited.delete("/schedules/secret"), 404, "schedule-not-found")
     problem(limited.post("/schedules/secret/pause"), 404, "schedule-not-found")
@@ -317,6 +320,47 @@ def test_schedules_need_an_admin_key_for_their_queue(server_factory, db: psycopg
         problem(other.get("/schedules"), 403, "forbidden")
         problem(other.put("/schedules/x", json=HOURLY), 403, "forbidden")
     problem(as_key(server, None).get("/schedules"), 401, "unauthorized")
+
+
+def test_a_schedule_name_tells_a_queue_limited_key_nothing_of_other_queues(
+    server_factory, db: psycopg.Connection
+) -> None:  # type: ignore[no-untyped-def]
+    """The review's oracle: PUT /schedules/{name} answered 403 for a name held by another queue's schedule and
+    201 for a free one. A key limited to some queues now creates schedules only under names matching its
+    patterns: any other name that is not one of its own schedules is refused alike, held elsewhere or free."""
+    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, schedule_interval_seconds=0)
+    root = as_key(server, ENV_KEY)
+    assert root.put("/schedules/acme-billing", json={**HOURLY, "queue": "acme"}).status_code == 201
+    assert root.put("/schedules/pub-taken", json={**HOURLY, "queue": "acme"}).status_code == 201
+    limited = as_key(server, create_key(db, "pub-admin", ["admin"], ["pub*"]))
+    held, free = (limited.put(f"/schedules/{n}", json={**HOURLY, "queue": "pub.a"}) for n in ("acme-billing", "acme-x"))
+    assert (held.status_code, free.status_code) == (403, 403)
+    assert held.text.replace("acme-billing", "NAME") == free.text.replace("acme-x", "NAME")
+    # Its own namespace: created, replaced; a name in it that another queue's schedule holds (one a key
+    # unlimited to queues made there) is the one thing it can learn, and only of names of its own kind.
+    assert limited.put("/schedules/pub-nightly", json={**HOURLY, "queue": "pub.a"}).status_code == 201
+    assert limited.put("/schedules/pub-nightly", json={**HOURLY, "queue": "pub.b"}).status_code == 200
+    problem(limited.put("/schedules/pub-taken", json={**HOURLY, "queue": "pub.a"}), 409, "schedule-name-taken")
+    assert root.get("/schedules/acme-billing").json()["queue"] == "acme"
+    assert root.get("/schedules/pub-taken").json()["queue"] == "acme"
+    # A schedule of its queues made under another name (by a key unlimited to queues) stays its to change.
+    assert root.put("/schedules/daily", json={**HOURLY, "queue": "pub.c"}).status_code == 201
+    assert limited.put("/schedules/daily", json={**HOURLY, "queue": "pub.c", "cron": "@daily"}).status_code == 200
+
+
+def test_the_number_of_schedules_is_capped(server_factory) -> None:  # type: ignore[no-untyped-def]
+    """The review made 3,000 every-second schedules with one admin key: 30,000 jobs in 10 s. At most
+    JOBQ_MAX_SCHEDULES exist; past it a new one is 409 `too-many-schedules`, nothing is written, and the
+    schedules that exist can still be replaced."""
+    server: LiveServer = server_factory(max_schedules=3, schedule_interval_seconds=0)
+    for n in range(3):
+        assert server.client.put(f"/schedules/s{n}", json=HOURLY).status_code == 201
+    body = problem(server.client.put("/schedules/s3", json=HOURLY), 409, "too-many-schedules")
+    assert "JOBQ_MAX_SCHEDULES" in body["detail"]
+    problem(server.client.get("/schedules/s3"), 404, "schedule-not-found")
+    assert server.client.put("/schedules/s0", json={**HOURLY, "cron": "@daily"}).status_code == 200
+    assert server.client.delete("/schedules/s1").status_code == 204
+    assert server.client.put("/schedules/s3", json=HOURLY).status_code == 201
 
 
 # --- replicas --------------------------------------------------------------------------------------------------

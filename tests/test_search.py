@@ -210,6 +210,40 @@ def test_a_search_tells_nothing_of_jobs_in_queues_the_key_cannot_see(server_fact
         assert admin.post("/jobs/search", json=there).json()["examined"] == 1, there
 
 
+def test_a_search_that_runs_out_of_budget_in_other_queues_tells_nothing(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
+    """The review's oracle: a payload held by more jobs of another tenant's queue than a page may examine made
+    the page stop `partial: true` with a cursor into that queue (the search and the bulk dry run alike), while a
+    payload no job holds answered `partial: false`. A key limited to some queues walks its own queues' jobs
+    only: both answer alike, and no cursor points outside its queues."""
+    server: LiveServer = server_factory(auth="on", search_scan_rows=100)
+    admin = as_key(server, create_key(db, "root", ["admin"]))
+    team = as_key(server, create_key(db, "team", ["admin"], ["team-*"]))
+    mine = admin.post("/queues/team-a/jobs", json={"payload": {"ssn": "mine"}}).json()
+    assert admin.post(f"/jobs/{mine['id']}/cancel").status_code == 200
+    db.execute(
+        "INSERT INTO jobs (queue_name, payload, status, finished_at) SELECT 'other', '{\"ssn\": \"123\"}', "
+        "'cancelled', now() FROM generate_series(1, 150)"
+    )  # more than one page examines, all newer than the team's job
+    for walk in ({}, {"status": "cancelled"}):  # every job newest first; the payload index
+        ask, nobody = {"payload_contains": {"ssn": "123"}, **walk}, {"payload_contains": {"ssn": "9"}, **walk}
+        there, missing = team.post("/jobs/search", json=ask).json(), team.post("/jobs/search", json=nobody).json()
+        assert there == missing, walk
+        assert (there["partial"], there["next_cursor"], there["jobs"]) == (False, None, []), there
+        dry = {"action": "retry", "dry_run": True}
+        assert (
+            team.post("/jobs/bulk", json={**dry, "filter": ask}).json()
+            == team.post("/jobs/bulk", json={**dry, "filter": nobody}).json()
+        )
+    # A walk of every job examines the team's own only.
+    page = team.post("/jobs/search", json={"error_contains": "nowhere"}).json()
+    assert (page["examined"], page["partial"], page["next_cursor"]) == (1, False, None)
+    found = team.post("/jobs/search", json={"payload_contains": {"ssn": "mine"}, "status": "cancelled"}).json()
+    assert [j["id"] for j in found["jobs"]] == [mine["id"]]
+    # An admin key that sees every queue still walks at most a page's budget, and says where to go on.
+    page = admin.post("/jobs/search", json={"payload_contains": {"ssn": "9"}}).json()
+    assert page["partial"] is True and page["next_cursor"] and page["examined"] == 100
+
+
 # --- bulk actions ----------------------------------------------------------------------------------------------
 
 

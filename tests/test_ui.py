@@ -613,6 +613,90 @@ def test_dashboard_shows_a_waiting_job_and_its_dependencies_in_a_browser(browser
     tab.close()
 
 
+def test_the_api_docs_run_under_a_strict_content_security_policy_in_a_browser(browser: Any, server: LiveServer) -> None:
+    """/docs, where an operator pastes a key, had no Content-Security-Policy: a script injected into the page
+    could have sent the key anywhere. Swagger UI now starts from a file of this origin, and the policy allows
+    no inline script, no eval and no other origin; the page still renders every operation."""
+    from playwright.sync_api import expect
+
+    r = server.client.get("/docs")
+    csp = csp_directives(r)
+    assert csp["script-src"] == "script-src 'self'" and csp["default-src"] == "default-src 'none'"
+    assert csp["connect-src"] == "connect-src 'self'" and csp["frame-ancestors"] == "frame-ancestors 'none'"
+    assert "unsafe" not in r.headers["content-security-policy"]
+    assert re.findall(r"<script\b[^>]*>", r.text) == [
+        '<script src="/docs/swagger-ui-bundle.js">',
+        '<script src="/docs/init.js">',
+    ]
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        violations: list[str] = []
+        page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+        page.on("pageerror", lambda err: violations.append(str(err)))
+        page.goto(server.url + "/docs")
+        expect(page.locator("#operations-producers-enqueueJob")).to_be_visible()
+        page.locator("#operations-producers-enqueueJob").click()  # expands: examples, schemas
+        expect(page.locator("#operations-producers-enqueueJob")).to_contain_text("Request body")
+        assert violations == []
+    finally:
+        context.close()
+
+
+def test_dashboard_pages_the_queues_and_asks_only_for_what_it_shows_in_a_browser(
+    browser: Any, server: LiveServer
+) -> None:
+    """With thousands of queues the dashboard fetched every queue and 2.2 MB of sparklines every 3 s. It now
+    shows a page of 50 queues, asks GET /queues for that page and /stats/sparklines for those queues only,
+    pages on with the listing's cursor, and stops refreshing while its tab is hidden (refreshing at once when
+    shown again)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from playwright.sync_api import expect
+
+    names = [f"q{i:03}" for i in range(55)]
+    for name in names:
+        server.enqueue(name, 1)
+    tab = Page(browser, server.url)
+    page = tab.page
+    asked: list[str] = []
+    page.on("request", lambda request: asked.append(request.url))
+    page.reload()
+    rows = page.locator("#queues tbody tr")
+    expect(rows).to_have_count(50)
+    expect(rows.first).to_have_attribute("data-queue", "q000")
+    expect(rows.last).to_have_attribute("data-queue", "q049")
+    page.locator("#queues-next").click()
+    expect(rows).to_have_count(5)
+    expect(rows.first).to_have_attribute("data-queue", "q050")
+    expect(page.locator("#queues-next")).to_be_disabled()
+    page.locator("#queues-prev").click()
+    expect(rows.first).to_have_attribute("data-queue", "q000")
+    listings = [parse_qs(urlsplit(u).query) for u in asked if urlsplit(u).path == "/queues"]
+    sparklines = [parse_qs(urlsplit(u).query) for u in asked if urlsplit(u).path == "/stats/sparklines"]
+    assert listings and all(q["limit"] == ["50"] for q in listings), listings
+    assert sparklines and all(q.get("queue") in (names[:50], names[50:]) for q in sparklines), sparklines
+
+    def set_visibility(state: str) -> None:
+        page.evaluate(
+            """state => {
+                Object.defineProperty(document, "visibilityState", { configurable: true, get: () => state });
+                document.dispatchEvent(new Event("visibilitychange"));
+            }""",
+            state,
+        )
+
+    expect(page.locator("body")).to_have_attribute("data-refresh", re.compile(r"^[0-9]+$"))
+    set_visibility("hidden")
+    expect(page.locator("body")).to_have_attribute("data-refresh", "paused")
+    server.enqueue("q000", 2)
+    with page.expect_request(lambda r: urlsplit(r.url).path == "/queues"):
+        set_visibility("visible")  # refreshed at once
+    expect(rows.first.locator('[data-col="ready"]')).to_have_text("2")
+    expect(page.locator("body")).to_have_attribute("data-refresh", re.compile(r"^[0-9]+$"))
+    tab.close()
+
+
 def test_dashboard_lists_live_and_gone_workers_with_their_jobs_in_a_browser(
     browser: Any, server: LiveServer, db: psycopg.Connection
 ) -> None:

@@ -211,7 +211,13 @@ class KeyRing:
         async with self._lookup_slots, self.db.connection() as conn:
             row = await store_keys.api_key_by_selector(conn, selector)
         self.lookups += 1
-        principal = None if row is None else Principal.of(row.name, row.scopes, row.queue_patterns, row.id)
+        principal = (
+            None
+            if row is None
+            else Principal.of(
+                row.name, row.scopes, row.queue_patterns, row.id, rate=row.rate_per_second, burst=row.rate_burst
+            )
+        )
         entry = _Entry(time.monotonic() + self.ttl, principal, row.key_hash if row else b"")
         if generation == self.generation:
             if principal is None:

@@ -68,26 +68,39 @@ class Principal:
     # Anchored regex over queue names for SQL (`queue_name ~ queue_regex`); None: every queue.
     queue_regex: str | None = None
     key_id: int | None = None
-    _match: Callable[[str], Any] | None = field(default=None, compare=False, repr=False)
+    _match: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
+    # The key's own request rate (requests a second, 0: none) and burst; None: the global settings.
+    rate: float | None = None
+    burst: int | None = None
 
     @classmethod
     def of(
-        cls, name: str, scopes: Iterable[str], patterns: Iterable[str] | None, key_id: int | None = None
+        cls,
+        name: str,
+        scopes: Iterable[str],
+        patterns: Iterable[str] | None,
+        key_id: int | None = None,
+        *,
+        rate: float | None = None,
+        burst: int | None = None,
     ) -> Principal:
+        patterns = list(patterns) if patterns is not None else None
         core = queue_alternation(patterns) if patterns is not None else None
         return cls(
             name,
             frozenset(scopes),
             None if core is None else f"^(?:{core})$",
             key_id,
-            None if core is None else re.compile(core).fullmatch,
+            None if patterns is None else glob_matcher(patterns),
+            rate,
+            burst,
         )
 
     def has(self, scope: KeyScope) -> bool:
         return scope in self.scopes or "admin" in self.scopes
 
     def allows(self, queue: str) -> bool:
-        return self._match is None or self._match(queue) is not None
+        return self._match is None or self._match(queue)
 
 
 OPEN = Principal.of("anonymous (auth off)", SCOPES, None)
@@ -105,6 +118,41 @@ def queue_alternation(patterns: Iterable[str]) -> str:
     if not parts:
         raise ValueError("give at least one queue pattern, or none for every queue")
     return "|".join(parts)
+
+
+class _Glob:
+    """One queue pattern, matched in linear time: the literal runs between its `*`s are found left to right,
+    each at its first place after the previous one (with `*` the only wildcard, the earliest place is never
+    worse), and the first and last runs pinned to the ends. A backtracking regex (`.*-.*-.*-.*-.*-done`)
+    takes seconds to refuse a 128-character name, and holds the process while it does."""
+
+    __slots__ = ("exact", "head", "middle", "shortest", "tail")
+
+    def __init__(self, pattern: str) -> None:
+        parts = pattern.split("*")
+        self.exact = pattern if len(parts) == 1 else None
+        self.head, self.tail = parts[0], parts[-1]
+        self.middle = [p for p in parts[1:-1] if p]
+        self.shortest = sum(map(len, parts))
+
+    def __call__(self, name: str) -> bool:
+        if self.exact is not None:
+            return name == self.exact
+        if len(name) < self.shortest or not name.startswith(self.head) or not name.endswith(self.tail):
+            return False
+        at, end = len(self.head), len(name) - len(self.tail)
+        for part in self.middle:
+            found = name.find(part, at, end)
+            if found < 0:
+                return False
+            at = found + len(part)
+        return True
+
+
+def glob_matcher(patterns: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a queue name matches any of these patterns (checked as queue_alternation checks them)."""
+    globs = [_Glob(p) for p in patterns]
+    return lambda name: any(g(name) for g in globs)
 
 
 def principal(request: Request) -> Principal:

@@ -1,11 +1,12 @@
-"""Cursors of the job listings: the last row's sort key, as opaque URL-safe text. A cursor is client
-input: decoding checks that it belongs to this listing and that each key has its column's type before
-anything reaches SQL."""
+"""Cursors of the job listings, and of the queue list (QUEUES): the last row's sort key, as opaque URL-safe
+text. A cursor is client input: decoding checks that it belongs to this listing and that each key has its
+column's type before anything reaches SQL."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import re
 from datetime import datetime
 from typing import Any
 
@@ -20,13 +21,16 @@ class BadCursor(ValueError):
 
 # The sort keys a cursor carries, per listing (app/db/operations.py LISTINGS): smallint priority,
 # bigint id, timestamps as RFC 3339 text.
-_SMALLINT, _BIGINT, _TIME = (-(2**15), 2**15 - 1), (-(2**63), 2**63 - 1), "time"
+_SMALLINT, _BIGINT, _TIME, _NAME = (-(2**15), 2**15 - 1), (-(2**63), 2**63 - 1), "time", "name"
+QUEUES = "queues"  # GET /queues: the last queue name of a page
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _CURSOR_KEYS: dict[str | None, tuple[Any, ...]] = {
     Status.pending: (_SMALLINT, _TIME, _BIGINT),
     Status.running: (_TIME, _BIGINT),
     Status.waiting: (_BIGINT,),
     **{status: (_TIME, _BIGINT) for status in FINISHED},
     None: (_BIGINT,),
+    QUEUES: (_NAME,),
 }
 
 
@@ -39,6 +43,10 @@ def encode_cursor(status: str | None, keys: list[Any]) -> str:
 def _cursor_key(kind: Any, value: Any) -> Any:
     """One sort key, checked against its column's type (psycopg cannot adapt a JSON object; a list would
     become an array)."""
+    if kind == _NAME:
+        if not isinstance(value, str) or not _QUEUE_NAME.fullmatch(value):
+            raise TypeError(value)
+        return value
     if kind == _TIME:
         if not isinstance(value, str):
             raise TypeError(value)

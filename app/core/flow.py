@@ -38,6 +38,7 @@ class Effective:
     default_priority: int
     retention: dict[str, int]  # status -> seconds (0: keep)
     limited: bool
+    max_pending: int  # jobs not yet started (app/core/quotas.py)
 
 
 def effective(s: Settings, row: QueueConfigRow | None) -> Effective:
@@ -57,6 +58,7 @@ def effective(s: Settings, row: QueueConfigRow | None) -> Effective:
             "cancelled": pick(r and r.retention_cancelled_seconds, s.retention_cancelled_seconds),
         },
         limited=bool(r and r.limited),
+        max_pending=pick(r and r.max_pending, s.max_pending_jobs),
     )
 
 

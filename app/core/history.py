@@ -3,9 +3,12 @@ week, per queue or for every queue the caller may see, and a sparkline per queue
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from app.core.cursors import QUEUES, BadCursor, decode_cursor, encode_cursor
+from app.core.jobs import invalid
 from app.db import history as store_history
 from app.db.history import BucketRow
 from app.db.pool import Database
@@ -43,9 +46,16 @@ def point(row: BucketRow) -> Doc:
     }
 
 
+SPARKLINES_CACHE_SECONDS = 10.0  # a sparkline's buckets are minutes: one answer serves every refresh meanwhile
+SPARKLINES_CACHE_ENTRIES = 256
+
+
 class HistoryService:
     def __init__(self, db: Database) -> None:
         self.db = db
+        # (range, allowed, queues, after, limit) -> (monotonic expiry, answer): the dashboard of every operator
+        # asks for the same pages again and again.
+        self._sparklines: dict[tuple[Any, ...], tuple[float, Doc]] = {}
 
     async def series(self, range_: RangeName, queue: str | None, allowed: str | None) -> Doc:
         """One queue's series, or (queue None) the sum over the queues matching `allowed` (None: all)."""
@@ -61,10 +71,41 @@ class HistoryService:
             "points": [point(row) for row in rows],
         }
 
-    async def sparklines(self, range_: RangeName, allowed: str | None) -> Doc:
+    async def sparklines(
+        self,
+        range_: RangeName,
+        allowed: str | None,
+        queues: list[str] | None = None,
+        cursor: str | None = None,
+        limit: int = 1000,
+    ) -> Doc:
+        """A page of sparklines: at most `limit` queues by name (of `queues` when given), after `cursor`; the
+        same question within SPARKLINES_CACHE_SECONDS gets the same answer without a query."""
+        key = (range_, allowed, tuple(queues) if queues is not None else None, cursor, limit)
+        now = time.monotonic()
+        cached = self._sparklines.get(key)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        try:
+            after = decode_cursor(cursor, QUEUES)[0] if cursor else None
+        except BadCursor:
+            raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one") from None
+        doc = await self._sparklines_page(range_, allowed, queues, after, limit)
+        if len(self._sparklines) >= SPARKLINES_CACHE_ENTRIES:
+            self._sparklines = {k: v for k, v in self._sparklines.items() if v[0] > now}
+            if len(self._sparklines) >= SPARKLINES_CACHE_ENTRIES:
+                self._sparklines.clear()
+        self._sparklines[key] = (now + SPARKLINES_CACHE_SECONDS, doc)
+        return doc
+
+    async def _sparklines_page(
+        self, range_: RangeName, allowed: str | None, queues: list[str] | None, after: str | None, limit: int
+    ) -> Doc:
         r = RANGES[range_]
         async with self.db.connection() as conn:
-            frame, rows = await store_history.sparklines(conn, allowed, r.bucket_seconds, r.buckets)
+            frame, rows = await store_history.sparklines(
+                conn, allowed, r.bucket_seconds, r.buckets, queues, after, limit + 1
+            )
         sampled = [0] * r.buckets
         for f in frame:
             if f.bucket is not None and 0 <= f.bucket < r.buckets:
@@ -87,10 +128,14 @@ class HistoryService:
         for line in lines.values():
             sums = line.pop("ready_sum")
             line["ready"] = [_average(total, n) for total, n in zip(sums, sampled, strict=True)]
+        page = list(lines.values())
+        more = len(page) > limit
+        page = page[:limit]
         return {
             "range": range_,
             "bucket_seconds": r.bucket_seconds,
             "since": frame[0].since,
             "as_of": frame[0].as_of,
-            "queues": list(lines.values()),
+            "queues": page,
+            "next_cursor": encode_cursor(QUEUES, [page[-1]["queue"]]) if more else None,
         }

@@ -18,6 +18,7 @@ from app.core.dependencies import DependencyRelease
 from app.core.dispatcher import ClaimDispatcher
 from app.core.effects import NEW, PENDING, RUNNING, SCHEDULED, Effects, Moves, Path
 from app.core.flow import Effective, QueueConfigs
+from app.core.quotas import EnqueueQuotas
 from app.core.results import ResultWaiters
 from app.core.workers import Agent, WorkerActivity
 from app.db import jobs as store
@@ -202,11 +203,13 @@ class JobService:
         effects: Effects,
         results: ResultWaiters,
         configs: QueueConfigs,
+        quotas: EnqueueQuotas,
         release: DependencyRelease,
         activity: WorkerActivity | None = None,
     ) -> None:
         self.settings = settings
         self.configs = configs
+        self.quotas = quotas
         self.dependants = release  # the jobs waiting for those a complete or fail finished
         # What claims, heartbeats, completes and fails see of workers, flushed by app/maintenance/workers.py.
         self.activity = activity if activity is not None else WorkerActivity()
@@ -298,10 +301,16 @@ class JobService:
         which the jobs it depends on must be in."""
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
         job = self._new_job(queue, req, ["body"], cfg, traceparent)
-        if req.depends_on:
-            [inserted] = await self._insert_dependent([job], [req], ["body"], allowed)
-            return inserted
-        [inserted] = await self._insert([job])
+        await self.quotas.admit(queue, 1, cfg.max_pending)
+        written = False
+        try:
+            if req.depends_on:
+                [inserted] = await self._insert_dependent([job], [req], ["body"], allowed)
+            else:
+                [inserted] = await self._insert([job])
+            written = True
+        finally:
+            self.quotas.written(queue, 1, written)
         return inserted
 
     async def enqueue_batch(
@@ -311,11 +320,20 @@ class JobService:
         # the job of the first (store.jobs_insert).
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
         jobs = [self._new_job(queue, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
-        if any(r.depends_on for r in reqs):
-            return await self._insert_dependent(jobs, reqs, ["body", "jobs"], allowed)
-        if any(r.ref is not None for r in reqs):
+        dependent = any(r.depends_on for r in reqs)
+        if not dependent and any(r.ref is not None for r in reqs):
             _parents(reqs, ["body", "jobs"], True)  # refs unique, even when no item names one
-        return await self._insert(jobs)
+        await self.quotas.admit(queue, len(jobs), cfg.max_pending)
+        written = False
+        try:
+            if dependent:
+                inserted = await self._insert_dependent(jobs, reqs, ["body", "jobs"], allowed)
+            else:
+                inserted = await self._insert(jobs)
+            written = True
+        finally:
+            self.quotas.written(queue, len(jobs), written)
+        return inserted
 
     async def _insert_dependent(
         self, jobs: list[NewJob], reqs: Sequence[EnqueueRequest], loc: list[str | int], allowed: str | None

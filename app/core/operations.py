@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.cursors import BadCursor, decode_cursor, encode_cursor
+from app.core.cursors import QUEUES, BadCursor, decode_cursor, encode_cursor
 from app.core.dependencies import DependencyRelease
 from app.core.effects import CANCELLED, FAILED, PENDING, Effects, Moves, Path
 from app.core.flow import QueueConfigs, changes_of
@@ -121,10 +121,15 @@ class OpsService:
             "groups": [{"group": g.group, "ready": g.ready, "running": g.running} for g in groups],
         }
 
-    async def queues(self) -> list[Doc]:
+    async def queues(self, allowed: str | None, limit: int, cursor: str | None) -> tuple[list[Doc], str | None]:
+        """A page of the queues matching `allowed` (None: all), by name, and the cursor of the next page."""
+        try:
+            after = decode_cursor(cursor, QUEUES)[0] if cursor else None
+        except BadCursor:
+            raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one") from None
         async with self.db.connection() as conn:
-            rows = await store_ops.queues_list(conn)
-        return [
+            rows, last = await store_ops.queues_page(conn, allowed, after, limit)
+        docs = [
             {
                 "queue": q.queue,
                 "paused": q.paused,
@@ -133,6 +138,7 @@ class OpsService:
             }
             for q in rows
         ]
+        return docs, encode_cursor(QUEUES, [last]) if last is not None else None
 
     async def list_jobs(self, queue: str, status: str | None, limit: int, cursor: str | None) -> Page:
         try:

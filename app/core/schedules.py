@@ -18,7 +18,7 @@ from app.db import schedules as store
 from app.db.pool import Database
 from app.db.rows import ScheduleRow
 from app.db.schedules import Definition
-from app.errors import Forbidden, ScheduleNotFound
+from app.errors import Forbidden, ScheduleNameTaken, ScheduleNotFound, TooManySchedules
 from app.models.schedules import ScheduleRequest
 from app.settings import Settings
 
@@ -56,13 +56,30 @@ class ScheduleService:
         self.db = db
         self.changed = changed  # this process's scheduler looks again (a new first tick may be soon)
 
-    async def put(self, name: str, req: ScheduleRequest, allowed: str | None) -> store.Stored:
+    async def put(self, name: str, req: ScheduleRequest, allowed: str | None, may_create: bool = True) -> store.Stored:
+        """Create or replace. `may_create` false: replace only (a key limited to some queues, naming a schedule
+        outside its namespace: see app/http/schedules.py); a name that is free, or held by a schedule the key
+        cannot see, is then refused alike."""
         timezone = req.timezone or "UTC"
         z = zoned(req.cron, timezone)
         payload = json_text(
             req.payload, self.settings.max_payload_bytes, self.settings.max_json_depth, ["body", "payload"]
         )
-        async with self.db.connection() as conn:
+        async with self.db.connection() as conn, conn.transaction():
+            await store.schedules_lock(conn)
+            visible = await store.schedule_holder(conn, name, allowed)
+            if not may_create and not visible:
+                raise Forbidden(
+                    f"A key limited to some queues names the schedules it creates like its queues: `{name}` "
+                    "matches none of this key's patterns (and no schedule of its queues has this name)."
+                )
+            if visible is False:
+                raise ScheduleNameTaken()
+            if visible is None and await store.schedules_count(conn) >= self.settings.max_schedules:
+                raise TooManySchedules(
+                    f"This service holds {self.settings.max_schedules} schedules (JOBQ_MAX_SCHEDULES); delete one "
+                    "first."
+                )
             first = z.next_after(await store.database_now(conn))
             definition = Definition(
                 name=name,
@@ -78,8 +95,8 @@ class ScheduleService:
                 next_run_at=first,
             )
             stored = await store.schedule_put(conn, definition, allowed)
-        if stored is None:
-            raise Forbidden(f"Schedule `{name}` belongs to a queue this API key may not use.")
+        if stored is None:  # unreachable under the lock: a schedule of another queue took the name
+            raise ScheduleNameTaken()
         self.changed()
         return stored
 

@@ -4,7 +4,8 @@ filter finds, in one statement guarded by each job's status exactly as the singl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from app.db.admin import CANCELLABLE, RETRYABLE, RETRYABLE_BY_DEFAULT
 from app.db.pool import Database
 from app.db.rows import JobRow
 from app.db.search import Criteria, Plan, SearchRow
-from app.errors import SearchTooBroad, StatementTimeout
+from app.errors import SearchTooBroad, StatementTimeout, TooManySearches
 from app.models.search import BULK_MAX_JOBS, BulkRequest, JobFilter
 from app.settings import Settings
 
@@ -41,6 +42,36 @@ class SearchService:
         self.settings = settings
         self.db = db
         self.effects = effects
+        # Searches running now, per client and in all: each holds a pooled connection for up to
+        # JOBQ_SEARCH_TIMEOUT_MS, and 20 at once by one key took the pool from everyone else's enqueues.
+        self._running: dict[str, int] = {}
+        self._total = 0
+
+    @contextmanager
+    def _slot(self, client: str | None) -> Iterator[None]:
+        """A place among the searches running at once: JOBQ_MAX_SEARCHES_PER_KEY for one client (a key, or
+        with keys off an address), JOBQ_MAX_SEARCHES in all; past either, 429 at once (never a queue)."""
+        mine = self._running.get(client, 0) if client is not None else 0
+        if client is not None and mine >= self.settings.max_searches_per_key:
+            raise TooManySearches(
+                f"This client already runs {mine} searches on this server (JOBQ_MAX_SEARCHES_PER_KEY); wait for "
+                "one to end."
+            )
+        if self._total >= self.settings.search_cap:
+            raise TooManySearches(f"This server already runs {self._total} searches (JOBQ_MAX_SEARCHES); retry soon.")
+        self._total += 1
+        if client is not None:
+            self._running[client] = mine + 1
+        try:
+            yield
+        finally:
+            self._total -= 1
+            if client is not None:
+                left = self._running[client] - 1
+                if left:
+                    self._running[client] = left
+                else:
+                    del self._running[client]
 
     def criteria(self, f: JobFilter, statuses: tuple[str, ...] | None, loc: Sequence[str]) -> Criteria:
         payload = None
@@ -57,9 +88,16 @@ class SearchService:
         )
 
     async def search(
-        self, c: Criteria, allowed: str | None, limit: int, cursor: str | None, loc: Sequence[str] = ("body",)
+        self,
+        c: Criteria,
+        allowed: str | None,
+        limit: int,
+        cursor: str | None,
+        loc: Sequence[str] = ("body",),
+        client: str | None = None,
     ) -> Found:
-        """A page of at most `limit` matches, newest first or in the listing's order (app/db/search.py)."""
+        """A page of at most `limit` matches, newest first or in the listing's order (app/db/search.py). `client`:
+        whose share of the searches running at once it takes (see _slot)."""
         how = store_search.plan(c)
         after = None
         if cursor is not None:
@@ -71,10 +109,11 @@ class SearchService:
             return Found([], None, 0, False)  # stored errors never hold NUL (PostgreSQL text cannot)
         budget = self.settings.search_scan_rows
         try:
-            async with self.db.connection() as conn:
-                rows = await store_search.jobs_search(
-                    conn, how, c, allowed, after, limit + 1, budget, self.settings.search_timeout_ms
-                )
+            with self._slot(client):
+                async with self.db.connection() as conn:
+                    rows = await store_search.jobs_search(
+                        conn, how, c, allowed, after, limit + 1, budget, self.settings.search_timeout_ms
+                    )
         except StatementTimeout:
             raise SearchTooBroad(
                 f"The search did not finish within {self.settings.search_timeout_ms} ms: narrow it (a queue and a "
@@ -82,7 +121,7 @@ class SearchService:
             ) from None
         return _page(how, rows, limit, budget)
 
-    async def bulk(self, req: BulkRequest, allowed: str | None) -> Doc:
+    async def bulk(self, req: BulkRequest, allowed: str | None, client: str | None = None) -> Doc:
         applies = APPLIES_TO[req.action]
         if req.ids is not None:
             ids = list(dict.fromkeys(req.ids))  # each once, in the order given
@@ -95,7 +134,7 @@ class SearchService:
                 raise invalid(["body", "filter", "status"], msg)
             statuses = (status.value,) if status is not None else BY_DEFAULT[req.action]
             c = self.criteria(req.filter, statuses, ["body", "filter"])
-            found = await self.search(c, allowed, req.limit or BULK_MAX_JOBS, req.cursor)
+            found = await self.search(c, allowed, req.limit or BULK_MAX_JOBS, req.cursor, client=client)
             ids = [j.id for j in found.jobs]
         outcomes = await self._act(req, ids, applies, allowed) if ids else []
         counts = {kind: sum(o["outcome"] == kind for o in outcomes) for kind in ("done", "skipped", "not_found")}
@@ -147,8 +186,7 @@ def _page(how: Plan, rows: list[SearchRow], limit: int, budget: int) -> Found:
     """The page of matches, and where the next one starts: after the last match shown when there are more
     matches than `limit`, after the last job examined when the walk stopped at its budget."""
     jobs = [r.job for r in rows if r.job is not None]
-    scanned = rows[0].scanned if rows else 0
-    examined = rows[0].examined if rows else 0  # what the caller is told: jobs of its queues only
+    examined = rows[0].examined if rows else 0  # jobs of the caller's queues only (app/db/search.py)
     last_key = rows[0].last_key if rows else None
     kind = how.cursor_kind
     if not how.pages:
@@ -156,6 +194,6 @@ def _page(how: Plan, rows: list[SearchRow], limit: int, budget: int) -> Found:
     if len(jobs) > limit:
         jobs = jobs[:limit]
         return Found(jobs, encode_cursor(kind, [getattr(jobs[-1], k) for k in how.keys]), examined, False)
-    if scanned >= budget and last_key is not None:
+    if examined >= budget and last_key is not None:
         return Found(jobs, encode_cursor(kind, last_key), examined, True)
     return Found(jobs, None, examined, False)

@@ -13,7 +13,7 @@ import orjson
 
 from app.core.dispatcher import ClaimDispatcher
 from app.core.effects import CANCELLED, Effects, Moves, Path
-from app.core.flow import QueueConfigs
+from app.core.flow import Effective, QueueConfigs
 from app.core.jobs import Claimed, ItemOutcome, JobService, Renewal, inserted_moves, json_text
 from app.core.operations import OpsService
 from app.db import jobs as store_jobs
@@ -210,6 +210,18 @@ class SqsService:
         self, queue: str, messages: Sequence[Outgoing], fifo: bool, traceparent: str | None
     ) -> list[Sent]:
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
+        await self.jobs.quotas.admit(queue, len(messages), cfg.max_pending)
+        written = False
+        try:
+            sent = await self._insert_with_rows(queue, messages, fifo, traceparent, cfg)
+            written = True
+        finally:
+            self.jobs.quotas.written(queue, len(messages), written)
+        return sent
+
+    async def _insert_with_rows(
+        self, queue: str, messages: Sequence[Outgoing], fifo: bool, traceparent: str | None, cfg: Effective
+    ) -> list[Sent]:
         limit, depth = self.settings.max_payload_bytes, self.settings.max_json_depth
         out: list[Sent | None] = [None] * len(messages)
         first: dict[str, int] = {}  # deduplication id -> the first message of this batch that carries it

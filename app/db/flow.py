@@ -32,6 +32,7 @@ CONFIG_FIELDS = (
     "group_rate_per_seconds",
     "fair",
     "ordered",
+    "max_pending",
     "timeout_seconds",
 )
 
@@ -57,6 +58,7 @@ class QueueConfigRow:
     group_rate_per_seconds: int | None
     fair: bool | None
     ordered: bool | None
+    max_pending: int | None
     timeout_seconds: int | None  # hard timeout of the queue's jobs that have none of their own
     limited: bool
     grouped: bool

@@ -240,15 +240,31 @@ async def series(
     return await cur.fetchall()
 
 
+# The queues a page of sparklines shows: those with statistics in the range that the caller may see, after
+# %(after)s by name, among %(queues)s when given (NULL: any), at most %(n)s.
+_SPARKLINE_QUEUES = f"""
+  (%(queues)s::text[] IS NULL OR {{q}} = ANY(%(queues)s::text[])) AND {{q}} > %(after)s::text
+  AND {queue_allowed("{q}", "%(allowed)s::text")}"""
+
 SPARKLINES = f"""
-WITH {_BOUNDS}, sources AS (
+WITH {_BOUNDS}, names AS (
+  SELECT queue_name FROM (
+    SELECT s.queue_name FROM queue_stats s, bounds b
+    WHERE s.minute >= b.since AND {_SPARKLINE_QUEUES.format(q="s.queue_name")}
+    UNION
+    SELECT h.queue_name FROM queue_stats_hourly h, bounds b
+    WHERE h.hour >= b.since AND {_SPARKLINE_QUEUES.format(q="h.queue_name")}
+  ) u
+  ORDER BY queue_name
+  LIMIT %(n)s
+), sources AS (
   SELECT s.queue_name, s.minute AS at, s.enqueued, s.completed, s.failed, coalesce(s.ready, 0) AS ready
   FROM queue_stats s, bounds b
-  WHERE s.minute >= b.since AND {queue_allowed("s.queue_name", "%(allowed)s::text")}
+  WHERE s.minute >= b.since AND s.queue_name IN (SELECT queue_name FROM names)
   UNION ALL
   SELECT h.queue_name, h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
   FROM queue_stats_hourly h, bounds b
-  WHERE h.hour >= b.since AND {queue_allowed("h.queue_name", "%(allowed)s::text")}
+  WHERE h.hour >= b.since AND h.queue_name IN (SELECT queue_name FROM names)
 )
 SELECT r.queue_name AS queue, {_bucket("r.at")} AS bucket, sum(r.enqueued)::bigint AS enqueued,
        sum(r.completed)::bigint AS completed, sum(r.failed)::bigint AS failed, sum(r.ready)::bigint AS ready_sum
@@ -286,11 +302,25 @@ class SampledRow:
 
 
 async def sparklines(
-    conn: psycopg.AsyncConnection[Any], allowed: str | None, bucket: int, buckets: int
+    conn: psycopg.AsyncConnection[Any],
+    allowed: str | None,
+    bucket: int,
+    buckets: int,
+    queues: list[str] | None = None,
+    after: str | None = None,
+    limit: int = 1000,
 ) -> tuple[list[SampledRow], list[QueueBucketRow]]:
-    """Per queue and bucket, the non-empty buckets; and the sampled minutes per bucket. One transaction,
-    so both statements see the same now()."""
-    params = {"allowed": allowed, "bucket": bucket, "buckets": buckets}
+    """Per queue and bucket, the non-empty buckets of at most `limit` queues (among `queues` when given,
+    after `after` by name); and the sampled minutes per bucket. One transaction, so both statements see the
+    same now()."""
+    params = {
+        "allowed": allowed,
+        "bucket": bucket,
+        "buckets": buckets,
+        "queues": queues,
+        "after": after or "",
+        "n": limit,
+    }
     frame = conn.cursor(row_factory=rows_of(SampledRow))
     per_queue = conn.cursor(row_factory=rows_of(QueueBucketRow))
     async with conn.transaction():

@@ -23,6 +23,8 @@ class KeyRow:
     key_hash: bytes
     scopes: list[str]
     queue_patterns: list[str] | None
+    rate_per_second: float | None = None  # None: JOBQ_KEY_RATE_PER_SECOND; 0: no limit
+    rate_burst: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +39,13 @@ class KeyInfo:
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+    rate_per_second: float | None = None
+    rate_burst: int | None = None
 
 
 API_KEY_BY_SELECTOR = """
 -- Live keys only: a revoked key is unknown from the moment its revocation commits.
-SELECT id, name, key_hash, scopes, queue_patterns
+SELECT id, name, key_hash, scopes, queue_patterns, rate_per_second, rate_burst
 FROM api_keys
 WHERE selector = %s AND revoked_at IS NULL
 """
@@ -61,7 +65,7 @@ async def api_key_selectors(conn: psycopg.AsyncConnection[Any]) -> frozenset[str
 async def api_key_by_selector(conn: psycopg.AsyncConnection[Any], selector: str) -> KeyRow | None:
     cur = await conn.execute(API_KEY_BY_SELECTOR, (selector,))
     row = await cur.fetchone()
-    return None if row is None else KeyRow(row[0], row[1], bytes(row[2]), list(row[3]), row[4])
+    return None if row is None else KeyRow(row[0], row[1], bytes(row[2]), list(row[3]), row[4], row[5], row[6])
 
 
 API_KEYS_TOUCH = """
@@ -96,6 +100,17 @@ WITH created AS (
 SELECT id, {_NOTIFY} FROM created
 """
 
+# With a rate of its own (migrations/0020_key_rates.sql); the statement above still works on a schema from
+# before it.
+API_KEY_INSERT_RATED = f"""
+WITH created AS (
+  INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns, rate_per_second, rate_burst)
+  VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s, %(rate)s, %(burst)s)
+  RETURNING id
+)
+SELECT id, {_NOTIFY} FROM created
+"""
+
 
 def api_key_insert(
     conn: psycopg.Connection[Any],
@@ -104,15 +119,19 @@ def api_key_insert(
     key_hash: bytes,
     scopes: Sequence[str],
     queue_patterns: Sequence[str] | None,
+    rate: float | None = None,
+    burst: int | None = None,
 ) -> int:
     row = conn.execute(
-        API_KEY_INSERT,
+        API_KEY_INSERT if rate is None and burst is None else API_KEY_INSERT_RATED,
         {
             "name": name,
             "selector": selector,
             "hash": key_hash,
             "scopes": list(scopes),
             "queues": list(queue_patterns) if queue_patterns is not None else None,
+            "rate": rate,
+            "burst": burst,
         },
     ).fetchone()
     assert row is not None
@@ -120,7 +139,8 @@ def api_key_insert(
 
 
 API_KEYS_LIST = """
-SELECT id, name, selector, scopes, queue_patterns, created_at, last_used_at, revoked_at
+SELECT id, name, selector, scopes, queue_patterns, created_at, last_used_at, revoked_at, rate_per_second,
+       rate_burst
 FROM api_keys
 WHERE %(all)s OR revoked_at IS NULL
 ORDER BY id
@@ -129,7 +149,7 @@ ORDER BY id
 
 def api_keys_list(conn: psycopg.Connection[Any], *, include_revoked: bool) -> list[KeyInfo]:
     rows = conn.execute(API_KEYS_LIST, {"all": include_revoked}).fetchall()
-    return [KeyInfo(r[0], r[1], r[2], list(r[3]), r[4], r[5], r[6], r[7]) for r in rows]
+    return [KeyInfo(r[0], r[1], r[2], list(r[3]), r[4], r[5], r[6], r[7], r[8], r[9]) for r in rows]
 
 
 API_KEY_REVOKE = f"""
@@ -150,6 +170,29 @@ def api_key_revoke(conn: psycopg.Connection[Any], id_or_name: str) -> list[tuple
         return []  # beyond bigint: no such key
     params = {"id": int(id_or_name) if by_id else None, "name": None if by_id else id_or_name}
     rows = conn.execute(API_KEY_REVOKE, params).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+API_KEY_SET_RATE = f"""
+WITH changed AS (
+  UPDATE api_keys SET rate_per_second = %(rate)s, rate_burst = %(burst)s
+  WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
+  RETURNING id, name
+)
+-- Delivered at commit: every process reads the key again, with its new rate.
+SELECT id, name, {_NOTIFY} FROM changed
+"""
+
+
+def api_key_set_rate(
+    conn: psycopg.Connection[Any], id_or_name: str, rate: float | None, burst: int | None
+) -> list[tuple[int, str]]:
+    """Set the live key's own rate and burst (None: the global settings); returns what changed."""
+    by_id = id_or_name.isdigit()
+    if by_id and len(id_or_name) > 18:
+        return []
+    params = {"id": int(id_or_name) if by_id else None, "name": None if by_id else id_or_name}
+    rows = conn.execute(API_KEY_SET_RATE, {**params, "rate": rate, "burst": burst}).fetchall()
     return [(int(r[0]), str(r[1])) for r in rows]
 
 

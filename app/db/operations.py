@@ -213,6 +213,80 @@ async def queues_list(conn: psycopg.AsyncConnection[Any]) -> list[QueueRow]:
         return await cur.fetchall()
 
 
+def _names(walk: str, source: str, where: str, column: str = "queue_name") -> str:
+    """A loose index scan of `source` (one index descent per queue name, however many rows it has): the
+    names after %(after)s in order, walked until %(n)s of them are ones the caller may see."""
+    step = f"SELECT {column} FROM {source} WHERE {where} AND {column} > {{prev}} ORDER BY {column} LIMIT 1"
+    return f"""(
+  SELECT ({step.format(prev="%(after)s::text")}), 0
+  UNION ALL
+  SELECT ({step.format(prev="w.name")}),
+         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
+  FROM {walk} w WHERE w.name IS NOT NULL AND w.seen < %(n)s
+)"""
+
+
+# A page of GET /queues: the names (every queue with a job not finished, a finished-job counter or a
+# configuration), then the counts of those only. Each source is walked by its own index, stopping once it
+# has given a page of names the caller may see; a key's queues are chosen here, not after, so that every
+# page is full and its cursor is a name the key may see.
+QUEUES_PAGE = f"""
+WITH RECURSIVE
+  pending_walk(name, seen) AS {_names("pending_walk", "jobs", "status = 'pending'")},
+  waiting_walk(name, seen) AS {_names("waiting_walk", "jobs", "status = 'waiting'")},
+  running_walk(name, seen) AS {_names("running_walk", "jobs", f"status = {RUNNING_C}")},
+  finished_walk(name, seen) AS {_names("finished_walk", "queue_counts", "true")},
+  names AS (
+    SELECT name FROM (
+      SELECT name FROM pending_walk UNION SELECT name FROM waiting_walk UNION SELECT name FROM running_walk
+      UNION SELECT name FROM finished_walk
+      UNION (SELECT queue_name FROM queue_state
+             WHERE queue_name > %(after)s::text AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)
+             ORDER BY queue_name LIMIT %(n)s)
+    ) u
+    WHERE name IS NOT NULL AND (%(allowed)s::text IS NULL OR name ~ %(allowed)s::text)
+    ORDER BY name
+    LIMIT %(n)s
+  )
+SELECT n.name AS queue, p.ready, p.scheduled,
+       (SELECT count(*) FROM jobs r WHERE r.queue_name = n.name AND r.status = {RUNNING_C}) AS running,
+       coalesce(f.completed, 0)::bigint AS completed, coalesce(f.failed, 0)::bigint AS failed,
+       coalesce(f.cancelled, 0)::bigint AS cancelled,
+       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       coalesce((SELECT s.paused FROM queue_state s WHERE s.queue_name = n.name), false) AS paused,
+       (SELECT count(*) FROM jobs w WHERE w.queue_name = n.name AND w.status = 'waiting') AS waiting
+FROM names n
+CROSS JOIN LATERAL (
+  -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
+  SELECT count(*) FILTER (WHERE j.run_at <= now()) AS ready, count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
+         min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready
+  FROM jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
+) p
+LEFT JOIN LATERAL (
+  SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
+         sum(c.n) FILTER (WHERE c.status = 'failed') AS failed,
+         sum(c.n) FILTER (WHERE c.status = 'cancelled') AS cancelled
+  FROM queue_counts c WHERE c.queue_name = n.name
+) f ON true
+ORDER BY n.name
+"""
+
+
+async def queues_page(
+    conn: psycopg.AsyncConnection[Any], allowed: str | None, after: str | None, limit: int
+) -> tuple[list[QueueRow], str | None]:
+    """At most `limit` queues the caller may see, by name, after `after`; and the last name when there are
+    more."""
+    cur = conn.cursor(row_factory=rows_of(QueueRow))
+    async with conn.transaction():
+        await conn.execute(NO_SEQSCAN)
+        await cur.execute(QUEUES_PAGE, {"after": after or "", "allowed": allowed, "n": limit + 1})
+        rows = await cur.fetchall()
+    if len(rows) > limit:
+        return rows[:limit], rows[limit - 1].queue
+    return rows, None
+
+
 # --- listing (keyset pagination: a cursor, never an offset) ------------------------------------------------
 
 # Each status is listed in the order its own index keeps, so every page is an index range scan and a

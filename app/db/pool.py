@@ -15,6 +15,13 @@ from app.settings import Settings
 
 log = logging.getLogger("jobq.db")
 
+# While the database is unreachable (the last attempt to use it lost its connection, and no connection has
+# been handed out since), a request waits at most this long for a pooled connection, instead of
+# JOBQ_POOL_TIMEOUT_SECONDS: in an outage no connection is coming, and every request is to be answered 503
+# within 3 s (tests/test_faults.py). A request queued behind a coalesced statement (app/core/coalesce.py)
+# may wait for that statement's wait first: two of these, well within the bound.
+OUTAGE_WAIT_SECONDS = 1.0
+
 
 @contextmanager
 def translate_errors() -> Iterator[None]:
@@ -60,6 +67,17 @@ SESSION_SETTINGS = (
 )
 
 
+def _connection_lost(exc: BaseException | None) -> bool:
+    """A failure of the connection itself (no SQLSTATE: refused, reset, closed; class 08: connection
+    exception; 57P: the server shutting down or restarting), not of a statement (a deadlock, a lock wait)."""
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        state = exc.sqlstate
+        return state is None or state.startswith(("08", "57P"))
+    return False
+
+
 class Database:
     """An async pool with per-connection settings; `connection()` hands out one connection."""
 
@@ -77,6 +95,7 @@ class Database:
             name="jobq",
         )
         self._checking: asyncio.Task[None] | None = None
+        self.unreachable = False  # see OUTAGE_WAIT_SECONDS
 
     async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
         await conn.execute(SESSION_SETTINGS, (str(self.settings.statement_timeout_ms),))
@@ -91,13 +110,20 @@ class Database:
 
     @asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[object]]:
+        if self.unreachable:
+            timeout = min(timeout or self.settings.pool_timeout_seconds, OUTAGE_WAIT_SECONDS)
         try:
             with translate_errors():
                 async with self.pool.connection(timeout=timeout) as conn:
+                    self.unreachable = False
                     yield conn
         except StatementTimeout:
             raise  # the statement was slow, the connection is fine
-        except DatabaseUnavailable:
+        except DatabaseUnavailable as exc:
+            # A lost or refused connection, not a pool busy with slow statements (a PoolTimeout): from now on
+            # until a connection is handed out again, waits are short.
+            if _connection_lost(exc.__cause__):
+                self.unreachable = True
             self._purge_broken()
             raise
 

@@ -82,6 +82,37 @@ RETURNING (s.xmax = 0) AS created, {SCHEDULE_COLUMNS}
 """
 
 
+# Definitions change one at a time (across replicas, for this transaction): the cap on their number
+# (JOBQ_MAX_SCHEDULES) is then exact, and whether a name is free cannot change between looking and writing.
+SCHEDULES_LOCK_KEY = 0x6A6F6273  # pg_advisory_xact_lock key, beside app/maintenance/vacuum.py's
+SCHEDULES_LOCK = f"SELECT pg_advisory_xact_lock({SCHEDULES_LOCK_KEY})"
+
+SCHEDULE_HOLDER = f"""
+-- Whether a schedule has this name, and whether the caller may see it (its queue is one of the caller's).
+SELECT {queue_allowed("s.queue_name", "%(allowed)s::text")} AS visible FROM schedules s WHERE s.name = %(name)s
+"""
+
+SCHEDULES_COUNT = "SELECT count(*) FROM schedules"
+
+
+async def schedules_lock(conn: psycopg.AsyncConnection[Any]) -> None:
+    """In a transaction: wait for other definitions to commit."""
+    await conn.execute(SCHEDULES_LOCK)
+
+
+async def schedule_holder(conn: psycopg.AsyncConnection[Any], name: str, allowed: str | None) -> bool | None:
+    """None: no schedule has this name; else whether the caller may see the one that has it."""
+    cur = await conn.execute(SCHEDULE_HOLDER, {"name": name, "allowed": allowed})
+    row = await cur.fetchone()
+    return None if row is None else bool(row[0])
+
+
+async def schedules_count(conn: psycopg.AsyncConnection[Any]) -> int:
+    cur = await conn.execute(SCHEDULES_COUNT)
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
 @dataclass(slots=True, frozen=True)
 class Stored:
     created: bool

@@ -2,7 +2,10 @@
 payload, narrowed by queue and status, a page at a time.
 
 Every search walks one index in its order and is bounded twice: it examines at most `budget` jobs per
-page (the scan, not the hits, is limited), and runs under a statement timeout of its own. A page that
+page (the scan, not the hits, is limited), and runs under a statement timeout of its own. A key limited to
+some queues walks the jobs of those queues only: jobs of other queues are passed over without counting
+against the budget (the statement timeout bounds that), so that nothing of a page (its jobs, how many it
+examined, whether it stopped at its budget, where its cursor points) depends on jobs the key cannot see. A page that
 stops at its budget before it is full says where it stopped, and the next page starts there; so a rare
 match deep in a big table costs the caller more pages, never the database a long scan. The walks:
 
@@ -34,9 +37,9 @@ MATCHES = f"""(%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}"""
-# The caller may see this job's queue. A walk examines jobs of every queue (so that its budget bounds the
-# scan), but only those the caller may see are counted in what it is told: with a walk that is itself a
-# condition (an id, a key, a payload), a count of every job would tell a job in another queue from none.
+# The caller may see this job's queue: part of every walk. Were jobs of other queues examined, a walk that is
+# itself a condition (an id, a key, a payload) would tell one there from none by how many it examined; and
+# any walk stopped at its budget by them would say so (`partial`) with a cursor pointing into their queue.
 VISIBLE = queue_allowed("j.queue_name", "%(allowed)s::text")
 
 # Newest first across every queue and status: the primary key, backwards.
@@ -65,9 +68,9 @@ RECURSIVE pending_queues(name) AS (
 
 
 def _search(walk: str, order: str, keys: Sequence[str], prefix: str = "") -> str:
-    """A page of a search: `walk` (FROM ... WHERE ... over `jobs j`) gives the jobs to examine, in
-    `order`, at most %(budget)s of them; the page is the first %(limit)s that match. Every row of the
-    answer carries how many jobs were examined (all: `scanned`; of the caller's queues: `examined`) and
+    """A page of a search: `walk` (FROM ... WHERE ... over `jobs j`, the caller's queues only) gives the jobs
+    to examine, in `order`, at most %(budget)s of them; the page is the first %(limit)s that match. Every row
+    of the answer carries how many jobs were examined and
     the sort key of the last one (for the next page); with no match, one row carries them alone."""
     k = [f"k{i + 1}" for i in range(len(keys))]
     selected = ", ".join(f"j.{key} AS {name}" for key, name in zip(keys, k, strict=True))
@@ -76,7 +79,7 @@ def _search(walk: str, order: str, keys: Sequence[str], prefix: str = "") -> str
         ordered = ordered.replace(f"j.{key}", f"s.{name}")
     return f"""
 WITH {prefix} examined AS MATERIALIZED (
-  SELECT j.id, {selected}, ({MATCHES}) AS hit, ({VISIBLE}) AS visible
+  SELECT j.id, {selected}, ({MATCHES}) AS hit
   {walk}
   ORDER BY {order}
   LIMIT %(budget)s
@@ -85,13 +88,13 @@ WITH {prefix} examined AS MATERIALIZED (
          json_build_array({", ".join(f"s.{n}" for n in k)}) AS key
   FROM examined s
 ), summary AS (
-  SELECT count(*) AS scanned, count(*) FILTER (WHERE s.visible) AS examined,
+  SELECT count(*) AS examined,
          (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
   FROM examined s
 ), hits AS (
   SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
 )
-SELECT s.scanned, s.examined, s.last_key, {JOB_COLUMNS}
+SELECT s.examined, s.last_key, {JOB_COLUMNS}
 FROM summary s
 LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
 ORDER BY h.n
@@ -99,7 +102,7 @@ ORDER BY h.n
 
 
 def _walk(where: str) -> str:
-    return f"FROM jobs j WHERE {where}"
+    return f"FROM jobs j WHERE {where} AND {VISIBLE}"
 
 
 SEARCH_BY_ID = _search(_walk("j.id = %(id)s"), "j.id DESC", ("id",))
@@ -109,11 +112,12 @@ SEARCH_BY_KEY = _search(
     ("id",),
 )
 SEARCH_BY_KEY_ANY_QUEUE = _search(
-    """FROM queues q CROSS JOIN LATERAL (
+    f"""FROM queues q CROSS JOIN LATERAL (
     -- OFFSET 0: one lookup per queue through jobs_idempotency_idx, never flattened into a join
     SELECT * FROM jobs j WHERE j.queue_name = q.name AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL
     OFFSET 0
-  ) j""",
+  ) j
+  WHERE {queue_allowed("q.name", "%(allowed)s::text")}""",
     "j.id DESC",
     ("id",),
     prefix=QUEUES_WITH_JOBS,
@@ -172,10 +176,9 @@ def plan(c: Criteria) -> Plan:
 
 @dataclass(frozen=True, slots=True)
 class SearchRow:
-    """A row of a search page: how many jobs it examined (all of them, and those of the caller's queues),
+    """A row of a search page: how many jobs it examined (all of the caller's queues),
     the sort key of the last, and a match (None: the page has none)."""
 
-    scanned: int
     examined: int
     last_key: list[Any] | None
     job: JobRow | None

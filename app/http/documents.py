@@ -77,6 +77,7 @@ def config_document(queue: str, row: QueueConfigRow | None) -> Document:
         "group_rate": _rate(get("group_rate_limit"), get("group_rate_per_seconds")),
         "fair": get("fair"),
         "ordered": get("ordered"),
+        "max_pending": get("max_pending"),
         "timeout_seconds": get("timeout_seconds"),
         "changed_at": get("changed_at"),
     }

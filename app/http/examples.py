@@ -132,6 +132,7 @@ _CONFIG = {
     "group_rate": None,
     "fair": True,
     "ordered": None,
+    "max_pending": 100000,
     "timeout_seconds": 600,
     "changed_at": _AT,
 }
@@ -328,7 +329,10 @@ SCHEMAS: dict[str, list[Any]] = {
     "RetentionPatch": [{"completed": 3600, "failed": None}],
     "Retention": [_RETENTION],
     "QueueSummary": [_SUMMARY],
-    "QueueList": [{"queues": [_SUMMARY, {**_SUMMARY, "queue": "reports", "paused": True}]}],
+    "QueueList": [
+        {"queues": [_SUMMARY, {**_SUMMARY, "queue": "reports", "paused": True}], "next_cursor": None},
+        {"queues": [_SUMMARY], "next_cursor": "eyJzIjoicXVldWVzIiwiayI6WyJlbWFpbHMiXX0"},
+    ],
     "JobPage": [
         {"jobs": [_JOB], "next_cursor": "eyJzIjoicGVuZGluZyIsImsiOls1LCIyMDI2In0"},
         {"jobs": [], "next_cursor": None},
@@ -357,6 +361,7 @@ SCHEMAS: dict[str, list[Any]] = {
             "since": "2026-11-29T11:01:00+00:00",
             "as_of": _AT,
             "queues": [_SPARKLINE],
+            "next_cursor": None,
         }
     ],
     # search and bulk actions

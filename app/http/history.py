@@ -5,15 +5,19 @@ from typing import Annotated
 
 from fastapi import FastAPI, Query, Request
 from fastapi.responses import Response
+from pydantic import StringConstraints
 
 from app.auth.policy import principal, requires
-from app.core.history import HistoryService
+from app.core.history import SPARKLINES_CACHE_SECONDS, HistoryService
 from app.http.jobs import QueueName, _problems
 from app.http.responses import json_response
+from app.models.fields import QUEUE_PATTERN
 from app.models.history import RANGE_DESCRIPTION, HistoryRange, Series, Sparklines
 from app.services import services
 
 Range = Annotated[HistoryRange, Query(description=RANGE_DESCRIPTION)]
+SparklineQueue = Annotated[str, StringConstraints(pattern=QUEUE_PATTERN)]
+SPARKLINE_QUEUES = 100  # queues one request may name: a dashboard page's
 
 
 def history(request: Request) -> HistoryService:
@@ -53,11 +57,25 @@ def add_history_routes(api: FastAPI) -> None:
         operation_id="getSparklines",
         summary="Per queue: enqueued, completed, failed and backlog per bucket",
         description="For an overview of many queues: each queue with statistics in the range, its figures as "
-        "plain lists (a number per bucket).",
+        f"plain lists (a number per bucket). Only the queues named by `queue` (at most {SPARKLINE_QUEUES}), or "
+        f"else a page of `limit` queues by name (follow `next_cursor`). Answers are kept "
+        f"{SPARKLINES_CACHE_SECONDS:g} s by each server (the buckets are minutes).",
         tags=["operators"],
         response_model=Sparklines,
         responses=_problems(401, 403, 422, 503),
     )
     @requires("admin")
-    async def get_sparklines(request: Request, range: Range = "hour") -> Response:
-        return json_response(await history(request).sparklines(range, principal(request).queue_regex))
+    async def get_sparklines(
+        request: Request,
+        range: Range = "hour",
+        queue: Annotated[
+            list[SparklineQueue] | None,
+            Query(max_length=SPARKLINE_QUEUES, description="Only these queues (repeat the parameter)."),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=1000, description="Page size (default 1000).")] = 1000,
+        cursor: Annotated[str | None, Query(max_length=1000, description="next_cursor of the previous page.")] = None,
+    ) -> Response:
+        doc = await history(request).sparklines(range, principal(request).queue_regex, queue, cursor, limit)
+        response = json_response(doc)
+        response.raw_headers.append((b"cache-control", b"private, max-age=%d" % SPARKLINES_CACHE_SECONDS))
+        return response

@@ -54,6 +54,23 @@ QueueName = Annotated[str, Path(pattern=QUEUE_PATTERN, description="`[A-Za-z0-9_
 JobIdPath = Annotated[int, Path(ge=1, le=INT64_MAX, description="Job id.", json_schema_extra={"format": "int64"})]
 
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.", "schema": {"type": "integer"}}}
+# On a 429 `rate-limited` (draft-ietf-httpapi-ratelimit-headers): the key's bucket, and that it is empty.
+RATE_LIMIT_HEADERS = {
+    "RateLimit-Policy": {
+        "description": 'On `rate-limited`: the key\'s policy, `"key";q=<burst>;w=<seconds to refill it>`.',
+        "schema": {"type": "string"},
+    },
+    "RateLimit": {
+        "description": 'On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`.',
+        "schema": {"type": "string"},
+    },
+}
+TOO_MANY_REQUESTS = (
+    "Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit "
+    "fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: "
+    "`too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), "
+    "`too-many-searches` (searches at once)."
+)
 
 
 def _problems(*codes: int, conflict: str | None = None) -> dict[int | str, dict[str, Any]]:
@@ -70,7 +87,7 @@ def _problems(*codes: int, conflict: str | None = None) -> dict[int | str, dict[
         413: "Body larger than the server accepts.",
         415: "Body is not application/json.",
         422: "Request breaks the contract (see `errors`).",
-        429: "Too many long-polls waiting: retry after Retry-After.",
+        429: TOO_MANY_REQUESTS,
         503: "Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After.",
     }
     entries: dict[int | str, dict[str, Any]] = {}
@@ -78,10 +95,15 @@ def _problems(*codes: int, conflict: str | None = None) -> dict[int | str, dict[
         entries[code] = {"model": Problem, "description": conflict if code == 409 and conflict else text[code]}
         if code in (429, 503):
             entries[code]["headers"] = {k: dict(v) for k, v in _RETRY_AFTER.items()}
+        if code == 429:
+            entries[code]["headers"].update({k: dict(v) for k, v in RATE_LIMIT_HEADERS.items()})
     return entries
 
 
 _WRITE = (400, 401, 403, 413, 415, 422, 503)
+_ENQUEUE_409 = (
+    "`too-many-queues`: the queue is new and the service holds JOBQ_MAX_QUEUES live queues; nothing was written."
+)
 
 # What a 409 means to a worker, per call. Either way the job is no longer this claim's: stop working on it
 # and send nothing more for it.
@@ -169,7 +191,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         response_model=Job,
         responses={
             200: {"model": Job, "description": "The idempotency key already named this job."},
-            **_problems(*_WRITE),
+            **_problems(*_WRITE, 409, 429, conflict=_ENQUEUE_409),
         },
     )
     @hot
@@ -187,7 +209,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         tags=["producers"],
         status_code=201,
         response_model=JobList,
-        responses=_problems(*_WRITE),
+        responses=_problems(*_WRITE, 409, 429, conflict=_ENQUEUE_409),
     )
     @hot
     @requires("produce")

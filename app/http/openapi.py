@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from app.http.examples import SCHEMAS
+from app.http.jobs import _RETRY_AFTER, RATE_LIMIT_HEADERS, TOO_MANY_REQUESTS
 from app.http.problem_examples import ONLY_ON, PROBLEMS
 from app.models.fields import INT64_MAX, JSON_VALUE_MARKER
 from app.settings import Settings
@@ -69,10 +70,36 @@ def _problem_content(method: str, operation_id: str, path: str, status: int) -> 
     return {"application/problem+json": media}
 
 
+# Where the rule "no NUL in any string or key, however deep" is written as JSON Schema: a specification
+# extension of `components`, which client generators skip (a recursive component schema defeats
+# openapi-python-client, and openapi-typescript would type JsonValue by it), and which validators and
+# fuzzers (schemathesis) follow through JsonValue's `not`.
+JSON_RULES = "x-jobq-json-rules"
+HOLDING_NUL_REF = f"#/components/{JSON_RULES}/holdingNul"
+
+
+def holding_nul() -> dict[str, Any]:
+    """A JSON value with NUL in some string or object key, at any depth."""
+    return {
+        "description": "A JSON value holding NUL (\\u0000) in a string or an object key, at any depth.",
+        "anyOf": [
+            {"type": "string", "pattern": "\\u0000"},
+            {"type": "array", "contains": {"$ref": HOLDING_NUL_REF}},
+            {
+                "type": "object",
+                "anyOf": [
+                    {"not": {"propertyNames": {"not": {"pattern": "\\u0000"}}}},  # some key holds NUL
+                    {"not": {"additionalProperties": {"not": {"$ref": HOLDING_NUL_REF}}}},  # or some value
+                ],
+            },
+        ],
+    }
+
+
 def json_value_schema(s: Settings) -> dict[str, Any]:
-    """Any JSON value that jsonb stores faithfully. Said in words: the recursive schema that would say
-    part of it (no NUL in strings and keys) defeats client generators, and the rest (depth, size) JSON
-    Schema cannot say. The server checks every rule (app/models/json_values.py check_json_value)."""
+    """Any JSON value that jsonb stores faithfully. No NUL in strings and keys: as JSON Schema, a `not` of
+    holding_nul() (which generators ignore); depth and size, which JSON Schema cannot say, in words. The
+    server checks every rule (app/models/json_values.py check_json_value)."""
     return {
         "description": (
             "Any JSON value (null, boolean, number, string, array or object), except that strings and object "
@@ -82,6 +109,7 @@ def json_value_schema(s: Settings) -> dict[str, Any]:
             f"(JOBQ_MAX_RESULT_BYTES) and {s.max_progress_bytes} as a heartbeat's progress (JOBQ_MAX_PROGRESS_BYTES). "
             "Anything else is refused with 422."
         ),
+        "not": {"$ref": HOLDING_NUL_REF},
     }
 
 
@@ -178,6 +206,13 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
                     schemas[name]["examples"] = examples
             for path, ops in doc.get("paths", {}).items():
                 for method, op in ops.items():
+                    # Every request counts against its client's share and, with a key, the key's rate
+                    # (app/http/quotas.py): any operation may answer 429.
+                    if "429" not in op.setdefault("responses", {}):
+                        op["responses"]["429"] = {
+                            "description": TOO_MANY_REQUESTS,
+                            "headers": {**_RETRY_AFTER, **RATE_LIMIT_HEADERS},
+                        }
                     for parameter in op.get("parameters", []):
                         if parameter.get("in") == "query":
                             _no_null_in_query(parameter)
@@ -197,6 +232,7 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
             _mark_json_values(doc)
             _exact_integer_bounds(doc)
             schemas["JsonValue"] = json_value_schema(settings)
+            components[JSON_RULES] = {"holdingNul": holding_nul()}
             components["securitySchemes"] = {
                 SECURITY_SCHEME: {
                     "type": "http",

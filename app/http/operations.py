@@ -22,6 +22,8 @@ from app.models.answers import Job
 from app.models.explain import JobExplanation
 from app.models.flow import QueueConfig, QueueConfigPatch
 from app.models.operations import (
+    QUEUES_PAGE_DEFAULT,
+    QUEUES_PAGE_MAX,
     CancelRequest,
     JobPage,
     QueueList,
@@ -54,16 +56,24 @@ def add_operator_routes(api: FastAPI) -> None:
     @api.get(
         "/queues",
         operation_id="listQueues",
-        summary="Every queue with its counts",
+        summary="The queues with their counts, a page at a time",
         tags=["operators"],
         response_model=QueueList,
-        description="With a key limited to some queues, only those.",
-        responses=_problems(401, 403, 503),
+        description="Every queue with a job not finished, a count of finished jobs or a configuration, by name, "
+        f"a page at a time (`limit`, by default {QUEUES_PAGE_DEFAULT}; follow `next_cursor`). With a key limited "
+        "to some queues, only those.",
+        responses=_problems(401, 403, 422, 503),
     )
     @requires("admin")
-    async def list_queues(request: Request) -> Response:
-        who = principal(request)
-        return json_response({"queues": [q for q in await ops(request).queues() if who.allows(q["queue"])]})
+    async def list_queues(
+        request: Request,
+        limit: Annotated[
+            int, Query(ge=1, le=QUEUES_PAGE_MAX, description=f"Page size (default {QUEUES_PAGE_DEFAULT}).")
+        ] = QUEUES_PAGE_DEFAULT,
+        cursor: Annotated[str | None, Query(max_length=1000, description="next_cursor of the previous page.")] = None,
+    ) -> Response:
+        queues, next_cursor = await ops(request).queues(principal(request).queue_regex, limit, cursor)
+        return json_response({"queues": queues, "next_cursor": next_cursor})
 
     @api.get(
         "/queues/{queue}/stats",

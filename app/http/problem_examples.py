@@ -17,9 +17,16 @@ from app.errors import (
     NotReady,
     PayloadTooLarge,
     ProxyWithoutKeys,
+    QueueFull,
+    RateLimited,
+    ScheduleNameTaken,
     ScheduleNotFound,
     SearchTooBroad,
     TooManyConnections,
+    TooManyInFlight,
+    TooManyQueues,
+    TooManySchedules,
+    TooManySearches,
     TooManyWaiters,
     Unauthorized,
     UnsupportedMediaType,
@@ -48,6 +55,9 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
         "job-cancelled": JobCancelled(),
         "job-timed-out": JobTimedOut(),
         "invalid-state": InvalidState("The job is completed; only pending, waiting and running jobs can be cancelled."),
+        "schedule-name-taken": ScheduleNameTaken(),
+        "too-many-schedules": TooManySchedules(),
+        "too-many-queues": TooManyQueues(),
     },
     413: {"payload-too-large": PayloadTooLarge("The request body is larger than 16777216 bytes.")},
     415: {
@@ -119,6 +129,16 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
                 {"loc": ["query", "range"], "msg": "Input should be 'hour', 'day' or 'week'", "type": "literal_error"}
             ],
         ),
+        "bad-cursor": ValidationFailed(
+            "query.cursor: not a cursor of this listing; start again without one",
+            errors=[
+                {
+                    "loc": ["query", "cursor"],
+                    "msg": "not a cursor of this listing; start again without one",
+                    "type": "value_error",
+                }
+            ],
+        ),
         "bad-limit": ValidationFailed(
             "query.limit: Input should be greater than or equal to 1",
             errors=[
@@ -143,7 +163,16 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
             "The search did not finish within 5000 ms: narrow it (a queue and a status, or a more specific filter)."
         ),
     },
-    429: {"too-many-waiters": TooManyWaiters()},
+    429: {
+        "rate-limited": RateLimited(
+            "This API key may send 1000 requests a second to this server, 2000 at once; retry after 1 s.",
+            headers={"ratelimit-policy": '"key";q=2000;w=2', "ratelimit": '"key";r=0;t=1'},
+        ),
+        "too-many-requests-in-flight": TooManyInFlight(),
+        "too-many-waiters": TooManyWaiters(),
+        "queue-full": QueueFull(),
+        "too-many-searches": TooManySearches(),
+    },
     503: {
         "database-unavailable": DatabaseUnavailable(),
         "too-many-connections": TooManyConnections(),
@@ -159,6 +188,7 @@ _SCHEDULE_ROUTES = {"putSchedule", "getSchedule", "deleteSchedule", "pauseSchedu
 ONLY_ON: dict[str, set[str]] = {
     "not-ready": {"readyz"},
     "search-too-broad": {"searchJobs", "bulkJobs"},
+    "bad-cursor": {"listQueues", "listJobs"},
     "bad-range": {"getSeries", "getQueueSeries", "getSparklines"},
     "missing-body": {
         "enqueueJob",
@@ -199,4 +229,10 @@ ONLY_ON: dict[str, set[str]] = {
     "bad-limit": {"listWorkers", "getQueueScale"},
     "bad-worker-name": {"getWorker"},
     "invalid-state": {"cancelJob", "retryJob"},
+    "schedule-name-taken": {"putSchedule"},
+    "too-many-schedules": {"putSchedule"},
+    "too-many-queues": {"enqueueJob", "enqueueJobs"},
+    "too-many-waiters": {"claimJobs", "getJob"},
+    "queue-full": {"enqueueJob", "enqueueJobs"},
+    "too-many-searches": {"searchJobs", "bulkJobs"},
 }

@@ -1,6 +1,7 @@
 """Schedule routes (admin): define, list, read, delete, pause and resume the cron schedules that enqueue
-jobs. A key limited to some queues sees and changes the schedules of those queues only; others are 404
-(and a PUT over one is 403)."""
+jobs. A key limited to some queues sees and changes the schedules of those queues only; others are 404.
+It creates schedules only under names that match its queue patterns (a PUT of another name that is not
+one of its schedules is 403, whether or not some other queue's schedule has it)."""
 
 from typing import Annotated
 
@@ -24,7 +25,14 @@ _PUT = (
     "number of replicas; the job shows `schedule` and `scheduled_for` (the tick). Replacing keeps the next "
     "tick when `cron` and `timezone` are unchanged (applying the same definition again neither skips nor "
     "repeats a tick), and keeps the paused state unless `paused` is given. A bad `cron` or `timezone` is 422 "
-    "with what is wrong."
+    "with what is wrong. A key limited to some queues creates schedules only under names matching its queue "
+    "patterns (403 otherwise); 409 `schedule-name-taken`: a schedule of a queue the key may not use has the "
+    "name; 409 `too-many-schedules`: JOBQ_MAX_SCHEDULES schedules exist."
+)
+
+_PUT_409 = (
+    "`schedule-name-taken`: a schedule of a queue this key may not use has this name. `too-many-schedules`: "
+    "JOBQ_MAX_SCHEDULES schedules exist; delete one first."
 )
 
 
@@ -55,13 +63,19 @@ def add_schedule_routes(api: FastAPI) -> None:
         tags=["schedules"],
         status_code=200,
         response_model=Schedule,
-        responses={201: {"model": Schedule, "description": "Created."}, **_problems(400, 401, 403, 413, 415, 422, 503)},
+        responses={
+            201: {"model": Schedule, "description": "Created."},
+            **_problems(400, 401, 403, 409, 413, 415, 422, 503, conflict=_PUT_409),
+        },
     )
     @requires("admin")
     async def put_schedule(name: ScheduleName, body: ScheduleRequest, request: Request) -> Response:
         who = principal(request)
         authorize(who, "admin", body.queue)
-        stored = await schedules(request).put(name, body, who.queue_regex)
+        # A key limited to some queues creates schedules only under names that match its patterns: were any
+        # name open to it, a name held by another tenant's schedule would answer otherwise than a free one.
+        may_create = who.queue_regex is None or who.allows(name)
+        stored = await schedules(request).put(name, body, who.queue_regex, may_create)
         return json_response(schedule_document(stored.schedule), 201 if stored.created else 200)
 
     @api.get(

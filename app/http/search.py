@@ -4,7 +4,7 @@ the jobs of those only; naming another queue in a filter is refused (403)."""
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from app.auth.policy import authorize, principal, requires
+from app.auth.policy import authorize, client_identity, principal, requires
 from app.core.search import SearchService
 from app.http.documents import job_document
 from app.http.jobs import _problems
@@ -12,7 +12,7 @@ from app.http.responses import json_response
 from app.models.search import BULK_MAX_JOBS, BulkRequest, BulkResult, SearchRequest, SearchResult
 from app.services import services
 
-_WRITE = (400, 401, 403, 413, 415, 422, 503)
+_WRITE = (400, 401, 403, 413, 415, 422, 429, 503)
 
 SEARCH_DESCRIPTION = (
     "Find jobs by `id`, by `idempotency_key`, by text in `last_error` (`error_contains`), by JSON containment "
@@ -22,7 +22,8 @@ SEARCH_DESCRIPTION = (
     "more pages rather than one long query; it runs within JOBQ_SEARCH_TIMEOUT_MS (422 `search-too-broad` "
     "past it). Order: with a `queue` and one `status`, the listing's (GET /queues/{queue}/jobs); otherwise "
     "newest first. Payload filters are indexed for failed and cancelled jobs; on other statuses they are "
-    "checked on each job examined."
+    "checked on each job examined. One key runs at most JOBQ_MAX_SEARCHES_PER_KEY searches at once (and bulk "
+    "actions by filter) per server, all keys JOBQ_MAX_SEARCHES: past either, 429 `too-many-searches`."
 )
 BULK_DESCRIPTION = (
     "Cancel or retry many jobs in one request: the jobs named in `ids`, or up to `limit` of those a search "
@@ -54,7 +55,8 @@ def add_search_routes(api: FastAPI) -> None:
             authorize(who, "admin", body.queue)
         svc = searcher(request)
         statuses = (body.status.value,) if body.status is not None else None
-        found = await svc.search(svc.criteria(body, statuses, ["body"]), who.queue_regex, body.limit, body.cursor)
+        criteria = svc.criteria(body, statuses, ["body"])
+        found = await svc.search(criteria, who.queue_regex, body.limit, body.cursor, client=client_identity(request))
         return json_response(
             {
                 "jobs": [job_document(j) for j in found.jobs],
@@ -78,4 +80,4 @@ def add_search_routes(api: FastAPI) -> None:
         who = principal(request)
         if body.filter is not None and body.filter.queue is not None:
             authorize(who, "admin", body.filter.queue)
-        return json_response(await searcher(request).bulk(body, who.queue_regex))
+        return json_response(await searcher(request).bulk(body, who.queue_regex, client_identity(request)))

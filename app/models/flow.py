@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, Strict, StrictBool
 from app.models.fields import Body, Integral, MaxAttempts, Priority, TimeoutSeconds
 
 Count = Annotated[int, Strict(), Field(ge=1, le=1_000_000), Integral]
+PendingCount = Annotated[int, Strict(), Field(ge=1, le=1_000_000_000), Integral]
 WindowSeconds = Annotated[int, Strict(), Field(ge=1, le=86_400), Integral]
 KeepSeconds = Annotated[int, Strict(), Field(ge=0, le=315_360_000), Integral]
 LeaseSeconds = Annotated[int, Strict(), Field(ge=1, le=604_800), Integral]
@@ -59,6 +60,11 @@ class QueueConfigPatch(Body):
         "Within a group, a job is claimable only once the job before it has finished for good (a job waiting "
         "for its retry holds its group back); needs group_concurrency 1 or unset."
     )
+    max_pending: PendingCount | None = clearable(
+        "Most jobs not yet started (pending, delayed, waiting for dependencies) the queue may hold; an enqueue "
+        "past it is refused with 429 `queue-full`. Checked by each server against a count it refreshes about "
+        "once a second: other servers' enqueues of that second may pass it (docs/flow-control.md)."
+    )
     timeout_seconds: TimeoutSeconds | None = clearable(
         "Hard timeout (1-604800) of the queue's jobs enqueued without one: a claim that runs this long is "
         'failed (`last_error` "timeout") whatever its heartbeats, and the job retried or not as after any '
@@ -93,5 +99,6 @@ class QueueConfig(BaseModel):
     group_rate: RateLimit | None = Field(description="Most claims per group per window; null: no limit.")
     fair: bool | None = Field(description="Round-robin across groups; null: false.")
     ordered: bool | None = Field(description="Strict order within each group; null: false.")
+    max_pending: int | None = Field(description="Most jobs not yet started; null: JOBQ_MAX_PENDING_JOBS.")
     timeout_seconds: int | None = Field(description="Hard timeout of jobs enqueued without one; null: none.")
     changed_at: datetime | None = Field(description="When the configuration last changed; null: never.")

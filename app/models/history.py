@@ -57,6 +57,7 @@ class Sparklines(BaseModel):
     since: datetime = Field(description="Start of the first bucket.")
     as_of: datetime = Field(description="Database time of the figures.")
     queues: list[QueueSparkline] = Field(
-        description="The queues with statistics in the range, by name; a queue that is absent had none (all "
-        "zero, backlog included)."
+        description="The queues with statistics in the range (among those asked for), by name, a page at a time; "
+        "a queue that is absent had none (all zero, backlog included)."
     )
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")

@@ -108,8 +108,13 @@ class QueueSummary(BaseModel):
     oldest_ready_age_seconds: float | None
 
 
+QUEUES_PAGE_DEFAULT = 1000  # GET /queues without `limit`: every queue of a service with up to this many
+QUEUES_PAGE_MAX = 1000
+
+
 class QueueList(BaseModel):
-    queues: list[QueueSummary]
+    queues: list[QueueSummary] = Field(description="By name.")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
 class JobPage(BaseModel):

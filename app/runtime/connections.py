@@ -13,9 +13,14 @@ are in. Here:
     and sending none of it, or a byte at a time, holds no connection for good (a body the server has not
     asked for yet, held back by flow control or `Expect: 100-continue`, is not waited on);
   * past JOBQ_MAX_HEADER_BYTES of request line and headers, or JOBQ_MAX_HEADER_LINES header lines: 431;
-  * a connection that arrives while the process already holds JOBQ_MAX_CONNECTIONS is answered 503
-    `too-many-connections` as soon as its request's headers are in, and closed: it never waits for a
-    place. Connections already held are served as usual.
+  * a connection that arrives while the process already holds JOBQ_MAX_CONNECTIONS takes the place of one
+    that waits for its next request (kept alive and idle, or still sending its headers), of the client
+    address that holds the most connections: that one is closed (answered 503 `too-many-connections` when
+    part of a request had come). Keep-alive connections are a convenience a server may end at any time
+    (uvicorn's own keep-alive timeout does); so one client's idle sockets cannot keep every other client
+    out. Only when every connection has a request in flight is the newcomer answered 503
+    `too-many-connections` as soon as its request's headers are in, and closed: it never waits for a place.
+    How many requests in flight one client may hold is the ASGI layer's business (app/http/quotas.py).
 Each refusal is problem+json, like every other answer. `jobq serve` and the tests' server use it
 (app/runtime/server.py `server_config`); a uvicorn started by hand does not, and then none of these bounds
 hold.
@@ -62,6 +67,12 @@ class ConnectionLimits:
             settings.max_header_lines,
             settings.connection_cap,
         )
+
+
+def _peer(conn: object) -> str:
+    """A connection's client address (its peer: a proxy's connections all have the proxy's)."""
+    client = getattr(conn, "client", None)
+    return str(client[0]) if client else ""
 
 
 class _HeadersOverCap(Exception):
@@ -181,9 +192,46 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections:
-            self.app = _too_many_connections  # this connection only
-            log.warning("connection cap reached (%d): refusing a connection", self.limits.max_connections)
+            victim = self._waiting_connection()
+            if victim is not None:
+                victim.give_up_place()
+            else:
+                self.app = _too_many_connections  # this connection only
+                log.warning("connection cap reached (%d): refusing a connection", self.limits.max_connections)
         self._arm()
+
+    @property
+    def waits_for_a_request(self) -> bool:
+        """Between requests (kept alive), or still sending a request's line and headers: no request runs."""
+        return self.head_deadline is not None and not self.transport.is_closing() and self._over is None
+
+    def _waiting_connection(self) -> BoundedHttpToolsProtocol | None:
+        """The connection to close for a newcomer at the cap: of those waiting for a request, one of the client
+        address that holds the most connections; of its, one with nothing of a request yet, the longest idle."""
+        held: dict[str, int] = {}
+        for conn in self.connections:
+            peer = _peer(conn)
+            held[peer] = held.get(peer, 0) + 1
+        best: BoundedHttpToolsProtocol | None = None
+        best_key: tuple[int, bool, float] | None = None
+        for conn in self.connections:
+            if conn is self or not isinstance(conn, BoundedHttpToolsProtocol) or not conn.waits_for_a_request:
+                continue
+            key = (held[_peer(conn)], conn._head_bytes == 0, -(conn.head_deadline or 0.0))
+            if best_key is None or key > best_key:
+                best, best_key = conn, key
+        return best
+
+    def give_up_place(self) -> None:
+        """Closed for a newcomer at the cap (see _waiting_connection)."""
+        log.info(
+            "connection cap reached (%d): closing a connection that waits for a request", self.limits.max_connections
+        )
+        if self._head_bytes:  # part of a request came: say why it ends
+            self._refuse(TooManyConnections())
+        else:
+            self.head_deadline = None
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.head_deadline = self.body_deadline = None

@@ -183,7 +183,7 @@ class SqsEndpoint:
 
 def _translated(exc: AppError) -> SqsError:
     """A jobq error met on the way (limits, the database, a stop) as the SQS error an SDK retries or shows."""
-    if isinstance(exc, TooManyWaiters):
+    if isinstance(exc, TooManyWaiters) or exc.status == 429:  # waiting places, a full queue, a key's rate
         return RequestThrottled(exc.detail)
     if isinstance(exc, DatabaseUnavailable | ShuttingDown):
         return ServiceUnavailable(exc.detail)

@@ -109,6 +109,8 @@ def test_macros(macro: str, same_as: str) -> None:
         ("0 0 30 2 *", "never fires"),
         ("0 0 31 4,6,9,11 *", "never fires"),
         ("@reboot", "unknown macro '@reboot'"),
+        ("0 7\n* * *", "character '\\n'"),
+        ("0 7 * * *\r\n", "character '\\r'"),
     ],
 )
 def test_bad_expressions_say_what_is_wrong(expression: str, says: str) -> None:

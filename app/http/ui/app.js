@@ -5,8 +5,10 @@
 
 (() => {
   const KEY_STORE = "jobq.apiKey"; // sessionStorage: this tab only, gone when it closes
-  const REFRESH_MS = 3000;
+  const REFRESH_MS = 3000; // the automatic refresh while the tab is shown and the server answers quickly
+  const REFRESH_MAX_MS = 60_000; // its longest pause, after failures or slow answers
   const PAGE_SIZE = 50;
+  const SLOW_PANELS_MS = 15_000; // schedules and sparklines change by the minute: fetched at most this often
   const STATUSES = ["pending", "waiting", "running", "completed", "failed", "cancelled"];
 
   // --- DOM helpers -------------------------------------------------------------------------------------------
@@ -555,10 +557,13 @@
     const body = el("div", { id: "schedules-panel" });
     let last = "";
     const cols = ["Schedule", "Queue", "Cron", "Time zone", "Next run", "Last run", "State"];
+    let fetched = 0;
     return {
       node: el("section", { "aria-label": "Schedules" }, el("h2", {}, "Schedules"), body),
       async load() {
+        if (Date.now() - fetched < SLOW_PANELS_MS) return;
         const doc = await api("GET", "schedules");
+        fetched = Date.now();
         const text = JSON.stringify(doc);
         if (text === last) return;
         last = text;
@@ -604,9 +609,27 @@
     const charts = chartsPanel("All queues", (range) => `stats/series?range=${range}`);
     const enqueue = enqueueForm(null);
     const schedules = schedulesPanel();
+    // A page of queues at a time, and the sparklines of that page only (the API's GET /queues and
+    // /stats/sparklines page and bound both): a service with thousands of queues costs a page per refresh.
+    const prev = el("button", { type: "button", id: "queues-prev" }, "Previous queues");
+    const next = el("button", { type: "button", id: "queues-next" }, "Next queues");
+    const cursors = []; // cursors of the pages before this one ("" for the first)
+    let cursor = "";
+    let nextCursor = null;
     let lines = new Map();
     let linesAt = 0;
+    let linesFor = "";
     let last = "";
+    prev.addEventListener("click", () => {
+      cursor = cursors.pop() || "";
+      refresh();
+    });
+    next.addEventListener("click", () => {
+      if (nextCursor === null) return;
+      cursors.push(cursor);
+      cursor = nextCursor;
+      refresh();
+    });
     return {
       mount(root) {
         root.replaceChildren(
@@ -614,6 +637,7 @@
           el("div", { class: "toolbar" }, enqueue.open, el("a", { href: "#/search" }, "Search jobs…")),
           enqueue.form,
           body,
+          el("div", { class: "toolbar" }, prev, next),
           charts.node,
           schedules.node,
         );
@@ -622,21 +646,28 @@
         await Promise.all([this.loadQueues(), schedules.load()]);
       },
       async loadQueues() {
-        const stale = Date.now() - linesAt >= 15_000;
-        const [doc, sparks] = await Promise.all([
-          api("GET", "queues"),
-          stale ? api("GET", "stats/sparklines?range=hour") : null,
-          charts.load(false),
-        ]);
-        if (sparks) {
+        const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+        if (cursor) params.set("cursor", cursor);
+        const [doc] = await Promise.all([api("GET", `queues?${params}`), charts.load(false)]);
+        nextCursor = doc.next_cursor;
+        next.disabled = nextCursor === null;
+        prev.disabled = cursor === "";
+        const names = doc.queues.map((item) => item.queue);
+        const shown = names.join("\n");
+        if (names.length && (shown !== linesFor || Date.now() - linesAt >= SLOW_PANELS_MS)) {
+          const asked = new URLSearchParams({ range: "hour", limit: String(PAGE_SIZE) });
+          for (const name of names) asked.append("queue", name);
+          const sparks = await api("GET", `stats/sparklines?${asked}`);
           lines = new Map(sparks.queues.map((line) => [line.queue, line]));
           linesAt = Date.now();
+          linesFor = shown;
         }
         const text = JSON.stringify([doc, [...lines.values()]]);
         if (text === last) return;
         last = text;
         if (!doc.queues.length) {
-          body.replaceChildren(el("p", { class: "muted" }, "No queues yet: a queue appears with its first job."));
+          const none = cursor ? "No more queues." : "No queues yet: a queue appears with its first job.";
+          body.replaceChildren(el("p", { class: "muted" }, none));
           return;
         }
         const cols = ["ready", "scheduled", "waiting", "running", "completed", "failed", "cancelled"];
@@ -1213,23 +1244,56 @@
 
   let current = null;
   let loading = null;
+  let failures = 0; // refreshes failed in a row
+  let lastTook = 0; // how long the last refresh took (ms)
 
   async function refresh() {
     if (loading) return loading;
     const view = current;
+    const started = Date.now();
     loading = (async () => {
       try {
         await view.load();
+        failures = 0;
         if (view !== current) return;
         if (bannerKind === "load") banner("", null);
         $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
       } catch (err) {
+        failures += 1;
         if (view === current) loadFailed(err);
       } finally {
+        lastTook = Date.now() - started;
         loading = null;
       }
     })();
     return loading;
+  }
+
+  // The automatic refresh: every REFRESH_MS while the tab is shown; backing off (doubling, up to
+  // REFRESH_MAX_MS) while refreshes fail (a 429 or 503 asks for fewer requests, not more), and pausing
+  // at least five times as long as a refresh takes, so that a slow server is not asked again at once.
+  // A hidden tab (document.visibilityState) asks for nothing; shown again, it refreshes at once.
+  // The state shows in <body data-refresh>: "paused", or the pause before the next refresh.
+  let timer = null;
+
+  function refreshDelay() {
+    const backoff = failures ? REFRESH_MS * 2 ** Math.min(failures, 5) : REFRESH_MS;
+    return Math.min(REFRESH_MAX_MS, Math.max(backoff, 5 * lastTook));
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    timer = null;
+    if (document.visibilityState === "hidden") {
+      document.body.dataset.refresh = "paused";
+      return;
+    }
+    const delay = refreshDelay();
+    document.body.dataset.refresh = String(delay);
+    timer = setTimeout(async () => {
+      if ($("auto-refresh").checked && $("login").hidden) await refresh();
+      schedule();
+    }, delay);
   }
 
   async function navigate() {
@@ -1259,9 +1323,13 @@
     });
     $("banner").addEventListener("click", () => banner("", null));
     window.addEventListener("hashchange", navigate);
-    setInterval(() => {
-      if ($("auto-refresh").checked && $("login").hidden && !document.hidden) refresh();
-    }, REFRESH_MS);
+    document.addEventListener("visibilitychange", async () => {
+      if (document.visibilityState === "visible" && $("auto-refresh").checked && $("login").hidden) {
+        await refresh();
+      }
+      schedule();
+    });
+    schedule();
     navigate();
   }
 

@@ -15,13 +15,26 @@ from app.runtime.cli.output import duration, millis, print_json, print_lines, ta
 from app.runtime.cli.remote import add_api_command, exit_code, problem_line
 
 _CLEAR = "\x1b[H\x1b[2J"
+QUEUES_PAGE = 1000  # queues per request of `jobq queues` (the API's largest page)
 
 
 # -- queues ---------------------------------------------------------------------------------------------------
 
 
+def all_queues(api: ApiClient, page: int = QUEUES_PAGE) -> dict[str, Any]:
+    """Every queue, following GET /queues page by page: {"queues": [...], "next_cursor": null}."""
+    queues: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        doc = api.get("/queues", {"limit": page, "cursor": cursor} if cursor else {"limit": page})
+        queues += doc["queues"]
+        cursor = doc.get("next_cursor")
+        if not cursor:
+            return {"queues": queues, "next_cursor": None}
+
+
 def cmd_queues(args: argparse.Namespace, api: ApiClient) -> int:
-    doc = api.get("/queues")
+    doc = all_queues(api, args.page_size)
     if args.json:
         print_json(doc)
         return EXIT_OK
@@ -144,7 +157,7 @@ def cmd_resume(args: argparse.Namespace, api: ApiClient) -> int:
 CONFIG_KEYS = (
     "max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, "
     "retention.completed, retention.failed, retention.cancelled, concurrency, rate (LIMIT/SECONDS), "
-    "group_concurrency, group_rate (LIMIT/SECONDS), fair, ordered"
+    "group_concurrency, group_rate (LIMIT/SECONDS), fair, ordered, max_pending, timeout_seconds"
 )
 
 
@@ -215,9 +228,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         cmd_queues,
         help="every queue with its counts (a table)",
         description="List every queue (those the API key may see) with its jobs by status, the age of its "
-        "oldest ready job and whether it is paused. Needs an admin key when authentication is on.",
+        "oldest ready job and whether it is paused, following GET /queues a page at a time. Needs an admin key "
+        "when authentication is on.",
         examples="  jobq queues\n  jobq queues --json | jq '.queues[] | select(.counts.failed > 0) | .queue'",
     )
+    queues.add_argument("--page-size", type=_int_in(1, 1000), default=QUEUES_PAGE, metavar="N",
+                        help=f"queues per request (default {QUEUES_PAGE})")  # fmt: skip
     actions = queues.add_subparsers(dest="queues_command", metavar="ACTION")
     config = add_api_command(
         actions,

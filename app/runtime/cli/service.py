@@ -185,6 +185,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
                 else:
                     _print_keys(keys)
                 return EXIT_OK
+            if args.keys_command == "rate":
+                return _keys_rate(conn, args)
             revoked = store_keys.api_key_revoke(conn, args.key)
             if not revoked:
                 print(f"jobq keys revoke: no live key with id or name {args.key!r}", file=sys.stderr)
@@ -219,10 +221,12 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace, server
         print("jobq keys create: --scope metrics reaches /metrics, which covers every queue: drop --queue, "
               "or create a separate key for the queue-limited scopes", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
+    if (rates := _rate_args(args, "create")) is None:
+        return EXIT_USAGE
     for _ in range(3):  # a selector already taken (48 random bits): draw again
         key, selector, key_hash = auth_keys.new_key()
         try:
-            key_id = store_keys.api_key_insert(conn, args.name, selector, key_hash, scopes, args.queue or None)
+            key_id = store_keys.api_key_insert(conn, args.name, selector, key_hash, scopes, args.queue or None, *rates)
             break
         except psycopg.errors.UniqueViolation as exc:
             if "name" in (exc.diag.constraint_name or ""):
@@ -258,6 +262,49 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace, server
     return EXIT_OK
 
 
+def _rate_args(args: argparse.Namespace, command: str) -> tuple[float | None, int | None] | None:
+    """(rate, burst) from --rate/--burst (None: the global settings); None after printing why they are wrong."""
+    rate, burst = args.rate, args.burst
+    if rate is not None and not 0 <= rate <= 1_000_000:
+        print(f"jobq keys {command}: --rate must be between 0 (no limit) and 1000000 requests a second",
+              file=sys.stderr)  # fmt: skip
+        return None
+    if burst is not None and not 1 <= burst <= 10_000_000:
+        print(f"jobq keys {command}: --burst must be between 1 and 10000000", file=sys.stderr)
+        return None
+    return rate, burst
+
+
+def _keys_rate(conn: psycopg.Connection[Any], args: argparse.Namespace) -> int:
+    from app.db import keys as store_keys
+
+    if args.default:
+        rate, burst = None, None
+    elif args.rate is None:
+        print("jobq keys rate: give --rate (and optionally --burst), or --default", file=sys.stderr)
+        return EXIT_USAGE
+    elif (chosen := _rate_args(args, "rate")) is None:
+        return EXIT_USAGE
+    else:
+        rate, burst = chosen
+    changed = store_keys.api_key_set_rate(conn, args.key, rate, burst)
+    if not changed:
+        print(f"jobq keys rate: no live key with id or name {args.key!r}", file=sys.stderr)
+        return EXIT_FAILURE
+    said = "the global rate (JOBQ_KEY_RATE_PER_SECOND)" if rate is None else _rate_text(rate, burst)
+    for key_id, name in changed:
+        print(f"key {key_id} ({name}): {said}; every jobq process applies it from now on")
+    return EXIT_OK
+
+
+def _rate_text(rate: float | None, burst: int | None) -> str:
+    if rate is None:
+        return "default"
+    if rate == 0:
+        return "no limit"
+    return f"{rate:g}/s, burst {burst or max(1, int(rate * 2))}"
+
+
 def _print_sqs_pair(server_secret: str, key_id: int, selector: str) -> None:
     """The pair an AWS SDK signs SQS requests with, as the environment variables every SDK reads."""
     from app.auth import keys as auth_keys
@@ -276,11 +323,13 @@ def _key_doc(k: KeyInfo) -> dict[str, Any]:
         "created_at": k.created_at.isoformat(),
         "last_used_at": k.last_used_at.isoformat() if k.last_used_at else None,
         "revoked_at": k.revoked_at.isoformat() if k.revoked_at else None,
+        "rate_per_second": k.rate_per_second,
+        "rate_burst": k.rate_burst,
     }
 
 
 def _print_keys(keys: Sequence[KeyInfo]) -> None:
-    rows = [["ID", "NAME", "PREFIX", "SCOPES", "QUEUES", "CREATED", "LAST USED", "REVOKED"]]
+    rows = [["ID", "NAME", "PREFIX", "SCOPES", "QUEUES", "RATE", "CREATED", "LAST USED", "REVOKED"]]
     for doc in map(_key_doc, keys):
         rows.append(
             [
@@ -289,6 +338,7 @@ def _print_keys(keys: Sequence[KeyInfo]) -> None:
                 str(doc["prefix"]),
                 ",".join(doc["scopes"]),
                 ",".join(doc["queues"]) if doc["queues"] else "*",
+                _rate_text(doc["rate_per_second"], doc["rate_burst"]),
                 str(doc["created_at"])[:19],
                 str(doc["last_used_at"] or "-")[:19],
                 str(doc["revoked_at"] or "-")[:19],
@@ -405,6 +455,22 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     create.add_argument("--sqs", action="store_true",
                         help="also print the key's AWS pair for the SQS endpoint (AWS_ACCESS_KEY_ID=..., "
                              "AWS_SECRET_ACCESS_KEY=...), derived from JOBQ_SQS_SERVER_SECRET")  # fmt: skip
+    create.add_argument("--rate", type=float, metavar="PER_SECOND",
+                        help="requests a second the key may send to each jobq process (0: no limit); default: "
+                             "JOBQ_KEY_RATE_PER_SECOND")  # fmt: skip
+    create.add_argument("--burst", type=int, metavar="N",
+                        help="requests at once after a pause; default: twice the rate")  # fmt: skip
+    rate = ksub.add_parser(
+        "rate",
+        parents=[common],
+        help="set a key's request rate",
+        description="Set the request rate of a live key: requests a second it may send to each jobq process, and "
+        "how many at once after a pause. Every running jobq process applies it at once.",
+    )
+    rate.add_argument("key", help="the key's id or name")
+    rate.add_argument("--rate", type=float, metavar="PER_SECOND", help="requests a second (0: no limit)")
+    rate.add_argument("--burst", type=int, metavar="N", help="requests at once (default: twice the rate)")
+    rate.add_argument("--default", action="store_true", help="back to JOBQ_KEY_RATE_PER_SECOND and its burst")
     sqs = ksub.add_parser(
         "sqs",
         parents=[common],

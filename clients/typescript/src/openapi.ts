@@ -69,7 +69,7 @@ export interface paths {
         put?: never;
         /**
          * Search jobs
-         * @description Find jobs by `id`, by `idempotency_key`, by text in `last_error` (`error_contains`), by JSON containment on the payload (`payload_contains`), narrowed by `queue` and `status`; the conditions given all hold. A page is bounded: it examines at most JOBQ_SEARCH_SCAN_ROWS jobs (`examined`), in one index's order, and stops there (`partial: true`) with a `next_cursor` to go on, so a rare match in a big table takes more pages rather than one long query; it runs within JOBQ_SEARCH_TIMEOUT_MS (422 `search-too-broad` past it). Order: with a `queue` and one `status`, the listing's (GET /queues/{queue}/jobs); otherwise newest first. Payload filters are indexed for failed and cancelled jobs; on other statuses they are checked on each job examined.
+         * @description Find jobs by `id`, by `idempotency_key`, by text in `last_error` (`error_contains`), by JSON containment on the payload (`payload_contains`), narrowed by `queue` and `status`; the conditions given all hold. A page is bounded: it examines at most JOBQ_SEARCH_SCAN_ROWS jobs (`examined`), in one index's order, and stops there (`partial: true`) with a `next_cursor` to go on, so a rare match in a big table takes more pages rather than one long query; it runs within JOBQ_SEARCH_TIMEOUT_MS (422 `search-too-broad` past it). Order: with a `queue` and one `status`, the listing's (GET /queues/{queue}/jobs); otherwise newest first. Payload filters are indexed for failed and cancelled jobs; on other statuses they are checked on each job examined. One key runs at most JOBQ_MAX_SEARCHES_PER_KEY searches at once (and bulk actions by filter) per server, all keys JOBQ_MAX_SEARCHES: past either, 429 `too-many-searches`.
          */
         post: operations["searchJobs"];
         delete?: never;
@@ -266,8 +266,8 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Every queue with its counts
-         * @description With a key limited to some queues, only those.
+         * The queues with their counts, a page at a time
+         * @description Every queue with a job not finished, a count of finished jobs or a configuration, by name, a page at a time (`limit`, by default 1000; follow `next_cursor`). With a key limited to some queues, only those.
          */
         get: operations["listQueues"];
         put?: never;
@@ -510,7 +510,7 @@ export interface paths {
         get: operations["getSchedule"];
         /**
          * Create or replace a schedule
-         * @description Creates the schedule (201) or replaces it (200). From then on, each tick of `cron` in `timezone`, by the database clock, enqueues one job with `payload`, `priority` and `max_attempts` on `queue`, whatever the number of replicas; the job shows `schedule` and `scheduled_for` (the tick). Replacing keeps the next tick when `cron` and `timezone` are unchanged (applying the same definition again neither skips nor repeats a tick), and keeps the paused state unless `paused` is given. A bad `cron` or `timezone` is 422 with what is wrong.
+         * @description Creates the schedule (201) or replaces it (200). From then on, each tick of `cron` in `timezone`, by the database clock, enqueues one job with `payload`, `priority` and `max_attempts` on `queue`, whatever the number of replicas; the job shows `schedule` and `scheduled_for` (the tick). Replacing keeps the next tick when `cron` and `timezone` are unchanged (applying the same definition again neither skips nor repeats a tick), and keeps the paused state unless `paused` is given. A bad `cron` or `timezone` is 422 with what is wrong. A key limited to some queues creates schedules only under names matching its queue patterns (403 otherwise); 409 `schedule-name-taken`: a schedule of a queue the key may not use has the name; 409 `too-many-schedules`: JOBQ_MAX_SCHEDULES schedules exist.
          */
         put: operations["putSchedule"];
         post?: never;
@@ -590,7 +590,7 @@ export interface paths {
         };
         /**
          * Per queue: enqueued, completed, failed and backlog per bucket
-         * @description For an overview of many queues: each queue with statistics in the range, its figures as plain lists (a number per bucket).
+         * @description For an overview of many queues: each queue with statistics in the range, its figures as plain lists (a number per bucket). Only the queues named by `queue` (at most 100), or else a page of `limit` queues by name (follow `next_cursor`). Answers are kept 10 s by each server (the buckets are minutes).
          */
         get: operations["getSparklines"];
         put?: never;
@@ -2215,6 +2215,7 @@ export interface components {
          *       "group_rate": null,
          *       "lease_seconds": 120,
          *       "max_attempts": 8,
+         *       "max_pending": 100000,
          *       "ordered": null,
          *       "queue": "emails",
          *       "rate": {
@@ -2277,6 +2278,11 @@ export interface components {
              * @description null: JOBQ_DEFAULT_MAX_ATTEMPTS.
              */
             max_attempts: number | null;
+            /**
+             * Max Pending
+             * @description Most jobs not yet started; null: JOBQ_MAX_PENDING_JOBS.
+             */
+            max_pending: number | null;
             /**
              * Ordered
              * @description Strict order within each group; null: false.
@@ -2359,6 +2365,11 @@ export interface components {
              */
             max_attempts?: number | null;
             /**
+             * Max Pending
+             * @description Most jobs not yet started (pending, delayed, waiting for dependencies) the queue may hold; an enqueue past it is refused with 429 `queue-full`. Checked by each server against a count it refreshes about once a second: other servers' enqueues of that second may pass it (docs/flow-control.md).
+             */
+            max_pending?: number | null;
+            /**
              * Ordered
              * @description Within a group, a job is claimable only once the job before it has finished for good (a job waiting for its retry holds its group back); needs group_concurrency 1 or unset.
              */
@@ -2431,6 +2442,7 @@ export interface components {
         /**
          * QueueList
          * @example {
+         *       "next_cursor": null,
          *       "queues": [
          *         {
          *           "counts": {
@@ -2464,9 +2476,37 @@ export interface components {
          *         }
          *       ]
          *     }
+         * @example {
+         *       "next_cursor": "eyJzIjoicXVldWVzIiwiayI6WyJlbWFpbHMiXX0",
+         *       "queues": [
+         *         {
+         *           "counts": {
+         *             "cancelled": 0,
+         *             "completed": 48211,
+         *             "failed": 3,
+         *             "pending": 128,
+         *             "ready": 120,
+         *             "running": 16,
+         *             "scheduled": 8,
+         *             "waiting": 0
+         *           },
+         *           "oldest_ready_age_seconds": 2.4,
+         *           "paused": false,
+         *           "queue": "emails"
+         *         }
+         *       ]
+         *     }
          */
         QueueList: {
-            /** Queues */
+            /**
+             * Next Cursor
+             * @description Pass as `cursor` for the next page; null on the last page.
+             */
+            next_cursor: string | null;
+            /**
+             * Queues
+             * @description By name.
+             */
             queues: components["schemas"]["QueueSummary"][];
         };
         /**
@@ -2600,6 +2640,7 @@ export interface components {
          *         "group_rate": null,
          *         "lease_seconds": 120,
          *         "max_attempts": 8,
+         *         "max_pending": 100000,
          *         "ordered": null,
          *         "queue": "emails",
          *         "rate": {
@@ -3443,6 +3484,7 @@ export interface components {
          * @example {
          *       "as_of": "2026-11-29T12:00:00.125+00:00",
          *       "bucket_seconds": 60,
+         *       "next_cursor": null,
          *       "queues": [
          *         {
          *           "completed": [
@@ -3478,8 +3520,13 @@ export interface components {
             /** Bucket Seconds */
             bucket_seconds: number;
             /**
+             * Next Cursor
+             * @description Pass as `cursor` for the next page; null on the last page.
+             */
+            next_cursor: string | null;
+            /**
              * Queues
-             * @description The queues with statistics in the range, by name; a queue that is absent had none (all zero, backlog included).
+             * @description The queues with statistics in the range (among those asked for), by name, a page at a time; a queue that is absent had none (all zero, backlog included).
              */
             queues: components["schemas"]["QueueSparkline"][];
             /**
@@ -3908,6 +3955,21 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     bulkJobs: {
@@ -4019,6 +4081,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4149,6 +4226,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4292,6 +4384,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -4397,9 +4504,13 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Too many long-polls waiting: retry after Retry-After. */
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
             429: {
                 headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
                     /** @description Seconds to wait before trying again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
@@ -4549,6 +4660,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4705,6 +4831,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -4795,6 +4936,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -4950,6 +5106,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -5066,6 +5237,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5219,6 +5405,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -5330,6 +5531,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -5384,11 +5600,31 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     listQueues: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Page size (default 1000). */
+                limit?: number;
+                /** @description next_cursor of the previous page. */
+                cursor?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -5403,6 +5639,7 @@ export interface operations {
                 content: {
                     /**
                      * @example {
+                     *       "next_cursor": null,
                      *       "queues": [
                      *         {
                      *           "counts": {
@@ -5452,6 +5689,30 @@ export interface operations {
             /** @description The API key lacks the scope, or may not use this queue. */
             403: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5582,9 +5843,13 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description Too many long-polls waiting: retry after Retry-After. */
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
             429: {
                 headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
                     /** @description Seconds to wait before trying again. */
                     "Retry-After"?: number;
                     [name: string]: unknown;
@@ -5636,6 +5901,7 @@ export interface operations {
                      *       "group_rate": null,
                      *       "lease_seconds": 120,
                      *       "max_attempts": 8,
+                     *       "max_pending": 100000,
                      *       "ordered": null,
                      *       "queue": "emails",
                      *       "rate": {
@@ -5674,6 +5940,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5736,6 +6017,7 @@ export interface operations {
                      *       "group_rate": null,
                      *       "lease_seconds": 120,
                      *       "max_attempts": 8,
+                     *       "max_pending": 100000,
                      *       "ordered": null,
                      *       "queue": "emails",
                      *       "rate": {
@@ -5801,6 +6083,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5906,6 +6203,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6060,6 +6372,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description `too-many-queues`: the queue is new and the service holds JOBQ_MAX_QUEUES live queues; nothing was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Body larger than the server accepts. */
             413: {
                 headers: {
@@ -6081,6 +6402,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6235,6 +6571,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description `too-many-queues`: the queue is new and the service holds JOBQ_MAX_QUEUES live queues; nothing was written. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Body larger than the server accepts. */
             413: {
                 headers: {
@@ -6256,6 +6601,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6323,6 +6683,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6434,6 +6809,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -6495,6 +6885,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6583,6 +6988,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -6631,6 +7051,7 @@ export interface operations {
                      *         "group_rate": null,
                      *         "lease_seconds": 120,
                      *         "max_attempts": 8,
+                     *         "max_pending": 100000,
                      *         "ordered": null,
                      *         "queue": "emails",
                      *         "rate": {
@@ -6734,6 +7155,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -6829,6 +7265,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -6863,6 +7314,21 @@ export interface operations {
                      *     }
                      */
                     "application/json": components["schemas"]["Readiness"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
@@ -6932,6 +7398,21 @@ export interface operations {
             /** @description The API key lacks the scope, or may not use this queue. */
             403: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7022,6 +7503,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7152,6 +7648,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description `schedule-name-taken`: a schedule of a queue this key may not use has this name. `too-many-schedules`: JOBQ_MAX_SCHEDULES schedules exist; delete one first. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Body larger than the server accepts. */
             413: {
                 headers: {
@@ -7173,6 +7678,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7241,6 +7761,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7346,6 +7881,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -7445,6 +7995,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -7537,6 +8102,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -7555,6 +8135,12 @@ export interface operations {
             query?: {
                 /** @description `hour`: 60 buckets of a minute; `day`: 96 buckets of 15 minutes; `week`: 168 buckets of an hour. Buckets are aligned to multiples of their length (UTC); the last one holds now and is still filling. */
                 range?: "hour" | "day" | "week";
+                /** @description Only these queues (repeat the parameter). */
+                queue?: string[];
+                /** @description Page size (default 1000). */
+                limit?: number;
+                /** @description next_cursor of the previous page. */
+                cursor?: string;
             };
             header?: never;
             path?: never;
@@ -7572,6 +8158,7 @@ export interface operations {
                      * @example {
                      *       "as_of": "2026-11-29T12:00:00.125+00:00",
                      *       "bucket_seconds": 60,
+                     *       "next_cursor": null,
                      *       "queues": [
                      *         {
                      *           "completed": [
@@ -7621,6 +8208,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
@@ -7730,6 +8332,21 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
             503: {
                 headers: {
@@ -7829,6 +8446,21 @@ export interface operations {
             /** @description Request breaks the contract (see `errors`). */
             422: {
                 headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Retry after Retry-After. Any operation: `rate-limited`, the API key's request rate (with the RateLimit fields); `too-many-requests-in-flight`, this client's share of the server's connections. Some: `too-many-waiters` (long-polls), `queue-full` (enqueue past the queue's `max_pending`), `too-many-searches` (searches at once). */
+            429: {
+                headers: {
+                    /** @description On `rate-limited`: `"key";r=0;t=<seconds until a request is allowed>`. */
+                    RateLimit?: string;
+                    /** @description On `rate-limited`: the key's policy, `"key";q=<burst>;w=<seconds to refill it>`. */
+                    "RateLimit-Policy"?: string;
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
                     [name: string]: unknown;
                 };
                 content: {
