@@ -38,11 +38,13 @@ from app.core.wakeups import Wakeups
 from app.db import keys as store_keys
 from app.db import migrate
 from app.db.pool import Database
+from app.db.replica import Reads
 from app.maintenance.base import Supervisor
 from app.maintenance.gauges import Gauges
 from app.maintenance.keys import KeyUse
 from app.maintenance.listener import WakeupListener
 from app.maintenance.poll import FallbackPoll
+from app.maintenance.replica import ReplicaWatch
 from app.maintenance.rescuer import LeaseRescuer
 from app.maintenance.retention import Retention
 from app.maintenance.samples import BacklogSampler
@@ -88,6 +90,7 @@ class Services:
 
     settings: Settings
     db: Database
+    reads: Reads  # stats, listings, search, history: on the read replica when there is one (app/db/replica.py)
     keys: KeyRing
     wakeups: Wakeups
     configs: QueueConfigs
@@ -118,6 +121,7 @@ class Services:
         await self.drain()
         await self.jobs.aclose()
         await self.maintenance.stop()  # the statistics' and keys' last flush included
+        await self.reads.close()
         await self.db.close()
         self.access_log.close()
         if self.tracing is not None:
@@ -137,6 +141,14 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
             log.info("migrations applied: %s", ", ".join(applied))
     db = Database(settings, url)
     await db.open(wait_seconds=STARTUP_TIMEOUT_SECONDS)
+    try:
+        _check_replication(settings, db)
+    except RuntimeError:
+        await db.close()
+        raise
+    replica = Database(settings, settings.read_database_url, replica=True) if settings.read_database_url else None
+    reads = Reads(db, replica, settings.read_max_lag_seconds)
+    await reads.open()
     metrics = telemetry.metrics
 
     # The wake-up seam is shared by the dispatcher (which announces its waiters through it), the services
@@ -149,7 +161,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
     jobs = JobService(settings, db, dispatcher, effects, results, configs)
-    ops = OpsService(settings, db, effects, wakeups, configs)
+    ops = OpsService(settings, db, reads, effects, wakeups, configs)
     scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(
         [
@@ -163,11 +175,13 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
             BacklogSampler(db, metrics),
             StatsFlush(metrics, db),
             KeyUse(keys, metrics),
+            ReplicaWatch(db, reads, metrics),
         ]
     )
     services = Services(
         settings=settings,
         db=db,
+        reads=reads,
         keys=keys,
         wakeups=wakeups,
         configs=configs,
@@ -175,8 +189,8 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         results=results,
         jobs=jobs,
         ops=ops,
-        history=HistoryService(db),
-        search=SearchService(settings, db, effects),
+        history=HistoryService(reads),
+        search=SearchService(settings, db, reads, effects),
         schedules=ScheduleService(settings, db, scheduler.poke),
         sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, effects),
         maintenance=maintenance,
@@ -188,6 +202,14 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     async with db.connection() as conn:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))
     return services
+
+
+def _check_replication(settings: Settings, db: Database) -> None:
+    """At start (the pool's first connections read it: app/db/replication.py): standbys replicating
+    asynchronously are a warning, already logged, or a refusal with JOBQ_REQUIRE_SYNCHRONOUS_REPLICATION."""
+    replication = db.replication
+    if settings.require_synchronous_replication and replication is not None and replication.asynchronous:
+        raise RuntimeError(f"refusing to start (JOBQ_REQUIRE_SYNCHRONOUS_REPLICATION is set): {replication.warning}")
 
 
 def services(request: Request) -> Services:

@@ -53,6 +53,23 @@ class Settings(BaseSettings):
         30_000, ge=100, le=3_600_000, description="PostgreSQL statement_timeout for API statements."
     )
     migrate_on_start: bool = Field(True, description="Apply pending migrations when the service starts.")
+    require_synchronous_replication: bool = Field(
+        False,
+        description="Refuse to start when the primary has standbys that replicate asynchronously (a job "
+        "acknowledged just before a failover could be lost); unset, that is a warning in the log, /readyz and "
+        "the stats.",
+    )
+    read_database_url: str | None = Field(
+        None,
+        description="A streaming standby (or a URL of several) for reads that may lag a little: stats, "
+        "listings, search, history, the dashboard. Unset: every read goes to JOBQ_DATABASE_URL.",
+    )
+    read_max_lag_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="Reads go to the primary while the read replica is further behind than this (or down).",
+    )
 
     # -- leases and long-polls ------------------------------------------------------------------------
     lease_default_seconds: int = Field(30, ge=1, le=43_200, description="Lease when a claim names none.")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from app.db import history as store_history
 from app.db.history import BucketRow
-from app.db.pool import Database
+from app.db.replica import Conn, Reads
 from app.observability.metrics import percentile_ms
 
 Doc = dict[str, Any]
@@ -44,14 +44,17 @@ def point(row: BucketRow) -> Doc:
 
 
 class HistoryService:
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, reads: Reads) -> None:
+        self.reads = reads  # the read replica when there is one
 
     async def series(self, range_: RangeName, queue: str | None, allowed: str | None) -> Doc:
         """One queue's series, or (queue None) the sum over the queues matching `allowed` (None: all)."""
         r = RANGES[range_]
-        async with self.db.connection() as conn:
-            rows = await store_history.series(conn, queue, allowed, r.bucket_seconds, r.buckets)
+
+        async def read(conn: Conn) -> list[BucketRow]:
+            return await store_history.series(conn, queue, allowed, r.bucket_seconds, r.buckets)
+
+        rows = await self.reads.run(read)
         return {
             "queue": queue,
             "range": range_,
@@ -63,8 +66,11 @@ class HistoryService:
 
     async def sparklines(self, range_: RangeName, allowed: str | None) -> Doc:
         r = RANGES[range_]
-        async with self.db.connection() as conn:
-            frame, rows = await store_history.sparklines(conn, allowed, r.bucket_seconds, r.buckets)
+
+        async def read(conn: Conn) -> tuple[Any, Any]:
+            return await store_history.sparklines(conn, allowed, r.bucket_seconds, r.buckets)
+
+        frame, rows = await self.reads.run(read)
         sampled = [0] * r.buckets
         for f in frame:
             if f.bucket is not None and 0 <= f.bucket < r.buckets:

@@ -17,6 +17,7 @@ from app.db import operations as store_ops
 from app.db import retention as store_retention
 from app.db.flow import QueueConfigRow
 from app.db.pool import Database
+from app.db.replica import Conn, Reads
 from app.db.rows import JobRow
 from app.errors import InvalidState, JobNotFound
 from app.models.flow import QueueConfigPatch
@@ -54,19 +55,30 @@ def _moved(path: Path, job: JobRow, was: str | None, to: str) -> Moves:
 
 class OpsService:
     def __init__(
-        self, settings: Settings, db: Database, effects: Effects, wakeups: Wakeups, configs: QueueConfigs
+        self,
+        settings: Settings,
+        db: Database,
+        reads: Reads,
+        effects: Effects,
+        wakeups: Wakeups,
+        configs: QueueConfigs,
     ) -> None:
         self.settings = settings
         self.db = db
+        self.reads = reads  # stats and listings may lag a little: the read replica when there is one
         self.effects = effects
         self.wakeups = wakeups  # a queue resumed or reconfigured: not a move of any job
         self.configs = configs
 
     async def stats(self, queue: str, window: int | None) -> Doc:
         seconds = window or self.settings.stats_window_seconds
-        async with self.db.connection() as conn:
+
+        async def read(conn: Conn) -> tuple[Any, Any, QueueConfigRow | None]:
             r, groups = await store_ops.queue_stats(conn, queue, seconds)
-            config = await store_flow.queue_config_get(conn, queue)
+            return r, groups, await store_flow.queue_config_get(conn, queue)
+
+        r, groups, config = await self.reads.run(read)
+        async with self.db.connection() as conn:  # vacuum's state is the primary's own
             health = await store_retention.database_health(conn)
         done = r.w_completed
         max_ms = round(r.w_duration_max_ms, 3) if r.w_duration_max_ms is not None and done else None
@@ -107,6 +119,8 @@ class OpsService:
                 "jobs_dead_rows": health.jobs_dead_rows,
                 "oldest_xmin_age_seconds": round(health.oldest_xmin_age_seconds, 3),
                 "oldest_xmin_age_transactions": health.oldest_xmin_age_transactions,
+                "replication": self.db.replication.document() if self.db.replication else None,
+                "read_replica": self.reads.document(),
             },
             "as_of": r.as_of,
             "config": config,
@@ -114,8 +128,7 @@ class OpsService:
         }
 
     async def queues(self) -> list[Doc]:
-        async with self.db.connection() as conn:
-            rows = await store_ops.queues_list(conn)
+        rows = await self.reads.run(store_ops.queues_list)
         return [
             {
                 "queue": q.queue,
@@ -131,8 +144,11 @@ class OpsService:
             after = decode_cursor(cursor, status) if cursor else None
         except BadCursor:
             raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one") from None
-        async with self.db.connection() as conn:
-            rows, last = await store_ops.jobs_list(conn, queue, status, limit, after)
+
+        async def read(conn: Conn) -> tuple[list[JobRow], Any]:
+            return await store_ops.jobs_list(conn, queue, status, limit, after)
+
+        rows, last = await self.reads.run(read)
         return Page(rows, encode_cursor(status, last) if last else None)
 
     # -- admin actions ----------------------------------------------------------------------------------

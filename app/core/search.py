@@ -15,6 +15,7 @@ from app.db import admin as store_admin
 from app.db import search as store_search
 from app.db.admin import CANCELLABLE, RETRYABLE
 from app.db.pool import Database
+from app.db.replica import Conn, Reads
 from app.db.rows import JobRow
 from app.db.search import Criteria, Plan, SearchRow
 from app.errors import SearchTooBroad, StatementTimeout
@@ -34,9 +35,10 @@ class Found:
 
 
 class SearchService:
-    def __init__(self, settings: Settings, db: Database, effects: Effects) -> None:
+    def __init__(self, settings: Settings, db: Database, reads: Reads, effects: Effects) -> None:
         self.settings = settings
         self.db = db
+        self.reads = reads  # a search from the API may lag a little; a bulk action's, not
         self.effects = effects
 
     def criteria(self, f: JobFilter, statuses: tuple[str, ...] | None, loc: Sequence[str]) -> Criteria:
@@ -54,9 +56,18 @@ class SearchService:
         )
 
     async def search(
-        self, c: Criteria, allowed: str | None, limit: int, cursor: str | None, loc: Sequence[str] = ("body",)
+        self,
+        c: Criteria,
+        allowed: str | None,
+        limit: int,
+        cursor: str | None,
+        loc: Sequence[str] = ("body",),
+        *,
+        replica: bool = False,
     ) -> Found:
-        """A page of at most `limit` matches, newest first or in the listing's order (app/db/search.py)."""
+        """A page of at most `limit` matches, newest first or in the listing's order (app/db/search.py);
+        `replica`: on the read replica when there is one and it is close enough (a search an operator
+        reads, not one a bulk action acts on)."""
         how = store_search.plan(c)
         after = None
         if cursor is not None:
@@ -67,11 +78,18 @@ class SearchService:
         if c.error_contains is not None and "\x00" in c.error_contains:
             return Found([], None, 0, False)  # stored errors never hold NUL (PostgreSQL text cannot)
         budget = self.settings.search_scan_rows
+
+        async def read(conn: Conn) -> list[SearchRow]:
+            return await store_search.jobs_search(
+                conn, how, c, allowed, after, limit + 1, budget, self.settings.search_timeout_ms
+            )
+
         try:
-            async with self.db.connection() as conn:
-                rows = await store_search.jobs_search(
-                    conn, how, c, allowed, after, limit + 1, budget, self.settings.search_timeout_ms
-                )
+            if replica:
+                rows = await self.reads.run(read)
+            else:
+                async with self.db.connection() as conn:
+                    rows = await read(conn)
         except StatementTimeout:
             raise SearchTooBroad(
                 f"The search did not finish within {self.settings.search_timeout_ms} ms: narrow it (a queue and a "

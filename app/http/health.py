@@ -1,4 +1,5 @@
-"""Health checks: /healthz (the process answers) and /readyz (the database is reachable, the schema current)."""
+"""Health checks: /healthz (the process answers) and /readyz (the database is reachable, the schema current;
+with details on the primary's replication and the read replica)."""
 
 from typing import Any
 
@@ -40,4 +41,11 @@ def add_health_routes(api: FastAPI) -> None:
             return problem_response(exc, "/readyz")
         if not current:
             return problem_response(NotReady(), "/readyz")
-        return json_response({"status": "ready"})
+        replication = parts.db.replication
+        return json_response(
+            {
+                "status": "ready",
+                "replication": replication.document() if replication else None,
+                "read_replica": parts.reads.document(),
+            }
+        )

@@ -10,6 +10,7 @@ from app.auth.policy import principal, requires
 from app.core.history import HistoryService
 from app.http.jobs import QueueName, _problems
 from app.http.responses import json_response
+from app.http.served import SERVED_BY_RESPONSES, recording_served, served_by
 from app.models.history import RANGE_DESCRIPTION, HistoryRange, Series, Sparklines
 from app.services import services
 
@@ -30,11 +31,13 @@ def add_history_routes(api: FastAPI) -> None:
         "a day and hours a week (docs/operations.md, History).",
         tags=["operators"],
         response_model=Series,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def get_series(request: Request, range: Range = "hour") -> Response:
-        return json_response(await history(request).series(range, None, principal(request).queue_regex))
+        with recording_served() as served:
+            doc = await history(request).series(range, None, principal(request).queue_regex)
+        return served_by(json_response(doc), served)
 
     @api.get(
         "/queues/{queue}/stats/series",
@@ -42,11 +45,13 @@ def add_history_routes(api: FastAPI) -> None:
         summary="Throughput, durations and backlog of one queue over time",
         tags=["operators"],
         response_model=Series,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def get_queue_series(queue: QueueName, request: Request, range: Range = "hour") -> Response:
-        return json_response(await history(request).series(range, queue, None))
+        with recording_served() as served:
+            doc = await history(request).series(range, queue, None)
+        return served_by(json_response(doc), served)
 
     @api.get(
         "/stats/sparklines",
@@ -56,8 +61,10 @@ def add_history_routes(api: FastAPI) -> None:
         "plain lists (a number per bucket).",
         tags=["operators"],
         response_model=Sparklines,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def get_sparklines(request: Request, range: Range = "hour") -> Response:
-        return json_response(await history(request).sparklines(range, principal(request).queue_regex))
+        with recording_served() as served:
+            doc = await history(request).sparklines(range, principal(request).queue_regex)
+        return served_by(json_response(doc), served)

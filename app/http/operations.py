@@ -17,6 +17,7 @@ from app.http.documents import config_document, job_document
 from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
+from app.http.served import SERVED_BY_RESPONSES, recording_served, served_by
 from app.models.answers import Job
 from app.models.flow import QueueConfig, QueueConfigPatch
 from app.models.operations import (
@@ -55,12 +56,14 @@ def add_operator_routes(api: FastAPI) -> None:
         tags=["operators"],
         response_model=QueueList,
         description="With a key limited to some queues, only those.",
-        responses=_problems(401, 403, 503),
+        responses={**_problems(401, 403, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def list_queues(request: Request) -> Response:
         who = principal(request)
-        return json_response({"queues": [q for q in await ops(request).queues() if who.allows(q["queue"])]})
+        with recording_served() as served:
+            queues = await ops(request).queues()
+        return served_by(json_response({"queues": [q for q in queues if who.allows(q["queue"])]}), served)
 
     @api.get(
         "/queues/{queue}/stats",
@@ -68,7 +71,7 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Health of one queue",
         tags=["operators"],
         response_model=QueueStats,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def queue_stats(
@@ -78,8 +81,9 @@ def add_operator_routes(api: FastAPI) -> None:
             int | None, Query(ge=60, le=3600, description="Window of the windowed figures (default 300).")
         ] = None,
     ) -> Response:
-        stats = await ops(request).stats(queue, window_seconds)
-        return json_response({**stats, "config": config_document(queue, stats["config"])})
+        with recording_served() as served:
+            stats = await ops(request).stats(queue, window_seconds)
+        return served_by(json_response({**stats, "config": config_document(queue, stats["config"])}), served)
 
     @api.get(
         "/queues/{queue}/jobs",
@@ -90,7 +94,7 @@ def add_operator_routes(api: FastAPI) -> None:
         "so they do not shift when jobs are added.",
         tags=["operators"],
         response_model=JobPage,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def list_jobs(
@@ -100,8 +104,10 @@ def add_operator_routes(api: FastAPI) -> None:
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
         cursor: Annotated[str | None, Query(max_length=1000, description="next_cursor of the previous page.")] = None,
     ) -> Response:
-        page = await ops(request).list_jobs(queue, status.value if status else None, limit, cursor)
-        return json_response({"jobs": [job_document(j) for j in page.jobs], "next_cursor": page.next_cursor})
+        with recording_served() as served:
+            page = await ops(request).list_jobs(queue, status.value if status else None, limit, cursor)
+        doc = {"jobs": [job_document(j) for j in page.jobs], "next_cursor": page.next_cursor}
+        return served_by(json_response(doc), served)
 
     @api.post(
         "/jobs/{job_id:int}/cancel",

@@ -1,6 +1,7 @@
 """The wake-up listener: one LISTEN connection per process that hands every message on the wake-up
 channel to the wake-up seam (app/core/wakeups.py), reconnects by itself, and renews this process's
-presence announcements. "API keys changed" messages (app/db/keys.py) empty the key cache, and "config <queue>"
+presence announcements; it follows the primary through a failover (JOBQ_DATABASE_URL may name several
+hosts: CHECK_SECONDS). "API keys changed" messages (app/db/keys.py) empty the key cache, and "config <queue>"
 messages (app/db/flow.py) drop that queue's cached configuration; a reconnect empties both, since a change
 may have gone by unheard."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import psycopg
 
@@ -15,8 +17,22 @@ from app.auth.keyring import KeyRing
 from app.core.flow import QueueConfigs
 from app.core.wakeups import RENEW_INTERVAL, Wakeups
 from app.db.channels import CHANNEL, CONFIG_CHANGED, KEYS_CHANGED
+from app.db.pool import READ_ONLY
 
 log = logging.getLogger("jobq.listener")
+
+MAX_BACKOFF = 1.0  # seconds between two connection attempts, at most: a failover is over within about this
+# Every CHECK_SECONDS the LISTEN connection asks whether its server still takes writes. A primary demoted
+# without a restart (set read-only; an old primary left running beside the new one) would otherwise keep it
+# listening where nobody writes any more; a connection that died silently is found out too.
+CHECK_SECONDS = 5.0
+
+
+async def _still_primary(conn: psycopg.AsyncConnection[object]) -> None:
+    cur = await conn.execute(READ_ONLY)
+    row = await cur.fetchone()
+    if row and row[0]:  # type: ignore[index]
+        raise psycopg.OperationalError("the server is read-only now (a standby); looking for the primary")
 
 
 class WakeupListener:
@@ -41,6 +57,7 @@ class WakeupListener:
 
     async def _listen(self) -> None:
         backoff = 0.1
+        lost_at: float | None = None  # when the connection was lost, while it is
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
@@ -54,23 +71,39 @@ class WakeupListener:
                     keepalives_count=3,
                 )
             except Exception as exc:
-                log.warning("cannot connect (%s); retrying in %.1fs", str(exc).strip(), backoff)
+                # Said once per outage; a failover takes many attempts (JOBQ_DATABASE_URL names every host).
+                (log.debug if lost_at is not None else log.warning)(
+                    "cannot connect (%s); retrying every %.1fs or less", str(exc).strip(), MAX_BACKOFF
+                )
+                lost_at = lost_at if lost_at is not None else time.monotonic()
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
             try:
                 async with conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self.keys.invalidate()  # a revocation may have gone by while we were not listening
                     self.configs.invalidate()  # and so may a change of configuration
+                    # ... and wake-ups: every waited queue is looked at once (app/core/wakeups.py)
                     self.wakeups.listening()
-                    backoff = 0.1
-                    async for note in conn.notifies():
-                        self._received(note.payload)
+                    if lost_at is not None:
+                        log.info(
+                            "listening again on %s:%s after %.1fs",
+                            conn.info.host,
+                            conn.info.port,
+                            time.monotonic() - lost_at,
+                        )
+                    backoff, lost_at = 0.1, None
+                    while True:
+                        async for note in conn.notifies(timeout=CHECK_SECONDS):
+                            self._received(note.payload)
+                        # Messages arriving meanwhile wait in psycopg's backlog for the next notifies().
+                        await _still_primary(conn)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("connection lost (%s); reconnecting", str(exc).strip())
+                lost_at = lost_at if lost_at is not None else time.monotonic()
             finally:
                 self.wakeups.deaf()
 

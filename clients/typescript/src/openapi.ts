@@ -1024,7 +1024,21 @@ export interface components {
          * @example {
          *       "jobs_dead_rows": 1840,
          *       "oldest_xmin_age_seconds": 0,
-         *       "oldest_xmin_age_transactions": 0
+         *       "oldest_xmin_age_transactions": 0,
+         *       "read_replica": {
+         *         "lag_seconds": 0.012,
+         *         "max_lag_seconds": 5,
+         *         "reason": null,
+         *         "serving": true
+         *       },
+         *       "replication": {
+         *         "mode": "synchronous",
+         *         "server_synchronous_commit": "on",
+         *         "standbys": 1,
+         *         "synchronous_standby_names": "\"pg-1\"",
+         *         "synchronous_standbys": 1,
+         *         "warning": null
+         *       }
          *     }
          */
         DatabaseHealth: {
@@ -1043,6 +1057,10 @@ export interface components {
              * @description The same holder's age in transaction ids (replication slots included).
              */
             oldest_xmin_age_transactions: number;
+            /** @description The read replica's lag and whether it served this answer's counts; null without one. */
+            read_replica: components["schemas"]["ReadReplica"] | null;
+            /** @description Whether the primary replicates synchronously (null until a connection has read it). */
+            replication: components["schemas"]["Replication"] | null;
         };
         /**
          * DurationStats
@@ -2181,7 +2199,21 @@ export interface components {
          *       "database": {
          *         "jobs_dead_rows": 1840,
          *         "oldest_xmin_age_seconds": 0,
-         *         "oldest_xmin_age_transactions": 0
+         *         "oldest_xmin_age_transactions": 0,
+         *         "read_replica": {
+         *           "lag_seconds": 0.012,
+         *           "max_lag_seconds": 5,
+         *           "reason": null,
+         *           "serving": true
+         *         },
+         *         "replication": {
+         *           "mode": "synchronous",
+         *           "server_synchronous_commit": "on",
+         *           "standbys": 1,
+         *           "synchronous_standby_names": "\"pg-1\"",
+         *           "synchronous_standbys": 1,
+         *           "warning": null
+         *         }
          *       },
          *       "groups": [
          *         {
@@ -2334,12 +2366,51 @@ export interface components {
             per_seconds: number;
         };
         /**
+         * ReadReplica
+         * @description The read replica (JOBQ_READ_DATABASE_URL) and whether reads go to it now.
+         */
+        ReadReplica: {
+            /**
+             * Lag Seconds
+             * @description How long ago the primary was where the replica is now; null when unknown (replica down).
+             */
+            lag_seconds: number | null;
+            /**
+             * Max Lag Seconds
+             * @description JOBQ_READ_MAX_LAG_SECONDS: past it, reads go to the primary.
+             */
+            max_lag_seconds: number;
+            /**
+             * Reason
+             * @description Why reads go to the primary, when they do.
+             */
+            reason: string | null;
+            /**
+             * Serving
+             * @description Reads that may lag go to the replica now (else to the primary).
+             */
+            serving: boolean;
+        };
+        /**
          * Readiness
          * @example {
+         *       "read_replica": null,
+         *       "replication": {
+         *         "mode": "synchronous",
+         *         "server_synchronous_commit": "on",
+         *         "standbys": 1,
+         *         "synchronous_standby_names": "\"pg-1\"",
+         *         "synchronous_standbys": 1,
+         *         "warning": null
+         *       },
          *       "status": "ready"
          *     }
          */
         Readiness: {
+            /** @description Null without JOBQ_READ_DATABASE_URL. */
+            read_replica: components["schemas"]["ReadReplica"] | null;
+            /** @description The primary's replication (null until a connection has read it). */
+            replication: components["schemas"]["Replication"] | null;
             /**
              * Status
              * @constant
@@ -2410,6 +2481,43 @@ export interface components {
              * @description Claimable again after this long (seconds); 0: at once. Default: 0.
              */
             delay_seconds?: number;
+        };
+        /**
+         * Replication
+         * @description The primary's replication, as jobq's newest connection to it found it (app/db/replication.py).
+         */
+        Replication: {
+            /**
+             * Mode
+             * @description `synchronous`: a commit waits for a standby (synchronous_standby_names is set), so an acknowledged job survives a failover to it. `asynchronous`: standbys stream but no commit waits for them: a job acknowledged just before a failover may be missing on the promoted standby. `none`: no standby streams from the primary (or none jobq can see).
+             * @enum {string}
+             */
+            mode: "none" | "synchronous" | "asynchronous";
+            /**
+             * Server Synchronous Commit
+             * @description The server's default synchronous_commit; jobq's own sessions always use `on`.
+             */
+            server_synchronous_commit: string;
+            /**
+             * Standbys
+             * @description Standbys streaming from the primary (pg_stat_replication).
+             */
+            standbys: number;
+            /**
+             * Synchronous Standby Names
+             * @description The primary's setting (empty: asynchronous).
+             */
+            synchronous_standby_names: string;
+            /**
+             * Synchronous Standbys
+             * @description Of them, those a commit waits for; null when jobq's role cannot see it (grant pg_monitor).
+             */
+            synchronous_standbys: number | null;
+            /**
+             * Warning
+             * @description What may be lost, or may wait, in this state; null when nothing.
+             */
+            warning: string | null;
         };
         /**
          * Retention
@@ -3397,6 +3505,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -4499,6 +4609,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -4941,6 +5053,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -5626,6 +5740,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -5668,7 +5784,21 @@ export interface operations {
                      *       "database": {
                      *         "jobs_dead_rows": 1840,
                      *         "oldest_xmin_age_seconds": 0,
-                     *         "oldest_xmin_age_transactions": 0
+                     *         "oldest_xmin_age_transactions": 0,
+                     *         "read_replica": {
+                     *           "lag_seconds": 0.012,
+                     *           "max_lag_seconds": 5,
+                     *           "reason": null,
+                     *           "serving": true
+                     *         },
+                     *         "replication": {
+                     *           "mode": "synchronous",
+                     *           "server_synchronous_commit": "on",
+                     *           "standbys": 1,
+                     *           "synchronous_standby_names": "\"pg-1\"",
+                     *           "synchronous_standbys": 1,
+                     *           "warning": null
+                     *         }
                      *       },
                      *       "groups": [
                      *         {
@@ -5776,6 +5906,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -5870,6 +6002,15 @@ export interface operations {
                 content: {
                     /**
                      * @example {
+                     *       "read_replica": null,
+                     *       "replication": {
+                     *         "mode": "synchronous",
+                     *         "server_synchronous_commit": "on",
+                     *         "standbys": 1,
+                     *         "synchronous_standby_names": "\"pg-1\"",
+                     *         "synchronous_standbys": 1,
+                     *         "warning": null
+                     *       },
                      *       "status": "ready"
                      *     }
                      */
@@ -6484,6 +6625,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -6576,6 +6719,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
