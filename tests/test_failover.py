@@ -164,7 +164,8 @@ def test_asynchronous_standbys_are_reported_in_readyz_stats_and_metrics(pair: Pa
         assert replication["mode"] == "asynchronous" and replication["standbys"] == 1
         assert "may be missing on the promoted standby" in replication["warning"]
         stats = server.client.get("/queues/q/stats").json()
-        assert stats["database"]["replication"] == replication
+        assert stats["database"]["replication"].items() >= replication.items()
+        assert stats["database"]["replication"]["synchronous_standby_names"] == ""
         wait_until(
             lambda: "jobq_replication_asynchronous 1.0" in server.client.get("/metrics").text,
             what="the asynchronous gauge",

@@ -67,6 +67,12 @@ def _mark(by: Server) -> None:
         served.by = by
 
 
+def _why(exc: DatabaseUnavailable) -> str:
+    """The first line of what psycopg said, else the API error's text."""
+    cause = str(exc.__cause__ or "").strip()
+    return cause.splitlines()[0] if cause else exc.detail
+
+
 async def _one(conn: Conn, statement: str) -> tuple[Any, ...]:
     cur = await conn.execute(statement)
     row = await cur.fetchone()
@@ -128,7 +134,7 @@ class Reads:
             except StatementTimeout:
                 raise  # slow, not down: the primary would be as slow, and busier
             except DatabaseUnavailable as exc:
-                self._down(f"the replica failed a read: {exc.detail}")
+                self._down("the replica is unavailable (a read failed there)", _why(exc))
         async with self.primary.connection() as conn:
             result = await read(conn)
         _mark("primary")
@@ -152,7 +158,7 @@ class Reads:
             async with self.replica.connection(timeout=REPLICA_WAIT_SECONDS) as conn:
                 in_recovery, replayed = await _one(conn, REPLICA_WAL)
         except DatabaseUnavailable as exc:
-            self._down(f"the replica is unavailable: {exc.detail}")
+            self._down("the replica is unavailable", _why(exc))
             return
         if not in_recovery or replayed is None:
             self._down("the read replica is not a standby (promoted?): reads stay on the primary")
@@ -165,9 +171,10 @@ class Reads:
         self.state.serving = serving
         self.state.reason = None if serving else f"the replica is {lag:.1f}s behind (most: {self.max_lag:g}s)"
 
-    def _down(self, reason: str) -> None:
+    def _down(self, reason: str, detail: str | None = None) -> None:
+        """`reason` is shown (/readyz is open to anyone: no host names there), `detail` only logged."""
         if self.state.serving or self.state.reason != reason:
-            log.warning("reads go to the primary: %s", reason)
+            log.warning("reads go to the primary: %s%s", reason, f" ({detail})" if detail else "")
         self.state.serving, self.state.lag_seconds, self.state.reason = False, None, reason
 
     def document(self) -> dict[str, Any] | None:

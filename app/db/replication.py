@@ -34,8 +34,7 @@ ASYNCHRONOUS_WARNING = (
     "synchronous_standby_names (Patroni: synchronous_mode: true; CloudNativePG: minSyncReplicas >= 1)"
 )
 NO_SYNCHRONOUS_STANDBY = (
-    "synchronous_standby_names is set ({names}) but no synchronous standby is connected: every commit waits "
-    "until one is"
+    "synchronous_standby_names is set but no synchronous standby is connected: every commit waits until one is"
 )
 
 
@@ -62,7 +61,17 @@ class Replication:
     def asynchronous(self) -> bool:
         return self.mode == "asynchronous"
 
+    def summary(self) -> dict[str, Any]:
+        """What /readyz shows, to anyone (no setting that may name hosts)."""
+        return {
+            "mode": self.mode,
+            "standbys": self.standbys,
+            "synchronous_standbys": self.synchronous_standbys,
+            "warning": self.warning,
+        }
+
     def document(self) -> dict[str, Any]:
+        """What the stats show (an admin's)."""
         return {
             "mode": self.mode,
             "standbys": self.standbys,
@@ -79,7 +88,7 @@ def judge(row: ReplicationRow) -> Replication:
     if names:
         mode: Mode = "synchronous"
         if row.synchronous_standbys == 0:
-            warning = NO_SYNCHRONOUS_STANDBY.format(names=names)
+            warning = NO_SYNCHRONOUS_STANDBY
     elif row.standbys:
         mode = "asynchronous"
         warning = ASYNCHRONOUS_WARNING.format(standbys=row.standbys)

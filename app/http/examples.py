@@ -270,7 +270,13 @@ SCHEMAS: dict[str, list[Any]] = {
         }
     ],
     "Health": [{"status": "ok", "version": __version__}],
-    "Readiness": [{"status": "ready", "replication": _REPLICATION, "read_replica": None}],
+    "Readiness": [
+        {
+            "status": "ready",
+            "replication": {"mode": "synchronous", "standbys": 1, "synchronous_standbys": 1, "warning": None},
+            "read_replica": None,
+        }
+    ],
     # operators
     "QueueCounts": [_COUNTS],
     "DurationStats": [_DURATION, {"count": 0, "p50_ms": None, "p95_ms": None, "max_ms": None}],

@@ -45,7 +45,7 @@ def add_health_routes(api: FastAPI) -> None:
         return json_response(
             {
                 "status": "ready",
-                "replication": replication.document() if replication else None,
+                "replication": replication.summary() if replication else None,
                 "read_replica": parts.reads.document(),
             }
         )

@@ -105,7 +105,7 @@ class Health(BaseModel):
     version: str = Field(description="The jobq release this process runs (semantic versioning; CHANGELOG.md).")
 
 
-class Replication(BaseModel):
+class ReplicationSummary(BaseModel):
     """The primary's replication, as jobq's newest connection to it found it (app/db/replication.py)."""
 
     mode: Literal["none", "synchronous", "asynchronous"] = Field(
@@ -118,11 +118,14 @@ class Replication(BaseModel):
     synchronous_standbys: int | None = Field(
         description="Of them, those a commit waits for; null when jobq's role cannot see it (grant pg_monitor)."
     )
+    warning: str | None = Field(description="What may be lost, or may wait, in this state; null when nothing.")
+
+
+class Replication(ReplicationSummary):
     synchronous_standby_names: str = Field(description="The primary's setting (empty: asynchronous).")
     server_synchronous_commit: str = Field(
         description="The server's default synchronous_commit; jobq's own sessions always use `on`."
     )
-    warning: str | None = Field(description="What may be lost, or may wait, in this state; null when nothing.")
 
 
 class ReadReplica(BaseModel):
@@ -138,7 +141,7 @@ class ReadReplica(BaseModel):
 
 class Readiness(BaseModel):
     status: Literal["ready"]
-    replication: Replication | None = Field(
+    replication: ReplicationSummary | None = Field(
         description="The primary's replication (null until a connection has read it)."
     )
     read_replica: ReadReplica | None = Field(description="Null without JOBQ_READ_DATABASE_URL.")

@@ -2397,9 +2397,7 @@ export interface components {
          *       "read_replica": null,
          *       "replication": {
          *         "mode": "synchronous",
-         *         "server_synchronous_commit": "on",
          *         "standbys": 1,
-         *         "synchronous_standby_names": "\"pg-1\"",
          *         "synchronous_standbys": 1,
          *         "warning": null
          *       },
@@ -2410,7 +2408,7 @@ export interface components {
             /** @description Null without JOBQ_READ_DATABASE_URL. */
             read_replica: components["schemas"]["ReadReplica"] | null;
             /** @description The primary's replication (null until a connection has read it). */
-            replication: components["schemas"]["Replication"] | null;
+            replication: components["schemas"]["ReplicationSummary"] | null;
             /**
              * Status
              * @constant
@@ -2482,10 +2480,7 @@ export interface components {
              */
             delay_seconds?: number;
         };
-        /**
-         * Replication
-         * @description The primary's replication, as jobq's newest connection to it found it (app/db/replication.py).
-         */
+        /** Replication */
         Replication: {
             /**
              * Mode
@@ -2508,6 +2503,33 @@ export interface components {
              * @description The primary's setting (empty: asynchronous).
              */
             synchronous_standby_names: string;
+            /**
+             * Synchronous Standbys
+             * @description Of them, those a commit waits for; null when jobq's role cannot see it (grant pg_monitor).
+             */
+            synchronous_standbys: number | null;
+            /**
+             * Warning
+             * @description What may be lost, or may wait, in this state; null when nothing.
+             */
+            warning: string | null;
+        };
+        /**
+         * ReplicationSummary
+         * @description The primary's replication, as jobq's newest connection to it found it (app/db/replication.py).
+         */
+        ReplicationSummary: {
+            /**
+             * Mode
+             * @description `synchronous`: a commit waits for a standby (synchronous_standby_names is set), so an acknowledged job survives a failover to it. `asynchronous`: standbys stream but no commit waits for them: a job acknowledged just before a failover may be missing on the promoted standby. `none`: no standby streams from the primary (or none jobq can see).
+             * @enum {string}
+             */
+            mode: "none" | "synchronous" | "asynchronous";
+            /**
+             * Standbys
+             * @description Standbys streaming from the primary (pg_stat_replication).
+             */
+            standbys: number;
             /**
              * Synchronous Standbys
              * @description Of them, those a commit waits for; null when jobq's role cannot see it (grant pg_monitor).
@@ -6005,9 +6027,7 @@ export interface operations {
                      *       "read_replica": null,
                      *       "replication": {
                      *         "mode": "synchronous",
-                     *         "server_synchronous_commit": "on",
                      *         "standbys": 1,
-                     *         "synchronous_standby_names": "\"pg-1\"",
                      *         "synchronous_standbys": 1,
                      *         "warning": null
                      *       },
