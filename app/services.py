@@ -136,7 +136,12 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         raise RuntimeError("JOBQ_DATABASE_URL is not set (`jobq serve` sets it for the embedded database)")
     await _wait_for_database(url, STARTUP_TIMEOUT_SECONDS)
     if settings.migrate_on_start:
-        applied = await asyncio.to_thread(migrate.migrate, url)
+        applied = await asyncio.to_thread(
+            migrate.migrate,
+            url,
+            lock_timeout_ms=settings.migration_lock_timeout_ms,
+            lock_wait_seconds=settings.migration_lock_wait_seconds,
+        )
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
     db = Database(settings, url)
@@ -201,6 +206,9 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     )
     async with db.connection() as conn:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))
+        if missing := await migrate.missing_migrations(conn):
+            # `jobq serve --no-migrate` (or JOBQ_MIGRATE_ON_START=false) on a database not migrated yet.
+            log.error(migrate.behind(missing))
     return services
 
 

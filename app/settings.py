@@ -53,6 +53,20 @@ class Settings(BaseSettings):
         30_000, ge=100, le=3_600_000, description="PostgreSQL statement_timeout for API statements."
     )
     migrate_on_start: bool = Field(True, description="Apply pending migrations when the service starts.")
+    migration_lock_timeout_ms: int = Field(
+        500,
+        ge=10,
+        le=60_000,
+        description="Longest wait of one migration statement for a lock; then it is rolled back and tried again "
+        "(enqueues and claims never queue behind a migration for longer).",
+    )
+    migration_lock_wait_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="How long a migration keeps trying to take its locks before it gives up (naming the "
+        "transactions that hold them).",
+    )
     require_synchronous_replication: bool = Field(
         False,
         description="Refuse to start when the primary has standbys that replicate asynchronously (a job "

@@ -78,6 +78,7 @@ def test_a_lagging_replica_is_left_for_the_primary_and_taken_back(pair: Pair) ->
         wait_until(lambda: pair.sql(pair.standby_url, paused) == [("paused",)], what="the replay to pause")
         try:
             server.enqueue("rq", "while paused")
+
             # Whoever serves says so: the replica cannot show the job enqueued after its replay stopped,
             # the primary must. Once the lag passes the bound, the primary serves.
             def primary_serves() -> bool:

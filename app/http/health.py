@@ -36,11 +36,11 @@ def add_health_routes(api: FastAPI) -> None:
             return problem_response(ShuttingDown(), "/readyz")  # a load balancer stops sending work here
         try:
             async with parts.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:
-                current = await migrate.schema_is_current(conn)
+                missing = await migrate.missing_migrations(conn)
         except DatabaseUnavailable as exc:
             return problem_response(exc, "/readyz")
-        if not current:
-            return problem_response(NotReady(), "/readyz")
+        if missing:
+            return problem_response(NotReady(migrate.behind(missing)), "/readyz")
         replication = parts.db.replication
         return json_response(
             {
