@@ -143,7 +143,9 @@ def _big_table_actions(st: Statement, table: str, actions: str, say: Say) -> Non
 
 def _top_level_parts(actions: str) -> list[str]:
     """ALTER TABLE's actions, split on commas outside parentheses."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in actions:
         if ch == "(":
             depth += 1

@@ -1,7 +1,8 @@
 """jobq on a cluster, not a host: a multi-host JOBQ_DATABASE_URL through a crash of the primary and the
 promotion of its standby, a primary turned read-only, and the durability check of the primary's
 replication (docs/deployment.md#high-availability). Each test builds a primary and a streaming standby on
-loopback (tests/replicas.py); the failover manager's part is played by hand here."""
+loopback (tests/replicas.py); the failover manager's part is played by hand here, and by Patroni in
+tests/test_patroni.py."""
 
 from __future__ import annotations
 
@@ -104,8 +105,8 @@ def _through_a_crash(pair: Pair, server: LiveServer, caplog: pytest.LogCaptureFi
     # Every acknowledged write of the old primary is on the new one (synchronous replication), and the
     # worker calls made before the crash, repeated with the same token, change nothing twice.
     with psycopg.connect(pair.standby_url, autocommit=True) as db:
-        rows = dict(db.execute("SELECT id, status FROM jobs WHERE queue_name = 'q' AND id = ANY(%s)", (ids,)))
-        assert set(rows) == set(ids)
+        rows = db.execute("SELECT id FROM jobs WHERE queue_name = 'q' AND id = ANY(%s)", (ids,)).fetchall()
+        assert {r[0] for r in rows} == set(ids)
         keyed = db.execute("SELECT count(*) FROM jobs WHERE idempotency_key = 'in-the-gap'").fetchone()
         assert keyed == (1,)
     again = server.client.post(f"/jobs/{finished}/complete", json={"claim_token": held[finished], "result": "x"})
@@ -142,7 +143,7 @@ def test_a_primary_turned_read_only_is_left_for_the_promoted_standby() -> None:
             pair.promote()
             wait_until(lambda: enqueued(server, "after"), timeout=60, what="an enqueue on the promoted standby")
             count = "SELECT count(*) FROM jobs WHERE payload = '\"after\"'"
-            assert pair.sql(pair.standby_url, count)[0][0] >= 1
+            assert pair.sql(pair.standby_url, count) != [(0,)]
             assert pair.sql(pair.primary.url, count) == [(0,)]
             messages = record_messages(server)
             pair.sql(pair.standby_url, f"SELECT pg_notify('{CHANNEL}', 'elsewhere h')")
