@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -77,8 +78,15 @@ SESSION_SETTINGS = (
 # (then a pool check starts a new round at once: _reconnect_failed) keeps attempts about a second apart.
 RECONNECT_SECONDS = 2.5
 # A connection to a host that vanished without closing its sockets (a partition, a machine powered off) is
-# noticed after about 25 s of silence, instead of the kernel's two hours.
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+# noticed after about 25 s of silence instead of the kernel's two hours, and a statement sent to it fails once
+# it has gone unacknowledged for 10 s (tcp_user_timeout, Linux) rather than waiting for the keepalives.
+KEEPALIVES: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
 # A server that can take no write: a standby, or a primary set read-only (what libpq's
 # target_session_attrs=read-write refuses too).
 READ_ONLY = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool"

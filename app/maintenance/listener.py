@@ -17,7 +17,7 @@ from app.auth.keyring import KeyRing
 from app.core.flow import QueueConfigs
 from app.core.wakeups import RENEW_INTERVAL, Wakeups
 from app.db.channels import CHANNEL, CONFIG_CHANGED, KEYS_CHANGED
-from app.db.pool import READ_ONLY
+from app.db.pool import KEEPALIVES, READ_ONLY
 
 log = logging.getLogger("jobq.listener")
 
@@ -61,14 +61,7 @@ class WakeupListener:
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self.url,
-                    autocommit=True,
-                    connect_timeout=5,
-                    application_name="jobq-listener",
-                    keepalives=1,
-                    keepalives_idle=10,
-                    keepalives_interval=5,
-                    keepalives_count=3,
+                    self.url, autocommit=True, connect_timeout=5, application_name="jobq-listener", **KEEPALIVES
                 )
             except Exception as exc:
                 # Said once per outage; a failover takes many attempts (JOBQ_DATABASE_URL names every host).
