@@ -175,19 +175,20 @@ class Database:
         except StatementTimeout:
             raise  # the statement was slow, the connection is fine
         except DatabaseUnavailable:
-            self._purge_broken()
+            self.check_soon()
             raise
 
-    def _purge_broken(self) -> None:
+    def check_soon(self) -> None:
         """After a connection-level failure the other idle connections are likely dead too (database
         restart, failover): check them all once in the background instead of failing one request per
-        connection."""
+        connection. The LISTEN connection calls it too when it loses its server, so that an idle pool
+        leaves a demoted primary as soon."""
         if self._checking is None or self._checking.done():
             self._checking = asyncio.get_running_loop().create_task(self._check())
 
     def _reconnect_failed(self, pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[object]]) -> None:
         """A connection could not be made for RECONNECT_SECONDS: start a new round of attempts now."""
-        self._purge_broken()
+        self.check_soon()
 
     async def _check(self) -> None:
         try:

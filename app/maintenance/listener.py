@@ -26,6 +26,8 @@ MAX_BACKOFF = 1.0  # seconds between two connection attempts, at most: a failove
 # without a restart (set read-only; an old primary left running beside the new one) would otherwise keep it
 # listening where nobody writes any more; a connection that died silently is found out too.
 CHECK_SECONDS = 5.0
+CONNECT_DEADLINE = 30.0  # one connection attempt, every host of the URL included, whatever libpq does
+WARN_EVERY = 10.0  # seconds between two warnings of one outage
 
 
 async def _still_primary(conn: psycopg.AsyncConnection[object]) -> None:
@@ -58,17 +60,24 @@ class WakeupListener:
     async def _listen(self) -> None:
         backoff = 0.1
         lost_at: float | None = None  # when the connection was lost, while it is
+        warned_at = 0.0
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, connect_timeout=5, application_name="jobq-listener", **KEEPALIVES
+                conn = await asyncio.wait_for(
+                    psycopg.AsyncConnection.connect(
+                        self.url, autocommit=True, connect_timeout=5, application_name="jobq-listener", **KEEPALIVES
+                    ),
+                    CONNECT_DEADLINE,
                 )
             except Exception as exc:
-                # Said once per outage; a failover takes many attempts (JOBQ_DATABASE_URL names every host).
-                (log.debug if lost_at is not None else log.warning)(
-                    "cannot connect (%s); retrying every %.1fs or less", str(exc).strip(), MAX_BACKOFF
-                )
-                lost_at = lost_at if lost_at is not None else time.monotonic()
+                # Said once every WARN_EVERY seconds of an outage: a failover takes many attempts.
+                now = time.monotonic()
+                lost_at = lost_at if lost_at is not None else now
+                (log.warning if now - warned_at >= WARN_EVERY else log.debug)(
+                    "cannot connect for %.1fs (%s: %s); trying again every %.1fs or less",
+                    now - lost_at, type(exc).__name__, str(exc).strip(), MAX_BACKOFF,
+                )  # fmt: skip
+                warned_at = now if now - warned_at >= WARN_EVERY else warned_at
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, MAX_BACKOFF)
                 continue
@@ -97,6 +106,7 @@ class WakeupListener:
             except Exception as exc:
                 log.warning("connection lost (%s); reconnecting", str(exc).strip())
                 lost_at = lost_at if lost_at is not None else time.monotonic()
+                self.wakeups.db.check_soon()  # the pool's connections to that server are likely gone too
             finally:
                 self.wakeups.deaf()
 
