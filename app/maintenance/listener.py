@@ -26,7 +26,10 @@ MAX_BACKOFF = 1.0  # seconds between two connection attempts, at most: a failove
 # without a restart (set read-only; an old primary left running beside the new one) would otherwise keep it
 # listening where nobody writes any more; a connection that died silently is found out too.
 CHECK_SECONDS = 5.0
-CONNECT_DEADLINE = 30.0  # one connection attempt, every host of the URL included, whatever libpq does
+# One attempt to connect and LISTEN, every host of the URL included, whatever libpq does. (In one full test run
+# on a loaded machine, listeners stayed away over 30 s after their connection was killed, for a cause not
+# found; with this bound a hung attempt costs at most this long.)
+CONNECT_DEADLINE = 15.0
 WARN_EVERY = 10.0  # seconds between two warnings of one outage
 
 
@@ -57,18 +60,25 @@ class WakeupListener:
         else:
             self.wakeups.received(payload)
 
+    async def _connect(self) -> psycopg.AsyncConnection[object]:
+        """A connection that listens; closed again if LISTEN fails."""
+        conn = await psycopg.AsyncConnection.connect(
+            self.url, autocommit=True, connect_timeout=5, application_name="jobq-listener", **KEEPALIVES
+        )
+        try:
+            await conn.execute(f"LISTEN {CHANNEL}")
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
     async def _listen(self) -> None:
         backoff = 0.1
         lost_at: float | None = None  # when the connection was lost, while it is
         warned_at = 0.0
         while True:
             try:
-                conn = await asyncio.wait_for(
-                    psycopg.AsyncConnection.connect(
-                        self.url, autocommit=True, connect_timeout=5, application_name="jobq-listener", **KEEPALIVES
-                    ),
-                    CONNECT_DEADLINE,
-                )
+                conn = await asyncio.wait_for(self._connect(), CONNECT_DEADLINE)
             except Exception as exc:
                 # Said once every WARN_EVERY seconds of an outage: a failover takes many attempts.
                 now = time.monotonic()
@@ -83,7 +93,6 @@ class WakeupListener:
                 continue
             try:
                 async with conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
                     self.keys.invalidate()  # a revocation may have gone by while we were not listening
                     self.configs.invalidate()  # and so may a change of configuration
                     # ... and wake-ups: every waited queue is looked at once (app/core/wakeups.py)
