@@ -39,6 +39,8 @@ CHECK_TESTS := tests/unit tests/test_openapi.py tests/test_docs.py tests/test_re
 	tests/test_release.py::test_release_gives_the_attempt_back \
 	tests/test_results.py::test_a_wait_answers_when_the_job_completes \
 	tests/test_dependencies.py::test_a_failed_parent_cancels_its_dependants_transitively \
+	tests/test_cascades.py::test_a_queue_whose_sweep_runs_past_its_budget_stops_no_other_queue \
+	tests/test_cascades.py::test_what_a_previous_releases_process_left_is_released_by_the_reconciliation \
 	tests/test_security.py::test_no_key_or_a_bad_key_is_401 \
 	tests/test_security.py::test_scopes_decide_what_a_key_may_do \
 	tests/test_security.py::test_a_key_cannot_touch_or_see_jobs_of_other_queues \

@@ -13,10 +13,12 @@ AppError
  +-- NotFound               404 not-found            no such route
  +-- JobNotFound            404 job-not-found
  +-- ScheduleNotFound       404 schedule-not-found
+ +-- WorkerNotFound         404 worker-not-found     no worker of this name was seen (in the key's queues)
  +-- MethodNotAllowed       405 method-not-allowed
  +-- Conflict               409 (base of the lease and state conflicts)
  |    +-- ClaimLost         409 claim-lost           token stale: the lease lapsed or another worker holds it
  |    +-- JobCancelled      409 job-cancelled        an operator cancelled the job while this claim held it
+ |    +-- JobTimedOut       409 job-timed-out        the job ran past its timeout_seconds and was failed
  |    +-- InvalidState      409 invalid-state        the job is not in a state that allows the action
  +-- RequestTimeout         408 request-timeout      the request's headers did not arrive in time
  +-- HostNotAllowed         421 host-not-allowed     auth off, and Host is not a loopback name (DNS rebinding)
@@ -173,6 +175,12 @@ class JobNotFound(AppError):
     status, slug, title = 404, "job-not-found", "Job not found"
 
 
+class WorkerNotFound(AppError):
+    """No worker of this name was seen (or none in a queue this key may use)."""
+
+    status, slug, title = 404, "worker-not-found", "Worker not found"
+
+
 class ScheduleNotFound(AppError):
     """No schedule has this name (or none that this key may see)."""
 
@@ -209,6 +217,13 @@ class JobCancelled(Conflict):
     """An operator cancelled this job while your claim held it; stop working on it."""
 
     slug, title = "job-cancelled", "Job cancelled"
+
+
+class JobTimedOut(Conflict):
+    """The job ran longer than its timeout_seconds since this claim and was failed (`last_error` "timeout");
+    stop working on it and send nothing more for it."""
+
+    slug, title = "job-timed-out", "Job timed out"
 
 
 class InvalidState(Conflict):

@@ -28,6 +28,7 @@ from app.http.openapi import customise_openapi
 from app.http.operations import add_operator_routes
 from app.http.schedules import add_schedule_routes
 from app.http.search import add_search_routes
+from app.http.workers import add_worker_routes
 from app.models.jobs import build_contract
 from app.observability.clients import ClientAddress
 from app.observability.logs import Observability
@@ -110,6 +111,7 @@ def create_app(settings: Settings | None = None, *, tracer_provider: Any = None)
     add_operator_routes(api)
     add_history_routes(api)
     add_search_routes(api)
+    add_worker_routes(api)
     add_schedule_routes(api)
     add_dashboard_routes(api)
     docs_paths = add_docs_routes(api)

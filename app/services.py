@@ -24,17 +24,21 @@ from starlette.requests import Request
 
 from app.auth.exposure import is_loopback
 from app.auth.keyring import KeyRing
+from app.core.dependencies import DependencyRelease
 from app.core.dispatcher import ClaimDispatcher
 from app.core.effects import Effects
+from app.core.explain import ExplainService
 from app.core.flow import QueueConfigs
 from app.core.history import HistoryService
 from app.core.jobs import JobService
 from app.core.operations import OpsService
 from app.core.results import ResultWaiters
+from app.core.scale import ScaleService
 from app.core.schedules import ScheduleService
 from app.core.search import SearchService
 from app.core.sqs import SqsService
 from app.core.wakeups import Wakeups
+from app.core.workers import WorkerActivity, WorkerService
 from app.db import keys as store_keys
 from app.db import migrate
 from app.db.pool import Database
@@ -44,13 +48,16 @@ from app.maintenance.gauges import Gauges
 from app.maintenance.keys import KeyUse
 from app.maintenance.listener import WakeupListener
 from app.maintenance.poll import FallbackPoll
+from app.maintenance.releaser import DependencyReleaser
 from app.maintenance.replica import ReplicaWatch
 from app.maintenance.rescuer import LeaseRescuer
 from app.maintenance.retention import Retention
 from app.maintenance.samples import BacklogSampler
 from app.maintenance.scheduler import Scheduler
 from app.maintenance.stats import StatsFlush
+from app.maintenance.timeouts import TimeoutSweeper
 from app.maintenance.vacuum import Vacuum
+from app.maintenance.workers import WorkersFlush
 from app.observability.logs import AccessLog, resolve_format
 from app.observability.metrics import Metrics
 from app.observability.tracing import TraceContext, Tracing, incoming_traceparent
@@ -101,6 +108,10 @@ class Services:
     history: HistoryService
     search: SearchService
     schedules: ScheduleService
+    release: DependencyRelease  # jobs waiting for finished ones (app/core/dependencies.py)
+    workers: WorkerService
+    scale: ScaleService
+    explain: ExplainService
     sqs: SqsService  # the SQS API's queues and sends (app/sqs/)
     maintenance: Supervisor
     metrics: Metrics
@@ -165,20 +176,27 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     dispatcher = ClaimDispatcher(settings, db, wakeups, metrics, configs, effects)
     results = ResultWaiters(db, wakeups, dispatcher.cap)  # one waiter cap for claims and result waits
     wakeups.attach(dispatcher, results)
-    jobs = JobService(settings, db, dispatcher, effects, results, configs)
-    ops = OpsService(settings, db, reads, effects, wakeups, configs)
+    # The release of jobs waiting for finished ones (app/core/dependencies.py): the write paths run its first
+    # step, the background service the rest.
+    release = DependencyRelease(settings, db, effects)
+    activity = WorkerActivity()  # the worker registry's sightings, flushed by WorkersFlush
+    jobs = JobService(settings, db, dispatcher, effects, results, configs, release, activity)
+    ops = OpsService(settings, db, reads, effects, wakeups, configs, release)
     scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(
         [
             WakeupListener(url, wakeups, keys, configs),
             FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
-            LeaseRescuer(settings, db, metrics, effects),
+            LeaseRescuer(settings, db, metrics, effects, release),
+            DependencyReleaser(settings, release, metrics),
+            TimeoutSweeper(settings, db, metrics, effects, activity, release),
             scheduler,
             Retention(settings, db, metrics, effects),
             Vacuum(settings, db, metrics),
             Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds),
             BacklogSampler(db, metrics),
             StatsFlush(metrics, db),
+            WorkersFlush(settings, activity, db, metrics),
             KeyUse(keys, metrics),
             ReplicaWatch(db, reads, metrics),
         ]
@@ -195,8 +213,12 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         jobs=jobs,
         ops=ops,
         history=HistoryService(reads),
-        search=SearchService(settings, db, reads, effects),
+        search=SearchService(settings, db, reads, effects, release),
         schedules=ScheduleService(settings, db, scheduler.poke),
+        release=release,
+        workers=WorkerService(settings, db),
+        scale=ScaleService(db),
+        explain=ExplainService(db),
         sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, effects),
         maintenance=maintenance,
         metrics=metrics,

@@ -127,6 +127,14 @@ class Settings(BaseSettings):
     max_dependencies: int = Field(
         100, ge=1, le=10_000, description="Most entries in one job's `depends_on` (dependencies between jobs)."
     )
+    max_dependency_depth: int = Field(
+        1000,
+        ge=1,
+        le=100_000,
+        description="Deepest a job may be in its graph of dependencies (1 + the deepest of the jobs it depends "
+        "on); an enqueue beyond it -> 422, nothing enqueued. Bounds how many levels a cancellation cascades "
+        "through.",
+    )
     max_batch_complete: int = Field(1000, ge=1, le=10_000, description="Most items in one batch complete.")
     max_claim_limit: int = Field(100, ge=1, le=1000, description="Largest `limit` of one claim.")
     max_error_bytes: int = Field(
@@ -149,6 +157,37 @@ class Settings(BaseSettings):
         1.0, ge=0.05, le=3600, description="How often the sweeper looks for expired leases."
     )
     sweep_batch_size: int = Field(1000, ge=1, le=100_000, description="Rows one sweeper statement touches.")
+    maintenance_statement_timeout_ms: int = Field(
+        5000,
+        ge=100,
+        le=3_600_000,
+        description="Budget of one statement of the sweeper (one queue's lapsed leases) and of the dependency "
+        "release; past it the statement is cancelled, logged, and tried again on the next pass, while other "
+        "queues go on.",
+    )
+
+    # -- the dependency release ----------------------------------------------------------------------------
+    dependency_batch_size: int = Field(
+        1000,
+        ge=1,
+        le=100_000,
+        description="Dependency rows one step of the release consumes (and dependants it updates): what the "
+        "request that finishes a job does before it answers; the background does the rest, a step at a time.",
+    )
+    dependency_interval_seconds: float = Field(
+        1.0,
+        ge=0,
+        le=3600,
+        description="How often the background release looks for cascades left to finish (a finish pokes it "
+        "at once; this bounds the wait after a crash). 0: this process runs no background release.",
+    )
+    dependency_reconcile_seconds: float = Field(
+        30.0,
+        ge=1,
+        le=86_400,
+        description="How often the background release walks the dependencies for jobs that finished without "
+        "a record (finished by a process of the previous release during a rolling upgrade).",
+    )
 
     # -- schedules ------------------------------------------------------------------------------------------
     schedule_interval_seconds: float = Field(
@@ -190,6 +229,19 @@ class Settings(BaseSettings):
     )
     gauges_interval_seconds: float = Field(
         15.0, ge=1, le=3600, description="How often queue depth gauges for /metrics are refreshed."
+    )
+    worker_gone_seconds: float = Field(
+        60.0,
+        ge=5,
+        le=86_400,
+        description="A worker that holds no live lease and was not seen (claim, heartbeat, complete, fail) for "
+        "this long shows as gone in GET /workers.",
+    )
+    workers_keep_seconds: float = Field(
+        86_400.0, ge=60, le=31_536_000, description="How long a gone worker stays listed before it is forgotten."
+    )
+    workers_flush_interval_seconds: float = Field(
+        1.0, ge=0, le=60, description="How often each process writes what it saw of workers (0: never; tests)."
     )
     search_scan_rows: int = Field(
         10_000,

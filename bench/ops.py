@@ -6,8 +6,11 @@ counters costs, and whether claim throughput holds after a million jobs have pas
   counters-http  the same A/B through the service (the counter upsert disabled by a harness trigger).
   retention  claim + complete on a fresh table, then after 1,000,000 jobs went through the service with
              retention deleting behind them, same pending backlog, same clients.
+  scale      GET /queues/{queue}/scale (issue 25) on 1,000,000 pending jobs of a queue without limits (three
+             priority levels, a tenth scheduled later), and of a queue with concurrency and group limits
+             (1,000 groups); the target: p50 under 10 ms.
 
-usage: python bench/ops.py [--part stats,counters,retention] [--admin-url URL] [--json FILE]
+usage: python bench/ops.py [--part stats,counters,retention,scale] [--admin-url URL] [--json FILE]
 """
 
 from __future__ import annotations
@@ -114,6 +117,69 @@ async def _get_json(port: int, path: str) -> Any:
         return orjson.loads(body)
     finally:
         await conn.close()
+
+
+# --- scale: the autoscaling signal on a big backlog -------------------------------------------------------------
+
+
+def load_backlog(url: str, queue: str, pending: int, groups: int) -> None:
+    """`pending` jobs in `queue`: three priority levels, a tenth due in an hour, in `groups` groups (0: none)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO jobs (queue_name, payload, priority, run_at, group_key)
+            SELECT %s, %s::jsonb, mod(i, 3) * 5,
+                   CASE WHEN mod(i, 10) = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END,
+                   CASE WHEN %s > 0 THEN 'g' || mod(i, %s) END
+            FROM generate_series(1, %s) i
+            """,
+            (queue, PAYLOAD, groups, max(groups, 1), pending),
+        )
+
+
+def part_scale(admin_url: str, port: int, pending: int, n: int = 200) -> dict[str, Any]:
+    url = fresh_database(admin_url, "jobq_ops_scale")
+    migrate(url)
+    t0 = time.monotonic()
+    load_backlog(url, "q", pending, 0)
+    load_backlog(url, "limited", pending, 1000)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO queue_state (queue_name, concurrency, group_concurrency) VALUES ('limited', 50, 2)")
+        conn.execute("VACUUM ANALYZE jobs")
+    print(f"loaded 2 x {pending:,} pending jobs in {time.monotonic() - t0:.0f}s", flush=True)
+    service = Service(url, 1, port, extra_env={"JOBQ_ACCESS_LOG": "false"}).start()
+    out: dict[str, Any] = {}
+    try:
+        # A floor on this machine at this moment: a route that reads one row by key (HTTP, auth, the pool).
+        asyncio.run(time_get(port, "/queues/q/config", 10))
+        out["floor"] = asyncio.run(time_get(port, "/queues/q/config", n))
+        print(f"GET /queues/q/config (the floor): {out['floor']}", flush=True)
+        for queue in ("q", "limited"):
+            path = f"/queues/{queue}/scale"
+            asyncio.run(time_get(port, path, 10))  # warm
+            out[queue] = {"timing": asyncio.run(time_get(port, path, n)), "answer": asyncio.run(_get_json(port, path))}
+            print(f"GET {path}: {out[queue]['timing']}\n  {out[queue]['answer']}", flush=True)
+    finally:
+        service.stop()
+    # The statement alone, on one connection (prepared after its fifth run, as the pool's are): what the
+    # database pays per call, apart from HTTP and the machine's other load on the API process.
+    from app.db.scale import GROUPS, LEVELS, QUEUE_SCALE
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET enable_bitmapscan = off")
+        for queue in ("q", "limited"):
+            params = {"queue": queue, "cap": 1000, "levels": LEVELS, "groups": GROUPS}
+            times = []
+            for _ in range(n):
+                t0 = time.perf_counter()
+                conn.execute(QUEUE_SCALE, params).fetchall()
+                times.append((time.perf_counter() - t0) * 1000)
+            times.sort()
+            out[queue]["statement_p50_ms"] = statistics.median(times)
+            print(f"QUEUE_SCALE on {queue}: p50 {out[queue]['statement_p50_ms']:.2f} ms", flush=True)
+    out["target_met"] = all(out[q]["timing"]["p50_ms"] < 10 for q in ("q", "limited"))
+    print(f"p50 under 10 ms: {out['target_met']}", flush=True)
+    return out
 
 
 # --- counters: pgbench A/B ----------------------------------------------------------------------------------
@@ -295,6 +361,7 @@ def main() -> None:
     p.add_argument("--through", type=int, default=1_000_000)
     p.add_argument("--finished", type=int, default=1_000_000, help="stats: finished jobs in the table")
     p.add_argument("--pending", type=int, default=100_000, help="stats: pending jobs in the table")
+    p.add_argument("--scale-pending", type=int, default=1_000_000, help="scale: pending jobs in each queue")
     p.add_argument("--json")
     args = p.parse_args()
     try:
@@ -313,6 +380,8 @@ def main() -> None:
         results["counters_http"] = part_counters_http(
             args.admin_url, args.port, args.rounds, args.seconds, args.clients
         )
+    if "scale" in parts:
+        results["scale"] = part_scale(args.admin_url, args.port, args.scale_pending)
     if "retention" in parts:
         results["retention"] = part_retention(args.admin_url, args.port, args.clients, args.seconds, args.through)
     if args.json:

@@ -1,7 +1,7 @@
 -- Rendered from app/db/admin.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
 -- name: JOBS_GET_BRIEF --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
 WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
 ORDER BY j.id
 

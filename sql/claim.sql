@@ -9,6 +9,12 @@ FROM claimed
 -- name: FLOW_LOCK --
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_xact_lock(1785684593, hashtext(%(queue)s))
 
+-- name: GROUP_RECENT_CLAIMS --
+SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
+    FROM queue_claims c, stamp
+    WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
+      AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
+
 -- name: JOB_CLAIM --
 WITH candidates AS (
   -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY
@@ -277,6 +283,31 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
        -- next round goes on after them (NULL: nothing was claimed, the round stays where it was).
        (SELECT coalesce(c."group", '') FROM claimed c ORDER BY c.rank DESC LIMIT 1) AS last_group
 FROM cfg, room, stamp
+
+-- name: QUEUE_LIMITS --
+-- The queue's limits as they are now: this statement started after the queue's claim lock was taken.
+  -- No row (the configuration was just removed): no limits.
+  SELECT coalesce(s.paused, false) AS paused, s.concurrency, s.rate_limit, s.rate_per_seconds,
+         coalesce(s.group_concurrency, CASE WHEN s.ordered THEN 1 END) AS group_concurrency,
+         s.group_rate_limit, s.group_rate_per_seconds, coalesce(s.fair, false) AS fair,
+         coalesce(s.ordered, false) AS ordered, coalesce(s.grouped, false) AS grouped
+  FROM (SELECT) one LEFT JOIN queue_state s ON s.queue_name = %(queue)s
+
+-- name: RECENT_CLAIMS --
+-- Claims of this queue inside its rate window, and when the oldest of them leaves it.
+  SELECT coalesce(sum(c.n), 0) AS n, min(c.claimed_at) + make_interval(secs => cfg.rate_per_seconds) AS frees_at
+  FROM cfg CROSS JOIN stamp
+  JOIN queue_claims c ON c.queue_name = %(queue)s
+   AND c.claimed_at > stamp.now - make_interval(secs => cfg.rate_per_seconds)
+  WHERE cfg.rate_limit IS NOT NULL
+  GROUP BY cfg.rate_per_seconds
+
+-- name: RUNNING_BY_GROUP --
+-- Running jobs of this queue by group (jobs_running_idx): what the concurrency limits count.
+  SELECT group_key, count(*) AS n FROM jobs
+  WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
+    AND (SELECT concurrency IS NOT NULL OR group_concurrency IS NOT NULL FROM cfg)
+  GROUP BY group_key
 
 -- name: SLOTS --
 -- One slot per job a request may receive, oldest request first: slot k gets the k-th best job.

@@ -17,18 +17,19 @@ WITH free AS (
 ), marked AS (
   UPDATE jobs AS j SET has_dependants = true
   FROM free WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND j.id = free.id
-  RETURNING j.id, j.status
+  RETURNING j.id, j.status, j.queue_name, j.dependency_depth
 )
-SELECT id, status, true AS locked FROM marked
+SELECT id, status, true AS locked, queue_name, coalesce(dependency_depth, 0) AS depth FROM marked
 UNION ALL
-SELECT j.id, j.status, false FROM jobs j
+SELECT j.id, j.status, false, j.queue_name, coalesce(j.dependency_depth, 0) FROM jobs j
 WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   AND j.id <> ALL(ARRAY(SELECT id FROM free))
 
 -- name: JOB_SETTLE --
 WITH input AS (
   SELECT * FROM json_to_recordset(%(items)s::json)
-    AS t(id bigint, status text, pending int, depends_on bigint[], policy text, error text, mark boolean)
+    AS t(id bigint, status text, pending int, depends_on bigint[], policy text, error text, mark boolean,
+         depth int)
 ), settled AS (
   -- The jobs this transaction inserted a moment ago (invisible to everyone else until it commits): each
   -- dependant's status and dependencies, and `mark` on those that have a dependant in the same batch.
@@ -39,10 +40,11 @@ WITH input AS (
       on_dependency_failure = CASE WHEN i.status IS NULL THEN j.on_dependency_failure ELSE i.policy END,
       finished_at = CASE WHEN i.status = 'cancelled' THEN clock_timestamp() ELSE j.finished_at END,
       last_error = coalesce(i.error, j.last_error),
-      has_dependants = CASE WHEN i.mark THEN true ELSE j.has_dependants END
+      has_dependants = CASE WHEN i.mark THEN true ELSE j.has_dependants END,
+      dependency_depth = CASE WHEN i.status IS NULL THEN j.dependency_depth ELSE i.depth END
   FROM input i
   WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
-  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies
+  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 ), counted AS (
   INSERT INTO queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
@@ -51,8 +53,10 @@ WITH input AS (
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
 ), edges AS (
-  INSERT INTO job_dependencies (parent_id, job_id)
-  SELECT parent_id, job_id FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint)
+  -- With the queue of each end: the release reaches them queue by queue (app/db/releases.py).
+  INSERT INTO job_dependencies (parent_id, job_id, parent_queue, job_queue)
+  SELECT parent_id, job_id, parent_queue, job_queue
+  FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint, parent_queue text, job_queue text)
   ORDER BY parent_id, job_id
   ON CONFLICT DO NOTHING
 )

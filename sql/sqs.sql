@@ -21,7 +21,7 @@ WITH target AS (
   SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = 'purged (SQS PurgeQueue)'
   FROM target t WHERE j.id = t.id
-  RETURNING t.queue, j.status, j.id, t.was
+  RETURNING t.queue, j.status, j.id, t.was, coalesce(j.has_dependants, false) AS has_dependants
 ), counted AS (
   INSERT INTO queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
@@ -29,9 +29,14 @@ WITH target AS (
   WHERE status IN ('completed', 'failed', 'cancelled')
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+), recorded AS (
+  INSERT INTO dependency_releases (queue_name, job_id, status)
+  SELECT queue, id, status FROM purged
+  WHERE has_dependants AND status IN ('completed', 'failed', 'cancelled')
 )
--- What each job was before (app/core/effects.py: a running or pending job frees its slot or group's turn).
-SELECT id, was FROM purged
+-- What each job was before (app/core/effects.py: a running or pending job frees its slot or group's turn),
+-- and whether jobs depend on it (the release then has work).
+SELECT id, was, has_dependants FROM purged
 
 -- name: SQS_DEAD_LETTER_SOURCES --
 -- The queues whose RedrivePolicy names this queue's ARN as their dead-letter target. Its end compared

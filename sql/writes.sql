@@ -12,7 +12,7 @@ WITH input AS (
   FROM (SELECT DISTINCT ON (id, token) * FROM input ORDER BY id, token, ord) i
   WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
     AND j.status = (SELECT 'running'::text) AND j.claim_token = i.token AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
-  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN %(full)s THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN %(full)s THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies
+  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN %(full)s THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN %(full)s THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 ), counted AS (
   INSERT INTO queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, 'completed', mod(pg_backend_pid(), 64), sum(1)
@@ -20,6 +20,10 @@ WITH input AS (
   WHERE 'completed' IN ('completed', 'failed', 'cancelled')
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+), recorded AS (
+  INSERT INTO dependency_releases (queue_name, job_id, status)
+  SELECT queue, id, status FROM done
+  WHERE has_dependants AND status IN ('completed', 'failed', 'cancelled')
 )
 
 SELECT i.ord, true AS written, d.* FROM input i JOIN done d ON d.id = i.id AND d.claim_token = i.token
@@ -27,7 +31,7 @@ UNION ALL
 SELECT i.ord, false, c.*
 FROM input i
 LEFT JOIN LATERAL (
-  SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN %(full)s THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN %(full)s THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+  SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN %(full)s THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN %(full)s THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
   WHERE j.id = i.id AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
   OFFSET 0
 ) c ON true
@@ -54,7 +58,7 @@ WITH failed AS (
       last_error = %(error)s
   WHERE j.id = %(id)s AND j.status = (SELECT 'running'::text) AND j.claim_token = %(token)s
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
-  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies
+  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 ), counted AS (
   INSERT INTO queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
@@ -62,12 +66,16 @@ WITH failed AS (
   WHERE status IN ('completed', 'failed', 'cancelled')
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+), recorded AS (
+  INSERT INTO dependency_releases (queue_name, job_id, status)
+  SELECT queue, id, status FROM failed
+  WHERE has_dependants AND status IN ('completed', 'failed', 'cancelled')
 )
 
 SELECT 0 AS ord, true AS written, * FROM failed
 UNION ALL
 -- Else the row as found (to tell why not); a job outside the caller's queues is not found.
-SELECT 0, false, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+SELECT 0, false, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
 WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   AND NOT EXISTS (SELECT FROM failed)
 
@@ -86,11 +94,12 @@ WITH input AS (
   FROM input i
   WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id AND i.writes
     AND j.status = (SELECT 'running'::text) AND j.claim_token = i.token AND (i.allowed IS NULL OR j.queue_name ~ i.allowed)
-  RETURNING j.id, j.claim_token, j.lease_expires_at
+  RETURNING j.id, j.claim_token, j.lease_expires_at, j.locked_by, j.queue_name
 )
 -- Per input: the new expiry, else the job's state as this statement found it (to tell why not); a job
 -- outside the caller's queues is not found.
-SELECT i.ord, r.lease_expires_at, c.status, c.claim_token
+-- The worker and queue of a renewed claim go to the worker registry (app/core/workers.py).
+SELECT i.ord, r.lease_expires_at, c.status, c.claim_token, r.locked_by AS worker, r.queue_name AS queue
 FROM input i
 LEFT JOIN renewed r ON r.id = i.id AND r.claim_token = i.token
 LEFT JOIN LATERAL (
@@ -121,12 +130,12 @@ WITH released AS (
       claimed_at = NULL, lease_expires_at = NULL, claim_token = NULL
   WHERE j.id = %(id)s AND j.status = (SELECT 'running'::text) AND j.claim_token = %(token)s
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
-  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies
+  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
 )
 
 SELECT 0 AS ord, true AS written, * FROM released
 UNION ALL
 -- Else the row as found (to tell why not); a job outside the caller's queues is not found.
-SELECT 0, false, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies FROM jobs j
+SELECT 0, false, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
 WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   AND NOT EXISTS (SELECT FROM released)

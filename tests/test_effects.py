@@ -28,7 +28,7 @@ from app.core.effects import (
     Path,
 )
 from app.observability.metrics import EVENTS
-from tests.support import LiveServer, record_finishes, record_messages, record_wakeups, settle_long_poll, wait_until
+from tests.support import LiveServer, record_finishes, record_wakeups, settle_long_poll, wait_until
 from tests.test_results import Waiting, parked
 
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -152,6 +152,11 @@ def _last_attempt(c: Case) -> bool:
     return True
 
 
+def _timeout(c: Case) -> bool:
+    c.db.execute("UPDATE jobs SET timeout_seconds = 1 WHERE id = %s", (_id(c),))
+    return True
+
+
 def _bulk(action: str) -> Callable[[Case], int]:
     def act(c: Case) -> int:
         doc = c.post("/jobs/bulk", {"action": action, "ids": [_id(c)]})
@@ -201,6 +206,10 @@ ACTIONS: dict[tuple[Path, str, str], Callable[[Case], int]] = {
     (Path.HAND_BACK, RUNNING, PENDING): _hand_back,
     (Path.RESCUE, RUNNING, PENDING): lambda c: c.run("rescuer", now=FAR_FUTURE).rescued and _id(c),
     (Path.RESCUE, RUNNING, FAILED): lambda c: _last_attempt(c) and c.run("rescuer", now=FAR_FUTURE).failed and _id(c),
+    (Path.TIMEOUT, RUNNING, SCHEDULED): lambda c: _timeout(c) and c.run("timeouts", now=FAR_FUTURE) and _id(c),
+    (Path.TIMEOUT, RUNNING, FAILED): lambda c: (
+        _last_attempt(c) and _timeout(c) and c.run("timeouts", now=FAR_FUTURE) and _id(c)
+    ),
     (Path.CANCEL, PENDING, CANCELLED): lambda c: c.post(f"/jobs/{_id(c)}/cancel", {})["id"],
     (Path.CANCEL, WAITING, CANCELLED): lambda c: c.post(f"/jobs/{_id(c)}/cancel", {})["id"],
     (Path.CANCEL, RUNNING, CANCELLED): lambda c: c.post(f"/jobs/{_id(c)}/cancel", {})["id"],
@@ -214,12 +223,14 @@ ACTIONS: dict[tuple[Path, str, str], Callable[[Case], int]] = {
     (Path.RETRY, CANCELLED, PENDING): lambda c: c.post(f"/jobs/{_id(c)}/retry")["id"],
     (Path.BULK_RETRY, FAILED, PENDING): _bulk("retry"),
     (Path.BULK_RETRY, CANCELLED, PENDING): _bulk("retry"),
+    (Path.RETRY, COMPLETED, PENDING): lambda c: c.post(f"/jobs/{_id(c)}/retry")["id"],
+    (Path.BULK_RETRY, COMPLETED, PENDING): _bulk("retry"),
     (Path.REDRIVE, FAILED, PENDING): lambda c: c.post(f"/queues/{c.queue}/redrive")["jobs"] and _id(c),
     (Path.RETENTION, COMPLETED, GONE): lambda c: sum(c.run("retention", now=FAR_FUTURE).deleted.values()) and _id(c),
     (Path.RETENTION, FAILED, GONE): lambda c: sum(c.run("retention", now=FAR_FUTURE).deleted.values()) and _id(c),
     (Path.RETENTION, CANCELLED, GONE): lambda c: sum(c.run("retention", now=FAR_FUTURE).deleted.values()) and _id(c),
-    (Path.TRIGGER, WAITING, PENDING): lambda c: c.finish_parent("complete") or _id(c),
-    (Path.TRIGGER, WAITING, CANCELLED): lambda c: c.finish_parent("fail") or _id(c),
+    (Path.DEPENDENCY, WAITING, PENDING): lambda c: c.finish_parent("complete") or _id(c),
+    (Path.DEPENDENCY, WAITING, CANCELLED): lambda c: c.finish_parent("fail") or _id(c),
 }
 
 CASES = [(frm, to, path) for (frm, to), effect in TABLE.items() for path in effect.paths]
@@ -243,7 +254,7 @@ def counts(server: LiveServer, queue: str) -> dict[str, float]:
     out = {e: value(f"jobq_jobs_{e}_total", queue=queue) for e in EVENTS if e != "empty_claims"}
     out["empty_claims"] = value("jobq_claims_empty_with_ready_total", queue=queue)
     out["durations"] = value("jobq_job_duration_seconds_count", queue=queue)
-    for action in ("rescued", "failed", "deleted"):
+    for action in ("rescued", "failed", "deleted", "timed_out"):
         out[f"swept_{action}"] = value("jobq_sweeper_rows_total", action=action)
     out["ticks_enqueued"] = value("jobq_schedule_ticks_total", outcome="enqueued")
     return out
@@ -275,25 +286,18 @@ def check_move(c: Case, frm: str, to: str, path: Path) -> None:
     c.job = SETUPS[frm](c)
     # The configuration of the queue held (read or written just now): "plain" known to have no limits.
     server.run(lambda: server.services.configs.get(queue))
-    woken, finished, messages = record_wakeups(server), record_finishes(server), record_messages(server)
+    woken, finished = record_wakeups(server), record_finishes(server)
     before = counts(server, queue)
 
     job_id = ACTIONS[(path, frm, to)](c)
 
     assert job_id, "the path moved nothing"
     assert status_of(c.db, job_id) == to
-    if path is Path.TRIGGER:
-        # The trigger's own NOTIFY ("db w <queue> ... #<id>"), which every process takes as a wake-up.
-        names = {queue} if effect.claims == "now" else {f"#{job_id}"}
-        wait_until(
-            lambda: any(m.startswith("db w ") and names <= set(m.split()[2:]) for m in messages),
-            what="the trigger's wake-up",
-        )
-        assert not any(queue in w for w in woken), woken  # the trigger's, not the writer's
-    else:
-        was_woken = any(queue in w for w in woken)
-        assert was_woken == (effect.claims == "now" or (effect.claims == "slot" and queue == "limited")), woken
-        assert (job_id in [i for ids in finished for i in ids]) == effect.results, finished
+    # The dependency release (path DEPENDENCY) is no exception: the request that finished the parent ran it
+    # (its direct dependants) and applied its moves before it answered.
+    was_woken = any(queue in w for w in woken)
+    assert was_woken == (effect.claims == "now" or (effect.claims == "slot" and queue == "limited")), woken
+    assert (job_id in [i for ids in finished for i in ids]) == effect.results, finished
     after = counts(server, queue)
     expected = dict.fromkeys(before, 0.0)
     for event in effect.paths[path]:

@@ -115,7 +115,7 @@ def test_heartbeats_of_one_claim_sharing_a_statement_keep_the_latest_progress(se
     def beats(*items: Heartbeat) -> list[str]:
         async def go() -> list[str]:
             async with server.services.db.connection() as conn:
-                return [outcome for outcome, _ in await store_writes.jobs_heartbeat(conn, list(items))]
+                return [r.outcome for r in await store_writes.jobs_heartbeat(conn, list(items))]
 
         return server.run(go)
 

@@ -440,7 +440,7 @@ def test_cancel_races_complete_cleanly(server: LiveServer, db: psycopg.Connectio
     assert (s["completed"], s["cancelled"]) == (truth.get("completed", 0), truth.get("cancelled", 0))
 
 
-def test_retry_a_failed_or_cancelled_job(server: LiveServer) -> None:
+def test_retry_a_failed_cancelled_or_completed_job(server: LiveServer) -> None:
     job = server.enqueue(payload=1, max_attempts=1)
     c = server.claim_one()
     assert fail(server, c).json()["status"] == "failed"
@@ -450,12 +450,43 @@ def test_retry_a_failed_or_cancelled_job(server: LiveServer) -> None:
     again = server.claim_one()
     assert again["id"] == job["id"] and again["attempts"] == 1
     problem(post(server, f"/jobs/{job['id']}/retry"), 409, "invalid-state")  # running now
-    assert complete(server, again).status_code == 200
-    problem(post(server, f"/jobs/{job['id']}/retry"), 409, "invalid-state")  # completed
     other = server.enqueue(payload=2)
     post(server, f"/jobs/{other['id']}/cancel")
     assert post(server, f"/jobs/{other['id']}/retry").json()["status"] == "pending"
     problem(post(server, "/jobs/999999/retry"), 404, "job-not-found")
+    waiting = server.enqueue(payload=3, depends_on=[again["id"]])
+    problem(post(server, f"/jobs/{waiting['id']}/retry"), 409, "invalid-state")  # waiting
+
+
+def test_a_completed_job_is_replayed_with_its_payload_and_history(server: LiveServer, db: psycopg.Connection) -> None:
+    job = server.enqueue(payload={"report": 7}, idempotency_key="report-7", group="acme")
+    first = server.claim_one(worker="first-worker")
+    assert complete(server, first, result={"rows": 10}).status_code == 200
+    before = server.job(job["id"])
+    r = post(server, f"/jobs/{job['id']}/retry")
+    assert r.status_code == 200
+    replayed = r.json()
+    # The same job, due now, a fresh set of attempts; its previous run's result is gone, what it left is kept.
+    assert (replayed["id"], replayed["status"], replayed["attempts"], replayed["result"]) == (
+        job["id"],
+        "pending",
+        0,
+        None,
+    )
+    for kept in ("payload", "created_at", "idempotency_key", "group", "worker", "claimed_at", "max_attempts"):
+        assert replayed[kept] == before[kept], kept
+    assert replayed["finished_at"] is None
+    assert stats(server)["counts"]["completed"] == 0  # the finished-job counters moved with it
+    assert_counts_true(server, db)
+    # Its idempotency key still names it: a repeat enqueue finds this job, not a new one.
+    assert (
+        server.client.post("/queues/q/jobs", json={"payload": 1, "idempotency_key": "report-7"}).json()["id"]
+        == job["id"]
+    )
+    second = server.claim_one(worker="second-worker")
+    assert (second["id"], second["payload"], second["attempts"]) == (job["id"], {"report": 7}, 1)
+    assert complete(server, second, result={"rows": 11}).json()["result"] == {"rows": 11}
+    problem(complete(server, first), 409, "claim-lost")  # the first run's token holds nothing
 
 
 def test_redrive_failed_jobs(server: LiveServer, db: psycopg.Connection) -> None:

@@ -219,26 +219,48 @@ def test_bulk_retry_by_ids(server: LiveServer, db: psycopg.Connection) -> None:
     post(server, f"/jobs/{cancelled}/cancel")
     done = server.enqueue("q", "done")
     assert complete(server, server.claim_one("q")).status_code == 200
-    request = {"action": "retry", "ids": [*dead, cancelled, done["id"], 999_999, dead[0]]}
+    busy = server.enqueue("q", "busy")
+    assert server.claim_one("q")["id"] == busy["id"]
+    request = {"action": "retry", "ids": [*dead, cancelled, done["id"], busy["id"], 999_999, dead[0]]}
 
     dry = bulk(server, **request, dry_run=True)
     assert [(o["id"], o["outcome"], o["status"]) for o in dry["jobs"]] == [
         *[(i, "done", "failed") for i in dead],
         (cancelled, "done", "cancelled"),
-        (done["id"], "skipped", "completed"),
+        (done["id"], "done", "completed"),  # named by id: replayed
+        (busy["id"], "skipped", "running"),
         (999_999, "not_found", None),
     ]  # each id once, in the order given
-    assert (dry["done"], dry["skipped"], dry["not_found"], dry["dry_run"]) == (4, 1, 1, True)
+    assert (dry["done"], dry["skipped"], dry["not_found"], dry["dry_run"]) == (5, 1, 1, True)
     assert true_counts(db)["failed"] == 3  # nothing moved
 
     real = bulk(server, **request)
-    assert [o["status"] for o in real["jobs"]] == ["pending"] * 4 + ["completed", None]
-    assert (real["done"], real["skipped"], real["not_found"]) == (4, 1, 1)
-    assert true_counts(db) == {"pending": 4, "completed": 1}
+    assert [o["status"] for o in real["jobs"]] == ["pending"] * 5 + ["running", None]
+    assert (real["done"], real["skipped"], real["not_found"]) == (5, 1, 1)
+    assert true_counts(db) == {"pending": 5, "running": 1}
     assert_counts_true(server, db)  # the finished-job counters moved with the jobs
-    assert {c["id"] for c in server.claim("q", limit=10)} == {*dead, cancelled}  # claimable again, attempts reset
+    # Claimable again, attempts reset.
+    assert {c["id"] for c in server.claim("q", limit=10)} == {*dead, cancelled, done["id"]}
     again = bulk(server, **request)  # nothing left to retry: every job skipped for its real state
-    assert (again["done"], again["skipped"]) == (0, 5)
+    assert (again["done"], again["skipped"]) == (0, 6)
+
+
+def test_bulk_retry_by_filter_replays_completed_jobs_only_when_asked(
+    server: LiveServer, db: psycopg.Connection
+) -> None:
+    dead = failed_job(server, "q", "d", "boom")
+    done = [server.enqueue("q", {"n": i})["id"] for i in range(3)]
+    for claim in server.claim("q", limit=3):
+        assert complete(server, claim, result={"ok": claim["id"]}).status_code == 200
+    broad = bulk(server, action="retry", filter={"queue": "q"})
+    assert [(o["id"], o["status"]) for o in broad["jobs"]] == [(dead, "pending")]  # failed and cancelled only
+    replay = bulk(server, action="retry", filter={"queue": "q", "status": "completed"})
+    assert sorted(o["id"] for o in replay["jobs"]) == sorted(done) and replay["done"] == 3
+    assert true_counts(db) == {"pending": 4}
+    assert_counts_true(server, db)
+    again = {c["id"]: c for c in server.claim("q", limit=10)}
+    assert set(again) == {dead, *done}
+    assert [again[i]["payload"] for i in done] == [{"n": i} for i in range(3)]  # the same payload
 
 
 def test_bulk_cancel_by_filter_with_a_dry_run_and_pages(server: LiveServer, db: psycopg.Connection) -> None:

@@ -286,6 +286,7 @@ OPERATOR_CALLS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/queues/{q}/redrive", {"dry_run": True}),
     ("POST", "/queues/{q}/pause", None),
     ("POST", "/queues/{q}/resume", None),
+    ("GET", "/workers", None),
     ("GET", "/metrics", None),
 ]
 

@@ -611,3 +611,62 @@ def test_dashboard_shows_a_waiting_job_and_its_dependencies_in_a_browser(browser
     page.locator('[data-field="depends on"]').get_by_role("link", name=str(parent["id"])).click()
     expect(page.locator('[data-field="status"]')).to_have_text("pending")
     tab.close()
+
+
+def test_dashboard_lists_live_and_gone_workers_with_their_jobs_in_a_browser(
+    browser: Any, server: LiveServer, db: psycopg.Connection
+) -> None:
+    from playwright.sync_api import expect
+
+    ua = {"user-agent": f"jobq-client-python/1.2.3 (host=box-{XSS[:4]})"}
+    jobs = [server.enqueue("emails", {"n": i}) for i in range(2)]
+    claimed = server.client.post("/queues/emails/claim", json={"worker": "alive", "limit": 2}, headers=ua).json()
+    assert [j["id"] for j in claimed["jobs"]] == [j["id"] for j in jobs]
+    server.enqueue("reports")
+    gone = server.client.post("/queues/reports/claim", json={"worker": XSS}, headers=ua).json()["jobs"][0]
+    server.run(server.services.maintenance["workers"].run_once)
+    # The second worker vanished: not seen for an hour, and its lease lapsed.
+    db.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE name = %s", (XSS,))
+    db.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", (gone["id"],))
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    page.click("nav >> text=Workers")
+    live = page.locator('#live-workers tr[data-worker="alive"]')
+    expect(live.locator('[data-col="queues"]')).to_have_text("emails")
+    expect(live.locator('[data-col="sdk"]')).to_have_text("jobq-client-python 1.2.3")
+    expect(live.locator('[data-col="jobs"]')).to_have_text(f"{jobs[0]['id']}, {jobs[1]['id']}")
+    expect(page.locator("#gone-workers tbody tr")).to_have_count(1)
+    expect(page.locator("#gone-workers tbody tr td").first).to_have_text(XSS)  # text, never markup
+    assert page.locator("img").count() == 0
+    # A held job's link leads to the job.
+    live.locator('[data-col="jobs"] a').first.click()
+    expect(page.locator("#payload")).to_contain_text('"n": 0')
+    tab.close()
+
+
+def test_dashboard_job_page_says_why_a_job_is_not_running_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    assert server.client.patch("/queues/emails/config", json={"concurrency": 1}).status_code == 200
+    first = server.enqueue("emails", {"n": 1})
+    assert server.claim_one("emails")["id"] == first["id"]
+    waiting = server.enqueue("emails", {"n": 2}, group=XSS, timeout_seconds=90)
+
+    tab = Page(browser, server.url)
+    page = tab.page
+    page.goto(f"{server.url}/ui#/jobs/{waiting['id']}")
+    reason = page.locator('#explain li[data-kind="concurrency"]')
+    expect(reason).to_contain_text("The queue's concurrency (1) is full, held by")
+    expect(page.locator('[data-field="timeout"]')).to_have_text("90 s")
+    # The job holding the place is a link.
+    reason.locator("a").click()
+    expect(page.locator("#payload")).to_contain_text('"n": 1')
+    expect(page.locator("#explain")).to_be_hidden()  # running: no explanation
+    page.goto(f"{server.url}/ui#/jobs/{waiting['id']}")
+    expect(reason).to_be_visible()
+    assert server.client.patch("/queues/emails/config", json={"concurrency": None}).status_code == 200
+    page.reload()
+    expect(page.locator('#explain [data-kind="runnable"]')).to_be_visible()
+    assert page.locator("img").count() == 0
+    tab.close()

@@ -14,9 +14,10 @@ same endpoint function) and raises 403 as problem+json. The endpoint reads the c
 `principal(request)`.
 
 Scopes: `produce` enqueues; `consume` claims, heartbeats, completes and fails; `admin` may do all of
-that and also reach stats, listings, admin actions and /metrics. `metrics` reaches GET /metrics and
-nothing else (a scraper's credential: least privilege), so `@requires(None)` still refuses a key that
-holds only `metrics`. A key may be limited to queue-name patterns (`*` matches any run of characters):
+that and also reach stats, listings, admin actions and /metrics. `metrics` reaches GET /metrics and the
+same figures per queue, GET /queues/{queue}/scale, and nothing else (a scraper's or an autoscaler's
+credential: least privilege), so `@requires(None)` still refuses a key that holds only `metrics`. A key
+may be limited to queue-name patterns (`*` matches any run of characters):
 a route with a {queue} path parameter refuses other queues with 403. A key holding `metrics` never is:
 /metrics covers every queue (the CLI and the schema refuse such a key).
 
@@ -47,7 +48,8 @@ from app.errors import Forbidden, Unauthorized
 
 KeyScope = Literal["produce", "consume", "admin", "metrics"]
 SCOPES: tuple[KeyScope, ...] = ("produce", "consume", "admin", "metrics")
-# The scopes that reach jobs; a key holding none of them (only `metrics`) reaches GET /metrics alone.
+# The scopes that reach jobs; a key holding none of them (only `metrics`) reaches GET /metrics and
+# GET /queues/{queue}/scale alone.
 JOB_SCOPES = frozenset({"produce", "consume", "admin"})
 QUEUE_PATTERN_RE = re.compile(r"[A-Za-z0-9_.:*-]{1,128}")
 

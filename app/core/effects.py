@@ -22,14 +22,10 @@ What a row sets off:
     lapsed lease or a hand-back of a claim nobody received. A path that reports a move its row does not
     list is a bug, and apply() says so.
 
-One second home remains: the dependency trigger (migrations/0010_dependencies.sql and
-0015_release_per_statement.sql, path TRIGGER). A statement that finishes a parent releases or cancels the
-jobs waiting for it in the same transaction, and the trigger itself sends the wake-up ("db w ..."), which
-every process, the writer included, takes from its LISTEN connection. Its rows are here so that the table
-is the whole machine and the tests walk them; apply() never sees them. Moving it out of SQL means the
-writer must learn which children moved (the trigger's changed rows), which costs a RETURNING of the
-trigger's work or a second statement: left for the next round, which needs it out anyway (on Citus a
-trigger on a distributed table runs on the workers, and NOTIFY must come from the coordinator).
+The dependency release (app/core/dependencies.py, path DEPENDENCY) reports its moves like every other
+path: a waiting job made `pending` or cancelled because the jobs it waits for finished. It runs after the
+statement that finished them, in the request (the direct dependants) or in the background service
+(app/maintenance/releaser.py), so its wake-ups travel the same way as everyone's.
 """
 
 from __future__ import annotations
@@ -63,6 +59,7 @@ class Path(StrEnum):
     RELEASE = "release"  # a worker hands its claim back
     HAND_BACK = "hand_back"  # app/core/dispatcher.py: claimed for a request that went away
     RESCUE = "rescue"  # app/maintenance/rescuer.py, lapsed leases
+    TIMEOUT = "timeout"  # app/maintenance/timeouts.py, hard timeouts
     CANCEL = "cancel"  # app/core/operations.py
     BULK_CANCEL = "bulk_cancel"  # app/core/search.py
     PURGE = "purge"  # app/core/sqs.py, SQS PurgeQueue and DeleteQueue
@@ -70,7 +67,7 @@ class Path(StrEnum):
     BULK_RETRY = "bulk_retry"
     REDRIVE = "redrive"
     RETENTION = "retention"  # app/maintenance/retention.py
-    TRIGGER = "trigger"  # the dependency trigger, in SQL (see the module docstring)
+    DEPENDENCY = "dependency"  # app/core/dependencies.py, the release of jobs waiting for finished ones
 
 
 Claims = Literal["none", "slot", "now"]
@@ -105,7 +102,13 @@ TABLE: Mapping[tuple[str, str], Effect] = {
     # Leaving `running`: a slot is free under a concurrency limit.
     (RUNNING, COMPLETED): Effect({Path.COMPLETE: ("completed",)}, claims="slot", results=True),
     (RUNNING, FAILED): Effect(
-        {Path.FAIL: ("failed",), Path.RESCUE: ("lease_expired", "failed", "swept_failed")}, claims="slot", results=True
+        {
+            Path.FAIL: ("failed",),
+            Path.RESCUE: ("lease_expired", "failed", "swept_failed"),
+            Path.TIMEOUT: ("failed", "swept_timed_out"),
+        },
+        claims="slot",
+        results=True,
     ),
     (RUNNING, PENDING): Effect(
         {
@@ -116,16 +119,20 @@ TABLE: Mapping[tuple[str, str], Effect] = {
         },
         claims="now",
     ),
-    (RUNNING, SCHEDULED): Effect({Path.FAIL: ("retried",), Path.RELEASE: ("released",)}, claims="slot"),
+    (RUNNING, SCHEDULED): Effect(
+        {Path.FAIL: ("retried",), Path.RELEASE: ("released",), Path.TIMEOUT: ("retried", "swept_timed_out")},
+        claims="slot",
+    ),
     (RUNNING, CANCELLED): Effect(_CANCEL, claims="slot", results=True),
     # A pending job may hold its ordered group's turn (docs/flow-control.md), due or not; a waiting one
     # holds nothing (docs/workflows.md).
     (PENDING, CANCELLED): Effect(_CANCEL, claims="slot", results=True),
-    (WAITING, CANCELLED): Effect({**_CANCEL, Path.TRIGGER: ()}, results=True),
-    (WAITING, PENDING): Effect({Path.TRIGGER: ()}, claims="now"),
+    (WAITING, CANCELLED): Effect({**_CANCEL, Path.DEPENDENCY: ()}, results=True),
+    (WAITING, PENDING): Effect({Path.DEPENDENCY: ()}, claims="now"),
     # Back from a final status, due at once.
     (FAILED, PENDING): Effect({**_RETRY, Path.REDRIVE: ()}, claims="now"),
     (CANCELLED, PENDING): Effect(_RETRY, claims="now"),
+    (COMPLETED, PENDING): Effect(_RETRY, claims="now"),  # a replay
     (COMPLETED, GONE): Effect({Path.RETENTION: ("swept_deleted",)}),
     (FAILED, GONE): Effect({Path.RETENTION: ("swept_deleted",)}),
     (CANCELLED, GONE): Effect({Path.RETENTION: ("swept_deleted",)}),
@@ -182,7 +189,7 @@ class Effects:
         for key, n in moves.counts.items():
             queue, frm, to = key
             effect = TABLE.get((frm, to))
-            if effect is None or moves.path not in effect.paths or moves.path is Path.TRIGGER:
+            if effect is None or moves.path not in effect.paths:
                 raise UnlistedMove(f"{moves.path}: {frm} -> {to}")
             if effect.claims == "now":
                 now.add(queue)

@@ -14,19 +14,21 @@ from operator import attrgetter, gt
 from typing import Any
 
 from app.core.coalesce import Coalescer
+from app.core.dependencies import DependencyRelease
 from app.core.dispatcher import ClaimDispatcher
 from app.core.effects import NEW, PENDING, RUNNING, SCHEDULED, Effects, Moves, Path
 from app.core.flow import Effective, QueueConfigs
 from app.core.results import ResultWaiters
+from app.core.workers import Agent, WorkerActivity
 from app.db import jobs as store
 from app.db import writes as store_writes
 from app.db.claim import ClaimSlot
-from app.db.dependencies import Parent, UnknownJobs, jobs_insert_dependent
+from app.db.dependencies import Parent, TooDeep, UnknownJobs, jobs_insert_dependent
 from app.db.jobs import NewJob
 from app.db.pool import Database
 from app.db.rows import ClaimRow, Inserted, JobRow
-from app.db.writes import Completion, Done, Heartbeat, Outcome
-from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, ValidationFailed
+from app.db.writes import Completion, Done, Heartbeat, Outcome, Renewed
+from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, JobTimedOut, ValidationFailed
 from app.models.jobs import (
     BatchRef,
     ClaimRequest,
@@ -68,6 +70,8 @@ def _raise_for(outcome: Outcome) -> None:
         raise ClaimLost()
     if outcome == "cancelled":
         raise JobCancelled()
+    if outcome == "timed_out":
+        raise JobTimedOut()
 
 
 def json_text(value: Any, limit: int, max_depth: int, loc: Sequence[str | int]) -> str:
@@ -198,9 +202,14 @@ class JobService:
         effects: Effects,
         results: ResultWaiters,
         configs: QueueConfigs,
+        release: DependencyRelease,
+        activity: WorkerActivity | None = None,
     ) -> None:
         self.settings = settings
         self.configs = configs
+        self.dependants = release  # the jobs waiting for those a complete or fail finished
+        # What claims, heartbeats, completes and fails see of workers, flushed by app/maintenance/workers.py.
+        self.activity = activity if activity is not None else WorkerActivity()
         self.db = db
         self.dispatcher = dispatcher
         self.effects = effects
@@ -225,9 +234,7 @@ class JobService:
             max_inflight=2,
             weight=len,
         )
-        self._heartbeat: Coalescer[Heartbeat, tuple[Outcome, Any]] = Coalescer(
-            self._heartbeat_many, max_items=1000, max_inflight=2
-        )
+        self._heartbeat: Coalescer[Heartbeat, Renewed] = Coalescer(self._heartbeat_many, max_items=1000, max_inflight=2)
 
     async def aclose(self) -> None:
         for c in (self._insert, self._complete_full, self._complete_brief, self._heartbeat):
@@ -256,6 +263,7 @@ class JobService:
             idempotency_key=req.idempotency_key,
             traceparent=traceparent,
             group=req.group,
+            timeout_seconds=req.timeout_seconds,
         )
 
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
@@ -318,9 +326,19 @@ class JobService:
         policies = [r.on_dependency_failure for r in reqs]
         try:
             async with self.db.connection() as conn:
-                rows = await jobs_insert_dependent(conn, jobs, parents, policies, allowed)
+                rows = await jobs_insert_dependent(
+                    conn, jobs, parents, policies, allowed, self.settings.max_dependency_depth
+                )
         except UnknownJobs as exc:
             raise _unknown(reqs, loc, batch, set(exc.ids)) from None
+        except TooDeep as exc:
+            where = [*loc, exc.item, "depends_on"] if batch else [*loc, "depends_on"]
+            msg = (
+                f"this job would be {exc.depth} dependencies deep (a chain of jobs, each waiting for the one "
+                f"before it); at most {exc.limit} (JOBQ_MAX_DEPENDENCY_DEPTH). Depend on fewer levels, or on "
+                "a job nearer the start of the chain"
+            )
+            raise invalid(where, msg, "too_deep") from None
         self.effects.apply(_inserted_dependent(rows))
         return rows
 
@@ -338,11 +356,14 @@ class JobService:
         *,
         client: str | None = None,
         still_authorized: Callable[[], Awaitable[bool]] | None = None,
+        agent: Agent | None = None,
     ) -> Claimed:
         """Complete the jobs the request hands in, then claim: at once when jobs are ready, else within
         wait_seconds, else none. The completes are committed before the claim runs, whatever it finds.
         `disconnected` makes an awaitable that ends when the client goes away (a long-poll stops waiting);
-        `client` and `still_authorized`: see ClaimDispatcher.claim."""
+        `client` and `still_authorized`: see ClaimDispatcher.claim; `agent`: what the request tells of the
+        worker's program (the worker registry)."""
+        self.activity.seen(req.worker, queue, agent)
         completed: list[ItemOutcome] = []
         if req.complete:
             completed = await self._complete_outcomes(self._completions(req.complete, allowed, "complete"))
@@ -353,18 +374,23 @@ class JobService:
         )
         return Claimed(rows, completed)
 
-    async def _heartbeat_many(self, beats: list[Heartbeat]) -> list[tuple[Outcome, Any]]:
+    async def _heartbeat_many(self, beats: list[Heartbeat]) -> list[Renewed]:
         async with self.db.connection() as conn:
             return await store_writes.jobs_heartbeat(conn, beats)
 
-    async def heartbeat(self, job_id: int, req: HeartbeatRequest, allowed: str | None = None) -> Renewal:
+    async def heartbeat(
+        self, job_id: int, req: HeartbeatRequest, allowed: str | None = None, agent: Agent | None = None
+    ) -> Renewal:
         beat = Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed)
         if "progress" in req.model_fields_set:
             progress = None
             if req.progress is not None:
                 progress = self._json(req.progress, self.settings.max_progress_bytes, ["body", "progress"])
             beat = Heartbeat(job_id, req.claim_token, req.lease_seconds, allowed, progress, set_progress=True)
-        outcome, expires = await self._heartbeat(beat)
+        renewed = await self._heartbeat(beat)
+        outcome, expires = renewed.outcome, renewed.lease_expires_at
+        if renewed.worker is not None and renewed.queue is not None:
+            self.activity.seen(renewed.worker, renewed.queue, agent)
         if outcome == "cancelled":
             # Cooperative cancel: the worker learns it here, stops, and does not complete.
             return Renewal(job_id, None, True)
@@ -379,6 +405,8 @@ class JobService:
         per_queue: dict[str, tuple[list[int], list[float]]] = {}
         for d in done:
             job = d.job
+            if d.changed and job is not None:
+                self.activity.finished(job.worker, job.queue, completed=1)
             if d.changed and job is not None and job.finished_at and job.claimed_at:
                 if (entry := per_queue.get(job.queue)) is None:
                     entry = per_queue[job.queue] = ([], [])
@@ -388,6 +416,8 @@ class JobService:
         for queue, (ids, durations) in per_queue.items():
             moves.completed(queue, ids, durations)
         self.effects.apply(moves)
+        # Their dependants: the direct ones released now, before the completes are answered.
+        await self.dependants.after_finish(d.job for d in done if d.changed)
         out, at = [], 0
         for items in requests:
             out.append(done[at : at + len(items)])
@@ -432,9 +462,11 @@ class JobService:
         job = done.job
         assert job is not None
         if done.changed:
+            self.activity.finished(job.worker, job.queue, failed=1)
             # A retry asked for now is claimable at once; one after a backoff only frees the slot.
             due = job.status != PENDING or req.retry_in_seconds == 0
             self.effects.apply(_moved(Path.FAIL, job, RUNNING, job.status if due else SCHEDULED))
+            await self.dependants.after_finish([job])  # failed for good: its dependants cancelled
         return job
 
     async def release(self, job_id: int, req: ReleaseRequest, allowed: str | None = None) -> JobRow:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.cursors import BadCursor, decode_cursor, encode_cursor
+from app.core.dependencies import DependencyRelease
 from app.core.effects import CANCELLED, FAILED, PENDING, Effects, Moves, Path
 from app.core.flow import QueueConfigs, changes_of
 from app.core.jobs import invalid, sanitise_error
@@ -62,8 +63,10 @@ class OpsService:
         effects: Effects,
         wakeups: Wakeups,
         configs: QueueConfigs,
+        release: DependencyRelease,
     ) -> None:
         self.settings = settings
+        self.dependants = release  # the jobs waiting for a cancelled one
         self.db = db
         self.reads = reads  # stats and listings may lag a little: the read replica when there is one
         self.effects = effects
@@ -166,6 +169,7 @@ class OpsService:
         if not found.written:
             raise InvalidState(f"The job is {job.status}; only pending, waiting and running jobs can be cancelled.")
         self.effects.apply(_moved(Path.CANCEL, job, found.was, CANCELLED))
+        await self.dependants.after_finish([job])  # its direct dependants now, the rest in the background
         return job
 
     async def retry(self, job_id: int, allowed: str | None = None) -> JobRow:
@@ -175,7 +179,7 @@ class OpsService:
             raise JobNotFound()
         job = found.job
         if not found.written:
-            raise InvalidState(f"The job is {job.status}; only failed and cancelled jobs can be retried.")
+            raise InvalidState(f"The job is {job.status}; only failed, cancelled and completed jobs can be retried.")
         self.effects.apply(_moved(Path.RETRY, job, found.was, PENDING))
         return job
 

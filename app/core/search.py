@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.cursors import BadCursor, decode_cursor, encode_cursor
+from app.core.dependencies import DependencyRelease
 from app.core.effects import Effects, Moves, Path
 from app.core.jobs import invalid, json_text, sanitise_error
 from app.db import admin as store_admin
 from app.db import search as store_search
-from app.db.admin import CANCELLABLE, RETRYABLE
+from app.db.admin import CANCELLABLE, RETRYABLE, RETRYABLE_BY_DEFAULT
 from app.db.pool import Database
 from app.db.replica import Conn, Reads
 from app.db.rows import JobRow
@@ -24,6 +25,7 @@ from app.settings import Settings
 
 Doc = dict[str, Any]
 APPLIES_TO = {"cancel": CANCELLABLE, "retry": RETRYABLE}
+BY_DEFAULT = {"cancel": CANCELLABLE, "retry": RETRYABLE_BY_DEFAULT}  # a filter that names no status
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +37,10 @@ class Found:
 
 
 class SearchService:
-    def __init__(self, settings: Settings, db: Database, reads: Reads, effects: Effects) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, reads: Reads, effects: Effects, release: DependencyRelease
+    ) -> None:
+        self.dependants = release  # the jobs waiting for those a bulk cancel cancelled
         self.settings = settings
         self.db = db
         self.reads = reads  # a search from the API may lag a little; a bulk action's, not
@@ -108,7 +113,7 @@ class SearchService:
             if status is not None and status not in applies:
                 msg = f"`{req.action}` applies to {' and '.join(applies)} jobs, not {status} ones"
                 raise invalid(["body", "filter", "status"], msg)
-            statuses = (status.value,) if status is not None else applies
+            statuses = (status.value,) if status is not None else BY_DEFAULT[req.action]
             c = self.criteria(req.filter, statuses, ["body", "filter"])
             found = await self.search(c, allowed, req.limit or BULK_MAX_JOBS, req.cursor)
             ids = [j.id for j in found.jobs]
@@ -125,6 +130,7 @@ class SearchService:
 
     async def _act(self, req: BulkRequest, ids: list[int], applies: tuple[str, ...], allowed: str | None) -> list[Doc]:
         moves: Moves | None = None
+        finished: list[JobRow] = []
         async with self.db.connection() as conn:
             if req.dry_run:
                 seen = {j.id: (j.status in applies, j) for j in await store_admin.jobs_get_brief(conn, ids, allowed)}
@@ -142,8 +148,11 @@ class SearchService:
                 for w in written:
                     if w.written and w.job is not None and w.was is not None:
                         moves.add_jobs(w.job.queue, w.was, w.job.status, (w.job.id,))
+                        finished.append(w.job)
         if moves is not None:
             self.effects.apply(moves)
+        if req.action == "cancel":
+            await self.dependants.after_finish(finished)
         out = []
         for job_id in ids:
             if job_id not in seen:

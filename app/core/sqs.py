@@ -162,11 +162,13 @@ class SqsService:
     async def purge(self, name: str) -> int:
         """Every unfinished job of the queue cancelled (running ones too: their workers learn it)."""
         async with self.db.connection() as conn:
-            purged = await store.jobs_purge(conn, name, self.settings.sweep_batch_size)
+            purged, parents = await store.jobs_purge(conn, name, self.settings.sweep_batch_size)
         moves = Moves(Path.PURGE)
         for was, ids in purged.items():
             moves.add_jobs(name, was, CANCELLED, ids)
         self.effects.apply(moves)
+        if parents:
+            self.ops.dependants.backlog()  # jobs depend on some of them: cancelled in the background
         return sum(map(len, purged.values()))
 
     async def delete(self, name: str) -> None:

@@ -32,10 +32,9 @@ queues q1, q2, job id finished; "<sender> p q1 ... #id ..." I have waiters on th
 them, app/db/keys.py) and "config <queue>" a queue's configuration changed (app/db/flow.py), both
 handled by the listener.
 
-One sender is not a process: "db", the trigger that releases jobs waiting for the job a statement finished
-(migrations/0010_dependencies.sql, 0015_release_per_statement.sql). Its "db w q1 ... #id ..." names the
-queues of the jobs it made pending and the jobs it cancelled; every process, the one that ran the
-statement included, takes it like any other wake-up.
+Every message comes from a process's own session: no statement sends one (the dependency release, which
+once did from a trigger, reports its moves through app/core/effects.py like every write path). A
+previous release's trigger sent "db w ..."; it is taken like any other process's message.
 """
 
 from __future__ import annotations

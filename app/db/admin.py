@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from app.db.jobs import JOB_COLUMNS, count_finished, job_columns, job_get
+from app.db.jobs import JOB_COLUMNS, count_finished, job_columns, job_get, record_finished
 from app.db.rows import JobRow, Moved, Status, outcome_rows, rows_of
 from app.db.scope import queue_allowed
 
@@ -31,13 +31,14 @@ WITH target AS (
 ), cancelled AS (
   -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
   -- learns of it (cancel_requested) and its complete or fail is refused with job-cancelled. The jobs
-  -- that depend on a cancelled one are cancelled too, by the trigger jobs_release_dependants.
+  -- that depend on a cancelled one are cancelled too, by the release (`recorded`, app/db/releases.py).
   UPDATE jobs AS j
   SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = coalesce(%(reason)s, j.last_error)
   FROM target t WHERE j.id = t.id
   RETURNING t.was, {columns}
 ), counted AS ({count_finished("cancelled")}
+), recorded AS ({record_finished("cancelled")}
 )
 SELECT 0 AS ord, true AS written, * FROM cancelled
 UNION ALL
@@ -48,18 +49,20 @@ WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 
 
 def _job_retry(target: str, columns: str) -> str:
-    """Send the failed or cancelled jobs `target` names back to pending, returning each as changed or
-    as found."""
+    """Send the failed, cancelled or completed jobs `target` names back to pending, returning each as changed
+    or as found."""
     return f"""
 WITH target AS (
   SELECT j.id, j.queue_name AS queue, j.status FROM jobs j
-  WHERE {target} AND j.status IN ('failed', 'cancelled')
+  WHERE {target} AND j.status IN ('failed', 'cancelled', 'completed')
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
   ORDER BY j.id
   FOR UPDATE
 ), retried AS (
   -- Back to pending with a fresh set of attempts; result and token of the old run are dropped. A job
-  -- cancelled because a dependency failed runs now, whatever its dependencies (docs/workflows.md).
+  -- cancelled because a dependency failed runs now, whatever its dependencies (docs/workflows.md). A
+  -- completed job runs again (a replay): the same job, with its id, payload, creation time and what its
+  -- last run left (last_error, worker, claimed_at, progress) until its next claim.
   UPDATE jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
       lease_expires_at = NULL, result = NULL
@@ -80,7 +83,10 @@ BRIEF = job_columns("false")  # a bulk action's rows: no payload, no result
 JOB_CANCEL, JOB_CANCEL_MANY = _job_cancel(ONE, JOB_COLUMNS), _job_cancel(MANY, BRIEF)
 JOB_RETRY, JOB_RETRY_MANY = _job_retry(ONE, JOB_COLUMNS), _job_retry(MANY, BRIEF)
 CANCELLABLE = (Status.pending, Status.running, Status.waiting)
-RETRYABLE = (Status.failed, Status.cancelled)
+RETRYABLE = (Status.failed, Status.cancelled, Status.completed)
+# What a bulk retry by filter takes when the filter names no status: a completed job is replayed only when
+# asked for by name (an id, or `status: completed`), never swept up by a broad filter.
+RETRYABLE_BY_DEFAULT = (Status.failed, Status.cancelled)
 
 
 async def job_cancel(

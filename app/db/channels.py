@@ -1,7 +1,6 @@
-"""The NOTIFY channel and the names on it: the SQL that sends (app/db/keys.py, app/db/flow.py, the
-release trigger of migrations/0015_release_per_statement.sql) and the processes that listen
-(app/core/wakeups.py, app/maintenance/listener.py) must spell them alike. The grammar of the messages is
-in app/core/wakeups.py."""
+"""The NOTIFY channel and the names on it: the SQL that sends (app/db/keys.py, app/db/flow.py) and the
+processes that send wake-ups and listen (app/core/wakeups.py, app/maintenance/listener.py) must spell them
+alike. The grammar of the messages is in app/core/wakeups.py."""
 
 from __future__ import annotations
 

@@ -191,8 +191,13 @@ PENDING = "(SELECT 'pending'::text)"
 DUE_IN_GROUP = """(SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
                 AND run_at <= clock_timestamp() ORDER BY priority DESC, id LIMIT 1) IS NOT NULL"""
 
-JOB_CLAIM_LIMITED = f"""
-WITH RECURSIVE cfg AS (
+# The fragments below are the claim's reading of a queue's limits, written once: JOB_CLAIM_LIMITED is made of
+# them, and so are the explanation of why a job is not claimed (GET /jobs/{id}/explain) and the scaling signal
+# (app/db/scale.py), so that what those say cannot drift from what the claim does. Each is the body of a CTE
+# of the name it says; RUNNING_BY_GROUP and RECENT_CLAIMS read `cfg` and `stamp`.
+
+# CTE `cfg`: the queue's limits.
+QUEUE_LIMITS = """
   -- The queue's limits as they are now: this statement started after the queue's claim lock was taken.
   -- No row (the configuration was just removed): no limits.
   SELECT coalesce(s.paused, false) AS paused, s.concurrency, s.rate_limit, s.rate_per_seconds,
@@ -200,15 +205,19 @@ WITH RECURSIVE cfg AS (
          s.group_rate_limit, s.group_rate_per_seconds, coalesce(s.fair, false) AS fair,
          coalesce(s.ordered, false) AS ordered, coalesce(s.grouped, false) AS grouped
   FROM (SELECT) one LEFT JOIN queue_state s ON s.queue_name = %(queue)s
-), stamp AS (
-  SELECT clock_timestamp() AS now
-), running AS (
+"""
+
+# CTE `running`: the running jobs that the concurrency limits count.
+RUNNING_BY_GROUP = f"""
   -- Running jobs of this queue by group (jobs_running_idx): what the concurrency limits count.
   SELECT group_key, count(*) AS n FROM jobs
   WHERE queue_name = %(queue)s AND status = {RUNNING_C}
     AND (SELECT concurrency IS NOT NULL OR group_concurrency IS NOT NULL FROM cfg)
   GROUP BY group_key
-), recent AS (
+"""
+
+# CTE `recent`: the claims that the queue's rate limit counts.
+RECENT_CLAIMS = """
   -- Claims of this queue inside its rate window, and when the oldest of them leaves it.
   SELECT coalesce(sum(c.n), 0) AS n, min(c.claimed_at) + make_interval(secs => cfg.rate_per_seconds) AS frees_at
   FROM cfg CROSS JOIN stamp
@@ -216,7 +225,20 @@ WITH RECURSIVE cfg AS (
    AND c.claimed_at > stamp.now - make_interval(secs => cfg.rate_per_seconds)
   WHERE cfg.rate_limit IS NOT NULL
   GROUP BY cfg.rate_per_seconds
-), room AS (
+"""
+
+# A LATERAL subquery on group `w.g`: its claims inside the group rate window (reads `cfg`).
+GROUP_RECENT_CLAIMS = """
+    SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
+    FROM queue_claims c, stamp
+    WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
+      AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
+"""
+
+JOB_CLAIM_LIMITED = f"""
+WITH RECURSIVE cfg AS ({QUEUE_LIMITS}), stamp AS (
+  SELECT clock_timestamp() AS now
+), running AS ({RUNNING_BY_GROUP}), recent AS ({RECENT_CLAIMS}), room AS (
   -- How many jobs this statement may claim, and what each queue-wide limit alone would allow.
   SELECT CASE WHEN cfg.paused THEN 0 ELSE greatest(0, least(%(total)s::int, by_concurrency, by_rate)) END AS n,
          by_concurrency, by_rate
@@ -257,12 +279,7 @@ WITH RECURSIVE cfg AS (
          count(*) OVER () AS ngroups
   FROM walk w CROSS JOIN cfg
   LEFT JOIN running r ON r.group_key = w.g
-  LEFT JOIN LATERAL (
-    SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
-    FROM queue_claims c, stamp
-    WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
-      AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
-  ) gr ON true
+  LEFT JOIN LATERAL ({GROUP_RECENT_CLAIMS}  ) gr ON true
   WHERE w.g IS NOT NULL
 ), heads AS (
   -- Each group's next jobs, up to its room: in the group's order (priority, then enqueue order), due ones.

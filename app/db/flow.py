@@ -32,6 +32,7 @@ CONFIG_FIELDS = (
     "group_rate_per_seconds",
     "fair",
     "ordered",
+    "timeout_seconds",
 )
 
 
@@ -56,6 +57,7 @@ class QueueConfigRow:
     group_rate_per_seconds: int | None
     fair: bool | None
     ordered: bool | None
+    timeout_seconds: int | None  # hard timeout of the queue's jobs that have none of their own
     limited: bool
     grouped: bool
     changed_at: datetime | None

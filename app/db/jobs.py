@@ -56,7 +56,10 @@ def job_columns(full: str = "true") -> str:
         # NULL means cancel, and says nothing for a job without dependencies; the count only while waiting.
         "CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END "
         "AS on_dependency_failure, "
-        "CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies"
+        "CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, "
+        "j.timeout_seconds, "
+        # Not shown by the API: whether a job enqueued later depends on this one (the release, app/db/releases.py).
+        "coalesce(j.has_dependants, false) AS has_dependants"
     )
 
 
@@ -74,6 +77,17 @@ def count_finished(source: str, status: str = "status", delta: str = "1") -> str
   WHERE {status} IN {FINISHED_SQL}
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n"""
+
+
+def record_finished(source: str) -> str:
+    """A data-modifying CTE body that records, in the dependency release's outbox, each job of `source` (with
+    columns queue, id, status, has_dependants) that finished while some job depends on it: the release
+    (app/db/releases.py) then releases or cancels its dependants. Same statement as the finish, so a finish
+    never commits without its record; the row stays in the finished job's queue."""
+    return f"""
+  INSERT INTO dependency_releases (queue_name, job_id, status)
+  SELECT queue, id, status FROM {source}
+  WHERE has_dependants AND status IN {FINISHED_SQL}"""
 
 
 def as_json(doc: Any) -> str:
@@ -128,6 +142,7 @@ class NewJob:
     idempotency_key: str | None
     traceparent: str | None = None  # the enqueue's W3C trace context (app/observability/tracing.py)
     group: str | None = None
+    timeout_seconds: int | None = None  # the job's own hard timeout (None: its queue's, if any)
 
 
 JOB_INSERT_MANY = f"""
@@ -138,15 +153,15 @@ WITH input AS (
   SELECT t.*, nextval(pg_get_serial_sequence('jobs', 'id')) AS id
   FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
-         max_attempts int, idempotency_key text, traceparent text, group_key text)
+         max_attempts int, idempotency_key text, traceparent text, group_key text, timeout_seconds int)
   ORDER BY ord
 )
 INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
-                       group_key)
+                       group_key, timeout_seconds)
 OVERRIDING SYSTEM VALUE
 SELECT id, queue_name, coalesce(payload, 'null'), priority,  -- json_to_recordset reads JSON null as NULL
        coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
-       max_attempts, idempotency_key, traceparent, group_key
+       max_attempts, idempotency_key, traceparent, group_key, timeout_seconds
 FROM input
 -- Rows are inserted in key order, not input order: every statement then takes the keys it waits on
 -- (a key inserted by a transaction still in flight) in one global order, so two batches holding the
@@ -200,6 +215,7 @@ async def _insert_round(
             "idempotency_key": j.idempotency_key,
             "traceparent": j.traceparent,
             "group_key": j.group,
+            "timeout_seconds": j.timeout_seconds,
         }
         for n, j in enumerate(jobs[i] for i in todo)
     ]

@@ -128,6 +128,8 @@ class JobRow(NamedTuple):
     depends_on: list[int] | None  # dependencies between jobs (app/db/dependencies.py)
     on_dependency_failure: str | None
     pending_dependencies: int | None
+    timeout_seconds: int | None  # its own hard timeout, as enqueued (None: its queue's, if any)
+    has_dependants: bool = False  # some job depends on it (not shown by the API; the release reads it)
 
 
 class ClaimRow(NamedTuple):
@@ -202,6 +204,8 @@ class Beat(NamedTuple):
     lease_expires_at: datetime | None
     status: str | None
     claim_token: str | None
+    worker: str | None  # of the renewed claim (NULL when not renewed), and its queue
+    queue: str | None
 
 
 @dataclass(slots=True, frozen=True)

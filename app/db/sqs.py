@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from orjson import Fragment
 
-from app.db.jobs import as_json, count_finished
+from app.db.jobs import as_json, count_finished, record_finished
 from app.db.rows import rows_of
 
 # --- queues -------------------------------------------------------------------------------------------------
@@ -175,25 +175,32 @@ WITH target AS (
   SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = 'purged (SQS PurgeQueue)'
   FROM target t WHERE j.id = t.id
-  RETURNING t.queue, j.status, j.id, t.was
+  RETURNING t.queue, j.status, j.id, t.was, coalesce(j.has_dependants, false) AS has_dependants
 ), counted AS ({count_finished("purged")}
+), recorded AS ({record_finished("purged")}
 )
--- What each job was before (app/core/effects.py: a running or pending job frees its slot or group's turn).
-SELECT id, was FROM purged
+-- What each job was before (app/core/effects.py: a running or pending job frees its slot or group's turn),
+-- and whether jobs depend on it (the release then has work).
+SELECT id, was, has_dependants FROM purged
 """
 
 
-async def jobs_purge(conn: psycopg.AsyncConnection[Any], queue: str, batch: int) -> dict[str, list[int]]:
+async def jobs_purge(
+    conn: psycopg.AsyncConnection[Any], queue: str, batch: int
+) -> tuple[dict[str, list[int]], list[int]]:
     """Cancel every unfinished job of the queue, a batch per statement; the ids cancelled, by the status
-    each had."""
+    each had, and the ids of those that other jobs depend on."""
     purged: dict[str, list[int]] = {}
+    parents: list[int] = []
     while True:
         cur = await conn.execute(JOBS_PURGE, {"queue": queue, "batch": batch})
         rows = await cur.fetchall()
-        for job_id, was in rows:
+        for job_id, was, has_dependants in rows:
             purged.setdefault(was, []).append(job_id)
+            if has_dependants:
+                parents.append(job_id)
         if len(rows) < batch:
-            return purged
+            return purged, parents
 
 
 # --- messages: attributes and the deduplication window -----------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import psycopg
 from orjson import Fragment
 
-from app.db.jobs import JOB_COLUMNS, RUNNING, as_json, count_finished, job_columns, job_get
+from app.db.jobs import JOB_COLUMNS, RUNNING, as_json, count_finished, job_columns, job_get, record_finished
 from app.db.rows import Beat, ClaimRow, JobRow, Status, Written, outcome_rows, rows_of
 from app.db.scope import queue_allowed
 
@@ -38,7 +38,12 @@ async def jobs_release(conn: psycopg.AsyncConnection[Any], rows: Sequence[ClaimR
 
 # --- heartbeat, complete, fail ------------------------------------------------------------------------------
 
-Outcome = Literal["ok", "claim_lost", "not_found", "cancelled"]
+Outcome = Literal["ok", "claim_lost", "not_found", "cancelled", "timed_out"]
+
+# What a claim's token becomes when the hard-timeout sweeper fails its job: the token with
+# this suffix, which no token the claim hands out can end with (they are URL-safe base64). The token no longer
+# holds the job, and the worker's next write learns why (job-timed-out) instead of claim-lost.
+TIMED_OUT_SUFFIX = "~timeout"
 
 
 def outcome_of(token: str, job: JobRow | None, done: tuple[str, ...]) -> Outcome:
@@ -55,6 +60,8 @@ def _outcome(token: str, status: str | None, held_by: str | None, done: tuple[st
         return "ok"
     if held_by == token and status == Status.cancelled:
         return "cancelled"
+    if held_by is not None and held_by == token + TIMED_OUT_SUFFIX:
+        return "timed_out"
     return "claim_lost"
 
 
@@ -73,11 +80,12 @@ WITH input AS (
   FROM input i
   WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id AND i.writes
     AND j.status = {RUNNING} AND j.claim_token = i.token AND {queue_allowed("j.queue_name", "i.allowed")}
-  RETURNING j.id, j.claim_token, j.lease_expires_at
+  RETURNING j.id, j.claim_token, j.lease_expires_at, j.locked_by, j.queue_name
 )
 -- Per input: the new expiry, else the job's state as this statement found it (to tell why not); a job
 -- outside the caller's queues is not found.
-SELECT i.ord, r.lease_expires_at, c.status, c.claim_token
+-- The worker and queue of a renewed claim go to the worker registry (app/core/workers.py).
+SELECT i.ord, r.lease_expires_at, c.status, c.claim_token, r.locked_by AS worker, r.queue_name AS queue
 FROM input i
 LEFT JOIN renewed r ON r.id = i.id AND r.claim_token = i.token
 LEFT JOIN LATERAL (
@@ -99,9 +107,15 @@ class Heartbeat:
     set_progress: bool = False
 
 
-async def jobs_heartbeat(
-    conn: psycopg.AsyncConnection[Any], beats: Sequence[Heartbeat]
-) -> list[tuple[Outcome, datetime | None]]:
+@dataclass(slots=True, frozen=True)
+class Renewed:
+    outcome: Outcome
+    lease_expires_at: datetime | None
+    worker: str | None = None  # of the claim renewed, and its queue
+    queue: str | None = None
+
+
+async def jobs_heartbeat(conn: psycopg.AsyncConnection[Any], beats: Sequence[Heartbeat]) -> list[Renewed]:
     doc: list[dict[str, Any]] = [
         {
             "ord": n,
@@ -130,17 +144,17 @@ async def jobs_heartbeat(
         last[key] = item
     cur = conn.cursor(row_factory=rows_of(Beat))
     await cur.execute(JOB_HEARTBEAT_MANY, {"beats": as_json(doc)})
-    out: list[tuple[Outcome, datetime | None]] = []
+    out: list[Renewed] = []
     for beat, row in zip(beats, await cur.fetchall(), strict=True):
         if row.lease_expires_at is not None:
-            out.append(("ok", row.lease_expires_at))
+            out.append(Renewed("ok", row.lease_expires_at, row.worker, row.queue))
         elif row.status == Status.running and row.claim_token == beat.token:
             # Changed by a concurrent statement after our snapshot (a cancel, the sweeper, a complete):
             # look again, so that a cancel is reported as such and not as a lost claim.
             job = await job_get(conn, beat.id, beat.allowed)
-            out.append((outcome_of(beat.token, job, ()), None))
+            out.append(Renewed(outcome_of(beat.token, job, ()), None))
         else:
-            out.append((_outcome(beat.token, row.status, row.claim_token, ()), None))
+            out.append(Renewed(_outcome(beat.token, row.status, row.claim_token, ()), None))
     return out
 
 
@@ -177,6 +191,7 @@ WITH input AS (
     AND j.status = {RUNNING} AND j.claim_token = i.token AND {queue_allowed("j.queue_name", "i.allowed")}
   RETURNING {job_columns("%(full)s")}
 ), counted AS ({count_finished("done", "'completed'")}
+), recorded AS ({record_finished("done")}
 )
 {_written_many("done", "%(full)s")}
 """
@@ -261,6 +276,7 @@ WITH failed AS (
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   RETURNING {JOB_COLUMNS}
 ), counted AS ({count_finished("failed")}
+), recorded AS ({record_finished("failed")}
 )
 {_written_one("failed")}
 """

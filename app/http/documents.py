@@ -11,9 +11,12 @@ from typing import Any
 from orjson import Fragment
 from pydantic import BaseModel
 
+from app.core.scale import Scale
 from app.db.flow import QueueConfigRow
+from app.db.workers import WorkerRow
 from app.models.answers import Claim, CompleteOutcome, HeartbeatResponse, Job
 from app.models.schedules import Schedule
+from app.models.workers import HeldJob, WorkerSummary
 
 JSON_FIELDS = frozenset({"payload", "result", "progress"})
 
@@ -41,6 +44,13 @@ claim_document = documenter(Claim)
 renewal_document = documenter(HeartbeatResponse)
 outcome_document = documenter(CompleteOutcome)
 schedule_document = documenter(Schedule)
+held_job_document = documenter(HeldJob)
+_SUMMARY = tuple(n for n in WorkerSummary.model_fields if n != "state")
+
+
+def worker_document(row: WorkerRow) -> Document:
+    """A worker (app/models/workers.py WorkerSummary)."""
+    return {"state": "live" if row.live else "gone", **{n: getattr(row, n) for n in _SUMMARY}}
 
 
 def _rate(limit: int | None, per_seconds: int | None) -> Document | None:
@@ -67,5 +77,23 @@ def config_document(queue: str, row: QueueConfigRow | None) -> Document:
         "group_rate": _rate(get("group_rate_limit"), get("group_rate_per_seconds")),
         "fair": get("fair"),
         "ordered": get("ordered"),
+        "timeout_seconds": get("timeout_seconds"),
         "changed_at": get("changed_at"),
+    }
+
+
+def scale_document(s: Scale) -> Document:
+    """GET /queues/{queue}/scale (app/models/operations.py QueueScale)."""
+    r = s.row
+    rate = None if r.rate_limit is None else {"limit": r.rate_limit, "per_seconds": r.rate_per_seconds}
+    return {
+        "queue": s.queue,
+        "claimable": s.claimable,
+        "ready": r.ready,
+        "capped": r.capped,
+        "running": r.running,
+        "oldest_ready_age_seconds": r.oldest_ready_age,
+        "paused": r.paused,
+        "held_by": s.held_by,
+        "limits": {"concurrency": r.concurrency, "rate": rate},
     }

@@ -37,6 +37,7 @@ _JOB: dict[str, Any] = {
     "depends_on": None,
     "on_dependency_failure": None,
     "pending_dependencies": None,
+    "timeout_seconds": None,
 }
 # A job of a workflow: it runs once jobs 40 and 41 have completed; one of them has.
 _WAITING = {
@@ -131,6 +132,7 @@ _CONFIG = {
     "group_rate": None,
     "fair": True,
     "ordered": None,
+    "timeout_seconds": 600,
     "changed_at": _AT,
 }
 _GROUPS = [
@@ -206,6 +208,43 @@ _FAILED = {
 }
 
 # Component schema name -> examples (JSON Schema `examples`; the first also becomes the media type's).
+_WORKER = {
+    "name": "mailer-1-4242",
+    "state": "live",
+    "queues": ["emails"],
+    "sdk": "jobq-client-python",
+    "version": __version__,
+    "host": "mailer-1",
+    "first_seen": "2026-11-29T08:00:00+00:00",
+    "last_seen": _AT,
+    "jobs_held": 1,
+    "job_ids": [42],
+    "lease_expires_at": _LATER,
+    "completed_last_hour": 1840,
+    "failed_last_hour": 3,
+}
+_GONE_WORKER = {
+    **_WORKER,
+    "name": "mailer-2-977",
+    "state": "gone",
+    "host": "10.0.3.17",
+    "jobs_held": 0,
+    "job_ids": [],
+    "lease_expires_at": None,
+    "last_seen": "2026-11-29T11:40:00+00:00",
+    "completed_last_hour": 12,
+    "failed_last_hour": 0,
+}
+_HELD_JOB = {
+    "id": 42,
+    "queue": "emails",
+    "attempts": 1,
+    "max_attempts": 5,
+    "claimed_at": _AT,
+    "lease_expires_at": _LATER,
+    "progress": {"done": 40, "total": 100},
+}
+
 SCHEMAS: dict[str, list[Any]] = {
     "EnqueueRequest": [
         _ENQUEUE,
@@ -367,7 +406,7 @@ SCHEMAS: dict[str, list[Any]] = {
             "dry_run": False,
             "jobs": [
                 {"id": 42, "outcome": "done", "status": "pending"},
-                {"id": 43, "outcome": "skipped", "status": "completed"},
+                {"id": 43, "outcome": "skipped", "status": "running"},
                 {"id": 44, "outcome": "not_found", "status": None},
             ],
             "done": 1,
@@ -377,6 +416,53 @@ SCHEMAS: dict[str, list[Any]] = {
             "partial": False,
         }
     ],
+    # explain
+    "PausedReason": [{"kind": "paused"}],
+    "ScheduledReason": [{"kind": "scheduled", "run_at": _LATER}],
+    "BackoffReason": [{"kind": "backoff", "run_at": _LATER, "attempts": 2, "last_error": "SMTP 451 greylisted"}],
+    "ConcurrencyReason": [{"kind": "concurrency", "limit": 2, "held_by": [40, 41]}],
+    "RateReason": [{"kind": "rate", "limit": 100, "per_seconds": 60, "until": _LATER}],
+    "GroupConcurrencyReason": [{"kind": "group_concurrency", "group": "customer-1042", "limit": 1, "held_by": [39]}],
+    "GroupRateReason": [
+        {"kind": "group_rate", "group": "customer-1042", "limit": 5, "per_seconds": 60, "until": _LATER}
+    ],
+    "OrderedReason": [{"kind": "ordered", "group": "customer-1042", "behind": 38}],
+    "DependenciesReason": [{"kind": "dependencies", "waiting_for": [41]}],
+    "RunningReason": [{"kind": "running", "worker": "mailer-1-4242", "lease_expires_at": _LATER}],
+    "FinishedReason": [{"kind": "finished", "status": "completed"}],
+    "JobExplanation": [
+        {
+            "id": 42,
+            "queue": "emails",
+            "status": "pending",
+            "runnable": False,
+            "reasons": [
+                {"kind": "concurrency", "limit": 2, "held_by": [40, 41]},
+                {"kind": "group_concurrency", "group": "customer-1042", "limit": 1, "held_by": [40]},
+            ],
+        },
+        {"id": 43, "queue": "emails", "status": "pending", "runnable": True, "reasons": []},
+    ],
+    # scaling signals
+    "ScaleLimits": [{"concurrency": 20, "rate": None}],
+    "QueueScale": [
+        {
+            "queue": "emails",
+            "claimable": 12,
+            "ready": 412,
+            "capped": False,
+            "running": 8,
+            "oldest_ready_age_seconds": 3.2,
+            "paused": False,
+            "held_by": ["concurrency"],
+            "limits": {"concurrency": 20, "rate": None},
+        }
+    ],
+    # workers
+    "WorkerSummary": [_WORKER, _GONE_WORKER],
+    "WorkerList": [{"workers": [_WORKER, _GONE_WORKER]}],
+    "HeldJob": [_HELD_JOB],
+    "WorkerDetail": [{**_WORKER, "jobs": [_HELD_JOB]}],
     # schedules
     "ScheduleRequest": [
         {"queue": "reports", "cron": "0 7 * * MON-FRI", "timezone": "Europe/Paris", "payload": {"report": "daily"}},

@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Match, Route
 
 from app.auth.policy import client_identity, principal, requires
 from app.core.jobs import JobService
+from app.core.workers import Agent, agent_of
 from app.errors import (
     AppError,
     BadRequest,
@@ -129,6 +130,12 @@ def service(request: Request) -> JobService:
     return services(request).jobs
 
 
+def agent(request: Request) -> Agent:
+    """What the request tells of the worker's program, for the worker registry (app/core/workers.py)."""
+    client = request.scope.get("client")
+    return agent_of(request.headers.get("user-agent"), str(client[0]) if client else None)
+
+
 async def _disconnected(request: Request) -> None:
     """Completes when the client goes away (http.disconnect) while its long-poll waits."""
     while (await request.receive())["type"] != "http.disconnect":
@@ -210,6 +217,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
             waiting,
             client=client_identity(request),
             still_authorized=request.scope["state"].get("recheck"),
+            agent=agent(request),
         )
         if (tracing := services(request).tracing) is not None:
             tracing.link_jobs(claimed.jobs)
@@ -238,7 +246,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     @requires("consume")
     @configured(body=c.heartbeat)
     async def heartbeat_job(job_id: JobIdPath, body: HeartbeatRequest, request: Request) -> Response:
-        renewal = await service(request).heartbeat(job_id, body, principal(request).queue_regex)
+        renewal = await service(request).heartbeat(job_id, body, principal(request).queue_regex, agent(request))
         return json_response(renewal_document(renewal))
 
     @router.post(

@@ -11,19 +11,22 @@ from pydantic import BaseModel
 
 from app.auth.policy import principal, requires
 from app.core.operations import OpsService
+from app.core.scale import DEFAULT_CAP
 from app.db.rows import Status
 from app.errors import Forbidden, ValidationFailed
-from app.http.documents import config_document, job_document
+from app.http.documents import config_document, job_document, scale_document
 from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
 from app.http.served import SERVED_BY_RESPONSES, recording_served, served_by
 from app.models.answers import Job
+from app.models.explain import JobExplanation
 from app.models.flow import QueueConfig, QueueConfigPatch
 from app.models.operations import (
     CancelRequest,
     JobPage,
     QueueList,
+    QueueScale,
     QueueState,
     QueueStats,
     RedriveRequest,
@@ -33,7 +36,7 @@ from app.services import services
 
 _ADMIN_WRITE = (400, 401, 403, 413, 415, 422, 503)
 _CANCEL_409 = "`invalid-state`: the job is finished (completed, failed or cancelled) and cannot be cancelled."
-_RETRY_409 = "`invalid-state`: only failed or cancelled jobs can be retried."
+_RETRY_409 = "`invalid-state`: only failed, cancelled or completed jobs can be retried."
 
 
 def ops(request: Request) -> OpsService:
@@ -109,6 +112,30 @@ def add_operator_routes(api: FastAPI) -> None:
         doc = {"jobs": [job_document(j) for j in page.jobs], "next_cursor": page.next_cursor}
         return served_by(json_response(doc), served)
 
+    @api.get(
+        "/queues/{queue}/scale",
+        operation_id="getQueueScale",
+        summary="How many workers the queue could use now (for autoscalers)",
+        description="`claimable`: how many more jobs claims could take right now under the queue's limits "
+        "(ready jobs that concurrency, rate and group limits let through; 0 while paused), with the jobs in "
+        "flight and the age of the oldest ready job. One statement whose cost does not grow with the backlog "
+        "(ready jobs are counted up to `max`). For KEDA's metrics-api scaler; the same figures are the gauges "
+        "jobq_queue_claimable_jobs and jobq_queue_running_jobs on /metrics. An admin key, or a `metrics` key (a "
+        "scraper's credential); a key limited to some queues reaches those only. See docs/autoscaling.md.",
+        tags=["operators"],
+        response_model=QueueScale,
+        responses=_problems(401, 403, 422, 503),
+    )
+    @requires("metrics")
+    async def queue_scale(
+        queue: QueueName,
+        request: Request,
+        max: Annotated[
+            int, Query(ge=1, le=10_000, description="Count ready jobs up to this many (default 1000).")
+        ] = DEFAULT_CAP,
+    ) -> Response:
+        return json_response(scale_document(await services(request).scale.scale(queue, max)))
+
     @api.post(
         "/jobs/{job_id:int}/cancel",
         operation_id="cancelJob",
@@ -126,11 +153,32 @@ def add_operator_routes(api: FastAPI) -> None:
         reason = body.reason if body else None
         return json_response(job_document(await ops(request).cancel(job_id, reason, principal(request).queue_regex)))
 
+    @api.get(
+        "/jobs/{job_id:int}/explain",
+        operation_id="explainJob",
+        summary="Why a job is not running",
+        description="Every rule of the claim that holds the job right now, as data: its queue paused, due later "
+        "(`scheduled`) or after a failed attempt (`backoff`), the queue's `concurrency` or `rate` full, its "
+        "group's `group_concurrency` or `group_rate` full, not its turn in an `ordered` group, waiting for "
+        "`dependencies`; or that it is running or finished. Read with the claim's own SQL fragments, so it "
+        "says what the claim does. `runnable: true` (no reasons): the next claim may take it, in claim order.",
+        tags=["operators"],
+        response_model=JobExplanation,
+        responses=_problems(401, 403, 404, 422, 503),
+    )
+    @requires("admin")
+    async def explain_job(job_id: JobIdPath, request: Request) -> Response:
+        return json_response(await services(request).explain.explain(job_id, principal(request).queue_regex))
+
     @api.post(
         "/jobs/{job_id:int}/retry",
         operation_id="retryJob",
-        summary="Run a failed or cancelled job again",
-        description="Back to pending with its attempts reset; 409 invalid-state for other statuses.",
+        summary="Run a failed, cancelled or completed job again",
+        description="Back to pending with its attempts reset, due now: the same job (its id, payload, group and "
+        "creation time), so its history stays with it; `last_error`, `worker` and `claimed_at` show its last "
+        "run until it is claimed again. A completed job runs again with the same payload (a replay); its "
+        "result is dropped, and the jobs that depend on it, which already ran, do not run again. 409 "
+        "invalid-state for pending, waiting and running jobs.",
         tags=["operators"],
         response_model=Job,
         responses=_problems(401, 403, 404, 409, 422, 503, conflict=_RETRY_409),

@@ -13,6 +13,7 @@ from app.errors import (
     InvalidState,
     JobCancelled,
     JobNotFound,
+    JobTimedOut,
     NotReady,
     PayloadTooLarge,
     ProxyWithoutKeys,
@@ -23,6 +24,7 @@ from app.errors import (
     Unauthorized,
     UnsupportedMediaType,
     ValidationFailed,
+    WorkerNotFound,
 )
 
 # Status -> named problems an operation documenting that status may answer (rendered with its path).
@@ -36,10 +38,15 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
             "this request came through a proxy (it carries `x-forwarded-for`). " + TURN_KEYS_ON
         ),
     },
-    404: {"job-not-found": JobNotFound(), "schedule-not-found": ScheduleNotFound()},
+    404: {
+        "job-not-found": JobNotFound(),
+        "schedule-not-found": ScheduleNotFound(),
+        "worker-not-found": WorkerNotFound("No worker named 'mailer-9-1' was seen (in a queue this key may use)."),
+    },
     409: {
         "claim-lost": ClaimLost(),
         "job-cancelled": JobCancelled(),
+        "job-timed-out": JobTimedOut(),
         "invalid-state": InvalidState("The job is completed; only pending, waiting and running jobs can be cancelled."),
     },
     413: {"payload-too-large": PayloadTooLarge("The request body is larger than 16777216 bytes.")},
@@ -112,6 +119,26 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
                 {"loc": ["query", "range"], "msg": "Input should be 'hour', 'day' or 'week'", "type": "literal_error"}
             ],
         ),
+        "bad-limit": ValidationFailed(
+            "query.limit: Input should be greater than or equal to 1",
+            errors=[
+                {
+                    "loc": ["query", "limit"],
+                    "msg": "Input should be greater than or equal to 1",
+                    "type": "greater_than_equal",
+                }
+            ],
+        ),
+        "bad-worker-name": ValidationFailed(
+            "path.name: String should match pattern '^[^\\x00-\\x1f\\x7f]+$'",
+            errors=[
+                {
+                    "loc": ["path", "name"],
+                    "msg": "String should match pattern '^[^\\x00-\\x1f\\x7f]+$'",
+                    "type": "string_pattern_mismatch",
+                }
+            ],
+        ),
         "search-too-broad": SearchTooBroad(
             "The search did not finish within 5000 ms: narrow it (a queue and a status, or a more specific filter)."
         ),
@@ -125,7 +152,7 @@ PROBLEMS: dict[int, dict[str, AppError]] = {
 }
 
 _WORKER_WRITES = {"heartbeatJob", "completeJob", "failJob", "releaseJob"}
-_JOB_ROUTES = {"getJob", "cancelJob", "retryJob", *_WORKER_WRITES}
+_JOB_ROUTES = {"getJob", "cancelJob", "retryJob", "explainJob", *_WORKER_WRITES}
 _SCHEDULE_ROUTES = {"putSchedule", "getSchedule", "deleteSchedule", "pauseSchedule", "resumeSchedule"}
 
 # Problems that only some operations give: by operationId or HTTP method.
@@ -157,6 +184,7 @@ ONLY_ON: dict[str, set[str]] = {
         "resumeQueue",
         "getQueueConfig",
         "setQueueConfig",
+        "getQueueScale",
     },
     "job-not-found": _JOB_ROUTES,
     "schedule-not-found": _SCHEDULE_ROUTES - {"putSchedule"},
@@ -166,5 +194,9 @@ ONLY_ON: dict[str, set[str]] = {
     "bad-wait": {"getJob"},
     "claim-lost": _WORKER_WRITES,
     "job-cancelled": {"completeJob", "failJob", "releaseJob"},
+    "job-timed-out": _WORKER_WRITES,
+    "worker-not-found": {"getWorker"},
+    "bad-limit": {"listWorkers", "getQueueScale"},
+    "bad-worker-name": {"getWorker"},
     "invalid-state": {"cancelJob", "retryJob"},
 }

@@ -1,6 +1,8 @@
 """Gauges for /metrics: pool, waiting claims and waits for results every second, queue depths every
 JOBQ_GAUGES_INTERVAL_SECONDS from the same index-only aggregation as GET /queues (never a count per
-scrape)."""
+scrape), and with them the scaling signal (claimable jobs, jobs in flight): for a queue without limits its
+ready jobs, for one with limits or paused the statement of GET /queues/{queue}/scale. A scrape only reads
+what the last refresh left, so scraping often costs PostgreSQL nothing."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import time
 
 from app.core.dispatcher import ClaimDispatcher
 from app.core.results import ResultWaiters
+from app.core.scale import DEFAULT_CAP, scale_of
 from app.db import operations as store_ops
 from app.db import retention as store_retention
+from app.db import scale as store_scale
 from app.db.pool import Database
 from app.maintenance.base import Ticking
 from app.observability.metrics import Metrics
@@ -40,9 +44,18 @@ class Gauges(Ticking):
             async with self.db.connection() as conn:
                 queues = await store_ops.queues_list(conn)
                 health = await store_retention.database_health(conn)
+                held = await store_scale.queues_held(conn)
+                scale: list[tuple[str, float, float]] = []
+                for q in queues:
+                    if q.queue in held and (q.ready or q.running):
+                        row = await store_scale.queue_scale(conn, q.queue, DEFAULT_CAP)
+                        scale.append((q.queue, scale_of(q.queue, row).claimable, row.running))
+                    else:
+                        scale.append((q.queue, 0 if q.queue in held else q.ready, q.running))
             self.metrics.dead_rows.set(health.jobs_dead_rows)
             self.metrics.xmin_age.set(health.oldest_xmin_age_seconds)
             self.metrics.set_depths(
                 (q.queue, q.ready, q.scheduled, q.oldest_ready_age or 0.0, q.waiting) for q in queues
             )
+            self.metrics.set_scale(scale)
         self.metrics.forget_idle_queues()

@@ -51,6 +51,9 @@ class Job(BaseModel):
     pending_dependencies: int | None = Field(
         description="While `waiting`: how many of its dependencies have not finished yet; null otherwise."
     )
+    timeout_seconds: int | None = Field(
+        description="Its own hard timeout, as enqueued; null: its queue's `timeout_seconds`, if any."
+    )
 
 
 class JobList(BaseModel):
@@ -77,7 +80,7 @@ class Claim(BaseModel):
 
 class CompleteOutcome(BaseModel):
     id: int
-    outcome: Literal["completed", "claim_lost", "not_found", "cancelled"]
+    outcome: Literal["completed", "claim_lost", "not_found", "cancelled", "timed_out"]
     status: Status | None = Field(description="The job's status after the call; null when not found.")
 
 

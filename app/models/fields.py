@@ -49,6 +49,8 @@ Integral = BeforeValidator(_integral)
 # before the validator, or pydantic writes it into the JSON Schema under its own name (`ge`).
 Priority = Annotated[int, Strict(), Field(ge=-32768, le=32767), Integral]
 MaxAttempts = Annotated[int, Strict(), Field(ge=1, le=1000), Integral]
+# A hard timeout: at most a week, the longest lease.
+TimeoutSeconds = Annotated[int, Strict(), Field(ge=1, le=604_800), Integral]
 JobId = Annotated[int, Strict(), Field(ge=1, le=INT64_MAX, json_schema_extra={"format": "int64"}), Integral]
 Seconds = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
 Timestamp = Annotated[AwareDatetime, BeforeValidator(_text), AfterValidator(_utc)]

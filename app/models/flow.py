@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, Strict, StrictBool
 
-from app.models.fields import Body, Integral, MaxAttempts, Priority
+from app.models.fields import Body, Integral, MaxAttempts, Priority, TimeoutSeconds
 
 Count = Annotated[int, Strict(), Field(ge=1, le=1_000_000), Integral]
 WindowSeconds = Annotated[int, Strict(), Field(ge=1, le=86_400), Integral]
@@ -59,6 +59,11 @@ class QueueConfigPatch(Body):
         "Within a group, a job is claimable only once the job before it has finished for good (a job waiting "
         "for its retry holds its group back); needs group_concurrency 1 or unset."
     )
+    timeout_seconds: TimeoutSeconds | None = clearable(
+        "Hard timeout (1-604800) of the queue's jobs enqueued without one: a claim that runs this long is "
+        'failed (`last_error` "timeout") whatever its heartbeats, and the job retried or not as after any '
+        "failure. Applies to running jobs at once."
+    )
 
 
 class RateLimit(BaseModel):
@@ -88,4 +93,5 @@ class QueueConfig(BaseModel):
     group_rate: RateLimit | None = Field(description="Most claims per group per window; null: no limit.")
     fair: bool | None = Field(description="Round-robin across groups; null: false.")
     ordered: bool | None = Field(description="Strict order within each group; null: false.")
+    timeout_seconds: int | None = Field(description="Hard timeout of jobs enqueued without one; null: none.")
     changed_at: datetime | None = Field(description="When the configuration last changed; null: never.")

@@ -20,6 +20,7 @@ from app.models.fields import (
     Maybe,
     Priority,
     Seconds,
+    TimeoutSeconds,
     Timestamp,
     _omittable_schema,
     omitted,
@@ -79,6 +80,11 @@ class _EnqueueRequest(Body):
         "A repeat on the same queue returns the existing job (200) instead of a new one."
     )
     group: Maybe[Label] = omitted(GROUP_TEXT)
+    timeout_seconds: Maybe[TimeoutSeconds] = omitted(
+        'Hard timeout (1-604800): a claim that runs this long is failed (`last_error` "timeout"), heartbeats '
+        "or not, and the job retried or not as after any failure. Default: the queue's `timeout_seconds`, else "
+        "none."
+    )
     depends_on: Maybe[list[Dependency]] = omitted(DEPENDS_ON_TEXT)
     on_dependency_failure: Maybe[OnDependencyFailure] = omitted(ON_DEPENDENCY_FAILURE_TEXT)
     ref: Maybe[Label] = omitted(REF_TEXT)
@@ -199,7 +205,8 @@ def build_contract(s: Settings) -> Contract:
         )
         group: Maybe[key_text] = omitted(GROUP_TEXT)
         depends_on: Maybe[Annotated[list[Dependency], Field(max_length=s.max_dependencies)]] = omitted(
-            DEPENDS_ON_TEXT + f" At most {s.max_dependencies} entries."
+            DEPENDS_ON_TEXT + f" At most {s.max_dependencies} entries; the job at most {s.max_dependency_depth} "
+            "dependencies deep (1 + the deepest of the jobs it names), else 422."
         )
 
     class EnqueueBatchRequest(_EnqueueBatchRequest):

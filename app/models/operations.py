@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, Strict, StrictBool
 
 from app.models.answers import Job, ReadReplica, Replication
 from app.models.fields import Body, Integral, Maybe, omitted
-from app.models.flow import QueueConfig
+from app.models.flow import QueueConfig, RateLimit
 
 
 class QueueCounts(BaseModel):
@@ -146,3 +146,28 @@ class RedriveResult(BaseModel):
 class QueueState(BaseModel):
     queue: str
     paused: bool
+
+
+class ScaleLimits(BaseModel):
+    concurrency: int | None = Field(description="The queue's concurrency limit; null: none.")
+    rate: RateLimit | None = Field(description="The queue's rate limit; null: none.")
+
+
+class QueueScale(BaseModel):
+    """What an autoscaler needs of a queue, from one cheap statement (docs/autoscaling.md)."""
+
+    queue: str
+    claimable: int = Field(
+        description="How many more jobs claims could take right now: the ready jobs that the queue's limits let "
+        "through (concurrency and rate less what counts against them, group limits per group), 0 while paused. "
+        "Scale workers on this, not on `ready`."
+    )
+    ready: int = Field(description="Pending jobs that are due, counted up to `max`.")
+    capped: bool = Field(description="A count stopped at a bound (`max`, 100 priority levels, 1,000 groups).")
+    running: int = Field(description="Jobs in flight (held by a claim).")
+    oldest_ready_age_seconds: float | None = Field(description="Age of the oldest ready job; null: none ready.")
+    paused: bool
+    held_by: list[Literal["paused", "concurrency", "rate", "groups"]] = Field(
+        description="What keeps `claimable` below `ready` now; empty: nothing."
+    )
+    limits: ScaleLimits

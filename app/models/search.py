@@ -54,8 +54,9 @@ class SearchResult(BaseModel):
 
 class BulkRequest(Body):
     action: Literal["cancel", "retry"] = Field(
-        description="`cancel`: pending, waiting and running jobs, as POST /jobs/{id}/cancel; `retry`: failed and "
-        "cancelled jobs, as POST /jobs/{id}/retry."
+        description="`cancel`: pending, waiting and running jobs, as POST /jobs/{id}/cancel; `retry`: failed, "
+        "cancelled and completed jobs, as POST /jobs/{id}/retry (a filter without `status` retries failed and "
+        "cancelled ones: completed jobs are replayed only when named, by id or by `status: completed`)."
     )
     ids: Maybe[Annotated[list[JobId], Field(min_length=1, max_length=BULK_MAX_JOBS)]] = omitted(
         f"The jobs to act on (at most {BULK_MAX_JOBS}). Give `ids` or `filter`."

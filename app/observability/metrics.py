@@ -183,6 +183,17 @@ class Metrics:
         self.oldest = Gauge(
             "jobq_queue_oldest_ready_age_seconds", "Age of the oldest ready job.", labels, registry=reg, **latest
         )
+        # The scaling signal (app/core/scale.py): what an autoscaler scales workers on (docs/autoscaling.md).
+        self.claimable = Gauge(
+            "jobq_queue_claimable_jobs",
+            "Ready jobs a claim could take now under the queue's limits (concurrency, rate, groups; 0 while paused).",
+            labels,
+            registry=reg,
+            **latest,
+        )
+        self.running_jobs = Gauge(
+            "jobq_queue_running_jobs", "Jobs held by a claim (in flight).", labels, registry=reg, **latest
+        )
         self.dead_rows = Gauge(
             "jobq_jobs_dead_rows", "Dead row versions in the jobs table (VACUUM removes them).", registry=reg, **latest
         )
@@ -246,6 +257,8 @@ class Metrics:
             self.scheduled,
             self.oldest,
             self.waiting_jobs,
+            self.claimable,
+            self.running_jobs,
         ]
 
     def forget_idle_queues(self) -> list[str]:
@@ -288,6 +301,24 @@ class Metrics:
             self.scheduled.labels(label).set(scheduled)
             self.oldest.labels(label).set(oldest)
             self.waiting_jobs.labels(label).set(waiting)
+
+    def set_scale(self, values: Iterable[tuple[str, float, float]]) -> None:
+        """(queue, claimable, running) of every queue, labelled as set_depths labels them; queues past the cap
+        are summed under `(other)`."""
+        sums: dict[str, list[float]] = {OTHER_QUEUE: [0.0, 0.0]} if self._other_depths else {}
+        for queue, claimable, running in values:
+            if claimable or running:
+                label = self.queue_labels.label(queue)
+            elif self.queue_labels.has(queue):
+                label = queue
+            else:
+                continue
+            mine = sums.setdefault(label, [0.0, 0.0])
+            mine[0] += claimable
+            mine[1] += running
+        for label, (claimable, running) in sums.items():
+            self.claimable.labels(label).set(claimable)
+            self.running_jobs.labels(label).set(running)
 
     # -- events ---------------------------------------------------------------------------------------------
 

@@ -43,15 +43,16 @@ MACHINE = {
     (NEW, CANCELLED),  # enqueue with a failed dependency
     (PENDING, RUNNING),  # claim
     (RUNNING, COMPLETED),  # complete
-    (RUNNING, FAILED),  # fail for good, a lapsed lease on the last attempt
+    (RUNNING, FAILED),  # fail for good, a lapsed lease or a hard timeout on the last attempt
     (RUNNING, PENDING),  # retry now, release now, lapsed lease, the dispatcher's hand-back
-    (RUNNING, SCHEDULED),  # retry later, release later
+    (RUNNING, SCHEDULED),  # retry later, release later, a hard timeout (retried after a backoff)
     (PENDING, CANCELLED),
-    (WAITING, CANCELLED),  # cancel, or a dependency failed (the trigger)
+    (WAITING, CANCELLED),  # cancel, or a dependency failed (the release)
     (RUNNING, CANCELLED),
-    (WAITING, PENDING),  # the last dependency finished (the trigger)
+    (WAITING, PENDING),  # the last dependency finished (the release)
     (FAILED, PENDING),  # retry, redrive
     (CANCELLED, PENDING),  # retry
+    (COMPLETED, PENDING),  # retry: a replay
     (COMPLETED, GONE),  # retention
     (FAILED, GONE),
     (CANCELLED, GONE),
@@ -85,7 +86,7 @@ def test_the_table_has_a_row_for_every_transition_and_no_other() -> None:
 
 def test_every_path_makes_some_move_and_counts_only_known_events() -> None:
     assert {p for e in TABLE.values() for p in e.paths} == set(Path)
-    extra = {"swept_rescued", "swept_failed", "swept_deleted", "ticks_enqueued"}
+    extra = {"swept_rescued", "swept_failed", "swept_deleted", "swept_timed_out", "ticks_enqueued"}
     for e in TABLE.values():
         for events in e.paths.values():
             assert set(events) <= set(EVENTS) | extra
@@ -142,13 +143,13 @@ def test_apply_refuses_a_move_its_row_does_not_list() -> None:
     with pytest.raises(UnlistedMove):
         fx.apply(wrong)
     impossible = Moves(Path.RETRY)
-    impossible.add("q", COMPLETED, PENDING)
+    impossible.add("q", RUNNING, PENDING)
     with pytest.raises(UnlistedMove):
         fx.apply(impossible)
-    trigger = Moves(Path.TRIGGER)
-    trigger.add("q", WAITING, PENDING)
+    backwards = Moves(Path.DEPENDENCY)  # the release only ever moves waiting jobs on
+    backwards.add("q", PENDING, WAITING)
     with pytest.raises(UnlistedMove):
-        fx.apply(trigger)
+        fx.apply(backwards)
 
 
 def job(queue: str, job_id: int, later: bool = False) -> Inserted:

@@ -922,6 +922,33 @@
     box.replaceChildren(...parts);
   }
 
+  // Why a job is not running (GET /jobs/{id}/explain): one line per rule of the claim that holds it.
+  const idLinks = (ids) => ids.flatMap((job, i) => [i ? ", " : "", el("a", { href: jobHref(job) }, String(job))]);
+  function reasonLine(r) {
+    switch (r.kind) {
+      case "paused": return ["Its queue is paused."];
+      case "scheduled": return ["Scheduled for ", fmtTime(r.run_at), "."];
+      case "backoff": return [`Attempt ${r.attempts} failed; its retry is due at `, fmtTime(r.run_at),
+        r.last_error ? ` (last error: ${r.last_error})` : "", "."];
+      case "concurrency": return [`The queue's concurrency (${r.limit}) is full, held by `, ...idLinks(r.held_by), "."];
+      case "rate": return [`The queue's rate (${r.limit} per ${r.per_seconds} s) is used up until `, fmtTime(r.until), "."];
+      case "group_concurrency": return [`Group ${r.group}'s concurrency (${r.limit}) is full, held by `, ...idLinks(r.held_by), "."];
+      case "group_rate": return [`Group ${r.group}'s rate (${r.limit} per ${r.per_seconds} s) is used up until `, fmtTime(r.until), "."];
+      case "ordered": return [`Not its turn in ordered group ${r.group}: job `, ...idLinks([r.behind]), " comes first."];
+      case "dependencies": return ["Waiting for jobs ", ...idLinks(r.waiting_for), "."];
+      default: return [r.kind];
+    }
+  }
+
+  function showExplanation(box, title, doc) {
+    const shown = doc && ["pending", "waiting"].includes(doc.status);
+    box.hidden = title.hidden = !shown;
+    if (!shown) return box.replaceChildren();
+    box.replaceChildren(doc.runnable
+      ? el("p", { "data-kind": "runnable" }, "Nothing holds it: the next claim of its queue may take it.")
+      : el("ul", {}, doc.reasons.map((r) => el("li", { "data-kind": r.kind }, reasonLine(r)))));
+  }
+
   function jobView(id) {
     const back = el("p");
     const title = el("h2", {}, `Job ${id} `);
@@ -935,6 +962,8 @@
     const error = el("pre", { id: "last-error", class: "error" });
     const progressTitle = el("h3", { hidden: true }, "Progress");
     const progress = el("div", { id: "progress", hidden: true });
+    const whyTitle = el("h3", { hidden: true }, "Why it is not running");
+    const why = el("div", { id: "explain", hidden: true });
     title.append(state);
 
     retry.addEventListener("click", () =>
@@ -953,6 +982,8 @@
           el("div", { class: "toolbar" }, retry, cancel),
           panel,
           fields,
+          whyTitle,
+          why,
           progressTitle,
           progress,
           el("h3", {}, "Payload"),
@@ -965,9 +996,13 @@
       },
       async load() {
         const job = await api("GET", `jobs/${encodeURIComponent(id)}`);
+        const explained = ["pending", "waiting"].includes(job.status)
+          ? await api("GET", `jobs/${encodeURIComponent(id)}/explain`)
+          : null;
+        showExplanation(why, whyTitle, explained);
         back.replaceChildren(el("a", { href: queueHref(job.queue) }, `← Queue ${job.queue}`));
         state.replaceChildren(badge(job.status));
-        retry.hidden = !["failed", "cancelled"].includes(job.status);
+        retry.hidden = !["failed", "cancelled", "completed"].includes(job.status);
         cancel.hidden = !["pending", "waiting", "running"].includes(job.status);
         const rows = [
           ["queue", job.queue], ["status", job.status], ["attempts", `${job.attempts} of ${job.max_attempts}`],
@@ -975,6 +1010,7 @@
           ["run at", fmtTime(job.run_at)], ["claimed", fmtTime(job.claimed_at)],
           ["lease expires", fmtTime(job.lease_expires_at)], ["finished", fmtTime(job.finished_at)],
           ["idempotency key", job.idempotency_key ?? none()],
+          ["timeout", job.timeout_seconds ? `${job.timeout_seconds} s` : none()],
         ];
         if (job.schedule !== null && job.schedule !== undefined) {
           rows.push(["schedule", job.schedule], ["scheduled for", fmtTime(job.scheduled_for)]);
@@ -1102,6 +1138,53 @@
     };
   }
 
+  // Workers: live ones, and those gone recently, each with the jobs it holds now (GET /workers).
+  function workersView() {
+    const body = el("div", { id: "workers" });
+    let last = "";
+    const jobLinks = (w) => {
+      if (!w.jobs_held) return none();
+      const links = w.job_ids.flatMap((id, i) => [i ? ", " : "", el("a", { href: jobHref(id) }, String(id))]);
+      const more = w.jobs_held > w.job_ids.length ? ` and ${w.jobs_held - w.job_ids.length} more` : "";
+      return el("span", {}, links, more);
+    };
+    const rows = (workers) => workers.map((w) =>
+      el("tr", { "data-worker": w.name },
+        el("td", {}, w.name),
+        el("td", { "data-col": "queues" }, w.queues.flatMap((queue, i) => [i ? ", " : "", el("a", { href: queueHref(queue) }, queue)])),
+        el("td", { "data-col": "sdk" }, [w.sdk, w.version].filter(Boolean).join(" ") || none()),
+        el("td", { "data-col": "host" }, w.host ?? none()),
+        el("td", { "data-col": "jobs" }, jobLinks(w)),
+        el("td", { class: "num", "data-col": "completed" }, String(w.completed_last_hour)),
+        el("td", { class: "num", "data-col": "failed" }, String(w.failed_last_hour)),
+        el("td", { "data-col": "last-seen" }, fmtTime(w.last_seen))));
+    const tableOf = (id, caption, workers, empty) =>
+      workers.length
+        ? el("table", { id },
+          el("caption", {}, caption),
+          el("thead", {}, el("tr", {}, ["Worker", "Queues", "SDK", "Host", "Holds", "Completed (1 h)", "Failed (1 h)", "Last seen"]
+            .map((h) => el("th", {}, h)))),
+          el("tbody", {}, rows(workers)))
+        : el("p", { class: "muted", id: `${id}-empty` }, empty);
+    return {
+      mount(root) {
+        root.replaceChildren(el("h2", {}, "Workers"), body);
+      },
+      async load() {
+        const doc = await api("GET", "workers");
+        const text = JSON.stringify(doc);
+        if (text === last) return;
+        last = text;
+        const live = doc.workers.filter((w) => w.state === "live");
+        const gone = doc.workers.filter((w) => w.state === "gone");
+        body.replaceChildren(
+          tableOf("live-workers", `Live (${live.length})`, live, "No live worker: none holds a lease or was seen lately."),
+          tableOf("gone-workers", `Gone recently (${gone.length})`, gone, "No worker has gone lately."),
+        );
+      },
+    };
+  }
+
   function notFoundView() {
     return {
       mount(root) {
@@ -1124,6 +1207,7 @@
     }
     if (parts[0] === "jobs" && parts.length === 2 && /^[0-9]+$/.test(parts[1])) return jobView(parts[1]);
     if (parts[0] === "search" && parts.length === 1) return searchView(new URLSearchParams(query || ""));
+    if (parts[0] === "workers" && parts.length === 1) return workersView();
     return notFoundView();
   }
 

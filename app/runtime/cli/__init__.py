@@ -4,6 +4,7 @@
   jobs.py      daily work on jobs over the HTTP API: enqueue, jobs, job, retry, cancel
   queues.py    daily work on queues over the HTTP API: queues, stats, redrive, pause, resume
   schedules.py cron schedules over the HTTP API: schedules list|get|put|delete|pause|resume
+  workers.py   the worker registry over the HTTP API: workers [NAME]
 
 remote.py is what the HTTP API commands share (JOBQ_URL / JOBQ_API_KEY, --json, errors to exit codes) on
 top of app/runtime/api_client.py; output.py prints tables; common.py holds the exit codes and argument types.
@@ -23,13 +24,13 @@ import logging
 from collections.abc import Sequence
 
 from app import __version__
-from app.runtime.cli import jobs, queues, schedules, service
+from app.runtime.cli import jobs, queues, schedules, service, workers
 from app.runtime.cli.common import EXIT_CODES, _Formatter, _settings
 from app.runtime.cli.remote import API_EXIT_CODES
 
 __all__ = ["_settings", "build_parser", "main"]
 
-FAMILIES = (service, jobs, queues, schedules)
+FAMILIES = (service, jobs, queues, schedules, workers)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         "environment variables (docs/configuration.md lists every one with its default and range); flags "
         "override them. A bad value stops the command with exit code 2 and a message naming the variable.\n\n"
         "Daily work, over the HTTP API of a running jobq: enqueue, queues, stats, jobs, job, retry, cancel, "
-        "redrive, pause, resume, schedules. They find it at JOBQ_URL (default http://127.0.0.1:$JOBQ_PORT) and "
-        "send JOBQ_API_KEY; --url and --api-key override them. Tables by default, --json for scripts.",
+        "redrive, pause, resume, schedules, workers. They find it at JOBQ_URL (default "
+        "http://127.0.0.1:$JOBQ_PORT) and send JOBQ_API_KEY; --url and --api-key override them. Tables by "
+        "default, --json for scripts.",
         epilog=EXIT_CODES
         + "\n\n"
         + API_EXIT_CODES.replace("exit codes:", "exit codes of the HTTP API commands:")

@@ -253,8 +253,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         sub,
         "retry",
         cmd_retry,
-        help="run failed or cancelled jobs again",
-        description="Send each failed or cancelled job back to pending, its attempts reset. Each id is tried "
+        help="run failed, cancelled or completed jobs again",
+        description="Send each failed, cancelled or completed job back to pending, its attempts reset (a "
+        "completed job runs again with the same payload: a replay). Each id is tried "
         "in turn; one that cannot be retried (no such job, another status) is reported and the rest are "
         "still tried. With --json, prints the jobs retried.",
         examples="  jobq retry 42 43\n  jobq jobs emails --status failed --json | jq '.jobs[].id' | xargs jobq retry",

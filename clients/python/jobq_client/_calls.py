@@ -147,9 +147,18 @@ def enqueue(
     idempotency_key: str | None,
     depends_on: Sequence[int] | None = None,
     on_dependency_failure: OnDependencyFailure | None = None,
+    timeout_seconds: int | None = None,
 ) -> Call[Job]:
     job = NewJob(
-        payload, priority, run_at, delay_seconds, max_attempts, idempotency_key, depends_on, on_dependency_failure
+        payload,
+        priority,
+        run_at,
+        delay_seconds,
+        max_attempts,
+        idempotency_key,
+        depends_on,
+        on_dependency_failure,
+        timeout_seconds=timeout_seconds,
     )
     safety = Safety.REPEATABLE if idempotency_key is not None else Safety.UNSENT_ONLY
     return Call("enqueueJob", "POST", f"/queues/{_q(queue)}/jobs", job.to_json(), safety, _job)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -37,6 +39,10 @@ def _past(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() >= deadline
 
 
+# This machine's name as the User-Agent carries it: the characters a host name may hold, nothing else.
+_HOST = re.sub(r"[^A-Za-z0-9._:-]", "-", socket.gethostname())[:255] or "unknown"
+
+
 class _Base:
     def __init__(
         self,
@@ -55,7 +61,8 @@ class _Base:
         self._headers = {
             "accept": "application/json, application/problem+json",
             "content-type": "application/json",
-            "user-agent": f"jobq-client-python/{__version__}",
+            # The host rides in a comment: jobq's worker registry shows it (GET /workers).
+            "user-agent": f"jobq-client-python/{__version__} (host={_HOST})",
         }
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
@@ -162,6 +169,7 @@ class Client(_Base):
         idempotency_key: str | None = None,
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
         """Add a job. With an `idempotency_key`, a repeat returns the existing job, and this call is
         retried on any transient failure; without one it is retried only when it cannot have arrived.
@@ -178,6 +186,7 @@ class Client(_Base):
                 idempotency_key=idempotency_key,
                 depends_on=depends_on,
                 on_dependency_failure=on_dependency_failure,
+                timeout_seconds=timeout_seconds,
             )
         )
 
@@ -277,6 +286,7 @@ class Client(_Base):
         idempotency_key: str | None = None,
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
         """enqueue() then wait(): the job once a worker has finished it. With an `idempotency_key`, calling
         this again after a failure waits for the same job rather than making a second one."""
@@ -290,6 +300,7 @@ class Client(_Base):
             idempotency_key=idempotency_key,
             depends_on=depends_on,
             on_dependency_failure=on_dependency_failure,
+            timeout_seconds=timeout_seconds,
         )
         return self.wait(job.id, timeout=timeout)
 
@@ -362,6 +373,7 @@ class AsyncClient(_Base):
         idempotency_key: str | None = None,
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
         return await self._send(
             _calls.enqueue(
@@ -374,6 +386,7 @@ class AsyncClient(_Base):
                 idempotency_key=idempotency_key,
                 depends_on=depends_on,
                 on_dependency_failure=on_dependency_failure,
+                timeout_seconds=timeout_seconds,
             )
         )
 
@@ -456,6 +469,7 @@ class AsyncClient(_Base):
         idempotency_key: str | None = None,
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
+        timeout_seconds: int | None = None,
     ) -> Job:
         """enqueue() then wait() (see Client.enqueue_and_wait)."""
         job = await self.enqueue(
@@ -468,6 +482,7 @@ class AsyncClient(_Base):
             idempotency_key=idempotency_key,
             depends_on=depends_on,
             on_dependency_failure=on_dependency_failure,
+            timeout_seconds=timeout_seconds,
         )
         return await self.wait(job.id, timeout=timeout)
 

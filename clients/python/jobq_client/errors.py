@@ -12,6 +12,7 @@ JobqError                          every failure of a call: status, type, title,
  |    +-- ClaimLost          409   claim-lost             the token no longer holds the job
  |    +-- InvalidState       409   invalid-state          the job was cancelled under this claim
  |    +-- JobCancelled       409   job-cancelled          an operator cancelled the running job
+ |    +-- JobTimedOut        409   job-timed-out          the job ran past its timeout_seconds and was failed
  +-- PayloadTooLarge         413   payload-too-large
  +-- UnsupportedMediaType    415   unsupported-media-type
  +-- ValidationError         422   validation-error       `.errors` lists each problem
@@ -126,6 +127,13 @@ class InvalidState(Conflict):
 
 class JobCancelled(Conflict):
     slugs = ("job-cancelled",)
+
+
+class JobTimedOut(Conflict):
+    """The job ran longer than its `timeout_seconds` since this claim: the server failed it (`last_error`
+    "timeout") and will retry it or not as after any failure. Stop working on it."""
+
+    slugs = ("job-timed-out",)
 
 
 class PayloadTooLarge(JobqError):

@@ -12,7 +12,7 @@ OnDependencyFailure = Literal["cancel", "run"]
 # A dependency: a job id; in a batch also an earlier item, by its `ref` (a string) or {"ref": index or ref}.
 Dependency = int | str | Mapping[str, Any]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "cancelled"]
+CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "cancelled", "timed_out"]
 
 
 def _time(value: Any) -> datetime:
@@ -49,6 +49,7 @@ class Job:
     schedule: str | None = None  # the schedule that enqueued it, and the tick it stands for
     scheduled_for: datetime | None = None
     group: str | None = None
+    timeout_seconds: int | None = None  # its own hard timeout (None: its queue's, if any)
     progress: Any = None  # what the worker last reported with a heartbeat during the latest claim
     depends_on: tuple[int, ...] | None = None  # the jobs it runs after (None: none)
     on_dependency_failure: OnDependencyFailure | None = None  # None for a job without dependencies
@@ -82,6 +83,7 @@ class Job:
             schedule=doc.get("schedule"),
             scheduled_for=_time_or_none(doc.get("scheduled_for")),
             group=doc.get("group"),
+            timeout_seconds=doc.get("timeout_seconds"),
             progress=doc.get("progress"),
             depends_on=None if doc.get("depends_on") is None else tuple(int(i) for i in doc["depends_on"]),
             on_dependency_failure=doc.get("on_dependency_failure"),
@@ -192,10 +194,12 @@ class NewJob:
     depends_on: Sequence[Dependency] | None = None
     on_dependency_failure: OnDependencyFailure | None = None  # "cancel" (the server's default) or "run"
     ref: str | None = None  # this item's name for later items of the same batch
+    timeout_seconds: int | None = None  # hard timeout: a claim running this long is failed by the server
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"payload": self.payload}
-        for name in ("priority", "delay_seconds", "max_attempts", "idempotency_key", "on_dependency_failure", "ref"):
+        names = ("priority", "delay_seconds", "max_attempts", "idempotency_key", "on_dependency_failure", "ref")
+        for name in (*names, "timeout_seconds"):
             value = getattr(self, name)
             if value is not None:
                 doc[name] = value

@@ -34,6 +34,7 @@ from jobq_client.errors import (
     Conflict,
     JobNotFound,
     JobqError,
+    JobTimedOut,
     NotFound,
     PayloadTooLarge,
     RateLimited,
@@ -52,6 +53,7 @@ MAX_HAND_INS = 1000  # completes carried by one claim: the server's default JOBQ
 # Why a handler was told to stop.
 CLAIM_LOST = "claim lost"
 CANCEL_REQUESTED = "cancel requested"
+TIMED_OUT = "timed out"  # the job ran past its timeout_seconds: the server failed it
 SHUTDOWN = "worker shutting down"
 PROGRESS_INTERVAL = 1.0  # seconds: the most often a job's reported progress is sent
 
@@ -73,7 +75,8 @@ class JobContext:
     """What a handler receives: the claimed job, and whether it should stop.
 
     `stopped` turns true when the claim is lost (lease lapsed, job reclaimed), when an operator cancels
-    the job, or when the worker stops before the handler finished. An async handler is cancelled at
+    the job, when the job ran past its `timeout_seconds` (the server failed it; `stop_reason` is "timed
+    out"), or when the worker stops before the handler finished. An async handler is cancelled at
     once; a sync handler cannot be interrupted, so a long one should look at `stopped` (or use
     `sleep()`) now and then. Whatever a stopped handler returns is not sent."""
 
@@ -548,7 +551,7 @@ class Worker:
         finally:
             beating.cancel()
             self._active.discard(ctx)
-        if ctx.stop_reason in (CLAIM_LOST, CANCEL_REQUESTED):
+        if ctx.stop_reason in (CLAIM_LOST, CANCEL_REQUESTED, TIMED_OUT):
             log.info("job %s: %s while its handler finished; not completing it", claim.id, ctx.stop_reason)
             self._spans.note(ctx._span, "jobq.job.stopped", ctx.stop_reason)
             return
@@ -675,7 +678,7 @@ class Worker:
             try:
                 beat = await client.heartbeat(ctx.id, ctx.claim.claim_token, progress=progress)
             except (Conflict, NotFound) as exc:
-                ctx._stop(CLAIM_LOST)
+                ctx._stop(TIMED_OUT if isinstance(exc, JobTimedOut) else CLAIM_LOST)
                 log.warning("job %s: heartbeat refused (%s)", ctx.id, exc)
                 return
             except JobqError as exc:

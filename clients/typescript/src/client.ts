@@ -4,6 +4,10 @@
 
 import { JobqError, RateLimited, ServerError, TransportError, WaitTimeout, errorFromAnswer } from "./errors.js";
 import type { components } from "./openapi.js";
+import { hostname } from "node:os";
+
+// This machine's name as the User-Agent carries it: the characters a host name may hold, nothing else.
+const HOST = hostname().replace(/[^A-Za-z0-9._:-]/g, "-").slice(0, 255) || "unknown";
 
 type Schemas = components["schemas"];
 export type Job = Schemas["Job"];
@@ -53,6 +57,8 @@ export interface NewJob {
   onDependencyFailure?: "cancel" | "run";
   /** This item's name, by which later items of the same batch name it in `dependsOn`. */
   ref?: string;
+  /** Hard timeout: a claim that runs this long is failed by the server ("timeout"), heartbeats or not. */
+  timeoutSeconds?: number;
 }
 
 /** One job to complete in a batch (`completeMany`) or on a claim (`claim` with `complete`). */
@@ -200,6 +206,7 @@ function jobBody(job: NewJob): EnqueueRequest {
   if (job.dependsOn !== undefined) body.depends_on = job.dependsOn;
   if (job.onDependencyFailure !== undefined) body.on_dependency_failure = job.onDependencyFailure;
   if (job.ref !== undefined) body.ref = job.ref;
+  if (job.timeoutSeconds !== undefined) body.timeout_seconds = job.timeoutSeconds;
   return body;
 }
 
@@ -241,7 +248,8 @@ export class Client {
     this.onRetry = options.onRetry;
     this.headers = {
       accept: "application/json, application/problem+json",
-      "user-agent": `jobq-client-typescript/${VERSION}`,
+      // The host rides in a comment: jobq's worker registry shows it (GET /workers).
+      "user-agent": `jobq-client-typescript/${VERSION} (host=${HOST})`,
     };
     if (options.apiKey) this.headers["authorization"] = `Bearer ${options.apiKey}`;
   }

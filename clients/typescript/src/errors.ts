@@ -12,6 +12,7 @@
 //  |    +-- ClaimLost          409   claim-lost             the token no longer holds the job
 //  |    +-- InvalidState       409   invalid-state          the job's state does not allow the action
 //  |    +-- JobCancelled       409   job-cancelled          an operator cancelled the running job
+//  |    +-- JobTimedOut        409   job-timed-out          the job ran past its timeout_seconds and was failed
 //  +-- PayloadTooLarge         413   payload-too-large
 //  +-- UnsupportedMediaType    415   unsupported-media-type
 //  +-- ValidationError         422   validation-error       `.errors` lists each problem
@@ -129,6 +130,11 @@ export class JobCancelled extends Conflict {
   static override readonly slugs = ["job-cancelled"];
 }
 
+/** The job ran longer than its `timeout_seconds` since this claim: the server failed it ("timeout"). */
+export class JobTimedOut extends Conflict {
+  static override readonly slugs = ["job-timed-out"];
+}
+
 export class PayloadTooLarge extends JobqError {
   static override readonly statusCode = 413;
   static override readonly slugs = ["payload-too-large"];
@@ -176,6 +182,7 @@ const CLASSES: (typeof JobqError)[] = [
   ClaimLost,
   InvalidState,
   JobCancelled,
+  JobTimedOut,
   PayloadTooLarge,
   UnsupportedMediaType,
   ValidationError,

@@ -138,6 +138,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{job_id}/explain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Why a job is not running
+         * @description Every rule of the claim that holds the job right now, as data: its queue paused, due later (`scheduled`) or after a failed attempt (`backoff`), the queue's `concurrency` or `rate` full, its group's `group_concurrency` or `group_rate` full, not its turn in an `ordered` group, waiting for `dependencies`; or that it is running or finished. Read with the claim's own SQL fragments, so it says what the claim does. `runnable: true` (no reasons): the next claim may take it, in claim order.
+         */
+        get: operations["explainJob"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{job_id}/fail": {
         parameters: {
             query?: never;
@@ -208,8 +228,8 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Run a failed or cancelled job again
-         * @description Back to pending with its attempts reset; 409 invalid-state for other statuses.
+         * Run a failed, cancelled or completed job again
+         * @description Back to pending with its attempts reset, due now: the same job (its id, payload, group and creation time), so its history stays with it; `last_error`, `worker` and `claimed_at` show its last run until it is claimed again. A completed job runs again with the same payload (a replay); its result is dropped, and the jobs that depend on it, which already ran, do not run again. 409 invalid-state for pending, waiting and running jobs.
          */
         post: operations["retryJob"];
         delete?: never;
@@ -382,6 +402,26 @@ export interface paths {
         put?: never;
         /** Resume a paused queue */
         post: operations["resumeQueue"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/queues/{queue}/scale": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * How many workers the queue could use now (for autoscalers)
+         * @description `claimable`: how many more jobs claims could take right now under the queue's limits (ready jobs that concurrency, rate and group limits let through; 0 while paused), with the jobs in flight and the age of the oldest ready job. One statement whose cost does not grow with the backlog (ready jobs are counted up to `max`). For KEDA's metrics-api scaler; the same figures are the gauges jobq_queue_claimable_jobs and jobq_queue_running_jobs on /metrics. An admin key, or a `metrics` key (a scraper's credential); a key limited to some queues reaches those only. See docs/autoscaling.md.
+         */
+        get: operations["getQueueScale"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -561,10 +601,73 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/workers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Workers: live ones, and those gone recently
+         * @description Every worker seen within JOBQ_WORKERS_KEEP_SECONDS: live ones first (holding a lease that has not lapsed, or seen within JOBQ_WORKER_GONE_SECONDS), then gone ones, each with the queues it claimed from, its SDK, version and host, when it was first and last seen, the jobs it holds now and what it completed and failed in the last hour. A worker is recorded by each process about once a second, so `last_seen` lags by that much. With a key limited to some queues, only those queues count.
+         */
+        get: operations["listWorkers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/workers/{name}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** A worker, with the jobs it holds now */
+        get: operations["getWorker"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * BackoffReason
+         * @description An attempt failed (or timed out, or its lease lapsed); the retry is not due yet.
+         * @example {
+         *       "attempts": 2,
+         *       "kind": "backoff",
+         *       "last_error": "SMTP 451 greylisted",
+         *       "run_at": "2026-11-29T12:05:00.125+00:00"
+         *     }
+         */
+        BackoffReason: {
+            /** Attempts */
+            attempts: number;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "backoff";
+            /** Last Error */
+            last_error: string | null;
+            /**
+             * Run At
+             * Format: date-time
+             */
+            run_at: string;
+        };
         /**
          * BatchRef
          * @description An earlier item of the same batch, by index or by its `ref`.
@@ -622,7 +725,7 @@ export interface components {
         BulkRequest: {
             /**
              * Action
-             * @description `cancel`: pending, waiting and running jobs, as POST /jobs/{id}/cancel; `retry`: failed and cancelled jobs, as POST /jobs/{id}/retry.
+             * @description `cancel`: pending, waiting and running jobs, as POST /jobs/{id}/cancel; `retry`: failed, cancelled and completed jobs, as POST /jobs/{id}/retry (a filter without `status` retries failed and cancelled ones: completed jobs are replayed only when named, by id or by `status: completed`).
              * @enum {string}
              */
             action: "cancel" | "retry";
@@ -669,7 +772,7 @@ export interface components {
          *         {
          *           "id": 43,
          *           "outcome": "skipped",
-         *           "status": "completed"
+         *           "status": "running"
          *         },
          *         {
          *           "id": 44,
@@ -996,7 +1099,7 @@ export interface components {
              * Outcome
              * @enum {string}
              */
-            outcome: "completed" | "claim_lost" | "not_found" | "cancelled";
+            outcome: "completed" | "claim_lost" | "not_found" | "cancelled" | "timed_out";
             /** @description The job's status after the call; null when not found. */
             status: components["schemas"]["Status"] | null;
         };
@@ -1017,6 +1120,32 @@ export interface components {
              * @description Any JSON value, kept on the job.
              */
             result?: components["schemas"]["JsonValue"];
+        };
+        /**
+         * ConcurrencyReason
+         * @description The queue's `concurrency` is full: these running jobs hold its places.
+         * @example {
+         *       "held_by": [
+         *         40,
+         *         41
+         *       ],
+         *       "kind": "concurrency",
+         *       "limit": 2
+         *     }
+         */
+        ConcurrencyReason: {
+            /**
+             * Held By
+             * @description The running jobs that count against it (the first 100).
+             */
+            held_by: number[];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "concurrency";
+            /** Limit */
+            limit: number;
         };
         /**
          * DatabaseHealth
@@ -1061,6 +1190,28 @@ export interface components {
             read_replica: components["schemas"]["ReadReplica"] | null;
             /** @description Whether the primary replicates synchronously (null until a connection has read it). */
             replication: components["schemas"]["Replication"] | null;
+        };
+        /**
+         * DependenciesReason
+         * @description It is `waiting` for jobs it depends on (`depends_on`).
+         * @example {
+         *       "kind": "dependencies",
+         *       "waiting_for": [
+         *         41
+         *       ]
+         *     }
+         */
+        DependenciesReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "dependencies";
+            /**
+             * Waiting For
+             * @description Those not finished yet (of the queues this key may use).
+             */
+            waiting_for: number[];
         };
         /**
          * DurationStats
@@ -1223,7 +1374,7 @@ export interface components {
             delay_seconds?: number;
             /**
              * Depends On
-             * @description Jobs this one runs after: it is `waiting` until each of them is `completed`. An entry is a job id (of any queue this key may enqueue to), or, in a batch, an earlier item of the same batch: its `ref` as a string, or `{"ref": n}` with its index (0-based) or its `ref`. Unknown ids -> 422. See docs/workflows.md. At most 100 entries.
+             * @description Jobs this one runs after: it is `waiting` until each of them is `completed`. An entry is a job id (of any queue this key may enqueue to), or, in a batch, an earlier item of the same batch: its `ref` as a string, or `{"ref": n}` with its index (0-based) or its `ref`. Unknown ids -> 422. See docs/workflows.md. At most 100 entries; the job at most 1000 dependencies deep (1 + the deepest of the jobs it names), else 422.
              */
             depends_on?: (number | string | components["schemas"]["BatchRef"])[];
             /**
@@ -1268,6 +1419,11 @@ export interface components {
              * @description Earliest start (RFC 3339 with offset); default: now.
              */
             run_at?: string;
+            /**
+             * Timeout Seconds
+             * @description Hard timeout (1-604800): a claim that runs this long is failed (`last_error` "timeout"), heartbeats or not, and the job retried or not as after any failure. Default: the queue's `timeout_seconds`, else none.
+             */
+            timeout_seconds?: number;
         };
         /**
          * FailRequest
@@ -1300,6 +1456,79 @@ export interface components {
              * @description Retry after this long instead of the backoff.
              */
             retry_in_seconds?: number;
+        };
+        /**
+         * FinishedReason
+         * @description It has finished; it runs again only if retried.
+         * @example {
+         *       "kind": "finished",
+         *       "status": "completed"
+         *     }
+         */
+        FinishedReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "finished";
+            status: components["schemas"]["Status"];
+        };
+        /**
+         * GroupConcurrencyReason
+         * @description Its group's `group_concurrency` is full (an ordered queue runs one job of a group at a time).
+         * @example {
+         *       "group": "customer-1042",
+         *       "held_by": [
+         *         39
+         *       ],
+         *       "kind": "group_concurrency",
+         *       "limit": 1
+         *     }
+         */
+        GroupConcurrencyReason: {
+            /** Group */
+            group: string;
+            /**
+             * Held By
+             * @description The running jobs of the group (the first 100).
+             */
+            held_by: number[];
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "group_concurrency";
+            /** Limit */
+            limit: number;
+        };
+        /**
+         * GroupRateReason
+         * @description Its group's `group_rate` window is full.
+         * @example {
+         *       "group": "customer-1042",
+         *       "kind": "group_rate",
+         *       "limit": 5,
+         *       "per_seconds": 60,
+         *       "until": "2026-11-29T12:05:00.125+00:00"
+         *     }
+         */
+        GroupRateReason: {
+            /** Group */
+            group: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "group_rate";
+            /** Limit */
+            limit: number;
+            /** Per Seconds */
+            per_seconds: number;
+            /**
+             * Until
+             * @description When the oldest claim of the group's window leaves it.
+             */
+            until: string | null;
         };
         /**
          * GroupStats
@@ -1443,6 +1672,49 @@ export interface components {
             rate: number;
         };
         /**
+         * HeldJob
+         * @example {
+         *       "attempts": 1,
+         *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
+         *       "id": 42,
+         *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *       "max_attempts": 5,
+         *       "progress": {
+         *         "done": 40,
+         *         "total": 100
+         *       },
+         *       "queue": "emails"
+         *     }
+         */
+        HeldJob: {
+            /** Attempts */
+            attempts: number;
+            /**
+             * Claimed At
+             * Format: date-time
+             */
+            claimed_at: string;
+            /**
+             * Id
+             * Format: int64
+             */
+            id: number;
+            /**
+             * Lease Expires At
+             * Format: date-time
+             */
+            lease_expires_at: string;
+            /** Max Attempts */
+            max_attempts: number;
+            /**
+             * Progress
+             * @description What the worker last reported for the job (heartbeat `progress`); null: none.
+             */
+            progress: components["schemas"]["JsonValue"];
+            /** Queue */
+            queue: string;
+        };
+        /**
          * Job
          * @example {
          *       "attempts": 0,
@@ -1470,6 +1742,7 @@ export interface components {
          *       "schedule": null,
          *       "scheduled_for": null,
          *       "status": "pending",
+         *       "timeout_seconds": null,
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
          *     }
@@ -1501,6 +1774,7 @@ export interface components {
          *       "schedule": null,
          *       "scheduled_for": null,
          *       "status": "completed",
+         *       "timeout_seconds": null,
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": "mailer-1"
          *     }
@@ -1531,6 +1805,7 @@ export interface components {
          *       "schedule": "daily-report",
          *       "scheduled_for": "2026-11-29T06:00:00+00:00",
          *       "status": "completed",
+         *       "timeout_seconds": null,
          *       "traceparent": null,
          *       "worker": "mailer-1"
          *     }
@@ -1562,6 +1837,7 @@ export interface components {
          *       "schedule": null,
          *       "scheduled_for": null,
          *       "status": "waiting",
+         *       "timeout_seconds": null,
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *       "worker": null
          *     }
@@ -1648,6 +1924,11 @@ export interface components {
             scheduled_for: string | null;
             status: components["schemas"]["Status"];
             /**
+             * Timeout Seconds
+             * @description Its own hard timeout, as enqueued; null: its queue's `timeout_seconds`, if any.
+             */
+            timeout_seconds: number | null;
+            /**
              * Traceparent
              * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header); a worker continues this trace. Null when none.
              */
@@ -1657,6 +1938,61 @@ export interface components {
              * @description Worker of the latest claim.
              */
             worker: string | null;
+        };
+        /**
+         * JobExplanation
+         * @description Why a job is not running now.
+         * @example {
+         *       "id": 42,
+         *       "queue": "emails",
+         *       "reasons": [
+         *         {
+         *           "held_by": [
+         *             40,
+         *             41
+         *           ],
+         *           "kind": "concurrency",
+         *           "limit": 2
+         *         },
+         *         {
+         *           "group": "customer-1042",
+         *           "held_by": [
+         *             40
+         *           ],
+         *           "kind": "group_concurrency",
+         *           "limit": 1
+         *         }
+         *       ],
+         *       "runnable": false,
+         *       "status": "pending"
+         *     }
+         * @example {
+         *       "id": 43,
+         *       "queue": "emails",
+         *       "reasons": [],
+         *       "runnable": true,
+         *       "status": "pending"
+         *     }
+         */
+        JobExplanation: {
+            /**
+             * Id
+             * Format: int64
+             */
+            id: number;
+            /** Queue */
+            queue: string;
+            /**
+             * Reasons
+             * @description Every rule that holds it now; empty when runnable.
+             */
+            reasons: (components["schemas"]["PausedReason"] | components["schemas"]["ScheduledReason"] | components["schemas"]["BackoffReason"] | components["schemas"]["ConcurrencyReason"] | components["schemas"]["RateReason"] | components["schemas"]["GroupConcurrencyReason"] | components["schemas"]["GroupRateReason"] | components["schemas"]["OrderedReason"] | components["schemas"]["DependenciesReason"] | components["schemas"]["RunningReason"] | components["schemas"]["FinishedReason"])[];
+            /**
+             * Runnable
+             * @description Nothing holds it: the next claim of its queue may take it, in claim order (priority, then run_at, then id) among the other runnable jobs.
+             */
+            runnable: boolean;
+            status: components["schemas"]["Status"];
         };
         /**
          * JobFilter
@@ -1728,6 +2064,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "pending",
+         *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         },
@@ -1757,6 +2094,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "pending",
+         *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
@@ -1797,6 +2135,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "pending",
+         *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": null
          *         }
@@ -1819,6 +2158,43 @@ export interface components {
         };
         /** @description Any JSON value (null, boolean, number, string, array or object), except that strings and object keys cannot contain NUL (\u0000), which PostgreSQL cannot store, and numbers must be finite. Nested at most 32 levels (JOBQ_MAX_JSON_DEPTH); at most 1048576 bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES), 1048576 as a result (JOBQ_MAX_RESULT_BYTES) and 4096 as a heartbeat's progress (JOBQ_MAX_PROGRESS_BYTES). Anything else is refused with 422. */
         JsonValue: unknown;
+        /**
+         * OrderedReason
+         * @description The queue is `ordered` and it is not this job's turn: the job `behind` comes first in its group.
+         * @example {
+         *       "behind": 38,
+         *       "group": "customer-1042",
+         *       "kind": "ordered"
+         *     }
+         */
+        OrderedReason: {
+            /**
+             * Behind
+             * @description The group's first pending job, which must finish first.
+             */
+            behind: number;
+            /** Group */
+            group: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "ordered";
+        };
+        /**
+         * PausedReason
+         * @description Its queue is paused: claims take nothing from it until it is resumed.
+         * @example {
+         *       "kind": "paused"
+         *     }
+         */
+        PausedReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "paused";
+        };
         /** Problem */
         Problem: {
             /** Detail */
@@ -1867,7 +2243,8 @@ export interface components {
          *         "cancelled": null,
          *         "completed": 3600,
          *         "failed": null
-         *       }
+         *       },
+         *       "timeout_seconds": 600
          *     }
          */
         QueueConfig: {
@@ -1928,6 +2305,11 @@ export interface components {
             /** @description Most claims of the queue per window; null: no limit. */
             rate: components["schemas"]["RateLimit"] | null;
             retention: components["schemas"]["Retention"];
+            /**
+             * Timeout Seconds
+             * @description Hard timeout of jobs enqueued without one; null: none.
+             */
+            timeout_seconds: number | null;
         };
         /**
          * QueueConfigPatch
@@ -2003,6 +2385,11 @@ export interface components {
             rate?: components["schemas"]["Rate"] | null;
             /** @description Retention per status; null clears all three. */
             retention?: components["schemas"]["RetentionPatch"] | null;
+            /**
+             * Timeout Seconds
+             * @description Hard timeout (1-604800) of the queue's jobs enqueued without one: a claim that runs this long is failed (`last_error` "timeout") whatever its heartbeats, and the job retried or not as after any failure. Applies to running jobs at once.
+             */
+            timeout_seconds?: number | null;
         };
         /**
          * QueueCounts
@@ -2101,6 +2488,63 @@ export interface components {
             queues: components["schemas"]["QueueSummary"][];
         };
         /**
+         * QueueScale
+         * @description What an autoscaler needs of a queue, from one cheap statement (docs/autoscaling.md).
+         * @example {
+         *       "capped": false,
+         *       "claimable": 12,
+         *       "held_by": [
+         *         "concurrency"
+         *       ],
+         *       "limits": {
+         *         "concurrency": 20,
+         *         "rate": null
+         *       },
+         *       "oldest_ready_age_seconds": 3.2,
+         *       "paused": false,
+         *       "queue": "emails",
+         *       "ready": 412,
+         *       "running": 8
+         *     }
+         */
+        QueueScale: {
+            /**
+             * Capped
+             * @description A count stopped at a bound (`max`, 100 priority levels, 1,000 groups).
+             */
+            capped: boolean;
+            /**
+             * Claimable
+             * @description How many more jobs claims could take right now: the ready jobs that the queue's limits let through (concurrency and rate less what counts against them, group limits per group), 0 while paused. Scale workers on this, not on `ready`.
+             */
+            claimable: number;
+            /**
+             * Held By
+             * @description What keeps `claimable` below `ready` now; empty: nothing.
+             */
+            held_by: ("paused" | "concurrency" | "rate" | "groups")[];
+            limits: components["schemas"]["ScaleLimits"];
+            /**
+             * Oldest Ready Age Seconds
+             * @description Age of the oldest ready job; null: none ready.
+             */
+            oldest_ready_age_seconds: number | null;
+            /** Paused */
+            paused: boolean;
+            /** Queue */
+            queue: string;
+            /**
+             * Ready
+             * @description Pending jobs that are due, counted up to `max`.
+             */
+            ready: number;
+            /**
+             * Running
+             * @description Jobs in flight (held by a claim).
+             */
+            running: number;
+        };
+        /**
          * QueueSparkline
          * @example {
          *       "completed": [
@@ -2184,7 +2628,8 @@ export interface components {
          *           "cancelled": null,
          *           "completed": 3600,
          *           "failed": null
-         *         }
+         *         },
+         *         "timeout_seconds": 600
          *       },
          *       "counts": {
          *         "cancelled": 0,
@@ -2364,6 +2809,32 @@ export interface components {
              * @description The window, in seconds.
              */
             per_seconds: number;
+        };
+        /**
+         * RateReason
+         * @description The queue's `rate` window is full.
+         * @example {
+         *       "kind": "rate",
+         *       "limit": 100,
+         *       "per_seconds": 60,
+         *       "until": "2026-11-29T12:05:00.125+00:00"
+         *     }
+         */
+        RateReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "rate";
+            /** Limit */
+            limit: number;
+            /** Per Seconds */
+            per_seconds: number;
+            /**
+             * Until
+             * @description When the oldest claim of the window leaves it.
+             */
+            until: string | null;
         };
         /**
          * ReadReplica
@@ -2591,6 +3062,42 @@ export interface components {
             failed?: number | null;
         };
         /**
+         * RunningReason
+         * @description It is running: a worker holds it.
+         * @example {
+         *       "kind": "running",
+         *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *       "worker": "mailer-1-4242"
+         *     }
+         */
+        RunningReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "running";
+            /** Lease Expires At */
+            lease_expires_at: string | null;
+            /** Worker */
+            worker: string | null;
+        };
+        /**
+         * ScaleLimits
+         * @example {
+         *       "concurrency": 20,
+         *       "rate": null
+         *     }
+         */
+        ScaleLimits: {
+            /**
+             * Concurrency
+             * @description The queue's concurrency limit; null: none.
+             */
+            concurrency: number | null;
+            /** @description The queue's rate limit; null: none. */
+            rate: components["schemas"]["RateLimit"] | null;
+        };
+        /**
          * Schedule
          * @example {
          *       "created_at": "2026-11-01T09:12:00.5+00:00",
@@ -2785,6 +3292,26 @@ export interface components {
             timezone?: string;
         };
         /**
+         * ScheduledReason
+         * @description Enqueued to run later (`run_at`, `delay_seconds`), and not due yet.
+         * @example {
+         *       "kind": "scheduled",
+         *       "run_at": "2026-11-29T12:05:00.125+00:00"
+         *     }
+         */
+        ScheduledReason: {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "scheduled";
+            /**
+             * Run At
+             * Format: date-time
+             */
+            run_at: string;
+        };
+        /**
          * SearchRequest
          * @example {
          *       "payload_contains": {
@@ -2872,6 +3399,7 @@ export interface components {
          *           "schedule": null,
          *           "scheduled_for": null,
          *           "status": "failed",
+         *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
          *           "worker": "mailer-1"
          *         }
@@ -3209,6 +3737,274 @@ export interface components {
              */
             seconds: number;
         };
+        /**
+         * WorkerDetail
+         * @example {
+         *       "completed_last_hour": 1840,
+         *       "failed_last_hour": 3,
+         *       "first_seen": "2026-11-29T08:00:00+00:00",
+         *       "host": "mailer-1",
+         *       "job_ids": [
+         *         42
+         *       ],
+         *       "jobs": [
+         *         {
+         *           "attempts": 1,
+         *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
+         *           "id": 42,
+         *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *           "max_attempts": 5,
+         *           "progress": {
+         *             "done": 40,
+         *             "total": 100
+         *           },
+         *           "queue": "emails"
+         *         }
+         *       ],
+         *       "jobs_held": 1,
+         *       "last_seen": "2026-11-29T12:00:00.125+00:00",
+         *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *       "name": "mailer-1-4242",
+         *       "queues": [
+         *         "emails"
+         *       ],
+         *       "sdk": "jobq-client-python",
+         *       "state": "live",
+         *       "version": "1.1.0"
+         *     }
+         */
+        WorkerDetail: {
+            /**
+             * Completed Last Hour
+             * @description Jobs it completed in the last hour.
+             */
+            completed_last_hour: number;
+            /**
+             * Failed Last Hour
+             * @description Attempts it failed in the last hour (fails, and hard timeouts).
+             */
+            failed_last_hour: number;
+            /**
+             * First Seen
+             * Format: date-time
+             */
+            first_seen: string;
+            /**
+             * Host
+             * @description The User-Agent's `host=` comment, else the address it called from.
+             */
+            host: string | null;
+            /**
+             * Job Ids
+             * @description Ids of the jobs it holds, oldest claim first (the first 100).
+             */
+            job_ids: number[];
+            /**
+             * Jobs
+             * @description The jobs it holds now, oldest claim first.
+             */
+            jobs: components["schemas"]["HeldJob"][];
+            /**
+             * Jobs Held
+             * @description Jobs it holds now (running under its claims).
+             */
+            jobs_held: number;
+            /**
+             * Last Seen
+             * Format: date-time
+             * @description Its latest claim, heartbeat, complete or fail (within a second).
+             */
+            last_seen: string;
+            /**
+             * Lease Expires At
+             * @description When the latest lease it holds lapses; null: none.
+             */
+            lease_expires_at: string | null;
+            /**
+             * Name
+             * @description The `worker` its claims named (the SDKs send `<host>-<pid>`).
+             */
+            name: string;
+            /**
+             * Queues
+             * @description The queues it claimed from (of those this key may use).
+             */
+            queues: string[];
+            /**
+             * Sdk
+             * @description From its User-Agent's first product, e.g. `jobq-client-python`.
+             */
+            sdk: string | null;
+            /**
+             * State
+             * @description `live` while it holds a lease that has not lapsed or was seen within JOBQ_WORKER_GONE_SECONDS; `gone` otherwise.
+             * @enum {string}
+             */
+            state: "live" | "gone";
+            /**
+             * Version
+             * @description The SDK's version, from the same product.
+             */
+            version: string | null;
+        };
+        /**
+         * WorkerList
+         * @example {
+         *       "workers": [
+         *         {
+         *           "completed_last_hour": 1840,
+         *           "failed_last_hour": 3,
+         *           "first_seen": "2026-11-29T08:00:00+00:00",
+         *           "host": "mailer-1",
+         *           "job_ids": [
+         *             42
+         *           ],
+         *           "jobs_held": 1,
+         *           "last_seen": "2026-11-29T12:00:00.125+00:00",
+         *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *           "name": "mailer-1-4242",
+         *           "queues": [
+         *             "emails"
+         *           ],
+         *           "sdk": "jobq-client-python",
+         *           "state": "live",
+         *           "version": "1.1.0"
+         *         },
+         *         {
+         *           "completed_last_hour": 12,
+         *           "failed_last_hour": 0,
+         *           "first_seen": "2026-11-29T08:00:00+00:00",
+         *           "host": "10.0.3.17",
+         *           "job_ids": [],
+         *           "jobs_held": 0,
+         *           "last_seen": "2026-11-29T11:40:00+00:00",
+         *           "lease_expires_at": null,
+         *           "name": "mailer-2-977",
+         *           "queues": [
+         *             "emails"
+         *           ],
+         *           "sdk": "jobq-client-python",
+         *           "state": "gone",
+         *           "version": "1.1.0"
+         *         }
+         *       ]
+         *     }
+         */
+        WorkerList: {
+            /**
+             * Workers
+             * @description Live workers first, then by when last seen, newest first.
+             */
+            workers: components["schemas"]["WorkerSummary"][];
+        };
+        /**
+         * WorkerSummary
+         * @example {
+         *       "completed_last_hour": 1840,
+         *       "failed_last_hour": 3,
+         *       "first_seen": "2026-11-29T08:00:00+00:00",
+         *       "host": "mailer-1",
+         *       "job_ids": [
+         *         42
+         *       ],
+         *       "jobs_held": 1,
+         *       "last_seen": "2026-11-29T12:00:00.125+00:00",
+         *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+         *       "name": "mailer-1-4242",
+         *       "queues": [
+         *         "emails"
+         *       ],
+         *       "sdk": "jobq-client-python",
+         *       "state": "live",
+         *       "version": "1.1.0"
+         *     }
+         * @example {
+         *       "completed_last_hour": 12,
+         *       "failed_last_hour": 0,
+         *       "first_seen": "2026-11-29T08:00:00+00:00",
+         *       "host": "10.0.3.17",
+         *       "job_ids": [],
+         *       "jobs_held": 0,
+         *       "last_seen": "2026-11-29T11:40:00+00:00",
+         *       "lease_expires_at": null,
+         *       "name": "mailer-2-977",
+         *       "queues": [
+         *         "emails"
+         *       ],
+         *       "sdk": "jobq-client-python",
+         *       "state": "gone",
+         *       "version": "1.1.0"
+         *     }
+         */
+        WorkerSummary: {
+            /**
+             * Completed Last Hour
+             * @description Jobs it completed in the last hour.
+             */
+            completed_last_hour: number;
+            /**
+             * Failed Last Hour
+             * @description Attempts it failed in the last hour (fails, and hard timeouts).
+             */
+            failed_last_hour: number;
+            /**
+             * First Seen
+             * Format: date-time
+             */
+            first_seen: string;
+            /**
+             * Host
+             * @description The User-Agent's `host=` comment, else the address it called from.
+             */
+            host: string | null;
+            /**
+             * Job Ids
+             * @description Ids of the jobs it holds, oldest claim first (the first 100).
+             */
+            job_ids: number[];
+            /**
+             * Jobs Held
+             * @description Jobs it holds now (running under its claims).
+             */
+            jobs_held: number;
+            /**
+             * Last Seen
+             * Format: date-time
+             * @description Its latest claim, heartbeat, complete or fail (within a second).
+             */
+            last_seen: string;
+            /**
+             * Lease Expires At
+             * @description When the latest lease it holds lapses; null: none.
+             */
+            lease_expires_at: string | null;
+            /**
+             * Name
+             * @description The `worker` its claims named (the SDKs send `<host>-<pid>`).
+             */
+            name: string;
+            /**
+             * Queues
+             * @description The queues it claimed from (of those this key may use).
+             */
+            queues: string[];
+            /**
+             * Sdk
+             * @description From its User-Agent's first product, e.g. `jobq-client-python`.
+             */
+            sdk: string | null;
+            /**
+             * State
+             * @description `live` while it holds a lease that has not lapsed or was seen within JOBQ_WORKER_GONE_SECONDS; `gone` otherwise.
+             * @enum {string}
+             */
+            state: "live" | "gone";
+            /**
+             * Version
+             * @description The SDK's version, from the same product.
+             */
+            version: string | null;
+        };
     };
     responses: never;
     parameters: never;
@@ -3288,7 +4084,7 @@ export interface operations {
                      *         {
                      *           "id": 43,
                      *           "outcome": "skipped",
-                     *           "status": "completed"
+                     *           "status": "running"
                      *         },
                      *         {
                      *           "id": 44,
@@ -3562,6 +4358,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "failed",
+                     *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": "mailer-1"
                      *         }
@@ -3688,6 +4485,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -3809,6 +4607,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -3958,6 +4757,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -4050,6 +4850,102 @@ export interface operations {
             };
         };
     };
+    explainJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Job id. */
+                job_id: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": 42,
+                     *       "queue": "emails",
+                     *       "reasons": [
+                     *         {
+                     *           "held_by": [
+                     *             40,
+                     *             41
+                     *           ],
+                     *           "kind": "concurrency",
+                     *           "limit": 2
+                     *         },
+                     *         {
+                     *           "group": "customer-1042",
+                     *           "held_by": [
+                     *             40
+                     *           ],
+                     *           "kind": "group_concurrency",
+                     *           "limit": 1
+                     *         }
+                     *       ],
+                     *       "runnable": false,
+                     *       "status": "pending"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["JobExplanation"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description No such job (or none that this key may see). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     failJob: {
         parameters: {
             query?: never;
@@ -4106,6 +5002,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -4374,6 +5271,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -4511,6 +5409,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -4545,7 +5444,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
-            /** @description `invalid-state`: only failed or cancelled jobs can be retried. */
+            /** @description `invalid-state`: only failed, cancelled or completed jobs can be retried. */
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -4881,7 +5780,8 @@ export interface operations {
                      *         "cancelled": null,
                      *         "completed": 3600,
                      *         "failed": null
-                     *       }
+                     *       },
+                     *       "timeout_seconds": 600
                      *     }
                      */
                     "application/json": components["schemas"]["QueueConfig"];
@@ -4980,7 +5880,8 @@ export interface operations {
                      *         "cancelled": null,
                      *         "completed": 3600,
                      *         "failed": null
-                     *       }
+                     *       },
+                     *       "timeout_seconds": 600
                      *     }
                      */
                     "application/json": components["schemas"]["QueueConfig"];
@@ -5109,6 +6010,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "pending",
+                     *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
@@ -5218,6 +6120,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -5258,6 +6161,7 @@ export interface operations {
                      *       "schedule": null,
                      *       "scheduled_for": null,
                      *       "status": "pending",
+                     *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *       "worker": null
                      *     }
@@ -5400,6 +6304,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "pending",
+                     *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         },
@@ -5429,6 +6334,7 @@ export interface operations {
                      *           "schedule": null,
                      *           "scheduled_for": null,
                      *           "status": "pending",
+                     *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
                      *           "worker": null
                      *         }
@@ -5744,6 +6650,88 @@ export interface operations {
             };
         };
     };
+    getQueueScale: {
+        parameters: {
+            query?: {
+                /** @description Count ready jobs up to this many (default 1000). */
+                max?: number;
+            };
+            header?: never;
+            path: {
+                /** @description `[A-Za-z0-9_.:-]{1,128}` */
+                queue: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "capped": false,
+                     *       "claimable": 12,
+                     *       "held_by": [
+                     *         "concurrency"
+                     *       ],
+                     *       "limits": {
+                     *         "concurrency": 20,
+                     *         "rate": null
+                     *       },
+                     *       "oldest_ready_age_seconds": 3.2,
+                     *       "paused": false,
+                     *       "queue": "emails",
+                     *       "ready": 412,
+                     *       "running": 8
+                     *     }
+                     */
+                    "application/json": components["schemas"]["QueueScale"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     getQueueStats: {
         parameters: {
             query?: {
@@ -5791,7 +6779,8 @@ export interface operations {
                      *           "cancelled": null,
                      *           "completed": 3600,
                      *           "failed": null
-                     *         }
+                     *         },
+                     *         "timeout_seconds": 600
                      *       },
                      *       "counts": {
                      *         "cancelled": 0,
@@ -6787,6 +7776,214 @@ export interface operations {
             };
             /** @description The API key lacks the scope, or may not use this queue. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listWorkers: {
+        parameters: {
+            query?: {
+                /** @description Most workers listed. */
+                limit?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "workers": [
+                     *         {
+                     *           "completed_last_hour": 1840,
+                     *           "failed_last_hour": 3,
+                     *           "first_seen": "2026-11-29T08:00:00+00:00",
+                     *           "host": "mailer-1",
+                     *           "job_ids": [
+                     *             42
+                     *           ],
+                     *           "jobs_held": 1,
+                     *           "last_seen": "2026-11-29T12:00:00.125+00:00",
+                     *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+                     *           "name": "mailer-1-4242",
+                     *           "queues": [
+                     *             "emails"
+                     *           ],
+                     *           "sdk": "jobq-client-python",
+                     *           "state": "live",
+                     *           "version": "1.1.0"
+                     *         },
+                     *         {
+                     *           "completed_last_hour": 12,
+                     *           "failed_last_hour": 0,
+                     *           "first_seen": "2026-11-29T08:00:00+00:00",
+                     *           "host": "10.0.3.17",
+                     *           "job_ids": [],
+                     *           "jobs_held": 0,
+                     *           "last_seen": "2026-11-29T11:40:00+00:00",
+                     *           "lease_expires_at": null,
+                     *           "name": "mailer-2-977",
+                     *           "queues": [
+                     *             "emails"
+                     *           ],
+                     *           "sdk": "jobq-client-python",
+                     *           "state": "gone",
+                     *           "version": "1.1.0"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WorkerList"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request breaks the contract (see `errors`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable (database unreachable, shutting down, or schema behind): retry after Retry-After. */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getWorker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The `worker` its claims named. */
+                name: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "completed_last_hour": 1840,
+                     *       "failed_last_hour": 3,
+                     *       "first_seen": "2026-11-29T08:00:00+00:00",
+                     *       "host": "mailer-1",
+                     *       "job_ids": [
+                     *         42
+                     *       ],
+                     *       "jobs": [
+                     *         {
+                     *           "attempts": 1,
+                     *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "id": 42,
+                     *           "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+                     *           "max_attempts": 5,
+                     *           "progress": {
+                     *             "done": 40,
+                     *             "total": 100
+                     *           },
+                     *           "queue": "emails"
+                     *         }
+                     *       ],
+                     *       "jobs_held": 1,
+                     *       "last_seen": "2026-11-29T12:00:00.125+00:00",
+                     *       "lease_expires_at": "2026-11-29T12:05:00.125+00:00",
+                     *       "name": "mailer-1-4242",
+                     *       "queues": [
+                     *         "emails"
+                     *       ],
+                     *       "sdk": "jobq-client-python",
+                     *       "state": "live",
+                     *       "version": "1.1.0"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WorkerDetail"];
+                };
+            };
+            /** @description No API key, or one that is unknown, revoked or malformed (see WWW-Authenticate). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The API key lacks the scope, or may not use this queue. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `worker-not-found`: no worker of this name was seen within JOBQ_WORKERS_KEEP_SECONDS (in a queue this key may use). */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -12,6 +12,7 @@ import {
   Conflict,
   JobNotFound,
   JobqError,
+  JobTimedOut,
   NotFound,
   PayloadTooLarge,
   RateLimited,
@@ -24,6 +25,8 @@ import type { ValidationIssue } from "./errors.js";
 /** Why a handler was told to stop (its signal's reason is an Error with this message). */
 export const CLAIM_LOST = "claim lost";
 export const CANCEL_REQUESTED = "cancel requested";
+/** The job ran past its `timeout_seconds`: the server failed it, and retries it or not as any failure. */
+export const TIMED_OUT = "timed out";
 export const SHUTDOWN = "worker shutting down";
 
 const MAX_ERROR_CHARS = 4000; // the server keeps JOBQ_MAX_ERROR_BYTES (2 KiB by default) of it anyway
@@ -57,7 +60,8 @@ export class PermanentFailure extends Error {
  * What a handler receives: the claimed job, and whether it should stop.
  *
  * `signal` aborts (and `stopped` turns true) when the claim is lost (lease lapsed, job reclaimed), when an
- * operator cancels the job, or when the worker stops before the handler finished. Pass the signal to what
+ * operator cancels the job, when the job ran past its `timeout_seconds` (the server failed it: TIMED_OUT),
+ * or when the worker stops before the handler finished. Pass the signal to what
  * the handler awaits (fetch, timers). Whatever a stopped handler returns is not sent.
  */
 export class JobContext {
@@ -96,7 +100,7 @@ export class JobContext {
   get stopped(): boolean {
     return this.controller.signal.aborted;
   }
-  /** CLAIM_LOST, CANCEL_REQUESTED or SHUTDOWN once stopped. */
+  /** CLAIM_LOST, CANCEL_REQUESTED, TIMED_OUT or SHUTDOWN once stopped. */
   get stopReason(): string | undefined {
     return this.reason;
   }
@@ -585,7 +589,7 @@ export class Worker {
       finished.abort();
       this.active.delete(ctx);
     }
-    if (ctx.stopReason === CLAIM_LOST || ctx.stopReason === CANCEL_REQUESTED) {
+    if (ctx.stopReason === CLAIM_LOST || ctx.stopReason === CANCEL_REQUESTED || ctx.stopReason === TIMED_OUT) {
       this.log.info(`job ${claim.id}: ${ctx.stopReason} while its handler finished; not completing it`);
       return;
     }
@@ -722,7 +726,7 @@ export class Worker {
         beat = await client.heartbeat(ctx.id, ctx.claim.claim_token, progress === undefined ? {} : { progress: progress.value });
       } catch (error) {
         if (error instanceof Conflict || error instanceof NotFound) {
-          ctx.stop(CLAIM_LOST);
+          ctx.stop(error instanceof JobTimedOut ? TIMED_OUT : CLAIM_LOST);
           this.log.warn(`job ${ctx.id}: heartbeat refused (${describe(error)})`);
           return;
         }

@@ -16,6 +16,7 @@ import {
   PermanentFailure,
   RetryLater,
   ServiceUnavailable,
+  TIMED_OUT,
   TransportError,
   ValidationError,
   WaitTimeout,
@@ -395,6 +396,27 @@ describe("Worker against jobq", () => {
     const cancelled = await jobq.getJob(job.id);
     assert.equal(cancelled.status, "cancelled");
     assert.equal(cancelled.result, null);
+  });
+
+  test("a job past its timeout_seconds: the handler's signal aborts with TIMED_OUT and nothing is sent", async () => {
+    const q = queueName("timeout");
+    const job = await jobq.enqueue(q, null, { timeoutSeconds: 1, maxAttempts: 1 });
+    assert.equal(job.timeout_seconds, 1);
+    let reason;
+    const worker = new Worker(jobq, { leaseSeconds: 10, heartbeatIntervalSeconds: 0.2, waitSeconds: 0.2, logger: quiet });
+    worker.register(q, async (ctx) => {
+      await new Promise((resolve) => ctx.signal.addEventListener("abort", resolve));
+      reason = ctx.signal.reason.message;
+      return "must not be sent";
+    });
+    const stop = running(worker);
+    await until(() => reason !== undefined, "the handler to be told");
+    assert.equal(reason, TIMED_OUT);
+    await stop();
+    const failed = await jobq.getJob(job.id);
+    assert.equal(failed.status, "failed");
+    assert.equal(failed.last_error, "timeout");
+    assert.equal(failed.result, null);
   });
 
   test("a finished job's result rides on the next claim, or is completed by itself on a server without that", async () => {

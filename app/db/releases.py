@@ -1,0 +1,296 @@
+"""The dependency release's statements: what happens to the jobs waiting for a job once it has finished.
+
+The statement that finishes a job with dependants (complete, fail for good, cancel, bulk cancel, purge, the
+lease rescuer's terminal fail) records it in the outbox `dependency_releases`, in that statement
+(app/db/jobs.py record_finished). Everything else happens here, afterwards, in transactions of a few
+statements each, driven by app/core/dependencies.py (right after the finish, and by the background service
+app/maintenance/releaser.py):
+
+  RELEASES_CLAIM      a batch of one queue's outbox rows, locked (SKIP LOCKED: one process per row), with
+                      the finished job as it is now and the database's clock;
+  EDGES_TAKE          a bounded batch of those jobs' job_dependencies rows, consumed;
+  DEPENDANTS_SETTLE   the dependants of one queue counted down: `pending` at zero, or cancelled when the
+                      finished job did not complete (on_dependency_failure = run: counted as done). A
+                      dependant it cancels that has dependants of its own gets an outbox row in its queue:
+                      the cascade's next level, done by a later step;
+  RELEASES_DONE       the outbox rows whose job has no job_dependencies row left.
+
+Bounded: a step touches at most `batch` dependency rows and as many dependants; each statement runs under
+the step's own statement_timeout. Crash-safe: a step is one transaction, so a process that dies mid-step
+leaves the outbox row (and the dependency rows) as they were, and the next process to look carries on.
+
+One queue per statement: every statement names the queue whose rows it reads or writes (the outbox and the
+dependency rows by the finished job's queue, the dependants by their own), so each would be a single-shard
+statement with the tables distributed by queue name; no VOLATILE function in an UPDATE (the time comes from
+RELEASES_CLAIM, as a parameter). The statements that span queues only read, without locks, to find work:
+RELEASE_QUEUES and EDGES_PARENT_QUEUES. The one exception is EDGES_FILL_QUEUES, which completes rows written
+by a previous release (without queue names) by looking their jobs up by id; a fresh installation never has
+such rows.
+
+Lock order (no deadlock): an outbox row, then its job's dependency rows, then dependants in id order across
+queues (app/core/dependencies.py runs DEPENDANTS_SETTLE per run of consecutive ids in one queue), then the
+outbox rows it inserts (new rows). Statements finishing jobs lock only the jobs they finish, and an enqueue
+waits for a locked parent holding nothing (app/db/dependencies.py): no cycle.
+
+The same reconciliation also releases what a process of the previous release left: its finishes record
+nothing, so EDGES_FINISHED_PARENTS, a bounded walk of each queue's dependency rows, records every finished
+(or deleted) job that still has some."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from app.db.jobs import FINISHED_SQL, as_json, count_finished
+from app.db.rows import rows_of
+
+# --- the outbox ----------------------------------------------------------------------------------------------
+
+RELEASE_QUEUES = """
+-- The queues with outbox rows, in name order after `after` (a pass goes round them all). The outbox holds
+-- only cascades in progress: a few rows. A read without locks.
+SELECT DISTINCT queue_name FROM dependency_releases
+WHERE queue_name > %(after)s
+ORDER BY 1
+LIMIT %(limit)s
+"""
+
+
+async def release_queues(conn: psycopg.AsyncConnection[Any], after: str, limit: int) -> list[str]:
+    cur = await conn.execute(RELEASE_QUEUES, {"after": after, "limit": limit})
+    return [str(r[0]) for r in await cur.fetchall()]
+
+
+RELEASES_CLAIM = """
+-- A batch of one queue's outbox rows, oldest first (or those of the jobs `jobs`: the ones a request just
+-- finished), locked until the step commits; rows another step holds are skipped. With each, the job as it
+-- is now: finished (its dependants are released by how it finished), not finished (retried since: its
+-- rows wait for its next finish), or gone (deleted by retention: as recorded). And the database's clock,
+-- which the step's writes use.
+SELECT r.id, r.job_id, r.status AS recorded, p.status AS status, clock_timestamp() AS now
+FROM (
+  SELECT d.id, d.job_id, d.status FROM dependency_releases d
+  WHERE d.queue_name = %(queue)s AND (%(jobs)s::bigint[] IS NULL OR d.job_id = ANY(%(jobs)s::bigint[]))
+  ORDER BY d.id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+) r
+LEFT JOIN LATERAL (
+  -- One lookup by primary key per row (OFFSET 0: kept a lookup whatever the statistics say).
+  SELECT j.status FROM jobs j WHERE j.id = r.job_id AND j.queue_name = %(queue)s OFFSET 0
+) p ON true
+ORDER BY r.id
+"""
+
+
+@dataclass(slots=True, frozen=True)
+class Release:
+    """An outbox row: the job `job_id` finished (`recorded`), and its status now (None: gone)."""
+
+    id: int
+    job_id: int
+    recorded: str
+    status: str | None
+    now: datetime
+
+
+async def releases_claim(
+    conn: psycopg.AsyncConnection[Any], queue: str, jobs: Sequence[int] | None, limit: int
+) -> list[Release]:
+    cur = conn.cursor(row_factory=rows_of(Release))
+    await cur.execute(
+        RELEASES_CLAIM, {"queue": queue, "jobs": list(jobs) if jobs is not None else None, "limit": limit}
+    )
+    return await cur.fetchall()
+
+
+RELEASES_DONE = """
+-- Outbox rows whose job has no dependency row left (or was retried since: its next finish records it again).
+DELETE FROM dependency_releases WHERE queue_name = %(queue)s AND id = ANY(%(ids)s::bigint[])
+"""
+
+
+async def releases_done(conn: psycopg.AsyncConnection[Any], queue: str, ids: Sequence[int]) -> None:
+    if ids:
+        await conn.execute(RELEASES_DONE, {"queue": queue, "ids": list(ids)})
+
+
+# --- the dependency rows --------------------------------------------------------------------------------------
+
+EDGES_TAKE = """
+WITH taken AS (
+  -- At most `limit` dependency rows of the finished jobs `parents` (all in `queue`), in (parent, dependant)
+  -- order, locked; a row a previous release wrote without queue names waits for the reconciliation.
+  SELECT ctid FROM job_dependencies
+  WHERE parent_queue = %(queue)s AND parent_id = ANY(%(parents)s::bigint[])
+  ORDER BY parent_id, job_id
+  LIMIT %(limit)s
+  FOR UPDATE
+)
+DELETE FROM job_dependencies d
+WHERE d.ctid = ANY(ARRAY(SELECT ctid FROM taken))
+RETURNING d.parent_id, d.job_id, d.job_queue
+"""
+
+
+@dataclass(slots=True, frozen=True)
+class Edge:
+    parent_id: int
+    job_id: int
+    job_queue: str
+
+
+async def edges_take(conn: psycopg.AsyncConnection[Any], queue: str, parents: Sequence[int], limit: int) -> list[Edge]:
+    """The dependency rows consumed, sorted by (parent, dependant)."""
+    cur = conn.cursor(row_factory=rows_of(Edge))
+    await cur.execute(EDGES_TAKE, {"queue": queue, "parents": sorted(parents), "limit": limit})
+    return sorted(await cur.fetchall(), key=lambda e: (e.parent_id, e.job_id))
+
+
+# --- the dependants ----------------------------------------------------------------------------------------------
+
+# A dependant is cancelled when one of the finished jobs counted here did not complete, unless it runs anyway.
+_CANCEL = "i.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run'"
+
+DEPENDANTS_SETTLE = f"""
+WITH input AS (
+  -- Per dependant: how many of its dependencies finished (n), and the first of them that did not complete.
+  SELECT * FROM json_to_recordset(%(items)s::json) AS t(id bigint, n int, bad_id bigint, bad_status text)
+), changed AS (
+  -- Only waiting dependants change: one cancelled meanwhile (or retried since) is left alone. Reached by
+  -- primary key in id order (the ids come sorted): the status is compared with a value the planner cannot
+  -- see (as app/db/jobs.py RUNNING), so jobs_waiting_idx, which stale statistics can make look empty, is
+  -- never the way in.
+  UPDATE jobs AS j
+  SET status = CASE WHEN {_CANCEL} THEN 'cancelled'
+                    WHEN j.pending_dependencies > i.n THEN 'waiting' ELSE 'pending' END,
+      pending_dependencies = CASE WHEN {_CANCEL} THEN j.pending_dependencies
+                                  ELSE greatest(j.pending_dependencies - i.n, 0) END,
+      -- Released: due now, or at its own run_at if that is later (a delay counts from the enqueue). Claim
+      -- order then puts it after the jobs that were ready before it.
+      run_at = CASE WHEN {_CANCEL} OR j.pending_dependencies > i.n THEN j.run_at
+                    ELSE greatest(j.run_at, %(now)s::timestamptz) END,
+      finished_at = CASE WHEN {_CANCEL} THEN %(now)s::timestamptz END,
+      last_error = CASE WHEN {_CANCEL} THEN 'dependency ' || i.bad_id || ' ' || i.bad_status ELSE j.last_error END
+  FROM input i
+  WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
+    AND j.status = (SELECT 'waiting'::text)
+  RETURNING j.id, j.queue_name AS queue, j.status, coalesce(j.has_dependants, false) AS has_dependants
+), counted AS ({count_finished("changed")}
+), recorded AS (
+  -- The cascade's next level: a cancelled dependant that others depend on, released by a later step.
+  INSERT INTO dependency_releases (queue_name, job_id, status)
+  SELECT queue, id, status FROM changed WHERE status = 'cancelled' AND has_dependants
+)
+SELECT id, status, has_dependants FROM changed
+"""
+
+
+@dataclass(slots=True, frozen=True)
+class Settled:
+    id: int
+    status: str
+    has_dependants: bool
+
+
+async def dependants_settle(
+    conn: psycopg.AsyncConnection[Any], queue: str, items: Sequence[dict[str, Any]], now: datetime
+) -> list[Settled]:
+    """Count down the dependants `items` of one queue ({id, n, bad_id, bad_status}, sorted by id); the ones
+    that changed (still waiting, pending, or cancelled)."""
+    cur = conn.cursor(row_factory=rows_of(Settled))
+    await cur.execute(DEPENDANTS_SETTLE, {"queue": queue, "items": as_json(list(items)), "now": now})
+    return await cur.fetchall()
+
+
+# --- the reconciliation ------------------------------------------------------------------------------------------
+
+EDGES_FILL_QUEUES = """
+WITH legacy AS (
+  -- Dependency rows a previous release wrote (no queue names), a batch at a time.
+  SELECT parent_id, job_id FROM job_dependencies
+  WHERE parent_queue IS NULL OR job_queue IS NULL
+  ORDER BY parent_id, job_id
+  LIMIT %(limit)s
+  FOR UPDATE SKIP LOCKED
+)
+-- Their jobs looked up by id (the one lookup across queues here, for rows only a previous release writes).
+-- A parent gone (deleted by retention, so finished) files the row under its dependant's queue, where the
+-- reconciliation finds no such job, and so releases the dependant as if it had completed; a dependant gone
+-- leaves a row that the release consumes and that changes nothing.
+UPDATE job_dependencies AS d
+SET parent_queue = coalesce((SELECT p.queue_name FROM jobs p WHERE p.id = l.parent_id),
+                            (SELECT c.queue_name FROM jobs c WHERE c.id = l.job_id), ''),
+    job_queue = coalesce((SELECT c.queue_name FROM jobs c WHERE c.id = l.job_id), '')
+FROM legacy l
+WHERE d.parent_id = l.parent_id AND d.job_id = l.job_id
+RETURNING d.parent_id
+"""
+
+
+async def edges_fill_queues(conn: psycopg.AsyncConnection[Any], limit: int) -> int:
+    cur = await conn.execute(EDGES_FILL_QUEUES, {"limit": limit})
+    return len(await cur.fetchall())
+
+
+EDGES_PARENT_QUEUES = """
+-- The next queue (in name order) whose jobs others wait for: one probe of job_dependencies_parent_queue_idx.
+SELECT min(parent_queue) FROM job_dependencies WHERE parent_queue > %(after)s
+"""
+
+
+async def edges_next_queue(conn: psycopg.AsyncConnection[Any], after: str) -> str | None:
+    cur = await conn.execute(EDGES_PARENT_QUEUES, {"after": after})
+    row = await cur.fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+EDGES_FINISHED_PARENTS = f"""
+WITH page AS (
+  -- A page of one queue's dependency rows, in parent order after `after`.
+  SELECT parent_id FROM job_dependencies
+  WHERE parent_queue = %(queue)s AND parent_id > %(after)s
+  ORDER BY parent_id
+  LIMIT %(limit)s
+), parents AS (
+  SELECT DISTINCT parent_id FROM page
+), found AS (
+  -- Each parent as it is now (one lookup by primary key each); gone: deleted by retention, so finished.
+  SELECT pa.parent_id, p.status
+  FROM parents pa
+  LEFT JOIN LATERAL (SELECT j.status FROM jobs j WHERE j.id = pa.parent_id AND j.queue_name = %(queue)s OFFSET 0) p
+    ON true
+), recorded AS (
+  -- Finished without a record (finished by a previous release's process, or a record lost some other way):
+  -- recorded now. One the release holds right now has its row: not recorded twice.
+  INSERT INTO dependency_releases (queue_name, job_id, status)
+  SELECT %(queue)s, f.parent_id, coalesce(f.status, 'completed') FROM found f
+  WHERE (f.status IS NULL OR f.status IN {FINISHED_SQL})
+    AND NOT EXISTS (SELECT FROM dependency_releases r WHERE r.queue_name = %(queue)s AND r.job_id = f.parent_id)
+  RETURNING job_id
+)
+SELECT (SELECT count(*) FROM page) AS seen, (SELECT max(parent_id) FROM page) AS last,
+       (SELECT count(*) FROM recorded) AS recorded
+"""
+
+
+async def edges_finished_parents(
+    conn: psycopg.AsyncConnection[Any], queue: str, after: int, limit: int
+) -> tuple[int, int | None, int]:
+    """(dependency rows read, the last parent id read, outbox rows written) for one page of `queue`."""
+    cur = await conn.execute(EDGES_FINISHED_PARENTS, {"queue": queue, "after": after, "limit": limit})
+    row = await cur.fetchone()
+    assert row is not None
+    return int(row[0]), (int(row[1]) if row[1] is not None else None), int(row[2])
+
+
+# --- a step's budget ----------------------------------------------------------------------------------------------
+
+
+async def set_budget(conn: psycopg.AsyncConnection[Any], ms: int) -> None:
+    """Within a transaction: each of its statements is cancelled past `ms` (statement_timeout, until it ends)."""
+    await conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(ms),))

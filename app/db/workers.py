@@ -1,0 +1,177 @@
+"""SQL of the worker registry (migrations/0033_workers.sql): the flush of what one process saw of its
+workers, the listings (GET /workers, GET /workers/{name}) with the jobs each holds now, and the pruning.
+
+A worker is live while it holds a lease that has not lapsed, or was seen (a claim, a heartbeat, a complete
+or a fail) within `gone` seconds; otherwise it is gone. So a worker that vanished shows as gone once its
+leases lapse and it has not been seen for that long. Every time is the database clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from app.db.jobs import as_json
+from app.db.rows import rows_of
+from app.db.scope import queue_allowed
+
+WORKERS_FLUSH = """
+WITH input AS (
+  SELECT * FROM json_to_recordset(%(rows)s::json)
+    AS t(name text, queue text, sdk text, version text, host text, seen bool, completed int, failed int)
+), seen AS (
+  -- Stamped with this statement's clock: a flush runs about once a second, so last_seen is that close.
+  INSERT INTO workers AS w (name, queue_name, sdk, version, host, first_seen, last_seen)
+  SELECT name, queue, sdk, version, host, now(), now() FROM input WHERE seen
+  ON CONFLICT (queue_name, name) DO UPDATE
+  SET last_seen = EXCLUDED.last_seen,
+      -- What a request told, else what the worker told before (a complete says nothing of the SDK).
+      sdk = coalesce(EXCLUDED.sdk, w.sdk), version = coalesce(EXCLUDED.version, w.version),
+      host = coalesce(EXCLUDED.host, w.host)
+), counted AS (
+  INSERT INTO worker_minutes AS m (queue_name, name, minute, completed, failed)
+  SELECT queue, name, date_trunc('minute', now()), completed, failed FROM input WHERE completed > 0 OR failed > 0
+  ON CONFLICT (queue_name, name, minute) DO UPDATE
+  SET completed = m.completed + EXCLUDED.completed, failed = m.failed + EXCLUDED.failed
+)
+SELECT count(*) FROM input
+"""
+
+
+async def workers_flush(conn: psycopg.AsyncConnection[Any], rows: list[dict[str, Any]]) -> None:
+    """Record one flush: each row is a worker and queue seen, with its counts since the last flush."""
+    # Rows locked in one order: two processes flushing the same workers never wait on each other in a cycle.
+    rows = sorted(rows, key=lambda r: (r["queue"], r["name"]))
+    await conn.execute(WORKERS_FLUSH, {"rows": as_json(rows)})
+
+
+@dataclass(slots=True, frozen=True)
+class WorkerRow:
+    name: str
+    live: bool
+    queues: list[str]
+    sdk: str | None
+    version: str | None
+    host: str | None
+    first_seen: datetime
+    last_seen: datetime
+    jobs_held: int
+    job_ids: list[int]  # the first JOB_IDS_LISTED of the jobs it holds, oldest claim first
+    lease_expires_at: datetime | None  # the latest lease it holds
+    completed_last_hour: int
+    failed_last_hour: int
+
+
+def _workers(where: str) -> str:
+    """Workers (of the caller's queues) that `where` keeps (a condition on `w`), with the jobs each holds now
+    and what each finished in the last hour. Running jobs are few (one per busy worker's slot), and the
+    minutes of an hour are few: both are read whole."""
+    return f"""
+WITH w AS (
+  SELECT w.name, array_agg(w.queue_name ORDER BY w.queue_name) AS queues,
+         -- What the worker said most recently, whichever queue it said it on.
+         (array_agg(w.sdk ORDER BY w.last_seen DESC) FILTER (WHERE w.sdk IS NOT NULL))[1] AS sdk,
+         (array_agg(w.version ORDER BY w.last_seen DESC) FILTER (WHERE w.version IS NOT NULL))[1] AS version,
+         (array_agg(w.host ORDER BY w.last_seen DESC) FILTER (WHERE w.host IS NOT NULL))[1] AS host,
+         min(w.first_seen) AS first_seen, max(w.last_seen) AS last_seen
+  FROM workers w
+  WHERE {where} AND {queue_allowed("w.queue_name", "%(allowed)s::text")}
+  GROUP BY w.name
+), held AS (
+  SELECT j.locked_by AS name, count(*) AS n, max(j.lease_expires_at) AS lease_expires_at,
+         (array_agg(j.id ORDER BY j.claimed_at, j.id))[1:%(ids)s] AS job_ids
+  FROM jobs j
+  WHERE j.status = 'running' AND j.locked_by IN (SELECT name FROM w)
+    AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+  GROUP BY j.locked_by
+), done AS (
+  SELECT m.name, sum(m.completed) AS completed, sum(m.failed) AS failed
+  FROM worker_minutes m
+  WHERE m.minute > now() - interval '1 hour' AND m.name IN (SELECT name FROM w)
+    AND {queue_allowed("m.queue_name", "%(allowed)s::text")}
+  GROUP BY m.name
+)
+SELECT w.name,
+       coalesce(h.lease_expires_at > now(), false) OR w.last_seen > now() - make_interval(secs => %(gone)s)
+         AS live,
+       w.queues, w.sdk, w.version, w.host, w.first_seen, w.last_seen,
+       coalesce(h.n, 0)::int AS jobs_held, coalesce(h.job_ids, '{{}}') AS job_ids, h.lease_expires_at,
+       coalesce(d.completed, 0)::int AS completed_last_hour, coalesce(d.failed, 0)::int AS failed_last_hour
+FROM w
+LEFT JOIN held h ON h.name = w.name
+LEFT JOIN done d ON d.name = w.name
+ORDER BY 2 DESC, w.last_seen DESC, w.name
+LIMIT %(limit)s
+"""
+
+
+JOB_IDS_LISTED = 100
+
+WORKERS_LIST = _workers("w.last_seen > now() - make_interval(secs => %(keep)s)")
+WORKER_GET = _workers("w.name = %(name)s")
+
+
+async def workers_list(
+    conn: psycopg.AsyncConnection[Any], allowed: str | None, gone: float, keep: float, limit: int
+) -> list[WorkerRow]:
+    """Workers seen within `keep` seconds, live ones first, then by when last seen."""
+    cur = conn.cursor(row_factory=rows_of(WorkerRow))
+    await cur.execute(
+        WORKERS_LIST, {"allowed": allowed, "gone": gone, "keep": keep, "limit": limit, "ids": JOB_IDS_LISTED}
+    )
+    return await cur.fetchall()
+
+
+async def worker_get(
+    conn: psycopg.AsyncConnection[Any], name: str, allowed: str | None, gone: float
+) -> WorkerRow | None:
+    cur = conn.cursor(row_factory=rows_of(WorkerRow))
+    await cur.execute(WORKER_GET, {"name": name, "allowed": allowed, "gone": gone, "limit": 1, "ids": JOB_IDS_LISTED})
+    return await cur.fetchone()
+
+
+@dataclass(slots=True, frozen=True)
+class HeldJob:
+    id: int
+    queue: str
+    attempts: int
+    max_attempts: int
+    claimed_at: datetime
+    lease_expires_at: datetime
+    progress: str | None  # JSON text
+
+
+WORKER_JOBS = f"""
+-- The jobs a worker holds now (of the caller's queues), oldest claim first.
+SELECT j.id, j.queue_name AS queue, j.attempts, j.max_attempts, j.claimed_at, j.lease_expires_at,
+       j.progress::text AS progress
+FROM jobs j
+WHERE j.status = 'running' AND j.locked_by = %(name)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+ORDER BY j.claimed_at, j.id
+LIMIT %(limit)s
+"""
+
+
+async def worker_jobs(conn: psycopg.AsyncConnection[Any], name: str, allowed: str | None, limit: int) -> list[HeldJob]:
+    cur = conn.cursor(row_factory=rows_of(HeldJob))
+    await cur.execute(WORKER_JOBS, {"name": name, "allowed": allowed, "limit": limit})
+    return await cur.fetchall()
+
+
+WORKERS_PRUNE = """
+-- Workers not seen for `keep` seconds, and minutes older than the hour the figures cover.
+WITH gone AS (
+  DELETE FROM workers WHERE last_seen < now() - make_interval(secs => %(keep)s) RETURNING 1
+), old AS (
+  DELETE FROM worker_minutes WHERE minute < now() - interval '65 minutes' RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM old)
+"""
+
+
+async def workers_prune(conn: psycopg.AsyncConnection[Any], keep: float) -> int:
+    cur = await conn.execute(WORKERS_PRUNE, {"keep": keep})
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
