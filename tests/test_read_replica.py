@@ -1,6 +1,7 @@
-"""Reads from a replica (JOBQ_READ_DATABASE_URL): stats, listings, search and history go to a streaming
-standby while it is up and close enough, to the primary otherwise, and every such answer says which served
-it (JOBQ-Served-By). Against a primary and a `pg_basebackup -R` standby on loopback (tests/replicas.py)."""
+"""Reads from a replica (JOBQ_READ_DATABASE_URL): stats, listings, search, history, the workers and the
+scaling signal go to a streaming standby while it is up and close enough, to the primary otherwise, and every
+such answer says which served it (JOBQ-Served-By). Against a primary and a `pg_basebackup -R` standby on
+loopback (tests/replicas.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ READS: list[tuple[str, str, Any]] = [
     ("GET", "/stats/series", None),
     ("GET", "/queues/rq/stats/series", None),
     ("GET", "/stats/sparklines", None),
+    ("GET", "/workers", None),
+    ("GET", "/queues/rq/scale", None),
 ]
 
 
@@ -56,9 +59,24 @@ def test_reads_go_to_the_replica_and_each_answer_says_which_served_it(pair: Pair
         wait_until(lambda: listed(server) == ("replica", {"first"}), what="the listing served by the replica")
         for method, path, body in READS:
             assert served_by(server.client.request(method, path, json=body)) == "replica", path
-        # Claims, writes and reads of a job by id stay on the primary, and do not say otherwise.
+        # Claims, writes and reads of a job by id (and why it is not running) stay on the primary, and do not
+        # say otherwise.
         assert SERVED_BY_HEADER not in server.client.get(f"/jobs/{job['id']}").headers
-        assert server.claim_one("rq")["id"] == job["id"]
+        assert SERVED_BY_HEADER not in server.client.get(f"/jobs/{job['id']}/explain").headers
+        assert server.claim_one("rq", worker="replica-reader")["id"] == job["id"]
+
+        # The worker that claimed it, once its process has flushed the registry and the replica has it.
+        def worker_on_replica() -> bool:
+            r = server.client.get("/workers/replica-reader")
+            return (
+                r.status_code == 200
+                and served_by(r) == "replica"
+                and [j["id"] for j in r.json()["jobs"]] == [job["id"]]
+            )
+
+        wait_until(worker_on_replica, what="GET /workers/{name} served by the replica, holding the job")
+        scale = server.client.get("/queues/rq/scale")
+        assert served_by(scale) == "replica" and scale.json()["running"] == 1, scale.json()
 
         stats = server.client.get("/queues/rq/stats").json()["database"]["read_replica"]
         assert stats["serving"] is True and stats["reason"] is None, stats

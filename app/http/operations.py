@@ -124,7 +124,7 @@ def add_operator_routes(api: FastAPI) -> None:
         "scraper's credential); a key limited to some queues reaches those only. See docs/autoscaling.md.",
         tags=["operators"],
         response_model=QueueScale,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("metrics")
     async def queue_scale(
@@ -134,7 +134,9 @@ def add_operator_routes(api: FastAPI) -> None:
             int, Query(ge=1, le=10_000, description="Count ready jobs up to this many (default 1000).")
         ] = DEFAULT_CAP,
     ) -> Response:
-        return json_response(scale_document(await services(request).scale.scale(queue, max)))
+        with recording_served() as served:
+            found = await services(request).scale.scale(queue, max)
+        return served_by(json_response(scale_document(found)), served)
 
     @api.post(
         "/jobs/{job_id:int}/cancel",

@@ -6668,6 +6668,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7820,6 +7822,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7923,6 +7927,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
