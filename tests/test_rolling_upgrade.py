@@ -14,7 +14,7 @@ import sys
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -234,11 +234,62 @@ def work(through: httpx.Client, then: httpx.Client, queue: str) -> None:
     assert through.get(f"/jobs/{claimed[0]['id']}").json()["result"] == 2
 
 
+def enqueue(through: httpx.Client, queue: str, **fields: object) -> int:
+    r = through.post(f"/queues/{queue}/jobs", json={"payload": {"n": 1}, **fields})
+    assert r.status_code == 201, r.text
+    return int(r.json()["id"])
+
+
+def finish(through: httpx.Client, queue: str, job_id: int, how: str) -> None:
+    """Claim `job_id` (the only claimable job of `queue`) through one process and complete or fail it for good."""
+    claimed = through.post(f"/queues/{queue}/claim", json={"worker": "w"}).json()["jobs"]
+    assert [c["id"] for c in claimed] == [job_id], claimed
+    body = {"claim_token": claimed[0]["claim_token"], **({"result": 1} if how == "complete" else {"error": "boom"})}
+    r = through.post(f"/jobs/{job_id}/{how}", json=body)
+    assert r.status_code == 200 and r.json()["status"] == ("completed" if how == "complete" else "failed"), r.text
+
+
+def dependencies_across(old: httpx.Client, new: httpx.Client, queue: str) -> None:
+    """Parents finished by one release, dependants enqueued by either: every dependant is released (or
+    cancelled, its parent failed). The previous release finishes a parent without the outbox this one reads
+    (its triggers are gone): this release's reconciliation finds it, within JOBQ_DEPENDENCY_RECONCILE_SECONDS."""
+    cases = [  # (who enqueues, who finishes the parent, how, the dependant's status after)
+        (old, old, "complete", "pending"),
+        (old, old, "fail", "cancelled"),
+        (new, old, "complete", "pending"),
+        (new, old, "fail", "cancelled"),
+        (old, new, "complete", "pending"),
+        (old, new, "fail", "cancelled"),
+    ]
+    children: list[tuple[int, int, str]] = []
+    for n, (enqueuer, finisher, how, after) in enumerate(cases):
+        parent = enqueue(enqueuer, f"{queue}-p{n}", max_attempts=1)
+        child = enqueue(enqueuer, f"{queue}-c{n}", depends_on=[parent])
+        assert new.get(f"/jobs/{child}").json()["status"] == "waiting"
+        finish(finisher, f"{queue}-p{n}", parent, how)
+        children.append((child, parent, after))
+
+    def released() -> bool:
+        return all(new.get(f"/jobs/{child}").json()["status"] == after for child, _, after in children)
+
+    wait_until(released, timeout=60, what="every dependant released or cancelled")
+    for child, parent, after in children:
+        job = old.get(f"/jobs/{child}").json()  # the previous release reads them as this one does
+        assert job["status"] == after, job
+        if after == "cancelled":
+            assert job["last_error"] == f"dependency {parent} failed", job
+    # A released dependant runs, through either release.
+    for n, (child, _, after) in enumerate(children):
+        if after == "pending":
+            finish(old if n % 2 else new, f"{queue}-c{n}", child, "complete")
+
+
 @pytest.mark.slow  # the previous release started from git history: about 10 s
 def test_the_previous_release_keeps_working_beside_this_one_on_the_migrated_schema(
-    server: LiveServer, database_url: str, tmp_path: Path
+    server_factory: Callable[..., LiveServer], database_url: str, tmp_path: Path
 ) -> None:
     """Replicas replaced one by one: the database migrated by this release, processes of both serving it."""
+    server = server_factory(dependency_reconcile_seconds=1)
     source = previous_release(tmp_path / "previous")
     old = serve_previous(source, database_url, tmp_path / "previous.log")
     try:
@@ -248,6 +299,7 @@ def test_the_previous_release_keeps_working_beside_this_one_on_the_migrated_sche
         work(old.client, old.client, "old")
         work(old.client, server.client, "old-to-new")
         work(server.client, old.client, "new-to-old")
+        dependencies_across(old.client, server.client, "deps")
     finally:
         old.close()
 
