@@ -43,12 +43,14 @@ from app.core.workers import WorkerActivity, WorkerService
 from app.db import keys as store_keys
 from app.db import migrate
 from app.db.pool import Database
+from app.db.replica import Reads
 from app.maintenance.base import Supervisor
 from app.maintenance.gauges import Gauges
 from app.maintenance.keys import KeyUse
 from app.maintenance.listener import WakeupListener
 from app.maintenance.poll import FallbackPoll
 from app.maintenance.releaser import DependencyReleaser
+from app.maintenance.replica import ReplicaWatch
 from app.maintenance.rescuer import LeaseRescuer
 from app.maintenance.retention import Retention
 from app.maintenance.samples import BacklogSampler
@@ -96,6 +98,7 @@ class Services:
 
     settings: Settings
     db: Database
+    reads: Reads  # stats, listings, search, history: on the read replica when there is one (app/db/replica.py)
     keys: KeyRing
     wakeups: Wakeups
     configs: QueueConfigs
@@ -130,6 +133,7 @@ class Services:
         await self.drain()
         await self.jobs.aclose()
         await self.maintenance.stop()  # the statistics' and keys' last flush included
+        await self.reads.close()
         await self.db.close()
         self.access_log.close()
         if self.tracing is not None:
@@ -144,11 +148,24 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         raise RuntimeError("JOBQ_DATABASE_URL is not set (`jobq serve` sets it for the embedded database)")
     await _wait_for_database(url, STARTUP_TIMEOUT_SECONDS)
     if settings.migrate_on_start:
-        applied = await asyncio.to_thread(migrate.migrate, url)
+        applied = await asyncio.to_thread(
+            migrate.migrate,
+            url,
+            lock_timeout_ms=settings.migration_lock_timeout_ms,
+            lock_wait_seconds=settings.migration_lock_wait_seconds,
+        )
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
     db = Database(settings, url)
     await db.open(wait_seconds=STARTUP_TIMEOUT_SECONDS)
+    try:
+        _check_replication(settings, db)
+    except RuntimeError:
+        await db.close()
+        raise
+    replica = Database(settings, settings.read_database_url, replica=True) if settings.read_database_url else None
+    reads = Reads(db, replica, settings.read_max_lag_seconds)
+    await reads.open()
     metrics = telemetry.metrics
 
     # The wake-up seam is shared by the dispatcher (which announces its waiters through it), the services
@@ -166,7 +183,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     activity = WorkerActivity()  # the worker registry's sightings, flushed by WorkersFlush
     quotas = EnqueueQuotas(settings, db)
     jobs = JobService(settings, db, dispatcher, effects, results, configs, quotas, release, activity)
-    ops = OpsService(settings, db, effects, wakeups, configs, release)
+    ops = OpsService(settings, db, reads, effects, wakeups, configs, release)
     scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(
         [
@@ -183,11 +200,13 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
             StatsFlush(metrics, db),
             WorkersFlush(settings, activity, db, metrics),
             KeyUse(keys, metrics),
+            ReplicaWatch(db, reads, metrics),
         ]
     )
     services = Services(
         settings=settings,
         db=db,
+        reads=reads,
         keys=keys,
         wakeups=wakeups,
         configs=configs,
@@ -195,12 +214,12 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         results=results,
         jobs=jobs,
         ops=ops,
-        history=HistoryService(db),
-        search=SearchService(settings, db, effects, release),
+        history=HistoryService(reads),
+        search=SearchService(settings, db, reads, effects, release),
         schedules=ScheduleService(settings, db, scheduler.poke),
         release=release,
-        workers=WorkerService(settings, db),
-        scale=ScaleService(db),
+        workers=WorkerService(settings, reads),
+        scale=ScaleService(reads),
         explain=ExplainService(db),
         sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, effects),
         maintenance=maintenance,
@@ -211,7 +230,18 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     )
     async with db.connection() as conn:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))
+        if missing := await migrate.missing_migrations(conn):
+            # `jobq serve --no-migrate` (or JOBQ_MIGRATE_ON_START=false) on a database not migrated yet.
+            log.error(migrate.behind(missing))
     return services
+
+
+def _check_replication(settings: Settings, db: Database) -> None:
+    """At start (the pool's first connections read it: app/db/replication.py): standbys replicating
+    asynchronously are a warning, already logged, or a refusal with JOBQ_REQUIRE_SYNCHRONOUS_REPLICATION."""
+    replication = db.replication
+    if settings.require_synchronous_replication and replication is not None and replication.asynchronous:
+        raise RuntimeError(f"refusing to start (JOBQ_REQUIRE_SYNCHRONOUS_REPLICATION is set): {replication.warning}")
 
 
 def services(request: Request) -> Services:

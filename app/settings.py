@@ -53,6 +53,37 @@ class Settings(BaseSettings):
         30_000, ge=100, le=3_600_000, description="PostgreSQL statement_timeout for API statements."
     )
     migrate_on_start: bool = Field(True, description="Apply pending migrations when the service starts.")
+    migration_lock_timeout_ms: int = Field(
+        500,
+        ge=10,
+        le=60_000,
+        description="Longest wait of one migration statement for a lock; then it is rolled back and tried again "
+        "(enqueues and claims never queue behind a migration for longer).",
+    )
+    migration_lock_wait_seconds: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="How long a migration keeps trying to take its locks before it gives up (naming the "
+        "transactions that hold them).",
+    )
+    require_synchronous_replication: bool = Field(
+        False,
+        description="Refuse to start when the primary has standbys that replicate asynchronously (a job "
+        "acknowledged just before a failover could be lost); unset, that is a warning in the log, /readyz and "
+        "the stats.",
+    )
+    read_database_url: str | None = Field(
+        None,
+        description="A streaming standby (or a URL of several) for reads that may lag a little: stats, "
+        "listings, search, history, the dashboard. Unset: every read goes to JOBQ_DATABASE_URL.",
+    )
+    read_max_lag_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="Reads go to the primary while the read replica is further behind than this (or down).",
+    )
 
     # -- leases and long-polls ------------------------------------------------------------------------
     lease_default_seconds: int = Field(30, ge=1, le=43_200, description="Lease when a claim names none.")

@@ -3,6 +3,13 @@
 -- name: INVALID_INDEX --
 SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)
 
+-- name: LOCK_HOLDERS --
+SELECT pid, extract(epoch FROM now() - xact_start)::int AS seconds, state, left(query, 80) AS query
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+ORDER BY xact_start
+LIMIT 3
+
 -- name: MIGRATIONS_TABLE --
 CREATE TABLE IF NOT EXISTS jobq_migrations (
   version    integer PRIMARY KEY,

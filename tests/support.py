@@ -21,6 +21,15 @@ from app.settings import Settings
 
 T = TypeVar("T")
 
+# Figures a test measured (a failover's outage, a migration's longest stall), printed at the end of the run
+# (tests/conftest.py) so that a CI log shows them; never asserted on (no timed assertions).
+MEASURED: list[str] = []
+
+
+def report(line: str) -> None:
+    MEASURED.append(line)
+    print(line)
+
 
 def wait_until(condition: Callable[[], object], timeout: float = 30, what: str = "condition") -> None:
     """Poll for a state change; fails only when it never happens (no timing is asserted)."""

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from json import loads as json_loads
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +393,63 @@ def test_503_is_retried_where_safe(outage: tuple[LiveServer, TcpProxy], db: psyc
     assert results["enqueued"].idempotency_key == "k1"
     keyed = db.execute("SELECT count(*) FROM jobs WHERE idempotency_key = 'k1'").fetchone()
     assert keyed == (1,)
+
+
+def test_an_in_doubt_enqueue_is_retried_with_the_same_key_only() -> None:
+    """The connection cut after the request was sent: the INSERT may have committed (a failover between the
+    commit and the answer). A keyed enqueue is sent again with the same key, which finds the job it made;
+    one without a key is not sent again, since that could make a second job."""
+    bodies: list[dict[str, Any]] = []
+    cut = [1]
+
+    def serve(listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = int(
+                    next(
+                        v
+                        for k, _, v in (h.partition(b": ") for h in head.split(b"\r\n"))
+                        if k.lower() == b"content-length"
+                    )
+                )
+                while len(body) < length:
+                    body += conn.recv(65536)
+                bodies.append(json_loads(body))
+                if cut[0] > 0:
+                    cut[0] -= 1
+                    continue  # closed without an answer
+                answer = (
+                    b'{"id": 7, "queue": "q", "status": "pending", "idempotency_key": "order-17",'
+                    b' "run_at": "2026-01-01T00:00:00Z", "created_at": "2026-01-01T00:00:00Z"}'
+                )
+                conn.sendall(
+                    b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(answer), answer)
+                )
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        thread = threading.Thread(target=serve, args=(listener,), daemon=True)
+        thread.start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        with Client(url, retry=QUICK) as jobq:
+            assert jobq.enqueue("q", 1, idempotency_key="order-17").id == 7
+            assert [b["idempotency_key"] for b in bodies] == ["order-17", "order-17"]
+            bodies.clear()
+            cut[0] = 1
+            with pytest.raises(TransportError, match="after 1 attempt"):
+                jobq.enqueue("q", 1)
+            assert len(bodies) == 1
+        listener.close()
 
 
 def test_no_answer_is_retried_then_raised() -> None:

@@ -422,15 +422,20 @@ class ClaimDispatcher:
         while self._look_all or self._to_look:
             names = self.waiting_queues() if self._look_all else [q for q in self._to_look if self._waits_on(q)]
             self._look_all, self._to_look = False, set()
-            await self._probe(names)
+            if not await self._probe(names) and not self.closing:
+                # The database is not back yet (the listener reconnected before the pool did, after a
+                # failover): what the look was for must not wait for the fallback poll.
+                await asyncio.sleep(RETRY_MAX_SECONDS)
+                self._to_look.update(names)
 
     def _waits_on(self, queue: str) -> bool:
         claims = self._queues.get(queue)
         return claims is not None and any(t.parked for t in claims.tickets)
 
-    async def _probe(self, queues: list[str]) -> None:
+    async def _probe(self, queues: list[str]) -> bool:
+        """False when the database could not be asked."""
         if not queues or self.closing:
-            return
+            return True
         try:
             async with self.db.connection() as conn:
                 ready = await store_waiting.queues_ready(conn, queues)
@@ -438,13 +443,14 @@ class ClaimDispatcher:
             # A claim statement would fail too; the next pass asks again (and queues whose last claim
             # failed try again on their own, with backoff).
             log.warning("could not look for ready jobs on %d waited queue(s): database unavailable", len(queues))
-            return
+            return False
         except Exception:
             # Not expected: then claim on every queue, as if the probe had named them all, rather than
             # let a job wait for a statement that keeps failing.
             log.exception("the look for ready jobs on %d waited queue(s) failed; claiming on all", len(queues))
             ready = queues
         self.wake(ready)
+        return True
 
     # -- undeliverable claims --------------------------------------------------------------------------------
 

@@ -56,6 +56,10 @@ def reasons_of(job: JobRow, row: store_explain.ExplainRow | None) -> list[Doc]:
 
 
 class ExplainService:
+    """On the primary, never the read replica: it answers for the claim as it would run now, often about a
+    job the caller has just enqueued or changed (a replica a moment behind would say it does not exist, or
+    name a limit that is no longer full)."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 

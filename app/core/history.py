@@ -11,7 +11,7 @@ from app.core.cursors import QUEUES, BadCursor, decode_cursor, encode_cursor
 from app.core.jobs import invalid
 from app.db import history as store_history
 from app.db.history import BucketRow
-from app.db.pool import Database
+from app.db.replica import Conn, Reads, Server, mark_served, recording_served
 from app.observability.metrics import percentile_ms
 
 Doc = dict[str, Any]
@@ -51,17 +51,20 @@ SPARKLINES_CACHE_ENTRIES = 256
 
 
 class HistoryService:
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, reads: Reads) -> None:
+        self.reads = reads  # the read replica when there is one
         # (range, allowed, queues, after, limit) -> (monotonic expiry, answer): the dashboard of every operator
         # asks for the same pages again and again.
-        self._sparklines: dict[tuple[Any, ...], tuple[float, Doc]] = {}
+        self._sparklines: dict[tuple[Any, ...], tuple[float, Doc, Server]] = {}
 
     async def series(self, range_: RangeName, queue: str | None, allowed: str | None) -> Doc:
         """One queue's series, or (queue None) the sum over the queues matching `allowed` (None: all)."""
         r = RANGES[range_]
-        async with self.db.connection() as conn:
-            rows = await store_history.series(conn, queue, allowed, r.bucket_seconds, r.buckets)
+
+        async def read(conn: Conn) -> list[BucketRow]:
+            return await store_history.series(conn, queue, allowed, r.bucket_seconds, r.buckets)
+
+        rows = await self.reads.run(read)
         return {
             "queue": queue,
             "range": range_,
@@ -85,27 +88,32 @@ class HistoryService:
         now = time.monotonic()
         cached = self._sparklines.get(key)
         if cached is not None and cached[0] > now:
+            mark_served(cached[2])  # the answer says where it was read, cached or not
             return cached[1]
         try:
             after = decode_cursor(cursor, QUEUES)[0] if cursor else None
         except BadCursor:
             raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one") from None
-        doc = await self._sparklines_page(range_, allowed, queues, after, limit)
+        with recording_served() as served:
+            doc = await self._sparklines_page(range_, allowed, queues, after, limit)
+        by: Server = served.by or "primary"
+        mark_served(by)
         if len(self._sparklines) >= SPARKLINES_CACHE_ENTRIES:
             self._sparklines = {k: v for k, v in self._sparklines.items() if v[0] > now}
             if len(self._sparklines) >= SPARKLINES_CACHE_ENTRIES:
                 self._sparklines.clear()
-        self._sparklines[key] = (now + SPARKLINES_CACHE_SECONDS, doc)
+        self._sparklines[key] = (now + SPARKLINES_CACHE_SECONDS, doc, by)
         return doc
 
     async def _sparklines_page(
         self, range_: RangeName, allowed: str | None, queues: list[str] | None, after: str | None, limit: int
     ) -> Doc:
         r = RANGES[range_]
-        async with self.db.connection() as conn:
-            frame, rows = await store_history.sparklines(
-                conn, allowed, r.bucket_seconds, r.buckets, queues, after, limit + 1
-            )
+
+        async def read(conn: Conn) -> tuple[Any, Any]:
+            return await store_history.sparklines(conn, allowed, r.bucket_seconds, r.buckets, queues, after, limit + 1)
+
+        frame, rows = await self.reads.run(read)
         sampled = [0] * r.buckets
         for f in frame:
             if f.bucket is not None and 0 <= f.bucket < r.buckets:

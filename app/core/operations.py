@@ -18,6 +18,7 @@ from app.db import operations as store_ops
 from app.db import retention as store_retention
 from app.db.flow import QueueConfigRow
 from app.db.pool import Database
+from app.db.replica import Conn, Reads
 from app.db.rows import JobRow
 from app.errors import InvalidState, JobNotFound
 from app.models.flow import QueueConfigPatch
@@ -58,6 +59,7 @@ class OpsService:
         self,
         settings: Settings,
         db: Database,
+        reads: Reads,
         effects: Effects,
         wakeups: Wakeups,
         configs: QueueConfigs,
@@ -66,15 +68,20 @@ class OpsService:
         self.settings = settings
         self.dependants = release  # the jobs waiting for a cancelled one
         self.db = db
+        self.reads = reads  # stats and listings may lag a little: the read replica when there is one
         self.effects = effects
         self.wakeups = wakeups  # a queue resumed or reconfigured: not a move of any job
         self.configs = configs
 
     async def stats(self, queue: str, window: int | None) -> Doc:
         seconds = window or self.settings.stats_window_seconds
-        async with self.db.connection() as conn:
+
+        async def read(conn: Conn) -> tuple[Any, Any, QueueConfigRow | None]:
             r, groups = await store_ops.queue_stats(conn, queue, seconds)
-            config = await store_flow.queue_config_get(conn, queue)
+            return r, groups, await store_flow.queue_config_get(conn, queue)
+
+        r, groups, config = await self.reads.run(read)
+        async with self.db.connection() as conn:  # vacuum's state is the primary's own
             health = await store_retention.database_health(conn)
         done = r.w_completed
         max_ms = round(r.w_duration_max_ms, 3) if r.w_duration_max_ms is not None and done else None
@@ -115,6 +122,8 @@ class OpsService:
                 "jobs_dead_rows": health.jobs_dead_rows,
                 "oldest_xmin_age_seconds": round(health.oldest_xmin_age_seconds, 3),
                 "oldest_xmin_age_transactions": health.oldest_xmin_age_transactions,
+                "replication": self.db.replication.document() if self.db.replication else None,
+                "read_replica": self.reads.document(),
             },
             "as_of": r.as_of,
             "config": config,
@@ -127,8 +136,11 @@ class OpsService:
             after = decode_cursor(cursor, QUEUES)[0] if cursor else None
         except BadCursor:
             raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one") from None
-        async with self.db.connection() as conn:
-            rows, last = await store_ops.queues_page(conn, allowed, after, limit)
+
+        async def read(conn: Conn) -> tuple[Any, Any]:
+            return await store_ops.queues_page(conn, allowed, after, limit)
+
+        rows, last = await self.reads.run(read)
         docs = [
             {
                 "queue": q.queue,
@@ -145,8 +157,11 @@ class OpsService:
             after = decode_cursor(cursor, status) if cursor else None
         except BadCursor:
             raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one") from None
-        async with self.db.connection() as conn:
-            rows, last = await store_ops.jobs_list(conn, queue, status, limit, after)
+
+        async def read(conn: Conn) -> tuple[list[JobRow], Any]:
+            return await store_ops.jobs_list(conn, queue, status, limit, after)
+
+        rows, last = await self.reads.run(read)
         return Page(rows, encode_cursor(status, last) if last else None)
 
     # -- admin actions ----------------------------------------------------------------------------------

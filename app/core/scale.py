@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.db import scale as store_scale
-from app.db.pool import Database
+from app.db.replica import Conn, Reads
 from app.db.scale import ScaleRow
 
 DEFAULT_CAP = 1000
@@ -36,10 +36,15 @@ def scale_of(queue: str, row: ScaleRow) -> Scale:
 
 
 class ScaleService:
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    """An autoscaler polls this every few seconds and acts on a trend, not on one answer: the read replica
+    serves it when there is one (at most JOBQ_READ_MAX_LAG_SECONDS behind, which may show a few claims or
+    jobs fewer than the primary would), so that the polling adds no load to the primary."""
+
+    def __init__(self, reads: Reads) -> None:
+        self.reads = reads
 
     async def scale(self, queue: str, cap: int = DEFAULT_CAP) -> Scale:
-        async with self.db.connection() as conn:
-            row = await store_scale.queue_scale(conn, queue, cap)
-        return scale_of(queue, row)
+        async def read(conn: Conn) -> ScaleRow:
+            return await store_scale.queue_scale(conn, queue, cap)
+
+        return scale_of(queue, await self.reads.run(read))

@@ -17,6 +17,7 @@ from app.db import admin as store_admin
 from app.db import search as store_search
 from app.db.admin import CANCELLABLE, RETRYABLE, RETRYABLE_BY_DEFAULT
 from app.db.pool import Database
+from app.db.replica import Conn, Reads
 from app.db.rows import JobRow
 from app.db.search import Criteria, Plan, SearchRow
 from app.errors import SearchTooBroad, StatementTimeout, TooManySearches
@@ -37,10 +38,13 @@ class Found:
 
 
 class SearchService:
-    def __init__(self, settings: Settings, db: Database, effects: Effects, release: DependencyRelease) -> None:
+    def __init__(
+        self, settings: Settings, db: Database, reads: Reads, effects: Effects, release: DependencyRelease
+    ) -> None:
         self.dependants = release  # the jobs waiting for those a bulk cancel cancelled
         self.settings = settings
         self.db = db
+        self.reads = reads  # a search from the API may lag a little; a bulk action's, not
         self.effects = effects
         # Searches running now, per client and in all: each holds a pooled connection for up to
         # JOBQ_SEARCH_TIMEOUT_MS, and 20 at once by one key took the pool from everyone else's enqueues.
@@ -95,9 +99,11 @@ class SearchService:
         cursor: str | None,
         loc: Sequence[str] = ("body",),
         client: str | None = None,
+        replica: bool = False,
     ) -> Found:
         """A page of at most `limit` matches, newest first or in the listing's order (app/db/search.py). `client`:
-        whose share of the searches running at once it takes (see _slot)."""
+        whose share of the searches running at once it takes (see _slot); `replica`: on the read replica when
+        there is one and it is close enough (a search an operator reads, not one a bulk action acts on)."""
         how = store_search.plan(c)
         after = None
         if cursor is not None:
@@ -108,12 +114,19 @@ class SearchService:
         if c.error_contains is not None and "\x00" in c.error_contains:
             return Found([], None, 0, False)  # stored errors never hold NUL (PostgreSQL text cannot)
         budget = self.settings.search_scan_rows
+
+        async def read(conn: Conn) -> list[SearchRow]:
+            return await store_search.jobs_search(
+                conn, how, c, allowed, after, limit + 1, budget, self.settings.search_timeout_ms
+            )
+
         try:
             with self._slot(client):
-                async with self.db.connection() as conn:
-                    rows = await store_search.jobs_search(
-                        conn, how, c, allowed, after, limit + 1, budget, self.settings.search_timeout_ms
-                    )
+                if replica:
+                    rows = await self.reads.run(read)
+                else:
+                    async with self.db.connection() as conn:
+                        rows = await read(conn)
         except StatementTimeout:
             raise SearchTooBroad(
                 f"The search did not finish within {self.settings.search_timeout_ms} ms: narrow it (a queue and a "

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.db import workers as store_workers
-from app.db.pool import Database
+from app.db.replica import Conn, Reads
 from app.db.workers import HeldJob, WorkerRow
 from app.errors import WorkerNotFound
 from app.settings import Settings
@@ -135,19 +135,29 @@ MAX_HELD_LISTED = 1000
 
 
 class WorkerService:
-    def __init__(self, settings: Settings, db: Database) -> None:
+    """Reads that may lag a little (the registry itself is written once a second per process): the read
+    replica when there is one (app/db/replica.py)."""
+
+    def __init__(self, settings: Settings, reads: Reads) -> None:
         self.settings = settings
-        self.db = db
+        self.reads = reads
 
     async def list(self, allowed: str | None, limit: int) -> list[WorkerRow]:
         s = self.settings
-        async with self.db.connection() as conn:
+
+        async def read(conn: Conn) -> list[WorkerRow]:
             return await store_workers.workers_list(conn, allowed, s.worker_gone_seconds, s.workers_keep_seconds, limit)
 
+        return await self.reads.run(read)
+
     async def get(self, name: str, allowed: str | None) -> WorkerDetail:
-        async with self.db.connection() as conn:
+        async def read(conn: Conn) -> tuple[WorkerRow | None, list[HeldJob]]:
             row = await store_workers.worker_get(conn, name, allowed, self.settings.worker_gone_seconds)
             if row is None:
-                raise WorkerNotFound(f"No worker named {name!r} was seen (in a queue this key may use).")
-            jobs = await store_workers.worker_jobs(conn, name, allowed, MAX_HELD_LISTED)
+                return None, []
+            return row, await store_workers.worker_jobs(conn, name, allowed, MAX_HELD_LISTED)
+
+        row, jobs = await self.reads.run(read)
+        if row is None:
+            raise WorkerNotFound(f"No worker named {name!r} was seen (in a queue this key may use).")
         return WorkerDetail(row, jobs)

@@ -4,7 +4,15 @@ A file runs in one transaction, unless its first line is `-- jobq: no-transactio
 statements runs on its own, outside any transaction. That is how an index is built on a big table without
 stopping writes (`CREATE INDEX CONCURRENTLY`, which cannot run inside a transaction). Such a file is
 re-run from its first statement when a run stopped half-way, so each statement must be idempotent (`IF
-NOT EXISTS`); an index a stopped `CONCURRENTLY` build left invalid is dropped and built again."""
+NOT EXISTS`); an index a stopped `CONCURRENTLY` build left invalid is dropped and built again.
+
+No statement waits long for a lock (a rolling upgrade migrates under load: docs/deployment.md). An `ALTER
+TABLE jobs` queued behind a long transaction would make every enqueue and claim queue behind it in turn,
+however short the ALTER itself: so every statement runs with `lock_timeout` (JOBQ_MIGRATION_LOCK_TIMEOUT_MS),
+and one that times out is rolled back and tried again, with a pause, until JOBQ_MIGRATION_LOCK_WAIT_SECONDS
+have passed (a transactional file from its start). `CREATE/DROP INDEX CONCURRENTLY` waits as long as it must:
+it blocks no enqueue or claim while it waits. What a migration may hold, and for how long, is checked
+statement by statement on every new file by tests/unit/test_migration_safety.py."""
 
 from __future__ import annotations
 
@@ -22,6 +30,12 @@ log = logging.getLogger("jobq.migrate")
 
 # Any constant works; it only has to be the same in every jobq process sharing the database.
 MIGRATION_LOCK_KEY = 0x6A6F6271  # "jobq"
+LOCK_TIMEOUT_MS = 500  # defaults of JOBQ_MIGRATION_LOCK_TIMEOUT_MS and JOBQ_MIGRATION_LOCK_WAIT_SECONDS
+LOCK_WAIT_SECONDS = 300.0
+_RETRY_FIRST, _RETRY_MAX = 0.2, 5.0  # seconds between two tries of a statement that timed out on a lock
+_WAITS_ITS_TURN = re.compile(
+    r"^(?:CREATE\s+(?:UNIQUE\s+)?INDEX|DROP\s+INDEX|REINDEX)\s+.*?\bCONCURRENTLY\b", re.I | re.S
+)
 _FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _NO_TRANSACTION = "-- jobq: no-transaction"
 _CONCURRENT_INDEX = re.compile(
@@ -150,6 +164,15 @@ def pending_migrations(conn: psycopg.Connection, directory: Path | None = None) 
 
 RECORD_MIGRATION = "INSERT INTO jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)"
 
+# Who holds what a migration statement could not lock in time: the oldest transactions of the database.
+LOCK_HOLDERS = """
+SELECT pid, extract(epoch FROM now() - xact_start)::int AS seconds, state, left(query, 80) AS query
+FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+ORDER BY xact_start
+LIMIT 3
+"""
+
 # An index left invalid by a CREATE INDEX CONCURRENTLY that did not finish (the runner stopped, a
 # duplicate broke a unique build): IF NOT EXISTS would keep it, and it would never be used.
 INVALID_INDEX = "SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)"
@@ -163,7 +186,57 @@ def _lock(conn: psycopg.Connection) -> None:
         time.sleep(0.2)
 
 
-def _apply_without_transaction(conn: psycopg.Connection, m: Migration) -> None:
+class _LockWait:
+    """How long one file has waited for locks so far, and the pause before its next try."""
+
+    def __init__(self, name: str, timeout_ms: int, wait_seconds: float) -> None:
+        self.name = name
+        self.timeout_ms = timeout_ms
+        self.deadline = time.monotonic() + wait_seconds
+        self.wait_seconds = wait_seconds
+        self.pause = _RETRY_FIRST
+        self.tries = 0
+
+    def failed(self, conn: psycopg.Connection, exc: psycopg.errors.LockNotAvailable) -> None:
+        """A statement timed out on a lock: pause before the next try, or give up past the deadline."""
+        self.tries += 1
+        holders = "; ".join(
+            f"pid {pid} in a transaction for {seconds}s ({state}: {query!r})"
+            for pid, seconds, state, query in conn.execute(LOCK_HOLDERS).fetchall()
+        )
+        if time.monotonic() + self.pause > self.deadline:
+            raise MigrationError(
+                f"{self.name}: could not take its locks within {self.timeout_ms} ms in {self.tries} tries over "
+                f"{self.wait_seconds:g}s (JOBQ_MIGRATION_LOCK_WAIT_SECONDS): a long transaction holds them. "
+                f"Oldest transactions: {holders or 'none now'}. End it (pg_terminate_backend) or run `jobq migrate` "
+                "again later; nothing of this file was applied."
+            ) from exc
+        log.warning(
+            "%s: a lock was not free within %d ms (%s); trying again in %.1fs so that enqueues and claims do not "
+            "queue behind the migration. Oldest transactions: %s",
+            self.name, self.timeout_ms, str(exc).strip(), self.pause, holders or "none now",
+        )  # fmt: skip
+        time.sleep(self.pause)
+        self.pause = min(self.pause * 2, _RETRY_MAX)
+
+
+def _set_lock_timeout(conn: psycopg.Connection, ms: int, local: bool = False) -> None:
+    conn.execute(f"SET {'LOCAL ' if local else ''}lock_timeout = {int(ms)}".encode())
+
+
+def _apply_in_transaction(conn: psycopg.Connection, m: Migration, waits: _LockWait) -> None:
+    while True:
+        try:
+            with conn.transaction():
+                _set_lock_timeout(conn, waits.timeout_ms, local=True)
+                conn.execute(m.sql.encode())
+                conn.execute(RECORD_MIGRATION, (m.version, m.name, m.checksum))
+            return
+        except psycopg.errors.LockNotAvailable as exc:
+            waits.failed(conn, exc)  # rolled back whole: the file starts again
+
+
+def _apply_without_transaction(conn: psycopg.Connection, m: Migration, waits: _LockWait) -> None:
     for statement in split_statements(m.sql):
         if index := _CONCURRENT_INDEX.match(statement):
             name = index.group(1).strip('"')
@@ -171,13 +244,28 @@ def _apply_without_transaction(conn: psycopg.Connection, m: Migration) -> None:
             if row and row[0]:
                 log.warning("%s: index %s was left invalid by an earlier run; building it again", m.name, name)
                 conn.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"'.encode())
-        conn.execute(statement.encode())
+        # A concurrent build waits for every older transaction, blocking no write meanwhile: no timeout.
+        _set_lock_timeout(conn, 0 if _WAITS_ITS_TURN.match(statement) else waits.timeout_ms)
+        while True:
+            try:
+                conn.execute(statement.encode())
+                break
+            except psycopg.errors.LockNotAvailable as exc:
+                waits.failed(conn, exc)  # one statement, its own transaction: nothing of it was done
+    _set_lock_timeout(conn, waits.timeout_ms)
     conn.execute(RECORD_MIGRATION, (m.version, m.name, m.checksum))
 
 
-def migrate(database_url: str, directory: Path | None = None) -> list[str]:
+def migrate(
+    database_url: str,
+    directory: Path | None = None,
+    *,
+    lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+    lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to run concurrently from many processes:
-    the advisory lock serialises them and the second one finds nothing left to do."""
+    the advisory lock serialises them and the second one finds nothing left to do. Each statement waits at
+    most `lock_timeout_ms` for a lock, and is tried again until `lock_wait_seconds` have passed."""
     with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
         conn.execute("SET statement_timeout = 0")
         _lock(conn)
@@ -185,12 +273,11 @@ def migrate(database_url: str, directory: Path | None = None) -> list[str]:
             conn.execute(MIGRATIONS_TABLE)
             done = []
             for m in pending_migrations(conn, directory):
+                waits = _LockWait(m.name, lock_timeout_ms, lock_wait_seconds)
                 if m.transactional:
-                    with conn.transaction():
-                        conn.execute(m.sql.encode())
-                        conn.execute(RECORD_MIGRATION, (m.version, m.name, m.checksum))
+                    _apply_in_transaction(conn, m, waits)
                 else:
-                    _apply_without_transaction(conn, m)
+                    _apply_without_transaction(conn, m, waits)
                 log.info("applied migration %s", m.name)
                 done.append(m.name)
             return done
@@ -198,15 +285,29 @@ def migrate(database_url: str, directory: Path | None = None) -> list[str]:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
 
 
-async def schema_is_current(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """True when the database has applied every migration this code ships (used by /readyz): each one,
-    not only one numbered as high as the last, since migrations are applied by presence and a database
-    may have one of a higher number applied before one of a lower number."""
-    shipped = {m.version for m in load_migrations()}
+async def missing_migrations(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    """The migrations this code ships that the database has not applied (by name, in order): each one, not
+    only those numbered above the last applied, since migrations are applied by presence and a database may
+    have one of a higher number applied before one of a lower number."""
+    shipped = load_migrations()
     cur = await conn.execute("SELECT to_regclass('jobq_migrations') IS NOT NULL")
     row = await cur.fetchone()
     if not row or not row[0]:
-        return not shipped
+        return [m.name for m in shipped]
     cur = await conn.execute("SELECT version FROM jobq_migrations")
     applied = {r[0] for r in await cur.fetchall()}
-    return shipped <= applied
+    return [m.name for m in shipped if m.version not in applied]
+
+
+async def schema_is_current(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """True when the database has applied every migration this code ships (used by /readyz)."""
+    return not await missing_migrations(conn)
+
+
+def behind(missing: list[str]) -> str:
+    """What a process says when the database is older than its code."""
+    return (
+        f"the database schema is older than this jobq: {len(missing)} migration(s) not applied "
+        f"({', '.join(missing)}). Run `jobq migrate` with this release first (upgrade the database before the "
+        "code); until then this process answers /readyz with 503 not-ready."
+    )

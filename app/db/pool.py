@@ -1,4 +1,12 @@
-"""The connection pool, and the one place where psycopg errors become API errors."""
+"""The connection pool, and the one place where psycopg errors become API errors.
+
+A failover (app/db/replication.py; docs/deployment.md#high-availability): JOBQ_DATABASE_URL may name several
+hosts (`host=a,b` with `target_session_attrs=read-write`), and the pool keeps to whichever one is the
+primary. A connection that fails, or finds its server read-only (a demoted primary), answers its request 503
+and is dropped, and every idle connection is checked at once (a connection to a standby fails the check);
+new connections are tried about every second while none can be made, so the pool is back on the new primary
+within a second or two of its promotion instead of after psycopg_pool's doubling backoff.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +14,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from typing import Any
 
 import psycopg
 import psycopg_pool
 
+from app.db.replication import Replication, replication_state
 from app.errors import AppError, DatabaseUnavailable, StatementTimeout, ValidationFailed
 from app.settings import Settings
 
@@ -33,6 +43,9 @@ def translate_errors() -> Iterator[None]:
         raise
     except psycopg_pool.PoolTimeout as exc:
         raise DatabaseUnavailable("No database connection became free in time.") from exc
+    except psycopg.errors.ReadOnlySqlTransaction as exc:
+        # A write reached a server that is read-only now: a primary demoted by a failover manager.
+        raise DatabaseUnavailable("The database is read-only right now (a failover in progress); retry.") from exc
     except psycopg.errors.QueryCanceled as exc:
         # statement_timeout (also an operator's pg_cancel_backend): still a 503 unless the caller knows better.
         raise StatementTimeout() from exc
@@ -78,27 +91,87 @@ def _connection_lost(exc: BaseException | None) -> bool:
     return False
 
 
-class Database:
-    """An async pool with per-connection settings; `connection()` hands out one connection."""
+# psycopg_pool retries a connection it could not make after 1, 2, 4, 8... seconds, up to its reconnect_timeout:
+# after a 20-second failover the next attempt could be 10 seconds away. Giving up after RECONNECT_SECONDS
+# (then a pool check starts a new round at once: _reconnect_failed) keeps attempts about a second apart.
+RECONNECT_SECONDS = 2.5
+# A connection to a host that vanished without closing its sockets (a partition, a machine powered off) is
+# noticed after about 25 s of silence instead of the kernel's two hours, and a statement sent to it fails once
+# it has gone unacknowledged for 10 s (tcp_user_timeout, Linux) rather than waiting for the keepalives.
+KEEPALIVES: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+# A server that can take no write: a standby, or a primary set read-only (what libpq's
+# target_session_attrs=read-write refuses too).
+READ_ONLY = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::bool"
 
-    def __init__(self, settings: Settings, url: str) -> None:
+
+class _Pool(psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[object]]):
+    """psycopg_pool's pool, whose check() (run after a connection failed) also drops connections to a server
+    that is read-only now, when the pool is for writes."""
+
+    for_writes = True
+
+    async def check_connection(self, conn: psycopg.AsyncConnection[object]) -> None:  # type: ignore[override]
+        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+        if self.for_writes:
+            row = await (await conn.execute(READ_ONLY)).fetchone()
+            if row and row[0]:  # type: ignore[index]
+                await conn.close()
+                raise psycopg.OperationalError("the server is read-only now (a standby)")
+
+
+class Database:
+    """An async pool with per-connection settings; `connection()` hands out one connection.
+
+    `replica=True`: a pool for reads only (JOBQ_READ_DATABASE_URL): a standby is what it wants, so neither
+    its read-only state nor its replication is looked at."""
+
+    def __init__(self, settings: Settings, url: str, *, replica: bool = False) -> None:
         self.settings = settings
         self.url = url
-        self.pool = psycopg_pool.AsyncConnectionPool(
+        self.replica = replica
+        self.replication: Replication | None = None  # the primary's, as of the newest connection
+        self.pool = _Pool(
             url,
-            min_size=settings.pool_min_size,
+            min_size=1 if replica else settings.pool_min_size,
             max_size=settings.pool_max_size,
             timeout=settings.pool_timeout_seconds,
-            kwargs={"autocommit": True, "connect_timeout": 5, "application_name": "jobq"},
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": 5,
+                "application_name": "jobq-read" if replica else "jobq",
+                **KEEPALIVES,
+            },
             configure=self._configure,
+            reconnect_timeout=RECONNECT_SECONDS,
+            reconnect_failed=self._reconnect_failed,
             open=False,
-            name="jobq",
+            name="jobq-read" if replica else "jobq",
         )
+        self.pool.for_writes = not replica
         self._checking: asyncio.Task[None] | None = None
         self.unreachable = False  # see OUTAGE_WAIT_SECONDS
 
     async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
         await conn.execute(SESSION_SETTINGS, (str(self.settings.statement_timeout_ms),))
+        if not self.replica:
+            self._replication_seen(await replication_state(conn))
+
+    def _replication_seen(self, state: Replication) -> None:
+        """Every new connection reads it (at start, after a reconnect or a failover); a change is logged."""
+        if state == self.replication:
+            return
+        self.replication = state
+        if state.warning:
+            log.warning("replication: %s", state.warning)
+        else:
+            what = {"none": "no standby", "synchronous": "synchronous", "asynchronous": "asynchronous"}[state.mode]
+            log.info("replication: %s (%d standby(s) streaming)", what, state.standbys)
 
     async def open(self, wait_seconds: float) -> None:
         await self.pool.open(wait=True, timeout=wait_seconds)
@@ -116,7 +189,11 @@ class Database:
             with translate_errors():
                 async with self.pool.connection(timeout=timeout) as conn:
                     self.unreachable = False
-                    yield conn
+                    try:
+                        yield conn
+                    except psycopg.errors.ReadOnlySqlTransaction:
+                        await conn.close()  # a standby now: never lent again (the pool replaces it)
+                        raise
         except StatementTimeout:
             raise  # the statement was slow, the connection is fine
         except DatabaseUnavailable as exc:
@@ -124,14 +201,20 @@ class Database:
             # until a connection is handed out again, waits are short.
             if _connection_lost(exc.__cause__):
                 self.unreachable = True
-            self._purge_broken()
+            self.check_soon()
             raise
 
-    def _purge_broken(self) -> None:
+    def check_soon(self) -> None:
         """After a connection-level failure the other idle connections are likely dead too (database
-        restart): check them all once in the background instead of failing one request per connection."""
+        restart, failover): check them all once in the background instead of failing one request per
+        connection. The LISTEN connection calls it too when it loses its server, so that an idle pool
+        leaves a demoted primary as soon."""
         if self._checking is None or self._checking.done():
             self._checking = asyncio.get_running_loop().create_task(self._check())
+
+    def _reconnect_failed(self, pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[object]]) -> None:
+        """A connection could not be made for RECONNECT_SECONDS: start a new round of attempts now."""
+        self.check_soon()
 
     async def _check(self) -> None:
         try:

@@ -156,7 +156,22 @@ _WINDOW = {
     "held_back": _HELD,
     "duration": _DURATION,
 }
-_HEALTH = {"jobs_dead_rows": 1840, "oldest_xmin_age_seconds": 0.0, "oldest_xmin_age_transactions": 0}
+_REPLICATION = {
+    "mode": "synchronous",
+    "standbys": 1,
+    "synchronous_standbys": 1,
+    "synchronous_standby_names": '"pg-1"',
+    "server_synchronous_commit": "on",
+    "warning": None,
+}
+_READ_REPLICA = {"serving": True, "lag_seconds": 0.012, "max_lag_seconds": 5.0, "reason": None}
+_HEALTH = {
+    "jobs_dead_rows": 1840,
+    "oldest_xmin_age_seconds": 0.0,
+    "oldest_xmin_age_transactions": 0,
+    "replication": _REPLICATION,
+    "read_replica": _READ_REPLICA,
+}
 _SUMMARY = {"queue": "emails", "paused": False, "counts": _COUNTS, "oldest_ready_age_seconds": 2.4}
 _POINT = {
     "at": "2026-11-29T12:00:00+00:00",
@@ -295,7 +310,13 @@ SCHEMAS: dict[str, list[Any]] = {
         }
     ],
     "Health": [{"status": "ok", "version": __version__}],
-    "Readiness": [{"status": "ready"}],
+    "Readiness": [
+        {
+            "status": "ready",
+            "replication": {"mode": "synchronous", "standbys": 1, "synchronous_standbys": 1, "warning": None},
+            "read_replica": None,
+        }
+    ],
     # operators
     "QueueCounts": [_COUNTS],
     "DurationStats": [_DURATION, {"count": 0, "p50_ms": None, "p95_ms": None, "max_ms": None}],

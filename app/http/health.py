@@ -1,4 +1,5 @@
-"""Health checks: /healthz (the process answers) and /readyz (the database is reachable, the schema current)."""
+"""Health checks: /healthz (the process answers) and /readyz (the database is reachable, the schema current;
+with details on the primary's replication and the read replica)."""
 
 from typing import Any
 
@@ -35,9 +36,16 @@ def add_health_routes(api: FastAPI) -> None:
             return problem_response(ShuttingDown(), "/readyz")  # a load balancer stops sending work here
         try:
             async with parts.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:
-                current = await migrate.schema_is_current(conn)
+                missing = await migrate.missing_migrations(conn)
         except DatabaseUnavailable as exc:
             return problem_response(exc, "/readyz")
-        if not current:
-            return problem_response(NotReady(), "/readyz")
-        return json_response({"status": "ready"})
+        if missing:
+            return problem_response(NotReady(migrate.behind(missing)), "/readyz")
+        replication = parts.db.replication
+        return json_response(
+            {
+                "status": "ready",
+                "replication": replication.summary() if replication else None,
+                "read_replica": parts.reads.document(),
+            }
+        )

@@ -11,6 +11,7 @@ from app.auth.policy import principal, requires
 from app.core.history import SPARKLINES_CACHE_SECONDS, HistoryService
 from app.http.jobs import QueueName, _problems
 from app.http.responses import json_response
+from app.http.served import SERVED_BY_RESPONSES, recording_served, served_by
 from app.models.fields import QUEUE_PATTERN
 from app.models.history import RANGE_DESCRIPTION, HistoryRange, Series, Sparklines
 from app.services import services
@@ -34,11 +35,13 @@ def add_history_routes(api: FastAPI) -> None:
         "a day and hours a week (docs/operations.md, History).",
         tags=["operators"],
         response_model=Series,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def get_series(request: Request, range: Range = "hour") -> Response:
-        return json_response(await history(request).series(range, None, principal(request).queue_regex))
+        with recording_served() as served:
+            doc = await history(request).series(range, None, principal(request).queue_regex)
+        return served_by(json_response(doc), served)
 
     @api.get(
         "/queues/{queue}/stats/series",
@@ -46,11 +49,13 @@ def add_history_routes(api: FastAPI) -> None:
         summary="Throughput, durations and backlog of one queue over time",
         tags=["operators"],
         response_model=Series,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def get_queue_series(queue: QueueName, request: Request, range: Range = "hour") -> Response:
-        return json_response(await history(request).series(range, queue, None))
+        with recording_served() as served:
+            doc = await history(request).series(range, queue, None)
+        return served_by(json_response(doc), served)
 
     @api.get(
         "/stats/sparklines",
@@ -62,7 +67,7 @@ def add_history_routes(api: FastAPI) -> None:
         f"{SPARKLINES_CACHE_SECONDS:g} s by each server (the buckets are minutes).",
         tags=["operators"],
         response_model=Sparklines,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def get_sparklines(
@@ -75,7 +80,8 @@ def add_history_routes(api: FastAPI) -> None:
         limit: Annotated[int, Query(ge=1, le=1000, description="Page size (default 1000).")] = 1000,
         cursor: Annotated[str | None, Query(max_length=1000, description="next_cursor of the previous page.")] = None,
     ) -> Response:
-        doc = await history(request).sparklines(range, principal(request).queue_regex, queue, cursor, limit)
-        response = json_response(doc)
+        with recording_served() as served:
+            doc = await history(request).sparklines(range, principal(request).queue_regex, queue, cursor, limit)
+        response = served_by(json_response(doc), served)
         response.raw_headers.append((b"cache-control", b"private, max-age=%d" % SPARKLINES_CACHE_SECONDS))
         return response

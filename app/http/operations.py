@@ -18,6 +18,7 @@ from app.http.documents import config_document, job_document, scale_document
 from app.http.examples import METRICS_EXAMPLE
 from app.http.jobs import JobIdPath, QueueName, _problems
 from app.http.responses import json_response
+from app.http.served import SERVED_BY_RESPONSES, recording_served, served_by
 from app.models.answers import Job
 from app.models.explain import JobExplanation
 from app.models.flow import QueueConfig, QueueConfigPatch
@@ -62,7 +63,7 @@ def add_operator_routes(api: FastAPI) -> None:
         description="Every queue with a job not finished, a count of finished jobs or a configuration, by name, "
         f"a page at a time (`limit`, by default {QUEUES_PAGE_DEFAULT}; follow `next_cursor`). With a key limited "
         "to some queues, only those.",
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def list_queues(
@@ -72,8 +73,9 @@ def add_operator_routes(api: FastAPI) -> None:
         ] = QUEUES_PAGE_DEFAULT,
         cursor: Annotated[str | None, Query(max_length=1000, description="next_cursor of the previous page.")] = None,
     ) -> Response:
-        queues, next_cursor = await ops(request).queues(principal(request).queue_regex, limit, cursor)
-        return json_response({"queues": queues, "next_cursor": next_cursor})
+        with recording_served() as served:
+            queues, next_cursor = await ops(request).queues(principal(request).queue_regex, limit, cursor)
+        return served_by(json_response({"queues": queues, "next_cursor": next_cursor}), served)
 
     @api.get(
         "/queues/{queue}/stats",
@@ -81,7 +83,7 @@ def add_operator_routes(api: FastAPI) -> None:
         summary="Health of one queue",
         tags=["operators"],
         response_model=QueueStats,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def queue_stats(
@@ -91,8 +93,9 @@ def add_operator_routes(api: FastAPI) -> None:
             int | None, Query(ge=60, le=3600, description="Window of the windowed figures (default 300).")
         ] = None,
     ) -> Response:
-        stats = await ops(request).stats(queue, window_seconds)
-        return json_response({**stats, "config": config_document(queue, stats["config"])})
+        with recording_served() as served:
+            stats = await ops(request).stats(queue, window_seconds)
+        return served_by(json_response({**stats, "config": config_document(queue, stats["config"])}), served)
 
     @api.get(
         "/queues/{queue}/jobs",
@@ -103,7 +106,7 @@ def add_operator_routes(api: FastAPI) -> None:
         "so they do not shift when jobs are added.",
         tags=["operators"],
         response_model=JobPage,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def list_jobs(
@@ -113,8 +116,10 @@ def add_operator_routes(api: FastAPI) -> None:
         limit: Annotated[int, Query(ge=1, le=500, description="Page size.")] = 50,
         cursor: Annotated[str | None, Query(max_length=1000, description="next_cursor of the previous page.")] = None,
     ) -> Response:
-        page = await ops(request).list_jobs(queue, status.value if status else None, limit, cursor)
-        return json_response({"jobs": [job_document(j) for j in page.jobs], "next_cursor": page.next_cursor})
+        with recording_served() as served:
+            page = await ops(request).list_jobs(queue, status.value if status else None, limit, cursor)
+        doc = {"jobs": [job_document(j) for j in page.jobs], "next_cursor": page.next_cursor}
+        return served_by(json_response(doc), served)
 
     @api.get(
         "/queues/{queue}/scale",
@@ -128,7 +133,7 @@ def add_operator_routes(api: FastAPI) -> None:
         "scraper's credential); a key limited to some queues reaches those only. See docs/autoscaling.md.",
         tags=["operators"],
         response_model=QueueScale,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("metrics")
     async def queue_scale(
@@ -138,7 +143,9 @@ def add_operator_routes(api: FastAPI) -> None:
             int, Query(ge=1, le=10_000, description="Count ready jobs up to this many (default 1000).")
         ] = DEFAULT_CAP,
     ) -> Response:
-        return json_response(scale_document(await services(request).scale.scale(queue, max)))
+        with recording_served() as served:
+            found = await services(request).scale.scale(queue, max)
+        return served_by(json_response(scale_document(found)), served)
 
     @api.post(
         "/jobs/{job_id:int}/cancel",

@@ -9,6 +9,7 @@ from app.core.search import SearchService
 from app.http.documents import job_document
 from app.http.jobs import _problems
 from app.http.responses import json_response
+from app.http.served import SERVED_BY_RESPONSES, recording_served, served_by
 from app.models.search import BULK_MAX_JOBS, BulkRequest, BulkResult, SearchRequest, SearchResult
 from app.services import services
 
@@ -46,7 +47,7 @@ def add_search_routes(api: FastAPI) -> None:
         description=SEARCH_DESCRIPTION,
         tags=["operators"],
         response_model=SearchResult,
-        responses=_problems(*_WRITE),
+        responses={**_problems(*_WRITE), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def search_jobs(body: SearchRequest, request: Request) -> Response:
@@ -56,15 +57,17 @@ def add_search_routes(api: FastAPI) -> None:
         svc = searcher(request)
         statuses = (body.status.value,) if body.status is not None else None
         criteria = svc.criteria(body, statuses, ["body"])
-        found = await svc.search(criteria, who.queue_regex, body.limit, body.cursor, client=client_identity(request))
-        return json_response(
-            {
-                "jobs": [job_document(j) for j in found.jobs],
-                "next_cursor": found.next_cursor,
-                "examined": found.examined,
-                "partial": found.partial,
-            }
-        )
+        with recording_served() as served:
+            found = await svc.search(
+                criteria, who.queue_regex, body.limit, body.cursor, client=client_identity(request), replica=True
+            )
+        doc = {
+            "jobs": [job_document(j) for j in found.jobs],
+            "next_cursor": found.next_cursor,
+            "examined": found.examined,
+            "partial": found.partial,
+        }
+        return served_by(json_response(doc), served)
 
     @api.post(
         "/jobs/bulk",

@@ -10,6 +10,7 @@ from app.auth.policy import principal, requires
 from app.http.documents import held_job_document, worker_document
 from app.http.jobs import _problems
 from app.http.responses import json_response
+from app.http.served import SERVED_BY_RESPONSES, recording_served, served_by
 from app.models.answers import Problem
 from app.models.fields import LABEL_PATTERN
 from app.models.workers import WorkerDetail, WorkerList
@@ -32,15 +33,16 @@ def add_worker_routes(api: FastAPI) -> None:
         "second, so `last_seen` lags by that much. With a key limited to some queues, only those queues count.",
         tags=["operators"],
         response_model=WorkerList,
-        responses=_problems(401, 403, 422, 503),
+        responses={**_problems(401, 403, 422, 503), **SERVED_BY_RESPONSES},
     )
     @requires("admin")
     async def list_workers(
         request: Request,
         limit: Annotated[int, Query(ge=1, le=1000, description="Most workers listed.")] = 200,
     ) -> Response:
-        rows = await services(request).workers.list(principal(request).queue_regex, limit)
-        return json_response({"workers": [worker_document(r) for r in rows]})
+        with recording_served() as served:
+            rows = await services(request).workers.list(principal(request).queue_regex, limit)
+        return served_by(json_response({"workers": [worker_document(r) for r in rows]}), served)
 
     @api.get(
         "/workers/{name}",
@@ -50,6 +52,7 @@ def add_worker_routes(api: FastAPI) -> None:
         response_model=WorkerDetail,
         responses={
             **_problems(401, 403, 422, 503),
+            **SERVED_BY_RESPONSES,
             404: {
                 "model": Problem,
                 "description": "`worker-not-found`: no worker of this name was seen within "
@@ -59,5 +62,7 @@ def add_worker_routes(api: FastAPI) -> None:
     )
     @requires("admin")
     async def get_worker(name: WorkerName, request: Request) -> Response:
-        found = await services(request).workers.get(name, principal(request).queue_regex)
-        return json_response({**worker_document(found.worker), "jobs": [held_job_document(j) for j in found.jobs]})
+        with recording_served() as served:
+            found = await services(request).workers.get(name, principal(request).queue_regex)
+        doc = {**worker_document(found.worker), "jobs": [held_job_document(j) for j in found.jobs]}
+        return served_by(json_response(doc), served)

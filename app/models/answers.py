@@ -108,8 +108,46 @@ class Health(BaseModel):
     version: str = Field(description="The jobq release this process runs (semantic versioning; CHANGELOG.md).")
 
 
+class ReplicationSummary(BaseModel):
+    """The primary's replication, as jobq's newest connection to it found it (app/db/replication.py)."""
+
+    mode: Literal["none", "synchronous", "asynchronous"] = Field(
+        description="`synchronous`: a commit waits for a standby (synchronous_standby_names is set), so an "
+        "acknowledged job survives a failover to it. `asynchronous`: standbys stream but no commit waits for "
+        "them: a job acknowledged just before a failover may be missing on the promoted standby. `none`: no "
+        "standby streams from the primary (or none jobq can see)."
+    )
+    standbys: int = Field(description="Standbys streaming from the primary (pg_stat_replication).")
+    synchronous_standbys: int | None = Field(
+        description="Of them, those a commit waits for; null when jobq's role cannot see it (grant pg_monitor)."
+    )
+    warning: str | None = Field(description="What may be lost, or may wait, in this state; null when nothing.")
+
+
+class Replication(ReplicationSummary):
+    synchronous_standby_names: str = Field(description="The primary's setting (empty: asynchronous).")
+    server_synchronous_commit: str = Field(
+        description="The server's default synchronous_commit; jobq's own sessions always use `on`."
+    )
+
+
+class ReadReplica(BaseModel):
+    """The read replica (JOBQ_READ_DATABASE_URL) and whether reads go to it now."""
+
+    serving: bool = Field(description="Reads that may lag go to the replica now (else to the primary).")
+    lag_seconds: float | None = Field(
+        description="How long ago the primary was where the replica is now; null when unknown (replica down)."
+    )
+    max_lag_seconds: float = Field(description="JOBQ_READ_MAX_LAG_SECONDS: past it, reads go to the primary.")
+    reason: str | None = Field(description="Why reads go to the primary, when they do.")
+
+
 class Readiness(BaseModel):
     status: Literal["ready"]
+    replication: ReplicationSummary | None = Field(
+        description="The primary's replication (null until a connection has read it)."
+    )
+    read_replica: ReadReplica | None = Field(description="Null without JOBQ_READ_DATABASE_URL.")
 
 
 class ValidationIssue(BaseModel):

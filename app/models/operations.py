@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, Strict, StrictBool
 
-from app.models.answers import Job
+from app.models.answers import Job, ReadReplica, Replication
 from app.models.fields import Body, Integral, Maybe, omitted
 from app.models.flow import QueueConfig, RateLimit
 
@@ -82,6 +82,12 @@ class DatabaseHealth(BaseModel):
     )
     oldest_xmin_age_transactions: int = Field(
         description="The same holder's age in transaction ids (replication slots included)."
+    )
+    replication: Replication | None = Field(
+        description="Whether the primary replicates synchronously (null until a connection has read it)."
+    )
+    read_replica: ReadReplica | None = Field(
+        description="The read replica's lag and whether it served this answer's counts; null without one."
     )
 
 

@@ -203,6 +203,31 @@ class Metrics:
             registry=reg,
             **latest,
         )
+        self.standbys = Gauge(
+            "jobq_replication_standbys",
+            "Standbys streaming from the primary, as of this process's newest connection.",
+            registry=reg,
+            **latest,
+        )
+        self.asynchronous = Gauge(
+            "jobq_replication_asynchronous",
+            "1 when the primary has standbys but replicates asynchronously: an acknowledged job may be lost on "
+            "failover.",
+            registry=reg,
+            **latest,
+        )
+        self.replica_lag = Gauge(
+            "jobq_read_replica_lag_seconds",
+            "How far the read replica (JOBQ_READ_DATABASE_URL) is behind the primary; NaN when unknown.",
+            registry=reg,
+            **latest,
+        )
+        self.replica_serving = Gauge(
+            "jobq_read_replica_serving",
+            "1 while reads go to the read replica, 0 while they go to the primary.",
+            registry=reg,
+            **latest,
+        )
         self.sweeps = Counter("jobq_sweeper_runs_total", "Sweeper passes.", registry=reg)
         self.maintenance_errors = Counter(
             "jobq_maintenance_errors_total", "Background passes that failed, by service.", ["service"], registry=reg

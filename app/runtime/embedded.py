@@ -159,6 +159,11 @@ class LocalPostgres:
             raise EmbeddedError(f"{Path(args[0]).name} failed: {(result.stderr or result.stdout).strip()}")
         return result
 
+    def run_tool(self, tool: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """One of the installation's programs (pg_basebackup, pg_ctl, ...) run as the cluster's account;
+        an EmbeddedError when it fails (tests build standbys with it)."""
+        return self._run(str(self._bindir / tool), *args, timeout=timeout)
+
     @property
     def _pw_file(self) -> Path:
         return self.data_dir / "jobq-password"
@@ -284,6 +289,9 @@ class LocalPostgres:
             pw_tmp.unlink(missing_ok=True)
         self._pw_file.write_text(pw + "\n")
         os.chmod(self._pw_file, 0o600)
+        if self.os_user:  # everything in the data directory is the cluster's (pg_basebackup reads it all)
+            entry = pwd.getpwnam(self.os_user)
+            os.chown(self._pw_file, entry.pw_uid, entry.pw_gid)
         log.info("initialised a new PostgreSQL cluster in %s", self.data_dir)
 
     def _clear_stale_lock(self) -> None:

@@ -84,7 +84,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             os.environ["JOBQ_DATABASE_URL"] = url  # worker processes read their settings from the environment
         if not args.no_migrate:
             try:
-                applied = migrate.migrate(url)
+                applied = migrate.migrate(
+                    url,
+                    lock_timeout_ms=settings.migration_lock_timeout_ms,
+                    lock_wait_seconds=settings.migration_lock_wait_seconds,
+                )
             except Exception as exc:
                 return _fail(f"migration failed: {exc}")
             log.info("migrations: %s", ", ".join(applied) if applied else "schema is current")
@@ -135,8 +139,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             "the managed local PostgreSQL itself)",
             EXIT_USAGE,
         )
+    settings = _settings()
     try:
-        applied = migrate.migrate(url)
+        applied = migrate.migrate(
+            url,
+            lock_timeout_ms=settings.migration_lock_timeout_ms,
+            lock_wait_seconds=settings.migration_lock_wait_seconds,
+        )
     except Exception as exc:
         return _fail(f"migration failed: {exc}")
     print("applied: " + ", ".join(applied) if applied else "schema is current")

@@ -1153,7 +1153,21 @@ export interface components {
          * @example {
          *       "jobs_dead_rows": 1840,
          *       "oldest_xmin_age_seconds": 0,
-         *       "oldest_xmin_age_transactions": 0
+         *       "oldest_xmin_age_transactions": 0,
+         *       "read_replica": {
+         *         "lag_seconds": 0.012,
+         *         "max_lag_seconds": 5,
+         *         "reason": null,
+         *         "serving": true
+         *       },
+         *       "replication": {
+         *         "mode": "synchronous",
+         *         "server_synchronous_commit": "on",
+         *         "standbys": 1,
+         *         "synchronous_standby_names": "\"pg-1\"",
+         *         "synchronous_standbys": 1,
+         *         "warning": null
+         *       }
          *     }
          */
         DatabaseHealth: {
@@ -1172,6 +1186,10 @@ export interface components {
              * @description The same holder's age in transaction ids (replication slots included).
              */
             oldest_xmin_age_transactions: number;
+            /** @description The read replica's lag and whether it served this answer's counts; null without one. */
+            read_replica: components["schemas"]["ReadReplica"] | null;
+            /** @description Whether the primary replicates synchronously (null until a connection has read it). */
+            replication: components["schemas"]["Replication"] | null;
         };
         /**
          * DependenciesReason
@@ -2667,7 +2685,21 @@ export interface components {
          *       "database": {
          *         "jobs_dead_rows": 1840,
          *         "oldest_xmin_age_seconds": 0,
-         *         "oldest_xmin_age_transactions": 0
+         *         "oldest_xmin_age_transactions": 0,
+         *         "read_replica": {
+         *           "lag_seconds": 0.012,
+         *           "max_lag_seconds": 5,
+         *           "reason": null,
+         *           "serving": true
+         *         },
+         *         "replication": {
+         *           "mode": "synchronous",
+         *           "server_synchronous_commit": "on",
+         *           "standbys": 1,
+         *           "synchronous_standby_names": "\"pg-1\"",
+         *           "synchronous_standbys": 1,
+         *           "warning": null
+         *         }
          *       },
          *       "groups": [
          *         {
@@ -2846,12 +2878,49 @@ export interface components {
             until: string | null;
         };
         /**
+         * ReadReplica
+         * @description The read replica (JOBQ_READ_DATABASE_URL) and whether reads go to it now.
+         */
+        ReadReplica: {
+            /**
+             * Lag Seconds
+             * @description How long ago the primary was where the replica is now; null when unknown (replica down).
+             */
+            lag_seconds: number | null;
+            /**
+             * Max Lag Seconds
+             * @description JOBQ_READ_MAX_LAG_SECONDS: past it, reads go to the primary.
+             */
+            max_lag_seconds: number;
+            /**
+             * Reason
+             * @description Why reads go to the primary, when they do.
+             */
+            reason: string | null;
+            /**
+             * Serving
+             * @description Reads that may lag go to the replica now (else to the primary).
+             */
+            serving: boolean;
+        };
+        /**
          * Readiness
          * @example {
+         *       "read_replica": null,
+         *       "replication": {
+         *         "mode": "synchronous",
+         *         "standbys": 1,
+         *         "synchronous_standbys": 1,
+         *         "warning": null
+         *       },
          *       "status": "ready"
          *     }
          */
         Readiness: {
+            /** @description Null without JOBQ_READ_DATABASE_URL. */
+            read_replica: components["schemas"]["ReadReplica"] | null;
+            /** @description The primary's replication (null until a connection has read it). */
+            replication: components["schemas"]["ReplicationSummary"] | null;
             /**
              * Status
              * @constant
@@ -2922,6 +2991,67 @@ export interface components {
              * @description Claimable again after this long (seconds); 0: at once. Default: 0.
              */
             delay_seconds?: number;
+        };
+        /** Replication */
+        Replication: {
+            /**
+             * Mode
+             * @description `synchronous`: a commit waits for a standby (synchronous_standby_names is set), so an acknowledged job survives a failover to it. `asynchronous`: standbys stream but no commit waits for them: a job acknowledged just before a failover may be missing on the promoted standby. `none`: no standby streams from the primary (or none jobq can see).
+             * @enum {string}
+             */
+            mode: "none" | "synchronous" | "asynchronous";
+            /**
+             * Server Synchronous Commit
+             * @description The server's default synchronous_commit; jobq's own sessions always use `on`.
+             */
+            server_synchronous_commit: string;
+            /**
+             * Standbys
+             * @description Standbys streaming from the primary (pg_stat_replication).
+             */
+            standbys: number;
+            /**
+             * Synchronous Standby Names
+             * @description The primary's setting (empty: asynchronous).
+             */
+            synchronous_standby_names: string;
+            /**
+             * Synchronous Standbys
+             * @description Of them, those a commit waits for; null when jobq's role cannot see it (grant pg_monitor).
+             */
+            synchronous_standbys: number | null;
+            /**
+             * Warning
+             * @description What may be lost, or may wait, in this state; null when nothing.
+             */
+            warning: string | null;
+        };
+        /**
+         * ReplicationSummary
+         * @description The primary's replication, as jobq's newest connection to it found it (app/db/replication.py).
+         */
+        ReplicationSummary: {
+            /**
+             * Mode
+             * @description `synchronous`: a commit waits for a standby (synchronous_standby_names is set), so an acknowledged job survives a failover to it. `asynchronous`: standbys stream but no commit waits for them: a job acknowledged just before a failover may be missing on the promoted standby. `none`: no standby streams from the primary (or none jobq can see).
+             * @enum {string}
+             */
+            mode: "none" | "synchronous" | "asynchronous";
+            /**
+             * Standbys
+             * @description Standbys streaming from the primary (pg_stat_replication).
+             */
+            standbys: number;
+            /**
+             * Synchronous Standbys
+             * @description Of them, those a commit waits for; null when jobq's role cannot see it (grant pg_monitor).
+             */
+            synchronous_standbys: number | null;
+            /**
+             * Warning
+             * @description What may be lost, or may wait, in this state; null when nothing.
+             */
+            warning: string | null;
         };
         /**
          * Retention
@@ -4285,6 +4415,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -5634,6 +5766,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -6139,6 +6273,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -6937,6 +7073,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7034,6 +7172,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7078,7 +7218,21 @@ export interface operations {
                      *       "database": {
                      *         "jobs_dead_rows": 1840,
                      *         "oldest_xmin_age_seconds": 0,
-                     *         "oldest_xmin_age_transactions": 0
+                     *         "oldest_xmin_age_transactions": 0,
+                     *         "read_replica": {
+                     *           "lag_seconds": 0.012,
+                     *           "max_lag_seconds": 5,
+                     *           "reason": null,
+                     *           "serving": true
+                     *         },
+                     *         "replication": {
+                     *           "mode": "synchronous",
+                     *           "server_synchronous_commit": "on",
+                     *           "standbys": 1,
+                     *           "synchronous_standby_names": "\"pg-1\"",
+                     *           "synchronous_standbys": 1,
+                     *           "warning": null
+                     *         }
                      *       },
                      *       "groups": [
                      *         {
@@ -7201,6 +7355,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -7310,6 +7466,13 @@ export interface operations {
                 content: {
                     /**
                      * @example {
+                     *       "read_replica": null,
+                     *       "replication": {
+                     *         "mode": "synchronous",
+                     *         "standbys": 1,
+                     *         "synchronous_standbys": 1,
+                     *         "warning": null
+                     *       },
                      *       "status": "ready"
                      *     }
                      */
@@ -8038,6 +8201,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -8151,6 +8316,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -8257,6 +8424,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {
@@ -8375,6 +8544,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description Which server the answer was read from: `replica` (JOBQ_READ_DATABASE_URL, at most JOBQ_READ_MAX_LAG_SECONDS behind the primary) or `primary` (no replica configured, or it was down or too far behind). */
+                    "JOBQ-Served-By"?: "primary" | "replica";
                     [name: string]: unknown;
                 };
                 content: {

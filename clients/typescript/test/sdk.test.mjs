@@ -192,6 +192,40 @@ describe("retries (a stand-in server)", () => {
     assert.equal(seen.length, 2);
   });
 
+  test("an in-doubt enqueue (503, or the connection cut after the request was sent) is retried with the same key", async () => {
+    // The commit may have happened: only the same idempotency key makes the repeat harmless.
+    const bodies = [];
+    let cut = 1;
+    const inDoubt = createServer((req, res) => {
+      let text = "";
+      req.on("data", (chunk) => (text += chunk));
+      req.on("end", () => {
+        bodies.push(JSON.parse(text));
+        if (cut-- > 0) return req.socket.destroy(); // the answer is lost
+        if (bodies.length === 2) {
+          res.writeHead(503, { "content-type": "application/problem+json", "retry-after": "0" });
+          return res.end(JSON.stringify(unavailable[1]));
+        }
+        res.writeHead(201, { "content-type": "application/json" });
+        res.end(JSON.stringify(job));
+      });
+    });
+    await new Promise((resolve) => inDoubt.listen(0, "127.0.0.1", resolve));
+    try {
+      const c = new Client(`http://127.0.0.1:${inDoubt.address().port}`, { retry: QUICK });
+      assert.equal((await c.enqueue("q", 1, { idempotencyKey: "order-17" })).id, 7);
+      assert.equal(bodies.length, 3);
+      assert.deepEqual(bodies.map((b) => b.idempotency_key), ["order-17", "order-17", "order-17"]);
+      cut = 1;
+      bodies.length = 0;
+      const keyless = await c.enqueue("q", 1).catch((e) => e);
+      assert.ok(keyless instanceof TransportError && /1 attempt/.test(keyless.message), keyless);
+      assert.equal(bodies.length, 1);
+    } finally {
+      inDoubt.close();
+    }
+  });
+
   test("429 is retried after Retry-After, on any call", async () => {
     const limited = [429, { type: "urn:jobq:problem:too-many-waiters", title: "t", status: 429, detail: "d", instance: "/" }, { "retry-after": "0" }];
     const c = await client(limited, [201, job]);
