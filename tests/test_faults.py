@@ -428,8 +428,13 @@ def test_requests_during_a_postgresql_stop_are_answered_503_within_3_seconds(ser
         late = []
         for kind, sent, answered, r in during:
             assert isinstance(r, httpx.Response), (kind, r)
-            body = problem(r, 503, "database-unavailable")
-            assert int(r.headers["retry-after"]) >= 1, (kind, body)
+            if answered >= window["restarting"] and r.status_code < 300:
+                # Sent in the last second of the outage, it waited for a connection (at most a second) and the
+                # database was back in time: served, as it should be (a 201 or 200, not a 503).
+                assert r.status_code in (200, 201), (kind, r.status_code, r.text)
+            else:
+                body = problem(r, 503, "database-unavailable")
+                assert int(r.headers["retry-after"]) >= 1, (kind, body)
             if answered - sent >= ANSWER_BOUND_SECONDS:
                 late.append((kind, round(answered - sent, 2)))
         assert late == [], f"{len(late)} of {len(during)} answers took 3 s or more: {late}"

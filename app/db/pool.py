@@ -26,7 +26,7 @@ from app.settings import Settings
 log = logging.getLogger("jobq.db")
 
 # While the database is unreachable (the last attempt to use it lost its connection, and no connection has
-# been handed out since), a request waits at most this long for a pooled connection, instead of
+# served a request since), a request waits at most this long for a pooled connection, instead of
 # JOBQ_POOL_TIMEOUT_SECONDS: in an outage no connection is coming, and every request is to be answered 503
 # within 3 s (tests/test_faults.py). A request queued behind a coalesced statement (app/core/coalesce.py)
 # may wait for that statement's wait first: two of these, well within the bound.
@@ -188,17 +188,20 @@ class Database:
         try:
             with translate_errors():
                 async with self.pool.connection(timeout=timeout) as conn:
-                    self.unreachable = False
                     try:
                         yield conn
                     except psycopg.errors.ReadOnlySqlTransaction:
                         await conn.close()  # a standby now: never lent again (the pool replaces it)
                         raise
+                    # Reachable again once a connection has served, not when one is handed out: in an outage
+                    # the pool still lends its idle connections, all dead, and a request arriving while one
+                    # of them is out would otherwise wait the whole JOBQ_POOL_TIMEOUT_SECONDS.
+                    self.unreachable = False
         except StatementTimeout:
             raise  # the statement was slow, the connection is fine
         except DatabaseUnavailable as exc:
             # A lost or refused connection, not a pool busy with slow statements (a PoolTimeout): from now on
-            # until a connection is handed out again, waits are short.
+            # until a connection serves a request again, waits are short.
             if _connection_lost(exc.__cause__):
                 self.unreachable = True
             self.check_soon()
