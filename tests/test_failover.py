@@ -138,6 +138,12 @@ def test_a_primary_turned_read_only_is_left_for_the_promoted_standby() -> None:
             assert enqueued(server, "before")
             pair.sql(pair.primary.url, "ALTER SYSTEM SET default_transaction_read_only = on")
             pair.sql(pair.primary.url, "SELECT pg_reload_conf()")
+            # Each backend takes the reload at its next command boundary, not at once: an enqueue may still
+            # commit on a connection that has not read it yet.
+            wait_until(
+                lambda: server.client.post("/queues/q/jobs", json={"payload": "racing"}).status_code == 503,
+                what="the primary's connections turned read-only",
+            )
             for n in range(3):
                 gap_answer(server.client.post("/queues/q/jobs", json={"payload": f"refused-{n}"}))
             pair.promote()
