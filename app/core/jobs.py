@@ -25,7 +25,7 @@ from app.db import jobs as store
 from app.db import writes as store_writes
 from app.db.claim import ClaimSlot
 from app.db.dependencies import Parent, TooDeep, UnknownJobs, jobs_insert_dependent
-from app.db.jobs import NewJob
+from app.db.jobs import NewJob, Unique
 from app.db.pool import Database
 from app.db.rows import ClaimRow, Inserted, JobRow
 from app.db.writes import Completion, Done, Heartbeat, Outcome, Renewed
@@ -267,6 +267,7 @@ class JobService:
             traceparent=traceparent,
             group=req.group,
             timeout_seconds=req.timeout_seconds,
+            unique=None if (u := req.unique) is None else Unique(u.key, u.for_seconds, u.states()),
         )
 
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
@@ -306,6 +307,8 @@ class JobService:
         try:
             if req.depends_on:
                 [inserted] = await self._insert_dependent([job], [req], ["body"], allowed)
+            elif job.unique is not None:
+                [inserted] = await self._insert_unique([job])
             else:
                 [inserted] = await self._insert([job])
             written = True
@@ -321,6 +324,9 @@ class JobService:
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
         jobs = [self._new_job(queue, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
         dependent = any(r.depends_on for r in reqs)
+        if dependent and (n := next((i for i, r in enumerate(reqs) if r.unique is not None), None)) is not None:
+            msg = "unique is not supported in a batch with depends_on (yet): enqueue the unique jobs on their own"
+            raise invalid(["body", "jobs", n, "unique"], msg)
         if not dependent and any(r.ref is not None for r in reqs):
             _parents(reqs, ["body", "jobs"], True)  # refs unique, even when no item names one
         await self.quotas.admit(queue, len(jobs), cfg.max_pending)
@@ -328,12 +334,22 @@ class JobService:
         try:
             if dependent:
                 inserted = await self._insert_dependent(jobs, reqs, ["body", "jobs"], allowed)
+            elif any(j.unique is not None for j in jobs):
+                inserted = await self._insert_unique(jobs)
             else:
                 inserted = await self._insert(jobs)
             written = True
         finally:
             self.quotas.written(queue, len(jobs), written)
         return inserted
+
+    async def _insert_unique(self, jobs: list[NewJob]) -> list[Inserted]:
+        """Jobs of which some are unique: a statement of their own (the shared insert stays as it is for the
+        others), one per request; a held key answers with the job that holds it."""
+        async with self.db.connection() as conn:
+            rows = await store.jobs_insert_unique(conn, jobs)
+        self.effects.apply(inserted_moves(jobs, rows))
+        return rows
 
     async def _insert_dependent(
         self, jobs: list[NewJob], reqs: Sequence[EnqueueRequest], loc: list[str | int], allowed: str | None

@@ -4,7 +4,8 @@ into an impossible state, and keeps queue_counts exact in the same statement."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -12,6 +13,7 @@ import psycopg
 from app.db.jobs import JOB_COLUMNS, count_finished, job_columns, job_get, record_finished
 from app.db.rows import JobRow, Moved, Status, outcome_rows, rows_of
 from app.db.scope import queue_allowed
+from app.errors import InvalidState
 
 # --- admin actions ----------------------------------------------------------------------------------------
 
@@ -97,8 +99,25 @@ async def job_cancel(
     return await _admin_write(conn, JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed}, CANCELLABLE)
 
 
+@contextmanager
+def unique_key_held() -> Iterator[None]:
+    """A retried or redriven unique job whose key another job holds now (migrations/0041_jobs_unique_idx.sql):
+    the job was failed or cancelled (or completed, where its `while` leaves completed out), which freed its
+    key, and a later enqueue took it. Refused, with nothing changed: two jobs would hold one key."""
+    try:
+        yield
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.constraint_name != "jobs_unique_idx":
+            raise
+        raise InvalidState(
+            "Another job holds this job's unique key (in its window) now; the job is left as it was. Cancel "
+            "that job first, or enqueue a new one."
+        ) from exc
+
+
 async def job_retry(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> Moved | None:
-    return await _admin_write(conn, JOB_RETRY, {"id": job_id, "allowed": allowed}, RETRYABLE)
+    with unique_key_held():
+        return await _admin_write(conn, JOB_RETRY, {"id": job_id, "allowed": allowed}, RETRYABLE)
 
 
 async def jobs_cancel_many(
@@ -111,7 +130,8 @@ async def jobs_cancel_many(
 
 
 async def jobs_retry_many(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> list[Moved]:
-    return await _admin_write_many(conn, JOB_RETRY_MANY, {"ids": list(ids), "allowed": allowed}, RETRYABLE)
+    with unique_key_held():
+        return await _admin_write_many(conn, JOB_RETRY_MANY, {"ids": list(ids), "allowed": allowed}, RETRYABLE)
 
 
 async def _admin_write(
@@ -208,7 +228,8 @@ async def jobs_redrive(
     moved = 0
     while limit is None or moved < limit:
         size = batch if limit is None else min(batch, limit - moved)
-        cur = await conn.execute(REDRIVE_BATCH, {**params, "batch": size})
+        with unique_key_held():  # the batches before it stay redriven
+            cur = await conn.execute(REDRIVE_BATCH, {**params, "batch": size})
         row = await cur.fetchone()
         n = int(row[0]) if row else 0
         moved += n

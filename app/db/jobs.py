@@ -32,7 +32,7 @@ import orjson
 import psycopg
 from orjson import Fragment
 
-from app.db.rows import FINISHED, Inserted, JobRow, rows_of
+from app.db.rows import FINISHED, Inserted, JobRow, Written, outcome_rows, rows_of
 from app.db.scope import queue_allowed
 
 # A status the planner cannot see when it plans (see above): `j.status = RUNNING` proves no partial index.
@@ -58,6 +58,11 @@ def job_columns(full: str = "true") -> str:
         "AS on_dependency_failure, "
         "CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, "
         "j.timeout_seconds, "
+        # A unique job's key and window (migrations/0040_unique_jobs.sql), as JSON; NULL for the others.
+        "CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, "
+        "'for_seconds', j.unique_for_seconds, 'while', j.unique_states, "
+        "'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, "
+        "'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS \"unique\", "
         # Not shown by the API: whether a job enqueued later depends on this one (the release, app/db/releases.py).
         "coalesce(j.has_dependants, false) AS has_dependants"
     )
@@ -132,6 +137,16 @@ async def jobs_get_waited(conn: psycopg.AsyncConnection[Any], ids: Sequence[int]
 
 
 @dataclass(slots=True, frozen=True)
+class Unique:
+    """A unique job's options (docs/producers.md): its key (None: a hash of its payload), its window's
+    length (None: no window), and the states in which a job holds the key."""
+
+    key: str | None
+    for_seconds: int | None
+    states: tuple[str, ...]
+
+
+@dataclass(slots=True, frozen=True)
 class NewJob:
     queue: str
     payload: str  # serialised JSON
@@ -143,6 +158,7 @@ class NewJob:
     traceparent: str | None = None  # the enqueue's W3C trace context (app/observability/tracing.py)
     group: str | None = None
     timeout_seconds: int | None = None  # the job's own hard timeout (None: its queue's, if any)
+    unique: Unique | None = None  # inserted by jobs_insert_unique, never by the shared statement
 
 
 JOB_INSERT_MANY = f"""
@@ -246,3 +262,130 @@ async def _insert_round(
         else:
             out[i] = Inserted(False, found)
     return left
+
+
+# --- unique jobs ---------------------------------------------------------------------------------------------
+
+# A unique job's key and window start, from its input row `t` (docs/producers.md). The key defaults to a
+# hash of the payload as jsonb prints it (keys sorted, whitespace normalised: the same JSON value gives the
+# same key however it was written); the queue is the index's first column. Windows are aligned, as River's
+# ByPeriod and pg-boss's singletonSeconds are: for_seconds=3600 means clock hours (UTC), each window starts at
+# a multiple of for_seconds since the Unix epoch, on the database's clock. '-infinity': no window.
+_UNIQUE_KEY = "coalesce(t.unique_key, encode(sha256(convert_to(coalesce(t.payload, 'null')::text, 'UTF8')), 'hex'))"
+_UNIQUE_FROM = (
+    "CASE WHEN t.unique_for IS NULL THEN '-infinity'::timestamptz "
+    "ELSE to_timestamp(floor(extract(epoch FROM now())::float8 / t.unique_for) * t.unique_for) END"
+)
+_UNIQUE_INPUT = """json_to_recordset(%(batch)s::json)
+    AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
+         max_attempts int, idempotency_key text, traceparent text, group_key text, timeout_seconds int,
+         is_unique bool, unique_key text, unique_for int, unique_states text[])"""
+
+JOB_INSERT_UNIQUE = f"""
+WITH input AS (
+  -- As JOB_INSERT_MANY, for a batch in which some job is unique: its own statement, so that the shared one
+  -- stays as it is for every other enqueue. Ids in input order; each input row keeps its id, and the answer
+  -- is one row per input, in order, with the job when this statement inserted it.
+  SELECT t.*, nextval(pg_get_serial_sequence('jobs', 'id')) AS id,
+         CASE WHEN t.is_unique THEN {_UNIQUE_KEY} END AS ukey,
+         CASE WHEN t.is_unique THEN {_UNIQUE_FROM} END AS ufrom
+  FROM {_UNIQUE_INPUT}
+  ORDER BY ord
+), inserted AS (
+  INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
+                         group_key, timeout_seconds, unique_key, unique_from, unique_for_seconds, unique_states)
+  OVERRIDING SYSTEM VALUE
+  SELECT id, queue_name, coalesce(payload, 'null'), priority,
+         coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+         max_attempts, idempotency_key, traceparent, group_key, timeout_seconds,
+         ukey, ufrom, CASE WHEN is_unique THEN unique_for END, CASE WHEN is_unique THEN unique_states END
+  FROM input
+  -- Keys in one global order (see JOB_INSERT_MANY: no deadlock between batches); the first of equal keys wins.
+  ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ukey COLLATE "C", ufrom, ord
+  -- A key taken (an idempotency key, or a unique key in this window by a job in one of its states): insert
+  -- nothing, the caller looks the job up. Without a target, both unique indexes are arbiters; a job has at
+  -- most one of the two keys (the API refuses both).
+  ON CONFLICT DO NOTHING
+  RETURNING {JOB_COLUMNS}
+)
+SELECT i.ord, j.id IS NOT NULL AS written, j.* FROM input i LEFT JOIN inserted j ON j.id = i.id ORDER BY i.ord
+"""
+
+JOB_GET_BY_UNIQUE = f"""
+-- The jobs holding these unique keys in the window that is current now, one lookup each through
+-- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A window that
+-- turned since the insert finds nothing here: the caller inserts again, into the new window.
+SELECT t.ord, true AS written, j.*
+FROM {_UNIQUE_INPUT}
+CROSS JOIN LATERAL (
+  SELECT {JOB_COLUMNS} FROM jobs j
+  WHERE j.queue_name = t.queue_name AND j.unique_key = {_UNIQUE_KEY} AND j.unique_from = {_UNIQUE_FROM}
+    AND j.unique_key IS NOT NULL AND j.status = ANY(j.unique_states)
+  OFFSET 0
+) j
+"""
+
+
+def _unique_batch(jobs: Sequence[NewJob], todo: Sequence[int]) -> str:
+    return as_json(
+        [
+            {
+                "ord": i,
+                "queue_name": j.queue,
+                "payload": Fragment(j.payload),
+                "priority": j.priority,
+                "run_at": j.run_at,
+                "delay": j.delay_seconds,
+                "max_attempts": j.max_attempts,
+                "idempotency_key": j.idempotency_key,
+                "traceparent": j.traceparent,
+                "group_key": j.group,
+                "timeout_seconds": j.timeout_seconds,
+                "is_unique": j.unique is not None,
+                "unique_key": j.unique.key if j.unique else None,
+                "unique_for": j.unique.for_seconds if j.unique else None,
+                "unique_states": list(j.unique.states) if j.unique else None,
+            }
+            for i, j in ((i, jobs[i]) for i in todo)
+        ]
+    )
+
+
+async def jobs_insert_unique(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[Inserted]:
+    """As jobs_insert, for a batch in which some jobs are unique: a unique job whose key is held (in its
+    window, by a job in one of its states) comes back as not created, with the job that holds it, also when
+    the same key occurs twice here. One statement when every job is new."""
+    out: list[Inserted | None] = [None] * len(jobs)
+    todo = list(range(len(jobs)))
+    cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+    for _ in range(3):  # the holder gone between INSERT and SELECT (finished, deleted, window turned): again
+        await cur.execute(JOB_INSERT_UNIQUE, {"batch": _unique_batch(jobs, todo)})
+        taken = []
+        for row in await cur.fetchall():
+            if row.job is not None:
+                out[row.ord] = Inserted(True, row.job)
+            else:
+                taken.append(row.ord)
+        keyed = [i for i in taken if jobs[i].unique is None]
+        if keyed:  # idempotency keys
+            by_key = {(r.queue, r.idempotency_key): r for r in await _by_keys(conn, [jobs[i] for i in keyed])}
+            for i in keyed:
+                if (job := by_key.get((jobs[i].queue, jobs[i].idempotency_key))) is not None:
+                    out[i] = Inserted(False, job)
+        held = [i for i in taken if jobs[i].unique is not None]
+        if held:
+            await cur.execute(JOB_GET_BY_UNIQUE, {"batch": _unique_batch(jobs, held)})
+            for found in await cur.fetchall():
+                if found.job is not None:
+                    out[found.ord] = Inserted(False, found.job)
+        todo = [i for i in taken if out[i] is None]
+        if not todo:
+            return [o for o in out if o is not None]
+    raise RuntimeError("a unique key kept vanishing between insert and lookup")
+
+
+async def _by_keys(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[JobRow]:
+    keys = [{"queue_name": j.queue, "idempotency_key": j.idempotency_key} for j in jobs]
+    cur = conn.cursor(row_factory=rows_of(JobRow))
+    await cur.execute(JOB_GET_BY_KEYS, {"keys": as_json(keys)})
+    return await cur.fetchall()

@@ -129,6 +129,7 @@ class JobRow(NamedTuple):
     on_dependency_failure: str | None
     pending_dependencies: int | None
     timeout_seconds: int | None  # its own hard timeout, as enqueued (None: its queue's, if any)
+    unique: str | None = None  # JSON text: a unique job's key and window (None: not a unique job)
     has_dependants: bool = False  # some job depends on it (not shown by the API; the release reads it)
 
 

@@ -32,7 +32,14 @@ from app.errors import (
 from app.http.documents import claim_document, job_document, outcome_document, renewal_document
 from app.http.fastpath import hot
 from app.http.responses import json_response
-from app.models.answers import ClaimResponse, CompleteBatchResponse, HeartbeatResponse, Job, JobList, Problem
+from app.models.answers import (
+    ClaimResponse,
+    CompleteBatchResponse,
+    EnqueuedJobs,
+    HeartbeatResponse,
+    Job,
+    Problem,
+)
 from app.models.fields import INT64_MAX, QUEUE_PATTERN
 from app.models.jobs import (
     ClaimRequest,
@@ -101,6 +108,16 @@ def _problems(*codes: int, conflict: str | None = None) -> dict[int | str, dict[
 
 
 _WRITE = (400, 401, 403, 413, 415, 422, 503)
+# What an enqueue did: made the job, or found it already made (an idempotency key or a unique key named it).
+CREATED, EXISTING = "created", "existing"
+_ENQUEUED = {True: (b"jobq-enqueued", CREATED.encode()), False: (b"jobq-enqueued", EXISTING.encode())}
+_ENQUEUED_HEADER = {
+    "Jobq-Enqueued": {
+        "description": "`created`: this call made the job; `existing`: its idempotency key or unique key "
+        "already named this job, and nothing was made.",
+        "schema": {"type": "string", "enum": [CREATED, EXISTING]},
+    }
+}
 _ENQUEUE_409 = (
     "`too-many-queues`: the queue is new and the service holds JOBQ_MAX_QUEUES live queues; nothing was written."
 )
@@ -190,7 +207,13 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         status_code=201,
         response_model=Job,
         responses={
-            200: {"model": Job, "description": "The idempotency key already named this job."},
+            200: {
+                "model": Job,
+                "description": "The idempotency key, or the unique key, already named this job "
+                "(`Jobq-Enqueued: existing`).",
+                "headers": _ENQUEUED_HEADER,
+            },
+            201: {"description": "A new job (`Jobq-Enqueued: created`).", "headers": _ENQUEUED_HEADER},
             **_problems(*_WRITE, 409, 429, conflict=_ENQUEUE_409),
         },
     )
@@ -200,7 +223,9 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     async def enqueue_job(queue: QueueName, body: EnqueueRequest, request: Request) -> Response:
         context, allowed = services(request).job_context(request.scope), principal(request).queue_regex
         inserted = await service(request).enqueue(queue, body, context, allowed)
-        return json_response(job_document(inserted.job), 201 if inserted.created else 200)
+        response = json_response(job_document(inserted.job), 201 if inserted.created else 200)
+        response.raw_headers.append(_ENQUEUED[inserted.created])
+        return response
 
     @router.post(
         "/queues/{queue}/jobs/batch",
@@ -208,7 +233,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         summary="Enqueue several jobs, all or nothing",
         tags=["producers"],
         status_code=201,
-        response_model=JobList,
+        response_model=EnqueuedJobs,
         responses=_problems(*_WRITE, 409, 429, conflict=_ENQUEUE_409),
     )
     @hot
@@ -217,7 +242,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
         context, allowed = services(request).job_context(request.scope), principal(request).queue_regex
         inserted = await service(request).enqueue_batch(queue, body.jobs, context, allowed)
-        return json_response({"jobs": [job_document(i.job) for i in inserted]}, 201)
+        enqueued = [CREATED if i.created else EXISTING for i in inserted]
+        return json_response({"jobs": [job_document(i.job) for i in inserted], "enqueued": enqueued}, 201)
 
     @router.post(
         "/queues/{queue}/claim",

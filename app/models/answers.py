@@ -14,6 +14,16 @@ from app.models.jobs import OnDependencyFailure
 # --- responses (documentation of what the handlers serialise with orjson) -----------------------------------
 
 
+class JobUnique(BaseModel):
+    """A unique job's key and window, as enqueued (docs/producers.md)."""
+
+    key: str = Field(description="The unique key (the one given, else the SHA-256 of the payload, in hex).")
+    for_seconds: int | None = Field(description="The window's length; null: no window.")
+    while_: list[Status] = Field(alias="while", description="The states in which the job holds the key.")
+    window_start: datetime | None = Field(description="Start of the window the job was enqueued in.")
+    window_end: datetime | None = Field(description="End of that window: from then on the key is free again.")
+
+
 class Job(BaseModel):
     id: int
     queue: str
@@ -54,10 +64,18 @@ class Job(BaseModel):
     timeout_seconds: int | None = Field(
         description="Its own hard timeout, as enqueued; null: its queue's `timeout_seconds`, if any."
     )
+    unique: JobUnique | None = Field(description="A unique job's key and window; null for other jobs.")
 
 
 class JobList(BaseModel):
     jobs: list[Job]
+
+
+class EnqueuedJobs(JobList):
+    enqueued: list[Literal["created", "existing"]] = Field(
+        description="Per job, in order: `created` when this call made it, `existing` when its idempotency key "
+        "or unique key already named it (the job is then the one found)."
+    )
 
 
 class Claim(BaseModel):

@@ -48,6 +48,58 @@ ON_DEPENDENCY_FAILURE_TEXT = (
 REF_TEXT = "A name for this item, unique in the batch, by which later items of the batch name it in `depends_on`."
 
 
+UNIQUE_STATES = ("pending", "running", "completed", "failed", "cancelled")
+UniqueState = Literal["pending", "running", "completed", "failed", "cancelled"]
+# A unique job always holds its key while pending or running: a job moves between those two by itself (a
+# claim, a lease that lapsed, a failed attempt retried), and none of those moves may meet a second job with
+# its key (River requires the same of ByState). The other states are the caller's choice.
+UNIQUE_ALWAYS = ("pending", "running")
+UNIQUE_DEFAULT_STATES = ("pending", "running", "completed")
+UNIQUE_MAX_SECONDS = 31_622_400  # 366 days
+UNIQUE_TEXT = (
+    "At most one job per key: while a job with this key is in one of the `while` states (and, with "
+    "`for_seconds`, was enqueued in the same window), an enqueue returns that job (200, `Jobq-Enqueued: "
+    "existing`) instead of making one. Not with `idempotency_key` or `depends_on`. See docs/producers.md."
+)
+
+
+class UniqueOptions(Body):
+    """What makes a job unique (docs/producers.md)."""
+
+    key: Maybe[Label] = omitted(
+        "The key, per queue. Default: a hash (SHA-256) of the payload, so the same payload on the same queue."
+    )
+    for_seconds: Maybe[Annotated[int, Strict(), Field(ge=1, le=UNIQUE_MAX_SECONDS), Integral]] = omitted(
+        "The window: the key holds among the jobs enqueued in the same window of this many seconds. Windows "
+        "are aligned to multiples of for_seconds since the Unix epoch, on the database's clock (3600: clock "
+        "hours in UTC; 86400: UTC days), as River's ByPeriod and pg-boss's singletonSeconds. Default: no "
+        "window, the key holds as long as such a job is in one of the `while` states."
+    )
+    while_: Maybe[Annotated[list[UniqueState], Field(min_length=1, max_length=5)]] = Field(
+        None,
+        alias="while",
+        description="The states in which a job holds the key; they must include `pending` and `running`. "
+        'Default `["pending", "running", "completed"]` (as River and Oban): a failed or cancelled job frees '
+        "it. A job deleted by retention frees it too.",
+        json_schema_extra=_omittable_schema,
+    )
+
+    @model_validator(mode="after")
+    def _live_states(self) -> Self:
+        if self.while_ is not None and not set(UNIQUE_ALWAYS) <= set(self.while_):
+            missing = ", ".join(s for s in UNIQUE_ALWAYS if s not in self.while_)
+            raise ValueError(
+                f"while must include pending and running (missing: {missing}): a job moves between them "
+                "by itself (claimed, its lease lapsed, retried), and may not meet a second job with its key"
+            )
+        return self
+
+    def states(self) -> tuple[str, ...]:
+        """The states, in a fixed order, without repeats."""
+        given = UNIQUE_DEFAULT_STATES if self.while_ is None else self.while_
+        return tuple(s for s in UNIQUE_STATES if s in given)
+
+
 class BatchRef(Body):
     """An earlier item of the same batch, by index or by its `ref`."""
 
@@ -88,11 +140,19 @@ class _EnqueueRequest(Body):
     depends_on: Maybe[list[Dependency]] = omitted(DEPENDS_ON_TEXT)
     on_dependency_failure: Maybe[OnDependencyFailure] = omitted(ON_DEPENDENCY_FAILURE_TEXT)
     ref: Maybe[Label] = omitted(REF_TEXT)
+    unique: Maybe[UniqueOptions] = omitted(UNIQUE_TEXT)
 
     @model_validator(mode="after")
     def _one_start_time(self) -> Self:
         if self.run_at is not None and self.delay_seconds is not None:
             raise ValueError("give run_at or delay_seconds, not both")
+        if self.unique is not None and self.idempotency_key is not None:
+            raise ValueError(
+                "give unique or idempotency_key, not both: an idempotency key is a unique key that holds in "
+                'every state, i.e. unique: {"key": ..., "while": [all five states]}'
+            )
+        if self.unique is not None and self.depends_on:
+            raise ValueError("unique is not supported with depends_on (yet): enqueue the unique job on its own")
         if self.on_dependency_failure is not None and not self.depends_on:
             raise ValueError("on_dependency_failure applies to a job with depends_on")
         return self
