@@ -3,10 +3,10 @@
 -- name: JOBS_GET_WAITED --
 -- Jobs that requests wait for (app/core/results.py), each as it is now: with payload and result only when
 -- it has finished, since only then is it an answer. A job that is gone is not in the result.
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN j.status IN ('completed', 'failed', 'cancelled') THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN j.status IN ('completed', 'failed', 'cancelled') THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j WHERE j.id = ANY(%(ids)s)
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN j.status IN ('completed', 'failed', 'cancelled') THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN j.status IN ('completed', 'failed', 'cancelled') THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", coalesce(j.has_dependants, false) AS has_dependants FROM jobs j WHERE j.id = ANY(%(ids)s)
 
 -- name: JOB_GET --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
 WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
 
 -- name: JOB_GET_BY_KEYS --
@@ -15,8 +15,24 @@ WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s
 SELECT j.*
 FROM json_to_recordset(%(keys)s::json) AS k(queue_name text, idempotency_key text)
 CROSS JOIN LATERAL (
-  SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+  SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
   WHERE j.queue_name = k.queue_name AND j.idempotency_key = k.idempotency_key AND j.idempotency_key IS NOT NULL
+  OFFSET 0
+) j
+
+-- name: JOB_GET_BY_UNIQUE --
+-- The jobs holding these unique keys in the window that is current now, one lookup each through
+-- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A window that
+-- turned since the insert finds nothing here: the caller inserts again, into the new window.
+SELECT t.ord, true AS written, j.*
+FROM json_to_recordset(%(batch)s::json)
+    AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
+         max_attempts int, idempotency_key text, traceparent text, group_key text, timeout_seconds int,
+         is_unique bool, unique_key text, unique_for int, unique_states text[])
+CROSS JOIN LATERAL (
+  SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+  WHERE j.queue_name = t.queue_name AND j.unique_key = coalesce(t.unique_key, encode(sha256(convert_to(coalesce(t.payload, 'null')::text, 'UTF8')), 'hex')) AND j.unique_from = CASE WHEN t.unique_for IS NULL THEN '-infinity'::timestamptz ELSE to_timestamp(floor(extract(epoch FROM now())::float8 / t.unique_for) * t.unique_for) END
+    AND j.unique_key IS NOT NULL AND j.status = ANY(j.unique_states)
   OFFSET 0
 ) j
 
@@ -45,4 +61,36 @@ FROM input
 ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ord
 -- A key already taken on this queue: insert nothing, the caller fetches the existing job.
 ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, coalesce(j.has_dependants, false) AS has_dependants
+RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", coalesce(j.has_dependants, false) AS has_dependants
+
+-- name: JOB_INSERT_UNIQUE --
+WITH input AS (
+  -- As JOB_INSERT_MANY, for a batch in which some job is unique: its own statement, so that the shared one
+  -- stays as it is for every other enqueue. Ids in input order; each input row keeps its id, and the answer
+  -- is one row per input, in order, with the job when this statement inserted it.
+  SELECT t.*, nextval(pg_get_serial_sequence('jobs', 'id')) AS id,
+         CASE WHEN t.is_unique THEN coalesce(t.unique_key, encode(sha256(convert_to(coalesce(t.payload, 'null')::text, 'UTF8')), 'hex')) END AS ukey,
+         CASE WHEN t.is_unique THEN CASE WHEN t.unique_for IS NULL THEN '-infinity'::timestamptz ELSE to_timestamp(floor(extract(epoch FROM now())::float8 / t.unique_for) * t.unique_for) END END AS ufrom
+  FROM json_to_recordset(%(batch)s::json)
+    AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
+         max_attempts int, idempotency_key text, traceparent text, group_key text, timeout_seconds int,
+         is_unique bool, unique_key text, unique_for int, unique_states text[])
+  ORDER BY ord
+), inserted AS (
+  INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
+                         group_key, timeout_seconds, unique_key, unique_from, unique_for_seconds, unique_states)
+  OVERRIDING SYSTEM VALUE
+  SELECT id, queue_name, coalesce(payload, 'null'), priority,
+         coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+         max_attempts, idempotency_key, traceparent, group_key, timeout_seconds,
+         ukey, ufrom, CASE WHEN is_unique THEN unique_for END, CASE WHEN is_unique THEN unique_states END
+  FROM input
+  -- Keys in one global order (see JOB_INSERT_MANY: no deadlock between batches); the first of equal keys wins.
+  ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ukey COLLATE "C", ufrom, ord
+  -- A key taken (an idempotency key, or a unique key in this window by a job in one of its states): insert
+  -- nothing, the caller looks the job up. Without a target, both unique indexes are arbiters; a job has at
+  -- most one of the two keys (the API refuses both).
+  ON CONFLICT DO NOTHING
+  RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", coalesce(j.has_dependants, false) AS has_dependants
+)
+SELECT i.ord, j.id IS NOT NULL AS written, j.* FROM input i LEFT JOIN inserted j ON j.id = i.id ORDER BY i.ord

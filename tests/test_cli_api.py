@@ -102,6 +102,24 @@ def test_enqueue_depends_on(server: LiveServer) -> None:
     assert r.returncode != 0 and "999999" in r.stderr
 
 
+def test_enqueue_unique(server: LiveServer) -> None:
+    said = ok(jobq(server, "enqueue", "digests", '{"c": 7}', "--unique-key", "digest-7", "--unique-for", "3600"))
+    job_id = int(said.split()[1])
+    again = ok(jobq(server, "enqueue", "digests", '{"c": 8}', "--unique-key", "digest-7", "--unique-for", "3600"))
+    assert f"job {job_id} already exists on digests with unique key 'digest-7'" in again
+    shown = ok(jobq(server, "job", str(job_id)))
+    assert "unique key      digest-7" in shown and "unique while    pending running completed" in shown
+    assert "unique window   " in shown
+    first = as_json(
+        jobq(
+            server, "enqueue", "q", "1", "--unique", "--unique-while", "pending", "--unique-while", "running", "--json"
+        )
+    )
+    assert first["unique"]["while"] == ["pending", "running"] and first["unique"]["for_seconds"] is None
+    r = jobq(server, "enqueue", "q", "1", "--unique-while", "pending")
+    assert r.returncode != 0 and "pending and running" in r.stderr
+
+
 def test_jobs_lists_by_status_and_follows_pages(server: LiveServer) -> None:
     for i in range(7):
         server.enqueue("q", i)

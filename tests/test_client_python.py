@@ -44,6 +44,7 @@ from jobq_client import (
     ServiceUnavailable,
     TransportError,
     Unauthorized,
+    Unique,
     ValidationError,
     WaitTimeout,
     Worker,
@@ -253,6 +254,21 @@ def test_dependencies(server: LiveServer) -> None:
         jobq.complete(claim.id, claim.claim_token)
         assert jobq.get_job(child.id).status == "pending"
         assert jobq.get_job(publish.id).pending_dependencies == 1
+
+
+def test_unique_jobs(server: LiveServer) -> None:
+    with Client(server.url) as jobq:
+        first = jobq.enqueue("q", {"doc": 1}, unique=Unique(key="reindex-1", for_seconds=3600))
+        assert first.unique is not None and first.unique.key == "reindex-1" and first.unique.for_seconds == 3600
+        assert first.unique.while_ == ("pending", "running", "completed")
+        assert first.unique.window_start is not None and first.unique.window_end is not None
+        assert jobq.enqueue("q", {"doc": 2}, unique={"key": "reindex-1", "for_seconds": 3600}).id == first.id
+        a, b = jobq.enqueue_batch(
+            "q", [NewJob(7, unique=Unique()), NewJob(7, unique=Unique(while_=["pending", "running"]))]
+        )
+        assert a.id == b.id  # the same payload: the same key, held by the first (pending)
+        with pytest.raises(ValidationError):
+            jobq.enqueue("q", 1, unique=Unique(while_=["pending"]))
 
 
 def test_enqueue_and_wait_returns_the_job_a_worker_finished(server: LiveServer) -> None:

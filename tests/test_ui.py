@@ -613,6 +613,19 @@ def test_dashboard_shows_a_waiting_job_and_its_dependencies_in_a_browser(browser
     tab.close()
 
 
+def test_dashboard_shows_a_unique_jobs_key_and_window_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    job = server.enqueue("digests", {"customer": 7}, unique={"key": "digest-7", "for_seconds": 3600})
+    tab = Page(browser, server.url)
+    page = tab.page
+    page.goto(f"{server.url}/ui#/jobs/{job['id']}")
+    expect(page.locator('[data-field="unique key"]')).to_have_text("digest-7")
+    expect(page.locator('[data-field="unique while"]')).to_have_text("pending, running, completed")
+    expect(page.locator('[data-field="unique window"]')).to_contain_text(" to ")
+    tab.close()
+
+
 def test_the_api_docs_run_under_a_strict_content_security_policy_in_a_browser(browser: Any, server: LiveServer) -> None:
     """/docs, where an operator pastes a key, had no Content-Security-Policy: a script injected into the page
     could have sent the key anywhere. Swagger UI now starts from a file of this origin, and the policy allows

@@ -38,6 +38,23 @@ _JOB: dict[str, Any] = {
     "on_dependency_failure": None,
     "pending_dependencies": None,
     "timeout_seconds": None,
+    "unique": None,
+}
+# A unique job: at most one digest per customer per clock hour while pending, running or completed.
+_UNIQUE = {
+    **_JOB,
+    "id": 44,
+    "queue": "digests",
+    "payload": {"customer": 1042},
+    "priority": 0,
+    "idempotency_key": None,
+    "unique": {
+        "key": "digest-1042",
+        "for_seconds": 3600,
+        "while": ["pending", "running", "completed"],
+        "window_start": "2026-11-29T11:00:00+00:00",
+        "window_end": "2026-11-29T12:00:00+00:00",
+    },
 }
 # A job of a workflow: it runs once jobs 40 and 41 have completed; one of them has.
 _WAITING = {
@@ -253,6 +270,10 @@ SCHEMAS: dict[str, list[Any]] = {
         {"payload": [1, 2, 3], "delay_seconds": 60},
         # Runs once jobs 40 and 41 have completed; runs anyway if one of them fails.
         {"payload": {"report": "weekly"}, "depends_on": [40, 41], "on_dependency_failure": "run"},
+        # At most one digest per customer per clock hour (a repeat answers 200 with the hour's job).
+        {"payload": {"customer": 1042}, "unique": {"key": "digest-1042", "for_seconds": 3600}},
+        # One sync at a time: a repeat while one is pending or running returns it; once it finished, a new one.
+        {"payload": {"account": 7}, "unique": {"while": ["pending", "running"]}},
     ],
     "EnqueueBatchRequest": [
         {"jobs": [{"payload": {"n": 1}}, {"payload": {"n": 2}, "priority": 10}]},
@@ -286,7 +307,14 @@ SCHEMAS: dict[str, list[Any]] = {
     "CompleteBatchRequest": [
         {"jobs": [{"id": 42, "claim_token": _TOKEN, "result": "sent"}, {"id": 43, "claim_token": _TOKEN}]}
     ],
-    "Job": [_JOB, _DONE, _SCHEDULED, _WAITING],
+    "Job": [_JOB, _DONE, _SCHEDULED, _WAITING, _UNIQUE],
+    "EnqueuedJobs": [
+        {
+            "jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}],
+            "enqueued": ["created", "created"],
+        },
+        {"jobs": [_UNIQUE, _UNIQUE], "enqueued": ["existing", "existing"]},
+    ],
     "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
     "Claim": [_CLAIM],
     "ClaimResponse": [

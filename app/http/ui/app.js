@@ -1046,6 +1046,13 @@
         if (job.schedule !== null && job.schedule !== undefined) {
           rows.push(["schedule", job.schedule], ["scheduled for", fmtTime(job.scheduled_for)]);
         }
+        if (job.unique) {
+          // A unique job: the key it holds, in which states, and within which window (docs/producers.md).
+          rows.push(["unique key", job.unique.key], ["unique while", job.unique.while.join(", ")]);
+          if (job.unique.window_start) {
+            rows.push(["unique window", `${fmtTime(job.unique.window_start)} to ${fmtTime(job.unique.window_end)}`]);
+          }
+        }
         if (job.depends_on) {
           // The jobs it runs after, each a link; while waiting, how many have not finished yet.
           const links = job.depends_on.flatMap((parent, i) => [

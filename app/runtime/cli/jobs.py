@@ -34,6 +34,13 @@ def cmd_enqueue(args: argparse.Namespace, api: ApiClient) -> int:
     for name in ("priority", "delay_seconds", "run_at", "max_attempts", "idempotency_key", "depends_on"):
         if (value := getattr(args, name)) is not None:
             body[name] = value
+    unique = {
+        name: value
+        for name, value in (("key", args.unique_key), ("for_seconds", args.unique_for), ("while", args.unique_while))
+        if value is not None
+    }
+    if unique or args.unique:
+        body["unique"] = unique
     if args.on_dependency_failure is not None:
         if not args.depends_on:
             return _fail("enqueue: --on-dependency-failure goes with --depends-on", EXIT_USAGE)
@@ -41,6 +48,9 @@ def cmd_enqueue(args: argparse.Namespace, api: ApiClient) -> int:
     status, job = api.answer("POST", f"/queues/{segment(args.queue)}/jobs", body)
     if args.json:
         print_json(job)
+    elif status == 200 and job.get("unique"):
+        print(f"job {job['id']} already exists on {job['queue']} with unique key {job['unique']['key']!r} "
+              f"({job['status']}); nothing enqueued")  # fmt: skip
     elif status == 200:
         print(f"job {job['id']} already exists on {job['queue']} with idempotency key {job['idempotency_key']!r} "
               f"({job['status']}); nothing enqueued")  # fmt: skip
@@ -135,6 +145,11 @@ def job_lines(j: dict[str, Any]) -> list[str]:
         fields.append(("depends on", " ".join(str(i) for i in j["depends_on"])))
         fields.append(("if one fails", j["on_dependency_failure"]))
         fields.append(("waiting for", j["pending_dependencies"]))
+    if (unique := j.get("unique")) is not None:
+        fields.append(("unique key", unique["key"]))
+        fields.append(("unique while", " ".join(unique["while"])))
+        if unique["window_start"] is not None:
+            fields.append(("unique window", f"{_at(unique['window_start'])} to {_at(unique['window_end'])}"))
     if j.get("traceparent"):
         fields.append(("traceparent", j["traceparent"]))
     lines = [f"job {j['id']} on {j['queue']}"]
@@ -207,6 +222,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         examples='  jobq enqueue emails \'{"to": "ada@example.com"}\' --priority 5\n'
         "  jobq enqueue reports '{\"month\": 11}' --delay 3600 --idempotency-key report-11\n"
         "  jobq enqueue publish '{\"issue\": 7}' --depends-on 41 --depends-on 42\n"
+        "  jobq enqueue digests '{\"customer\": 7}' --unique-key digest-7 --unique-for 3600\n"
         "  id=$(jobq enqueue emails '{}' --json | jq .id)",
     )
     enqueue.add_argument("queue", metavar="QUEUE")
@@ -220,6 +236,15 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     enqueue.add_argument("--idempotency-key", metavar="KEY", help="a repeat on the queue names the existing job")
     enqueue.add_argument("--depends-on", type=_job_id, action="append", metavar="ID",
                          help="run only after job ID has completed (repeat for several)")  # fmt: skip
+    enqueue.add_argument("--unique", action="store_true",
+                         help="at most one such job: a repeat returns the job holding its key")  # fmt: skip
+    enqueue.add_argument(
+        "--unique-key", metavar="KEY", help="the unique key (implies --unique; default: a hash of the payload)"
+    )
+    enqueue.add_argument("--unique-for", type=_int_in(1, 31_622_400), metavar="SECONDS",
+                         help="the key holds within aligned windows of this length (implies --unique)")  # fmt: skip
+    enqueue.add_argument("--unique-while", choices=STATUSES, action="append", metavar="STATE",
+                         help="a state in which a job holds the key (repeat; implies --unique)")  # fmt: skip
     enqueue.add_argument("--on-dependency-failure", choices=("cancel", "run"),
                          help="a dependency failed or was cancelled: cancel this job (default), or run it")  # fmt: skip
 

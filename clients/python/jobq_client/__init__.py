@@ -30,8 +30,11 @@ from jobq_client.models import (
     Heartbeat,
     Job,
     JobStatus,
+    JobUnique,
     NewJob,
     OnDependencyFailure,
+    Unique,
+    UniqueState,
 )
 from jobq_client.worker import JobContext, PermanentFailure, RetryLater, Worker
 
@@ -54,6 +57,7 @@ __all__ = [
     "JobNotFound",
     "JobStatus",
     "JobTimedOut",
+    "JobUnique",
     "JobqError",
     "NewJob",
     "NotFound",
@@ -67,6 +71,8 @@ __all__ = [
     "ServiceUnavailable",
     "TransportError",
     "Unauthorized",
+    "Unique",
+    "UniqueState",
     "UnsupportedMediaType",
     "ValidationError",
     "WaitTimeout",

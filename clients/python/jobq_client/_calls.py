@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from jobq_client.errors import JobqError, RateLimited, ServerError
-from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob, OnDependencyFailure
+from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob, OnDependencyFailure, Unique
 
 T = TypeVar("T")
 
@@ -148,6 +148,7 @@ def enqueue(
     depends_on: Sequence[int] | None = None,
     on_dependency_failure: OnDependencyFailure | None = None,
     timeout_seconds: int | None = None,
+    unique: Unique | Mapping[str, Any] | None = None,
 ) -> Call[Job]:
     job = NewJob(
         payload,
@@ -159,7 +160,9 @@ def enqueue(
         depends_on,
         on_dependency_failure,
         timeout_seconds=timeout_seconds,
+        unique=unique,
     )
+    # A unique job is not repeatable for sure: its holder may have failed, or its window ended, in between.
     safety = Safety.REPEATABLE if idempotency_key is not None else Safety.UNSENT_ONLY
     return Call("enqueueJob", "POST", f"/queues/{_q(queue)}/jobs", job.to_json(), safety, _job)
 

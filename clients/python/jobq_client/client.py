@@ -18,7 +18,7 @@ from jobq_client import _calls
 from jobq_client._calls import Call, RetryPolicy
 from jobq_client._tracing import inject
 from jobq_client.errors import JobqError, TransportError, WaitTimeout, error_from_response
-from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob, OnDependencyFailure
+from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob, OnDependencyFailure, Unique
 
 __version__ = "0.1.0"
 
@@ -170,11 +170,13 @@ class Client(_Base):
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
         timeout_seconds: int | None = None,
+        unique: Unique | Mapping[str, Any] | None = None,
     ) -> Job:
         """Add a job. With an `idempotency_key`, a repeat returns the existing job, and this call is
         retried on any transient failure; without one it is retried only when it cannot have arrived.
         With `depends_on` (job ids), the job waits until those have completed; `on_dependency_failure`:
-        "cancel" (default) or "run" when one of them fails or is cancelled."""
+        "cancel" (default) or "run" when one of them fails or is cancelled. With `unique` (Unique, or its
+        JSON: {"key", "for_seconds", "while"}), a job that holds the key is returned instead of a new one."""
         return self._send(
             _calls.enqueue(
                 queue,
@@ -187,6 +189,7 @@ class Client(_Base):
                 depends_on=depends_on,
                 on_dependency_failure=on_dependency_failure,
                 timeout_seconds=timeout_seconds,
+                unique=unique,
             )
         )
 
@@ -287,6 +290,7 @@ class Client(_Base):
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
         timeout_seconds: int | None = None,
+        unique: Unique | Mapping[str, Any] | None = None,
     ) -> Job:
         """enqueue() then wait(): the job once a worker has finished it. With an `idempotency_key`, calling
         this again after a failure waits for the same job rather than making a second one."""
@@ -301,6 +305,7 @@ class Client(_Base):
             depends_on=depends_on,
             on_dependency_failure=on_dependency_failure,
             timeout_seconds=timeout_seconds,
+            unique=unique,
         )
         return self.wait(job.id, timeout=timeout)
 
@@ -374,6 +379,7 @@ class AsyncClient(_Base):
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
         timeout_seconds: int | None = None,
+        unique: Unique | Mapping[str, Any] | None = None,
     ) -> Job:
         return await self._send(
             _calls.enqueue(
@@ -387,6 +393,7 @@ class AsyncClient(_Base):
                 depends_on=depends_on,
                 on_dependency_failure=on_dependency_failure,
                 timeout_seconds=timeout_seconds,
+                unique=unique,
             )
         )
 
@@ -470,6 +477,7 @@ class AsyncClient(_Base):
         depends_on: Sequence[int] | None = None,
         on_dependency_failure: OnDependencyFailure | None = None,
         timeout_seconds: int | None = None,
+        unique: Unique | Mapping[str, Any] | None = None,
     ) -> Job:
         """enqueue() then wait() (see Client.enqueue_and_wait)."""
         job = await self.enqueue(
@@ -483,6 +491,7 @@ class AsyncClient(_Base):
             depends_on=depends_on,
             on_dependency_failure=on_dependency_failure,
             timeout_seconds=timeout_seconds,
+            unique=unique,
         )
         return await self.wait(job.id, timeout=timeout)
 

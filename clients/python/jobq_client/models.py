@@ -12,6 +12,8 @@ OnDependencyFailure = Literal["cancel", "run"]
 # A dependency: a job id; in a batch also an earlier item, by its `ref` (a string) or {"ref": index or ref}.
 Dependency = int | str | Mapping[str, Any]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+# The states in which a unique job holds its key (they must include pending and running).
+UniqueState = Literal["pending", "running", "completed", "failed", "cancelled"]
 CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "cancelled", "timed_out"]
 
 
@@ -23,6 +25,49 @@ def _time(value: Any) -> datetime:
 
 def _time_or_none(value: Any) -> datetime | None:
     return None if value is None else _time(value)
+
+
+@dataclass(frozen=True)
+class Unique:
+    """Enqueue options of a unique job (the server's docs/producers.md): at most one job per `key` (default:
+    a hash of the payload) on the queue while one is in a `while` state (default pending, running,
+    completed), and with `for_seconds`, in the same aligned window of that many seconds. A repeat returns
+    the job that holds the key."""
+
+    key: str | None = None
+    for_seconds: int | None = None
+    while_: Sequence[UniqueState] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        if self.key is not None:
+            doc["key"] = self.key
+        if self.for_seconds is not None:
+            doc["for_seconds"] = self.for_seconds
+        if self.while_ is not None:
+            doc["while"] = list(self.while_)
+        return doc
+
+
+@dataclass(frozen=True)
+class JobUnique:
+    """A unique job's key and window, as the server shows them."""
+
+    key: str
+    for_seconds: int | None
+    while_: tuple[str, ...]
+    window_start: datetime | None
+    window_end: datetime | None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> JobUnique:
+        return cls(
+            key=str(doc["key"]),
+            for_seconds=doc.get("for_seconds"),
+            while_=tuple(doc.get("while") or ()),
+            window_start=_time_or_none(doc.get("window_start")),
+            window_end=_time_or_none(doc.get("window_end")),
+        )
 
 
 @dataclass(frozen=True)
@@ -54,6 +99,7 @@ class Job:
     depends_on: tuple[int, ...] | None = None  # the jobs it runs after (None: none)
     on_dependency_failure: OnDependencyFailure | None = None  # None for a job without dependencies
     pending_dependencies: int | None = None  # while waiting: dependencies not finished yet
+    unique: JobUnique | None = None  # a unique job's key and window
 
     @property
     def finished(self) -> bool:
@@ -88,6 +134,7 @@ class Job:
             depends_on=None if doc.get("depends_on") is None else tuple(int(i) for i in doc["depends_on"]),
             on_dependency_failure=doc.get("on_dependency_failure"),
             pending_dependencies=doc.get("pending_dependencies"),
+            unique=None if doc.get("unique") is None else JobUnique.from_json(doc["unique"]),
         )
 
 
@@ -195,6 +242,7 @@ class NewJob:
     on_dependency_failure: OnDependencyFailure | None = None  # "cancel" (the server's default) or "run"
     ref: str | None = None  # this item's name for later items of the same batch
     timeout_seconds: int | None = None  # hard timeout: a claim running this long is failed by the server
+    unique: Unique | Mapping[str, Any] | None = None  # at most one such job per key (see Unique)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"payload": self.payload}
@@ -203,6 +251,8 @@ class NewJob:
             value = getattr(self, name)
             if value is not None:
                 doc[name] = value
+        if self.unique is not None:
+            doc["unique"] = self.unique.to_json() if isinstance(self.unique, Unique) else dict(self.unique)
         if self.depends_on is not None:
             doc["depends_on"] = [dict(d) if isinstance(d, Mapping) else d for d in self.depends_on]
         if isinstance(self.run_at, datetime):

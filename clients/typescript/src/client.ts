@@ -19,6 +19,10 @@ export type QueueStats = Schemas["QueueStats"];
 export type EnqueueRequest = Schemas["EnqueueRequest"];
 export type ClaimRequest = Schemas["ClaimRequest"];
 export type CompleteItem = Schemas["CompleteItem"];
+/** A unique job's options: at most one job per key on the queue (docs/producers.md); `while` must include pending and running. */
+export type UniqueOptions = Schemas["UniqueOptions"];
+/** A unique job's key and window, as the server shows them on the job (`job.unique`). */
+export type JobUnique = Schemas["JobUnique"];
 /** A dependency: a job id; in a batch also an earlier item, by its `ref` or as `{ ref: index }`. */
 export type Dependency = number | string | Schemas["BatchRef"];
 
@@ -59,6 +63,11 @@ export interface NewJob {
   ref?: string;
   /** Hard timeout: a claim that runs this long is failed by the server ("timeout"), heartbeats or not. */
   timeoutSeconds?: number;
+  /**
+   * At most one such job: while a job with `key` (default: a hash of the payload) is in a `while` state
+   * (default pending, running, completed), and with `for_seconds` in the same aligned window, enqueue returns it.
+   */
+  unique?: UniqueOptions;
 }
 
 /** One job to complete in a batch (`completeMany`) or on a claim (`claim` with `complete`). */
@@ -207,6 +216,7 @@ function jobBody(job: NewJob): EnqueueRequest {
   if (job.onDependencyFailure !== undefined) body.on_dependency_failure = job.onDependencyFailure;
   if (job.ref !== undefined) body.ref = job.ref;
   if (job.timeoutSeconds !== undefined) body.timeout_seconds = job.timeoutSeconds;
+  if (job.unique !== undefined) body.unique = job.unique;
   return body;
 }
 

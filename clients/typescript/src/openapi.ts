@@ -1365,6 +1365,26 @@ export interface components {
          *         "report": "weekly"
          *       }
          *     }
+         * @example {
+         *       "payload": {
+         *         "customer": 1042
+         *       },
+         *       "unique": {
+         *         "for_seconds": 3600,
+         *         "key": "digest-1042"
+         *       }
+         *     }
+         * @example {
+         *       "payload": {
+         *         "account": 7
+         *       },
+         *       "unique": {
+         *         "while": [
+         *           "pending",
+         *           "running"
+         *         ]
+         *       }
+         *     }
          */
         EnqueueRequest: {
             /**
@@ -1424,6 +1444,178 @@ export interface components {
              * @description Hard timeout (1-604800): a claim that runs this long is failed (`last_error` "timeout"), heartbeats or not, and the job retried or not as after any failure. Default: the queue's `timeout_seconds`, else none.
              */
             timeout_seconds?: number;
+            /** @description At most one job per key: while a job with this key is in one of the `while` states (and, with `for_seconds`, was enqueued in the same window), an enqueue returns that job (200, `Jobq-Enqueued: existing`) instead of making one. Not with `idempotency_key` or `depends_on`. See docs/producers.md. */
+            unique?: components["schemas"]["UniqueOptions"];
+        };
+        /**
+         * EnqueuedJobs
+         * @example {
+         *       "enqueued": [
+         *         "created",
+         *         "created"
+         *       ],
+         *       "jobs": [
+         *         {
+         *           "attempts": 0,
+         *           "claimed_at": null,
+         *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "depends_on": null,
+         *           "finished_at": null,
+         *           "group": "customer-1042",
+         *           "id": 42,
+         *           "idempotency_key": "welcome-ada",
+         *           "last_error": null,
+         *           "lease_expires_at": null,
+         *           "max_attempts": 5,
+         *           "on_dependency_failure": null,
+         *           "payload": {
+         *             "template": "welcome",
+         *             "to": "ada@example.com"
+         *           },
+         *           "pending_dependencies": null,
+         *           "priority": 5,
+         *           "progress": null,
+         *           "queue": "emails",
+         *           "result": null,
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "schedule": null,
+         *           "scheduled_for": null,
+         *           "status": "pending",
+         *           "timeout_seconds": null,
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *           "unique": null,
+         *           "worker": null
+         *         },
+         *         {
+         *           "attempts": 0,
+         *           "claimed_at": null,
+         *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "depends_on": null,
+         *           "finished_at": null,
+         *           "group": "customer-1042",
+         *           "id": 43,
+         *           "idempotency_key": null,
+         *           "last_error": null,
+         *           "lease_expires_at": null,
+         *           "max_attempts": 5,
+         *           "on_dependency_failure": null,
+         *           "payload": {
+         *             "template": "welcome",
+         *             "to": "ada@example.com"
+         *           },
+         *           "pending_dependencies": null,
+         *           "priority": 0,
+         *           "progress": null,
+         *           "queue": "emails",
+         *           "result": null,
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "schedule": null,
+         *           "scheduled_for": null,
+         *           "status": "pending",
+         *           "timeout_seconds": null,
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *           "unique": null,
+         *           "worker": null
+         *         }
+         *       ]
+         *     }
+         * @example {
+         *       "enqueued": [
+         *         "existing",
+         *         "existing"
+         *       ],
+         *       "jobs": [
+         *         {
+         *           "attempts": 0,
+         *           "claimed_at": null,
+         *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "depends_on": null,
+         *           "finished_at": null,
+         *           "group": "customer-1042",
+         *           "id": 44,
+         *           "idempotency_key": null,
+         *           "last_error": null,
+         *           "lease_expires_at": null,
+         *           "max_attempts": 5,
+         *           "on_dependency_failure": null,
+         *           "payload": {
+         *             "customer": 1042
+         *           },
+         *           "pending_dependencies": null,
+         *           "priority": 0,
+         *           "progress": null,
+         *           "queue": "digests",
+         *           "result": null,
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "schedule": null,
+         *           "scheduled_for": null,
+         *           "status": "pending",
+         *           "timeout_seconds": null,
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *           "unique": {
+         *             "for_seconds": 3600,
+         *             "key": "digest-1042",
+         *             "while": [
+         *               "pending",
+         *               "running",
+         *               "completed"
+         *             ],
+         *             "window_end": "2026-11-29T12:00:00+00:00",
+         *             "window_start": "2026-11-29T11:00:00+00:00"
+         *           },
+         *           "worker": null
+         *         },
+         *         {
+         *           "attempts": 0,
+         *           "claimed_at": null,
+         *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "depends_on": null,
+         *           "finished_at": null,
+         *           "group": "customer-1042",
+         *           "id": 44,
+         *           "idempotency_key": null,
+         *           "last_error": null,
+         *           "lease_expires_at": null,
+         *           "max_attempts": 5,
+         *           "on_dependency_failure": null,
+         *           "payload": {
+         *             "customer": 1042
+         *           },
+         *           "pending_dependencies": null,
+         *           "priority": 0,
+         *           "progress": null,
+         *           "queue": "digests",
+         *           "result": null,
+         *           "run_at": "2026-11-29T12:00:00.125+00:00",
+         *           "schedule": null,
+         *           "scheduled_for": null,
+         *           "status": "pending",
+         *           "timeout_seconds": null,
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *           "unique": {
+         *             "for_seconds": 3600,
+         *             "key": "digest-1042",
+         *             "while": [
+         *               "pending",
+         *               "running",
+         *               "completed"
+         *             ],
+         *             "window_end": "2026-11-29T12:00:00+00:00",
+         *             "window_start": "2026-11-29T11:00:00+00:00"
+         *           },
+         *           "worker": null
+         *         }
+         *       ]
+         *     }
+         */
+        EnqueuedJobs: {
+            /**
+             * Enqueued
+             * @description Per job, in order: `created` when this call made it, `existing` when its idempotency key or unique key already named it (the job is then the one found).
+             */
+            enqueued: ("created" | "existing")[];
+            /** Jobs */
+            jobs: components["schemas"]["Job"][];
         };
         /**
          * FailRequest
@@ -1744,6 +1936,7 @@ export interface components {
          *       "status": "pending",
          *       "timeout_seconds": null,
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *       "unique": null,
          *       "worker": null
          *     }
          * @example {
@@ -1776,6 +1969,7 @@ export interface components {
          *       "status": "completed",
          *       "timeout_seconds": null,
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *       "unique": null,
          *       "worker": "mailer-1"
          *     }
          * @example {
@@ -1807,6 +2001,7 @@ export interface components {
          *       "status": "completed",
          *       "timeout_seconds": null,
          *       "traceparent": null,
+         *       "unique": null,
          *       "worker": "mailer-1"
          *     }
          * @example {
@@ -1839,6 +2034,47 @@ export interface components {
          *       "status": "waiting",
          *       "timeout_seconds": null,
          *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *       "unique": null,
+         *       "worker": null
+         *     }
+         * @example {
+         *       "attempts": 0,
+         *       "claimed_at": null,
+         *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "depends_on": null,
+         *       "finished_at": null,
+         *       "group": "customer-1042",
+         *       "id": 44,
+         *       "idempotency_key": null,
+         *       "last_error": null,
+         *       "lease_expires_at": null,
+         *       "max_attempts": 5,
+         *       "on_dependency_failure": null,
+         *       "payload": {
+         *         "customer": 1042
+         *       },
+         *       "pending_dependencies": null,
+         *       "priority": 0,
+         *       "progress": null,
+         *       "queue": "digests",
+         *       "result": null,
+         *       "run_at": "2026-11-29T12:00:00.125+00:00",
+         *       "schedule": null,
+         *       "scheduled_for": null,
+         *       "status": "pending",
+         *       "timeout_seconds": null,
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *       "unique": {
+         *         "for_seconds": 3600,
+         *         "key": "digest-1042",
+         *         "while": [
+         *           "pending",
+         *           "running",
+         *           "completed"
+         *         ],
+         *         "window_end": "2026-11-29T12:00:00+00:00",
+         *         "window_start": "2026-11-29T11:00:00+00:00"
+         *       },
          *       "worker": null
          *     }
          */
@@ -1933,6 +2169,8 @@ export interface components {
              * @description W3C trace context of the enqueue that made the job (its request's span when the service traces, else the producer's `traceparent` header); a worker continues this trace. Null when none.
              */
             traceparent: string | null;
+            /** @description A unique job's key and window; null for other jobs. */
+            unique: components["schemas"]["JobUnique"] | null;
             /**
              * Worker
              * @description Worker of the latest claim.
@@ -2035,77 +2273,6 @@ export interface components {
             status?: components["schemas"]["Status"];
         };
         /**
-         * JobList
-         * @example {
-         *       "jobs": [
-         *         {
-         *           "attempts": 0,
-         *           "claimed_at": null,
-         *           "created_at": "2026-11-29T12:00:00.125+00:00",
-         *           "depends_on": null,
-         *           "finished_at": null,
-         *           "group": "customer-1042",
-         *           "id": 42,
-         *           "idempotency_key": "welcome-ada",
-         *           "last_error": null,
-         *           "lease_expires_at": null,
-         *           "max_attempts": 5,
-         *           "on_dependency_failure": null,
-         *           "payload": {
-         *             "template": "welcome",
-         *             "to": "ada@example.com"
-         *           },
-         *           "pending_dependencies": null,
-         *           "priority": 5,
-         *           "progress": null,
-         *           "queue": "emails",
-         *           "result": null,
-         *           "run_at": "2026-11-29T12:00:00.125+00:00",
-         *           "schedule": null,
-         *           "scheduled_for": null,
-         *           "status": "pending",
-         *           "timeout_seconds": null,
-         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-         *           "worker": null
-         *         },
-         *         {
-         *           "attempts": 0,
-         *           "claimed_at": null,
-         *           "created_at": "2026-11-29T12:00:00.125+00:00",
-         *           "depends_on": null,
-         *           "finished_at": null,
-         *           "group": "customer-1042",
-         *           "id": 43,
-         *           "idempotency_key": null,
-         *           "last_error": null,
-         *           "lease_expires_at": null,
-         *           "max_attempts": 5,
-         *           "on_dependency_failure": null,
-         *           "payload": {
-         *             "template": "welcome",
-         *             "to": "ada@example.com"
-         *           },
-         *           "pending_dependencies": null,
-         *           "priority": 0,
-         *           "progress": null,
-         *           "queue": "emails",
-         *           "result": null,
-         *           "run_at": "2026-11-29T12:00:00.125+00:00",
-         *           "schedule": null,
-         *           "scheduled_for": null,
-         *           "status": "pending",
-         *           "timeout_seconds": null,
-         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
-         *           "worker": null
-         *         }
-         *       ]
-         *     }
-         */
-        JobList: {
-            /** Jobs */
-            jobs: components["schemas"]["Job"][];
-        };
-        /**
          * JobPage
          * @example {
          *       "jobs": [
@@ -2137,6 +2304,7 @@ export interface components {
          *           "status": "pending",
          *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *           "unique": null,
          *           "worker": null
          *         }
          *       ],
@@ -2155,6 +2323,37 @@ export interface components {
              * @description Pass as `cursor` for the next page; null on the last page.
              */
             next_cursor: string | null;
+        };
+        /**
+         * JobUnique
+         * @description A unique job's key and window, as enqueued (docs/producers.md).
+         */
+        JobUnique: {
+            /**
+             * For Seconds
+             * @description The window's length; null: no window.
+             */
+            for_seconds: number | null;
+            /**
+             * Key
+             * @description The unique key (the one given, else the SHA-256 of the payload, in hex).
+             */
+            key: string;
+            /**
+             * While
+             * @description The states in which the job holds the key.
+             */
+            while: components["schemas"]["Status"][];
+            /**
+             * Window End
+             * @description End of that window: from then on the key is free again.
+             */
+            window_end: string | null;
+            /**
+             * Window Start
+             * @description Start of the window the job was enqueued in.
+             */
+            window_start: string | null;
         };
         /** @description Any JSON value (null, boolean, number, string, array or object), except that strings and object keys cannot contain NUL (\u0000), which PostgreSQL cannot store, and numbers must be finite. Nested at most 32 levels (JOBQ_MAX_JSON_DEPTH); at most 1048576 bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES), 1048576 as a result (JOBQ_MAX_RESULT_BYTES) and 4096 as a heartbeat's progress (JOBQ_MAX_PROGRESS_BYTES). Anything else is refused with 422. */
         JsonValue: unknown;
@@ -3442,6 +3641,7 @@ export interface components {
          *           "status": "failed",
          *           "timeout_seconds": null,
          *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *           "unique": null,
          *           "worker": "mailer-1"
          *         }
          *       ],
@@ -3676,6 +3876,27 @@ export interface components {
          * @enum {string}
          */
         Status: "pending" | "waiting" | "running" | "completed" | "failed" | "cancelled";
+        /**
+         * UniqueOptions
+         * @description What makes a job unique (docs/producers.md).
+         */
+        UniqueOptions: {
+            /**
+             * For Seconds
+             * @description The window: the key holds among the jobs enqueued in the same window of this many seconds. Windows are aligned to multiples of for_seconds since the Unix epoch, on the database's clock (3600: clock hours in UTC; 86400: UTC days), as River's ByPeriod and pg-boss's singletonSeconds. Default: no window, the key holds as long as such a job is in one of the `while` states.
+             */
+            for_seconds?: number;
+            /**
+             * Key
+             * @description The key, per queue. Default: a hash (SHA-256) of the payload, so the same payload on the same queue.
+             */
+            key?: string;
+            /**
+             * While
+             * @description The states in which a job holds the key; they must include `pending` and `running`. Default `["pending", "running", "completed"]` (as River and Oban): a failed or cancelled job frees it. A job deleted by retention frees it too.
+             */
+            while?: ("pending" | "running" | "completed" | "failed" | "cancelled")[];
+        };
         /** ValidationIssue */
         ValidationIssue: {
             /**
@@ -4452,6 +4673,7 @@ export interface operations {
                      *           "status": "failed",
                      *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *           "unique": null,
                      *           "worker": "mailer-1"
                      *         }
                      *       ],
@@ -4594,6 +4816,7 @@ export interface operations {
                      *       "status": "pending",
                      *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *       "unique": null,
                      *       "worker": null
                      *     }
                      */
@@ -4720,6 +4943,7 @@ export interface operations {
                      *       "status": "pending",
                      *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *       "unique": null,
                      *       "worker": null
                      *     }
                      */
@@ -4885,6 +5109,7 @@ export interface operations {
                      *       "status": "pending",
                      *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *       "unique": null,
                      *       "worker": null
                      *     }
                      */
@@ -5160,6 +5385,7 @@ export interface operations {
                      *       "status": "pending",
                      *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *       "unique": null,
                      *       "worker": null
                      *     }
                      */
@@ -5459,6 +5685,7 @@ export interface operations {
                      *       "status": "pending",
                      *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *       "unique": null,
                      *       "worker": null
                      *     }
                      */
@@ -5612,6 +5839,7 @@ export interface operations {
                      *       "status": "pending",
                      *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *       "unique": null,
                      *       "worker": null
                      *     }
                      */
@@ -6309,6 +6537,7 @@ export interface operations {
                      *           "status": "pending",
                      *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *           "unique": null,
                      *           "worker": null
                      *         }
                      *       ],
@@ -6399,9 +6628,11 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The idempotency key already named this job. */
+            /** @description The idempotency key, or the unique key, already named this job (`Jobq-Enqueued: existing`). */
             200: {
                 headers: {
+                    /** @description `created`: this call made the job; `existing`: its idempotency key or unique key already named this job, and nothing was made. */
+                    "Jobq-Enqueued"?: "created" | "existing";
                     [name: string]: unknown;
                 };
                 content: {
@@ -6434,15 +6665,18 @@ export interface operations {
                      *       "status": "pending",
                      *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *       "unique": null,
                      *       "worker": null
                      *     }
                      */
                     "application/json": components["schemas"]["Job"];
                 };
             };
-            /** @description Successful Response */
+            /** @description A new job (`Jobq-Enqueued: created`). */
             201: {
                 headers: {
+                    /** @description `created`: this call made the job; `existing`: its idempotency key or unique key already named this job, and nothing was made. */
+                    "Jobq-Enqueued"?: "created" | "existing";
                     [name: string]: unknown;
                 };
                 content: {
@@ -6475,6 +6709,7 @@ export interface operations {
                      *       "status": "pending",
                      *       "timeout_seconds": null,
                      *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *       "unique": null,
                      *       "worker": null
                      *     }
                      */
@@ -6613,6 +6848,10 @@ export interface operations {
                 content: {
                     /**
                      * @example {
+                     *       "enqueued": [
+                     *         "created",
+                     *         "created"
+                     *       ],
                      *       "jobs": [
                      *         {
                      *           "attempts": 0,
@@ -6642,6 +6881,7 @@ export interface operations {
                      *           "status": "pending",
                      *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *           "unique": null,
                      *           "worker": null
                      *         },
                      *         {
@@ -6672,12 +6912,13 @@ export interface operations {
                      *           "status": "pending",
                      *           "timeout_seconds": null,
                      *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                     *           "unique": null,
                      *           "worker": null
                      *         }
                      *       ]
                      *     }
                      */
-                    "application/json": components["schemas"]["JobList"];
+                    "application/json": components["schemas"]["EnqueuedJobs"];
                 };
             };
             /** @description Body is not valid JSON. */

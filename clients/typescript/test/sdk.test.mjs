@@ -118,6 +118,19 @@ describe("Client against jobq", () => {
     assert.equal((await jobq.getJob(child.id)).status, "pending");
   });
 
+  test("unique: a repeat returns the job that holds the key, in a batch too", async () => {
+    const q = queueName("unique");
+    const first = await jobq.enqueue(q, { doc: 1 }, { unique: { key: "reindex-1", for_seconds: 3600 } });
+    assert.equal(first.unique.key, "reindex-1");
+    assert.equal(first.unique.for_seconds, 3600);
+    assert.deepEqual(first.unique.while, ["pending", "running", "completed"]);
+    const again = await jobq.enqueue(q, { doc: 2 }, { unique: { key: "reindex-1", for_seconds: 3600 } });
+    assert.equal(again.id, first.id);
+    const [a, b] = await jobq.enqueueBatch(q, [{ payload: 7, unique: {} }, { payload: 7, unique: {} }]);
+    assert.equal(a.id, b.id);
+    await assert.rejects(jobq.enqueue(q, 1, { unique: { while: ["pending"] } }), ValidationError);
+  });
+
   test("problems are typed errors", async () => {
     const q = queueName("errors");
     await jobq.enqueue(q, null);
