@@ -24,8 +24,9 @@ from app.core.workers import Agent, WorkerActivity
 from app.db import jobs as store
 from app.db import writes as store_writes
 from app.db.claim import ClaimSlot
+from app.db.debounce import jobs_insert_debounced
 from app.db.dependencies import Parent, TooDeep, UnknownJobs, jobs_insert_dependent
-from app.db.jobs import NewJob, Unique
+from app.db.jobs import Debounce, NewJob, Unique
 from app.db.pool import Database
 from app.db.rows import ClaimRow, Inserted, JobRow
 from app.db.writes import Completion, Done, Heartbeat, Outcome, Renewed
@@ -261,13 +262,15 @@ class JobService:
             payload=self._json(req.payload, self.settings.max_payload_bytes, [*loc, "payload"]),
             priority=cfg.default_priority if req.priority is None else req.priority,
             run_at=req.run_at,
-            delay_seconds=req.delay_seconds,
+            # A debounced job is due `seconds` after its enqueue (what inserted_moves reads).
+            delay_seconds=req.delay_seconds if req.debounce is None else req.debounce.seconds,
             max_attempts=req.max_attempts or cfg.max_attempts,
             idempotency_key=req.idempotency_key,
             traceparent=traceparent,
             group=req.group,
             timeout_seconds=req.timeout_seconds,
             unique=None if (u := req.unique) is None else Unique(u.key, u.for_seconds, u.states()),
+            debounce=None if (d := req.debounce) is None else Debounce(d.key, d.seconds, d.max_wait_seconds),
         )
 
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
@@ -307,6 +310,8 @@ class JobService:
         try:
             if req.depends_on:
                 [inserted] = await self._insert_dependent([job], [req], ["body"], allowed)
+            elif job.debounce is not None:
+                [inserted] = await self._insert_debounced([job])
             elif job.unique is not None:
                 [inserted] = await self._insert_unique([job])
             else:
@@ -324,9 +329,10 @@ class JobService:
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
         jobs = [self._new_job(queue, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
         dependent = any(r.depends_on for r in reqs)
-        if dependent and (n := next((i for i, r in enumerate(reqs) if r.unique is not None), None)) is not None:
-            msg = "unique is not supported in a batch with depends_on (yet): enqueue the unique jobs on their own"
-            raise invalid(["body", "jobs", n, "unique"], msg)
+        for option in ("unique", "debounce") if dependent else ():
+            if (n := next((i for i, r in enumerate(reqs) if getattr(r, option) is not None), None)) is not None:
+                msg = f"{option} is not supported in a batch with depends_on (yet): enqueue those jobs on their own"
+                raise invalid(["body", "jobs", n, option], msg)
         if not dependent and any(r.ref is not None for r in reqs):
             _parents(reqs, ["body", "jobs"], True)  # refs unique, even when no item names one
         await self.quotas.admit(queue, len(jobs), cfg.max_pending)
@@ -334,6 +340,8 @@ class JobService:
         try:
             if dependent:
                 inserted = await self._insert_dependent(jobs, reqs, ["body", "jobs"], allowed)
+            elif any(j.debounce is not None for j in jobs):
+                inserted = await self._insert_debounced(jobs)
             elif any(j.unique is not None for j in jobs):
                 inserted = await self._insert_unique(jobs)
             else:
@@ -348,6 +356,14 @@ class JobService:
         others), one per request; a held key answers with the job that holds it."""
         async with self.db.connection() as conn:
             rows = await store.jobs_insert_unique(conn, jobs)
+        self.effects.apply(inserted_moves(jobs, rows))
+        return rows
+
+    async def _insert_debounced(self, jobs: list[NewJob]) -> list[Inserted]:
+        """Jobs of which some are debounced: one transaction (app/db/debounce.py). A replaced job stays
+        pending, its run time moved later, so it sets nothing off: no claim is woken for it."""
+        async with self.db.connection() as conn:
+            rows = await jobs_insert_debounced(conn, jobs)
         self.effects.apply(inserted_moves(jobs, rows))
         return rows
 

@@ -63,6 +63,10 @@ def job_columns(full: str = "true") -> str:
         "'for_seconds', j.unique_for_seconds, 'while', j.unique_states, "
         "'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, "
         "'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS \"unique\", "
+        # A debounced job's key and options (migrations/0042_debounce.sql), as JSON; NULL for the others.
+        "CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, "
+        "'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, "
+        "'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, "
         # Not shown by the API: whether a job enqueued later depends on this one (the release, app/db/releases.py).
         "coalesce(j.has_dependants, false) AS has_dependants"
     )
@@ -147,6 +151,16 @@ class Unique:
 
 
 @dataclass(slots=True, frozen=True)
+class Debounce:
+    """A debounced job's options (docs/producers.md): its key, the quiet time after the latest enqueue, and
+    the longest time from the first enqueue (None: no limit)."""
+
+    key: str
+    seconds: float
+    max_wait_seconds: float | None
+
+
+@dataclass(slots=True, frozen=True)
 class NewJob:
     queue: str
     payload: str  # serialised JSON
@@ -159,6 +173,7 @@ class NewJob:
     group: str | None = None
     timeout_seconds: int | None = None  # the job's own hard timeout (None: its queue's, if any)
     unique: Unique | None = None  # inserted by jobs_insert_unique, never by the shared statement
+    debounce: Debounce | None = None  # inserted or replaced by app/db/debounce.py, never by the shared statement
 
 
 JOB_INSERT_MANY = f"""

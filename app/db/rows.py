@@ -130,6 +130,7 @@ class JobRow(NamedTuple):
     pending_dependencies: int | None
     timeout_seconds: int | None  # its own hard timeout, as enqueued (None: its queue's, if any)
     unique: str | None = None  # JSON text: a unique job's key and window (None: not a unique job)
+    debounce: str | None = None  # JSON text: a debounced job's key and options (None: not debounced)
     has_dependants: bool = False  # some job depends on it (not shown by the API; the release reads it)
 
 
@@ -171,10 +172,12 @@ class ClaimRow(NamedTuple):
 
 
 class Inserted(NamedTuple):
-    """One enqueued job: `created` is false when its idempotency key already named the job."""
+    """One enqueued job: `created` is false when its idempotency key or unique key already named the job,
+    or when a debounced enqueue replaced the pending job of its key (`replaced`)."""
 
     created: bool
     job: JobRow
+    replaced: bool = False
 
 
 class Written(NamedTuple):

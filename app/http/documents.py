@@ -18,7 +18,7 @@ from app.models.answers import Claim, CompleteOutcome, HeartbeatResponse, Job
 from app.models.schedules import Schedule
 from app.models.workers import HeldJob, WorkerSummary
 
-JSON_FIELDS = frozenset({"payload", "result", "progress", "unique"})
+JSON_FIELDS = frozenset({"payload", "result", "progress", "unique", "debounce"})
 
 Document = dict[str, Any]
 

@@ -39,6 +39,24 @@ _JOB: dict[str, Any] = {
     "pending_dependencies": None,
     "timeout_seconds": None,
     "unique": None,
+    "debounce": None,
+}
+# A debounced job: re-index document 9 ten seconds after its last edit, and at most a minute after the first.
+_DEBOUNCED = {
+    **_JOB,
+    "id": 45,
+    "queue": "search",
+    "payload": {"document": 9, "revision": 4},
+    "priority": 0,
+    "idempotency_key": None,
+    "group": None,
+    "run_at": "2026-11-29T12:00:10+00:00",
+    "debounce": {
+        "key": "reindex-9",
+        "seconds": 10,
+        "max_wait_seconds": 60,
+        "run_by": "2026-11-29T12:01:00+00:00",
+    },
 }
 # A unique job: at most one digest per customer per clock hour while pending, running or completed.
 _UNIQUE = {
@@ -274,6 +292,11 @@ SCHEMAS: dict[str, list[Any]] = {
         {"payload": {"customer": 1042}, "unique": {"key": "digest-1042", "for_seconds": 3600}},
         # One sync at a time: a repeat while one is pending or running returns it; once it finished, a new one.
         {"payload": {"account": 7}, "unique": {"while": ["pending", "running"]}},
+        # Re-index 10 s after the last edit, but at least once a minute while edits keep coming.
+        {
+            "payload": {"document": 9, "revision": 4},
+            "debounce": {"key": "reindex-9", "seconds": 10, "max_wait_seconds": 60},
+        },
     ],
     "EnqueueBatchRequest": [
         {"jobs": [{"payload": {"n": 1}}, {"payload": {"n": 2}, "priority": 10}]},
@@ -307,13 +330,14 @@ SCHEMAS: dict[str, list[Any]] = {
     "CompleteBatchRequest": [
         {"jobs": [{"id": 42, "claim_token": _TOKEN, "result": "sent"}, {"id": 43, "claim_token": _TOKEN}]}
     ],
-    "Job": [_JOB, _DONE, _SCHEDULED, _WAITING, _UNIQUE],
+    "Job": [_JOB, _DONE, _SCHEDULED, _WAITING, _UNIQUE, _DEBOUNCED],
     "EnqueuedJobs": [
         {
             "jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}],
             "enqueued": ["created", "created"],
         },
         {"jobs": [_UNIQUE, _UNIQUE], "enqueued": ["existing", "existing"]},
+        {"jobs": [_DEBOUNCED], "enqueued": ["replaced"]},
     ],
     "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
     "Claim": [_CLAIM],

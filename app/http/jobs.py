@@ -109,13 +109,16 @@ def _problems(*codes: int, conflict: str | None = None) -> dict[int | str, dict[
 
 _WRITE = (400, 401, 403, 413, 415, 422, 503)
 # What an enqueue did: made the job, or found it already made (an idempotency key or a unique key named it).
-CREATED, EXISTING = "created", "existing"
+# A debounced enqueue may also have replaced the pending job of its key.
+CREATED, EXISTING, REPLACED = "created", "existing", "replaced"
 _ENQUEUED = {True: (b"jobq-enqueued", CREATED.encode()), False: (b"jobq-enqueued", EXISTING.encode())}
+_REPLACED = (b"jobq-enqueued", REPLACED.encode())
 _ENQUEUED_HEADER = {
     "Jobq-Enqueued": {
         "description": "`created`: this call made the job; `existing`: its idempotency key or unique key "
-        "already named this job, and nothing was made.",
-        "schema": {"type": "string", "enum": [CREATED, EXISTING]},
+        "already named this job, and nothing was made (the job is kept as it was); `replaced`: a debounced "
+        "enqueue replaced the pending job of its key (payload, priority, run time).",
+        "schema": {"type": "string", "enum": [CREATED, EXISTING, REPLACED]},
     }
 }
 _ENQUEUE_409 = (
@@ -210,7 +213,8 @@ def add_routes(router: FastAPI, c: Contract) -> None:
             200: {
                 "model": Job,
                 "description": "The idempotency key, or the unique key, already named this job "
-                "(`Jobq-Enqueued: existing`).",
+                "(`Jobq-Enqueued: existing`), or a debounced enqueue replaced the pending job of its key "
+                "(`Jobq-Enqueued: replaced`).",
                 "headers": _ENQUEUED_HEADER,
             },
             201: {"description": "A new job (`Jobq-Enqueued: created`).", "headers": _ENQUEUED_HEADER},
@@ -224,7 +228,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         context, allowed = services(request).job_context(request.scope), principal(request).queue_regex
         inserted = await service(request).enqueue(queue, body, context, allowed)
         response = json_response(job_document(inserted.job), 201 if inserted.created else 200)
-        response.raw_headers.append(_ENQUEUED[inserted.created])
+        response.raw_headers.append(_REPLACED if inserted.replaced else _ENQUEUED[inserted.created])
         return response
 
     @router.post(
@@ -242,7 +246,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
     async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
         context, allowed = services(request).job_context(request.scope), principal(request).queue_regex
         inserted = await service(request).enqueue_batch(queue, body.jobs, context, allowed)
-        enqueued = [CREATED if i.created else EXISTING for i in inserted]
+        enqueued = [CREATED if i.created else REPLACED if i.replaced else EXISTING for i in inserted]
         return json_response({"jobs": [job_document(i.job) for i in inserted], "enqueued": enqueued}, 201)
 
     @router.post(

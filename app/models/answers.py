@@ -24,6 +24,17 @@ class JobUnique(BaseModel):
     window_end: datetime | None = Field(description="End of that window: from then on the key is free again.")
 
 
+class JobDebounce(BaseModel):
+    """A debounced job's key and the options of its latest enqueue (docs/producers.md)."""
+
+    key: str
+    seconds: float = Field(description="Quiet time after the latest enqueue.")
+    max_wait_seconds: float | None = Field(description="Longest wait from the first enqueue; null: no limit.")
+    run_by: datetime | None = Field(
+        description="The latest its run time moves to (first enqueue + max_wait_seconds); null: no limit."
+    )
+
+
 class Job(BaseModel):
     id: int
     queue: str
@@ -65,6 +76,7 @@ class Job(BaseModel):
         description="Its own hard timeout, as enqueued; null: its queue's `timeout_seconds`, if any."
     )
     unique: JobUnique | None = Field(description="A unique job's key and window; null for other jobs.")
+    debounce: JobDebounce | None = Field(description="A debounced job's key and options; null for other jobs.")
 
 
 class JobList(BaseModel):
@@ -72,9 +84,10 @@ class JobList(BaseModel):
 
 
 class EnqueuedJobs(JobList):
-    enqueued: list[Literal["created", "existing"]] = Field(
+    enqueued: list[Literal["created", "existing", "replaced"]] = Field(
         description="Per job, in order: `created` when this call made it, `existing` when its idempotency key "
-        "or unique key already named it (the job is then the one found)."
+        "or unique key already named it (the job is then the one found, kept as it was), `replaced` when a "
+        "debounced item replaced the pending job of its key."
     )
 
 

@@ -100,6 +100,36 @@ class UniqueOptions(Body):
         return tuple(s for s in UNIQUE_STATES if s in given)
 
 
+DEBOUNCE_MAX_SECONDS = 31_622_400  # 366 days
+DEBOUNCE_TEXT = (
+    "While a job with this key is pending on the queue, replace its payload and priority and move its run "
+    "time to now + `seconds` (never past its first enqueue + `max_wait_seconds`, never earlier than it was) "
+    "instead of making a job: 200, `Jobq-Enqueued: replaced`. Else (none, or it is running or finished) a "
+    "new pending job due in `seconds`: 201. Not with `unique`, `idempotency_key`, `depends_on`, `run_at` or "
+    "`delay_seconds`. See docs/producers.md."
+)
+DebounceSeconds = Annotated[float, Field(ge=0, le=DEBOUNCE_MAX_SECONDS, strict=True, allow_inf_nan=False)]
+
+
+class DebounceOptions(Body):
+    """What makes an enqueue debounced (docs/producers.md)."""
+
+    key: Label = Field(..., description="The debounce key, per queue.")
+    seconds: DebounceSeconds = Field(
+        ..., description="Quiet time: the job runs this long after the latest enqueue with the key."
+    )
+    max_wait_seconds: Maybe[DebounceSeconds] = omitted(
+        "The longest a job waits from its first enqueue, however often it is replaced: its run time is never "
+        "moved past created_at + max_wait_seconds. At least `seconds`. Default: no limit."
+    )
+
+    @model_validator(mode="after")
+    def _wait_covers_seconds(self) -> Self:
+        if self.max_wait_seconds is not None and self.max_wait_seconds < self.seconds:
+            raise ValueError("max_wait_seconds must be at least seconds")
+        return self
+
+
 class BatchRef(Body):
     """An earlier item of the same batch, by index or by its `ref`."""
 
@@ -141,6 +171,7 @@ class _EnqueueRequest(Body):
     on_dependency_failure: Maybe[OnDependencyFailure] = omitted(ON_DEPENDENCY_FAILURE_TEXT)
     ref: Maybe[Label] = omitted(REF_TEXT)
     unique: Maybe[UniqueOptions] = omitted(UNIQUE_TEXT)
+    debounce: Maybe[DebounceOptions] = omitted(DEBOUNCE_TEXT)
 
     @model_validator(mode="after")
     def _one_start_time(self) -> Self:
@@ -151,6 +182,17 @@ class _EnqueueRequest(Body):
                 "give unique or idempotency_key, not both: an idempotency key is a unique key that holds in "
                 'every state, i.e. unique: {"key": ..., "while": [all five states]}'
             )
+        if self.debounce is not None:
+            clash = [
+                name
+                for name in ("unique", "idempotency_key", "depends_on", "run_at", "delay_seconds")
+                if getattr(self, name)
+            ]
+            if clash:
+                raise ValueError(
+                    f"debounce goes with none of {', '.join(clash)}: a debounced job's run time and identity "
+                    "are its debounce key's"
+                )
         if self.unique is not None and self.depends_on:
             raise ValueError("unique is not supported with depends_on (yet): enqueue the unique job on its own")
         if self.on_dependency_failure is not None and not self.depends_on:

@@ -1192,6 +1192,27 @@ export interface components {
             replication: components["schemas"]["Replication"] | null;
         };
         /**
+         * DebounceOptions
+         * @description What makes an enqueue debounced (docs/producers.md).
+         */
+        DebounceOptions: {
+            /**
+             * Key
+             * @description The debounce key, per queue.
+             */
+            key: string;
+            /**
+             * Max Wait Seconds
+             * @description The longest a job waits from its first enqueue, however often it is replaced: its run time is never moved past created_at + max_wait_seconds. At least `seconds`. Default: no limit.
+             */
+            max_wait_seconds?: number;
+            /**
+             * Seconds
+             * @description Quiet time: the job runs this long after the latest enqueue with the key.
+             */
+            seconds: number;
+        };
+        /**
          * DependenciesReason
          * @description It is `waiting` for jobs it depends on (`depends_on`).
          * @example {
@@ -1385,8 +1406,21 @@ export interface components {
          *         ]
          *       }
          *     }
+         * @example {
+         *       "debounce": {
+         *         "key": "reindex-9",
+         *         "max_wait_seconds": 60,
+         *         "seconds": 10
+         *       },
+         *       "payload": {
+         *         "document": 9,
+         *         "revision": 4
+         *       }
+         *     }
          */
         EnqueueRequest: {
+            /** @description While a job with this key is pending on the queue, replace its payload and priority and move its run time to now + `seconds` (never past its first enqueue + `max_wait_seconds`, never earlier than it was) instead of making a job: 200, `Jobq-Enqueued: replaced`. Else (none, or it is running or finished) a new pending job due in `seconds`: 201. Not with `unique`, `idempotency_key`, `depends_on`, `run_at` or `delay_seconds`. See docs/producers.md. */
+            debounce?: components["schemas"]["DebounceOptions"];
             /**
              * Delay Seconds
              * @description Earliest start, relative to now (seconds).
@@ -1459,6 +1493,7 @@ export interface components {
          *           "attempts": 0,
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "debounce": null,
          *           "depends_on": null,
          *           "finished_at": null,
          *           "group": "customer-1042",
@@ -1490,6 +1525,7 @@ export interface components {
          *           "attempts": 0,
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "debounce": null,
          *           "depends_on": null,
          *           "finished_at": null,
          *           "group": "customer-1042",
@@ -1529,6 +1565,7 @@ export interface components {
          *           "attempts": 0,
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "debounce": null,
          *           "depends_on": null,
          *           "finished_at": null,
          *           "group": "customer-1042",
@@ -1569,6 +1606,7 @@ export interface components {
          *           "attempts": 0,
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "debounce": null,
          *           "depends_on": null,
          *           "finished_at": null,
          *           "group": "customer-1042",
@@ -1607,13 +1645,57 @@ export interface components {
          *         }
          *       ]
          *     }
+         * @example {
+         *       "enqueued": [
+         *         "replaced"
+         *       ],
+         *       "jobs": [
+         *         {
+         *           "attempts": 0,
+         *           "claimed_at": null,
+         *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "debounce": {
+         *             "key": "reindex-9",
+         *             "max_wait_seconds": 60,
+         *             "run_by": "2026-11-29T12:01:00+00:00",
+         *             "seconds": 10
+         *           },
+         *           "depends_on": null,
+         *           "finished_at": null,
+         *           "group": null,
+         *           "id": 45,
+         *           "idempotency_key": null,
+         *           "last_error": null,
+         *           "lease_expires_at": null,
+         *           "max_attempts": 5,
+         *           "on_dependency_failure": null,
+         *           "payload": {
+         *             "document": 9,
+         *             "revision": 4
+         *           },
+         *           "pending_dependencies": null,
+         *           "priority": 0,
+         *           "progress": null,
+         *           "queue": "search",
+         *           "result": null,
+         *           "run_at": "2026-11-29T12:00:10+00:00",
+         *           "schedule": null,
+         *           "scheduled_for": null,
+         *           "status": "pending",
+         *           "timeout_seconds": null,
+         *           "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *           "unique": null,
+         *           "worker": null
+         *         }
+         *       ]
+         *     }
          */
         EnqueuedJobs: {
             /**
              * Enqueued
-             * @description Per job, in order: `created` when this call made it, `existing` when its idempotency key or unique key already named it (the job is then the one found).
+             * @description Per job, in order: `created` when this call made it, `existing` when its idempotency key or unique key already named it (the job is then the one found, kept as it was), `replaced` when a debounced item replaced the pending job of its key.
              */
-            enqueued: ("created" | "existing")[];
+            enqueued: ("created" | "existing" | "replaced")[];
             /** Jobs */
             jobs: components["schemas"]["Job"][];
         };
@@ -1912,6 +1994,7 @@ export interface components {
          *       "attempts": 0,
          *       "claimed_at": null,
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "debounce": null,
          *       "depends_on": null,
          *       "finished_at": null,
          *       "group": "customer-1042",
@@ -1943,6 +2026,7 @@ export interface components {
          *       "attempts": 1,
          *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "debounce": null,
          *       "depends_on": null,
          *       "finished_at": "2026-11-29T12:00:01.5+00:00",
          *       "group": "customer-1042",
@@ -1976,6 +2060,7 @@ export interface components {
          *       "attempts": 1,
          *       "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "debounce": null,
          *       "depends_on": null,
          *       "finished_at": "2026-11-29T12:00:01.5+00:00",
          *       "group": "customer-1042",
@@ -2008,6 +2093,7 @@ export interface components {
          *       "attempts": 0,
          *       "claimed_at": null,
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "debounce": null,
          *       "depends_on": [
          *         40,
          *         41
@@ -2041,6 +2127,7 @@ export interface components {
          *       "attempts": 0,
          *       "claimed_at": null,
          *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "debounce": null,
          *       "depends_on": null,
          *       "finished_at": null,
          *       "group": "customer-1042",
@@ -2077,6 +2164,43 @@ export interface components {
          *       },
          *       "worker": null
          *     }
+         * @example {
+         *       "attempts": 0,
+         *       "claimed_at": null,
+         *       "created_at": "2026-11-29T12:00:00.125+00:00",
+         *       "debounce": {
+         *         "key": "reindex-9",
+         *         "max_wait_seconds": 60,
+         *         "run_by": "2026-11-29T12:01:00+00:00",
+         *         "seconds": 10
+         *       },
+         *       "depends_on": null,
+         *       "finished_at": null,
+         *       "group": null,
+         *       "id": 45,
+         *       "idempotency_key": null,
+         *       "last_error": null,
+         *       "lease_expires_at": null,
+         *       "max_attempts": 5,
+         *       "on_dependency_failure": null,
+         *       "payload": {
+         *         "document": 9,
+         *         "revision": 4
+         *       },
+         *       "pending_dependencies": null,
+         *       "priority": 0,
+         *       "progress": null,
+         *       "queue": "search",
+         *       "result": null,
+         *       "run_at": "2026-11-29T12:00:10+00:00",
+         *       "schedule": null,
+         *       "scheduled_for": null,
+         *       "status": "pending",
+         *       "timeout_seconds": null,
+         *       "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+         *       "unique": null,
+         *       "worker": null
+         *     }
          */
         Job: {
             /**
@@ -2094,6 +2218,8 @@ export interface components {
              * Format: date-time
              */
             created_at: string;
+            /** @description A debounced job's key and options; null for other jobs. */
+            debounce: components["schemas"]["JobDebounce"] | null;
             /**
              * Depends On
              * @description The jobs this one runs after, as enqueued; null: none.
@@ -2176,6 +2302,29 @@ export interface components {
              * @description Worker of the latest claim.
              */
             worker: string | null;
+        };
+        /**
+         * JobDebounce
+         * @description A debounced job's key and the options of its latest enqueue (docs/producers.md).
+         */
+        JobDebounce: {
+            /** Key */
+            key: string;
+            /**
+             * Max Wait Seconds
+             * @description Longest wait from the first enqueue; null: no limit.
+             */
+            max_wait_seconds: number | null;
+            /**
+             * Run By
+             * @description The latest its run time moves to (first enqueue + max_wait_seconds); null: no limit.
+             */
+            run_by: string | null;
+            /**
+             * Seconds
+             * @description Quiet time after the latest enqueue.
+             */
+            seconds: number;
         };
         /**
          * JobExplanation
@@ -2280,6 +2429,7 @@ export interface components {
          *           "attempts": 0,
          *           "claimed_at": null,
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "debounce": null,
          *           "depends_on": null,
          *           "finished_at": null,
          *           "group": "customer-1042",
@@ -3617,6 +3767,7 @@ export interface components {
          *           "attempts": 5,
          *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
          *           "created_at": "2026-11-29T12:00:00.125+00:00",
+         *           "debounce": null,
          *           "depends_on": null,
          *           "finished_at": "2026-11-29T12:00:01.5+00:00",
          *           "group": "customer-1042",
@@ -4649,6 +4800,7 @@ export interface operations {
                      *           "attempts": 5,
                      *           "claimed_at": "2026-11-29T12:00:00.125+00:00",
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "debounce": null,
                      *           "depends_on": null,
                      *           "finished_at": "2026-11-29T12:00:01.5+00:00",
                      *           "group": "customer-1042",
@@ -4792,6 +4944,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "debounce": null,
                      *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
@@ -4919,6 +5072,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "debounce": null,
                      *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
@@ -5085,6 +5239,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "debounce": null,
                      *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
@@ -5361,6 +5516,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "debounce": null,
                      *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
@@ -5661,6 +5817,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "debounce": null,
                      *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
@@ -5815,6 +5972,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "debounce": null,
                      *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
@@ -6513,6 +6671,7 @@ export interface operations {
                      *           "attempts": 0,
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "debounce": null,
                      *           "depends_on": null,
                      *           "finished_at": null,
                      *           "group": "customer-1042",
@@ -6628,11 +6787,11 @@ export interface operations {
             };
         };
         responses: {
-            /** @description The idempotency key, or the unique key, already named this job (`Jobq-Enqueued: existing`). */
+            /** @description The idempotency key, or the unique key, already named this job (`Jobq-Enqueued: existing`), or a debounced enqueue replaced the pending job of its key (`Jobq-Enqueued: replaced`). */
             200: {
                 headers: {
-                    /** @description `created`: this call made the job; `existing`: its idempotency key or unique key already named this job, and nothing was made. */
-                    "Jobq-Enqueued"?: "created" | "existing";
+                    /** @description `created`: this call made the job; `existing`: its idempotency key or unique key already named this job, and nothing was made (the job is kept as it was); `replaced`: a debounced enqueue replaced the pending job of its key (payload, priority, run time). */
+                    "Jobq-Enqueued"?: "created" | "existing" | "replaced";
                     [name: string]: unknown;
                 };
                 content: {
@@ -6641,6 +6800,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "debounce": null,
                      *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
@@ -6675,8 +6835,8 @@ export interface operations {
             /** @description A new job (`Jobq-Enqueued: created`). */
             201: {
                 headers: {
-                    /** @description `created`: this call made the job; `existing`: its idempotency key or unique key already named this job, and nothing was made. */
-                    "Jobq-Enqueued"?: "created" | "existing";
+                    /** @description `created`: this call made the job; `existing`: its idempotency key or unique key already named this job, and nothing was made (the job is kept as it was); `replaced`: a debounced enqueue replaced the pending job of its key (payload, priority, run time). */
+                    "Jobq-Enqueued"?: "created" | "existing" | "replaced";
                     [name: string]: unknown;
                 };
                 content: {
@@ -6685,6 +6845,7 @@ export interface operations {
                      *       "attempts": 0,
                      *       "claimed_at": null,
                      *       "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *       "debounce": null,
                      *       "depends_on": null,
                      *       "finished_at": null,
                      *       "group": "customer-1042",
@@ -6857,6 +7018,7 @@ export interface operations {
                      *           "attempts": 0,
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "debounce": null,
                      *           "depends_on": null,
                      *           "finished_at": null,
                      *           "group": "customer-1042",
@@ -6888,6 +7050,7 @@ export interface operations {
                      *           "attempts": 0,
                      *           "claimed_at": null,
                      *           "created_at": "2026-11-29T12:00:00.125+00:00",
+                     *           "debounce": null,
                      *           "depends_on": null,
                      *           "finished_at": null,
                      *           "group": "customer-1042",

@@ -1,0 +1,100 @@
+"""Debounced enqueues (docs/producers.md): while a job with the key is pending, an enqueue replaces its payload
+and priority and moves its run time; otherwise it makes a new pending job.
+
+Race-free two ways. Between enqueues with one key: a transaction-scoped advisory lock on (queue, key), taken
+before the statement that looks for the pending job, so the statement's snapshot already shows whatever a
+concurrent enqueue with the key committed (a statement that took the lock itself would still read with the
+snapshot it started with, and both would insert). With a claim: the lookup locks the pending job FOR UPDATE.
+When a claim locked it first, the lookup waits, finds it running, and the enqueue makes a new job: the claim
+runs the old payload, the new job the new one. When the enqueue locked it first, the claim skips it (SKIP
+LOCKED) and finds it later, replaced. Either way each payload runs once, or is replaced before any claim.
+
+The run time only ever moves later, so a replaced job never has to wake a claim: greatest(its run time, the
+new one). The new one is now + seconds, capped at the first enqueue (the job's created_at) + max_wait."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from app.db.jobs import JOB_COLUMNS, NewJob, as_json, jobs_insert_unique
+from app.db.rows import Inserted, JobRow, Written, outcome_rows
+
+JOB_DEBOUNCE_LOCK = """
+-- One advisory lock per (queue, key), in one order (no two enqueues wait on each other in a cycle); held to
+-- the end of the transaction. A collision of two keys' hashes only makes them wait for each other.
+SELECT count(pg_advisory_xact_lock(k)) FROM (
+  SELECT DISTINCT hashtextextended(k.queue_name || '/' || k.debounce_key, 24) AS k
+  FROM json_to_recordset(%(keys)s::json) AS k(queue_name text, debounce_key text)
+  ORDER BY 1
+) l
+"""
+
+JOB_DEBOUNCE = f"""
+WITH target AS (
+  -- The pending job of the key (the newest, should a retried one have come back beside it), through
+  -- jobs_debounce_idx. FOR UPDATE: a claim that holds it makes this wait, then find it running: no target.
+  SELECT j.id FROM jobs j
+  WHERE j.queue_name = %(queue)s AND j.debounce_key = %(key)s AND j.debounce_key IS NOT NULL AND j.status = 'pending'
+  ORDER BY j.id DESC
+  LIMIT 1
+  FOR UPDATE
+), replaced AS (
+  UPDATE jobs AS j
+  SET payload = %(payload)s::jsonb, priority = %(priority)s, debounce_seconds = %(seconds)s,
+      debounce_max_wait_seconds = %(max_wait)s,
+      run_at = greatest(j.run_at, least(now() + make_interval(secs => %(seconds)s),
+                                        j.created_at + make_interval(secs => %(max_wait)s)))
+  FROM target t WHERE j.id = t.id
+  RETURNING {JOB_COLUMNS}
+), inserted AS (
+  INSERT INTO jobs AS j (queue_name, payload, priority, run_at, max_attempts, traceparent, group_key,
+                         timeout_seconds, debounce_key, debounce_seconds, debounce_max_wait_seconds)
+  SELECT %(queue)s, %(payload)s::jsonb, %(priority)s,
+         now() + make_interval(secs => %(seconds)s),  -- max_wait is at least seconds (the API checks)
+         %(max_attempts)s, %(traceparent)s, %(group)s, %(timeout)s, %(key)s, %(seconds)s, %(max_wait)s
+  WHERE NOT EXISTS (SELECT FROM target)
+  RETURNING {JOB_COLUMNS}
+)
+SELECT 0 AS ord, false AS written, * FROM replaced
+UNION ALL
+SELECT 0, true, * FROM inserted
+"""
+
+
+async def jobs_insert_debounced(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[Inserted]:
+    """Enqueue jobs of which some are debounced, all or nothing, in one transaction: the others as
+    jobs_insert_unique does, then each debounced one in order (the same key twice: the second replaces the
+    job the first made). `created` true: a new job; false with `replaced`: the pending job replaced."""
+    out: list[Inserted | None] = [None] * len(jobs)
+    debounced = [i for i, j in enumerate(jobs) if j.debounce is not None]
+    others = [i for i, j in enumerate(jobs) if j.debounce is None]
+    async with conn.transaction():
+        keys = [{"queue_name": jobs[i].queue, "debounce_key": jobs[i].debounce.key} for i in debounced]  # type: ignore[union-attr]
+        await conn.execute(JOB_DEBOUNCE_LOCK, {"keys": as_json(keys)})
+        if others:
+            for i, made in zip(others, await jobs_insert_unique(conn, [jobs[i] for i in others]), strict=True):
+                out[i] = made
+        cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+        for i in debounced:
+            job, d = jobs[i], jobs[i].debounce
+            assert d is not None
+            params = {
+                "queue": job.queue,
+                "key": d.key,
+                "payload": job.payload,
+                "priority": job.priority,
+                "seconds": d.seconds,
+                "max_wait": d.max_wait_seconds,
+                "max_attempts": job.max_attempts,
+                "traceparent": job.traceparent,
+                "group": job.group,
+                "timeout": job.timeout_seconds,
+            }
+            await cur.execute(JOB_DEBOUNCE, params)
+            row = await cur.fetchone()
+            assert row is not None and row.job is not None
+            out[i] = Inserted(row.written, row.job, replaced=not row.written)
+    return [o for o in out if o is not None]
