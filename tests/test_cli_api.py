@@ -120,6 +120,20 @@ def test_enqueue_unique(server: LiveServer) -> None:
     assert r.returncode != 0 and "pending and running" in r.stderr
 
 
+def test_enqueue_debounced(server: LiveServer) -> None:
+    args = ["--debounce", "reindex-9", "--debounce-seconds", "600", "--debounce-max-wait", "3600"]
+    said = ok(jobq(server, "enqueue", "search", '{"rev": 1}', *args))
+    job_id = int(said.split()[1])
+    again = ok(jobq(server, "enqueue", "search", '{"rev": 2}', *args))
+    assert f"job {job_id} on search replaced: debounce key 'reindex-9'" in again
+    assert server.job(job_id)["payload"] == {"rev": 2}
+    shown = ok(jobq(server, "job", str(job_id)))
+    assert "debounce key    reindex-9" in shown
+    assert "600 s after the latest enqueue, at most 3600 s after the first" in shown
+    r = jobq(server, "enqueue", "search", "1", "--debounce", "k")
+    assert r.returncode != 0 and "--debounce-seconds" in r.stderr
+
+
 def test_jobs_lists_by_status_and_follows_pages(server: LiveServer) -> None:
     for i in range(7):
         server.enqueue("q", i)

@@ -29,6 +29,7 @@ from jobq_client import (
     ClaimLost,
     Client,
     Conflict,
+    Debounce,
     Forbidden,
     JobCancelled,
     JobContext,
@@ -269,6 +270,17 @@ def test_unique_jobs(server: LiveServer) -> None:
         assert a.id == b.id  # the same payload: the same key, held by the first (pending)
         with pytest.raises(ValidationError):
             jobq.enqueue("q", 1, unique=Unique(while_=["pending"]))
+
+
+def test_debounced_jobs(server: LiveServer) -> None:
+    with Client(server.url) as jobq:
+        first = jobq.enqueue("q", {"rev": 1}, debounce=Debounce("reindex-9", 600, max_wait_seconds=3600))
+        assert first.debounce is not None and first.debounce.key == "reindex-9" and first.debounce.seconds == 600
+        assert first.debounce.run_by is not None
+        again = jobq.enqueue("q", {"rev": 2}, debounce={"key": "reindex-9", "seconds": 600})
+        assert (again.id, again.payload) == (first.id, {"rev": 2})
+        [a, b] = jobq.enqueue_batch("q", [NewJob(1, debounce=Debounce("k", 60)), NewJob(2, debounce=Debounce("k", 60))])
+        assert a.id == b.id and b.payload == 2
 
 
 def test_enqueue_and_wait_returns_the_job_a_worker_finished(server: LiveServer) -> None:

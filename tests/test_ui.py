@@ -626,6 +626,19 @@ def test_dashboard_shows_a_unique_jobs_key_and_window_in_a_browser(browser: Any,
     tab.close()
 
 
+def test_dashboard_shows_a_debounced_jobs_key_in_a_browser(browser: Any, server: LiveServer) -> None:
+    from playwright.sync_api import expect
+
+    job = server.enqueue("search", {"doc": 9}, debounce={"key": "reindex-9", "seconds": 10, "max_wait_seconds": 60})
+    tab = Page(browser, server.url)
+    page = tab.page
+    page.goto(f"{server.url}/ui#/jobs/{job['id']}")
+    expect(page.locator('[data-field="debounce key"]')).to_have_text("reindex-9")
+    expect(page.locator('[data-field="debounce"]')).to_have_text("10 s after the latest enqueue")
+    expect(page.locator('[data-field="runs by"]')).not_to_be_empty()
+    tab.close()
+
+
 def test_the_api_docs_run_under_a_strict_content_security_policy_in_a_browser(browser: Any, server: LiveServer) -> None:
     """/docs, where an operator pastes a key, had no Content-Security-Policy: a script injected into the page
     could have sent the key anywhere. Swagger UI now starts from a file of this origin, and the policy allows

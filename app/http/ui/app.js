@@ -1053,6 +1053,11 @@
             rows.push(["unique window", `${fmtTime(job.unique.window_start)} to ${fmtTime(job.unique.window_end)}`]);
           }
         }
+        if (job.debounce) {
+          // A debounced job: its key, and the latest its run time can be moved to.
+          rows.push(["debounce key", job.debounce.key], ["debounce", `${job.debounce.seconds} s after the latest enqueue`]);
+          if (job.debounce.run_by) rows.push(["runs by", fmtTime(job.debounce.run_by)]);
+        }
         if (job.depends_on) {
           // The jobs it runs after, each a link; while waiting, how many have not finished yet.
           const links = job.depends_on.flatMap((parent, i) => [

@@ -41,6 +41,14 @@ def cmd_enqueue(args: argparse.Namespace, api: ApiClient) -> int:
     }
     if unique or args.unique:
         body["unique"] = unique
+    if (args.debounce_seconds is not None or args.debounce_max_wait is not None) and args.debounce is None:
+        return _fail("enqueue: --debounce-seconds and --debounce-max-wait go with --debounce KEY", EXIT_USAGE)
+    if args.debounce is not None:
+        if args.debounce_seconds is None:
+            return _fail("enqueue: --debounce KEY needs --debounce-seconds", EXIT_USAGE)
+        body["debounce"] = {"key": args.debounce, "seconds": args.debounce_seconds}
+        if args.debounce_max_wait is not None:
+            body["debounce"]["max_wait_seconds"] = args.debounce_max_wait
     if args.on_dependency_failure is not None:
         if not args.depends_on:
             return _fail("enqueue: --on-dependency-failure goes with --depends-on", EXIT_USAGE)
@@ -48,6 +56,9 @@ def cmd_enqueue(args: argparse.Namespace, api: ApiClient) -> int:
     status, job = api.answer("POST", f"/queues/{segment(args.queue)}/jobs", body)
     if args.json:
         print_json(job)
+    elif status == 200 and job.get("debounce"):
+        print(f"job {job['id']} on {job['queue']} replaced: debounce key {job['debounce']['key']!r}, now "
+              f"{_due(job)}")  # fmt: skip
     elif status == 200 and job.get("unique"):
         print(f"job {job['id']} already exists on {job['queue']} with unique key {job['unique']['key']!r} "
               f"({job['status']}); nothing enqueued")  # fmt: skip
@@ -150,6 +161,10 @@ def job_lines(j: dict[str, Any]) -> list[str]:
         fields.append(("unique while", " ".join(unique["while"])))
         if unique["window_start"] is not None:
             fields.append(("unique window", f"{_at(unique['window_start'])} to {_at(unique['window_end'])}"))
+    if (debounce := j.get("debounce")) is not None:
+        fields.append(("debounce key", debounce["key"]))
+        wait = f", at most {debounce['max_wait_seconds']:g} s after the first" if debounce["max_wait_seconds"] else ""
+        fields.append(("debounce", f"{debounce['seconds']:g} s after the latest enqueue{wait}"))
     if j.get("traceparent"):
         fields.append(("traceparent", j["traceparent"]))
     lines = [f"job {j['id']} on {j['queue']}"]
@@ -223,6 +238,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "  jobq enqueue reports '{\"month\": 11}' --delay 3600 --idempotency-key report-11\n"
         "  jobq enqueue publish '{\"issue\": 7}' --depends-on 41 --depends-on 42\n"
         "  jobq enqueue digests '{\"customer\": 7}' --unique-key digest-7 --unique-for 3600\n"
+        "  jobq enqueue search '{\"doc\": 9}' --debounce reindex-9 --debounce-seconds 10 --debounce-max-wait 60\n"
         "  id=$(jobq enqueue emails '{}' --json | jq .id)",
     )
     enqueue.add_argument("queue", metavar="QUEUE")
@@ -245,6 +261,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                          help="the key holds within aligned windows of this length (implies --unique)")  # fmt: skip
     enqueue.add_argument("--unique-while", choices=STATUSES, action="append", metavar="STATE",
                          help="a state in which a job holds the key (repeat; implies --unique)")  # fmt: skip
+    enqueue.add_argument("--debounce", metavar="KEY",
+                         help="replace the pending job with this key instead of adding one")  # fmt: skip
+    enqueue.add_argument("--debounce-seconds", type=_number_in(0, 31_622_400), metavar="SECONDS",
+                         help="with --debounce: run this long after the latest enqueue")  # fmt: skip
+    enqueue.add_argument("--debounce-max-wait", type=_number_in(0, 31_622_400), metavar="SECONDS",
+                         help="with --debounce: at most this long after the first enqueue")  # fmt: skip
     enqueue.add_argument("--on-dependency-failure", choices=("cancel", "run"),
                          help="a dependency failed or was cancelled: cancel this job (default), or run it")  # fmt: skip
 

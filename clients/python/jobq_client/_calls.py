@@ -15,7 +15,17 @@ from urllib.parse import quote
 import httpx
 
 from jobq_client.errors import JobqError, RateLimited, ServerError
-from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob, OnDependencyFailure, Unique
+from jobq_client.models import (
+    Claim,
+    Claimed,
+    CompleteOutcome,
+    Debounce,
+    Heartbeat,
+    Job,
+    NewJob,
+    OnDependencyFailure,
+    Unique,
+)
 
 T = TypeVar("T")
 
@@ -149,6 +159,7 @@ def enqueue(
     on_dependency_failure: OnDependencyFailure | None = None,
     timeout_seconds: int | None = None,
     unique: Unique | Mapping[str, Any] | None = None,
+    debounce: Debounce | Mapping[str, Any] | None = None,
 ) -> Call[Job]:
     job = NewJob(
         payload,
@@ -161,6 +172,7 @@ def enqueue(
         on_dependency_failure,
         timeout_seconds=timeout_seconds,
         unique=unique,
+        debounce=debounce,
     )
     # A unique job is not repeatable for sure: its holder may have failed, or its window ended, in between.
     safety = Safety.REPEATABLE if idempotency_key is not None else Safety.UNSENT_ONLY

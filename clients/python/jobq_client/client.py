@@ -18,7 +18,17 @@ from jobq_client import _calls
 from jobq_client._calls import Call, RetryPolicy
 from jobq_client._tracing import inject
 from jobq_client.errors import JobqError, TransportError, WaitTimeout, error_from_response
-from jobq_client.models import Claim, Claimed, CompleteOutcome, Heartbeat, Job, NewJob, OnDependencyFailure, Unique
+from jobq_client.models import (
+    Claim,
+    Claimed,
+    CompleteOutcome,
+    Debounce,
+    Heartbeat,
+    Job,
+    NewJob,
+    OnDependencyFailure,
+    Unique,
+)
 
 __version__ = "0.1.0"
 
@@ -171,12 +181,14 @@ class Client(_Base):
         on_dependency_failure: OnDependencyFailure | None = None,
         timeout_seconds: int | None = None,
         unique: Unique | Mapping[str, Any] | None = None,
+        debounce: Debounce | Mapping[str, Any] | None = None,
     ) -> Job:
         """Add a job. With an `idempotency_key`, a repeat returns the existing job, and this call is
         retried on any transient failure; without one it is retried only when it cannot have arrived.
         With `depends_on` (job ids), the job waits until those have completed; `on_dependency_failure`:
         "cancel" (default) or "run" when one of them fails or is cancelled. With `unique` (Unique, or its
-        JSON: {"key", "for_seconds", "while"}), a job that holds the key is returned instead of a new one."""
+        JSON: {"key", "for_seconds", "while"}), a job that holds the key is returned instead of a new one. With
+        `debounce` (Debounce, or {"key", "seconds", "max_wait_seconds"}), the key's pending job is replaced."""
         return self._send(
             _calls.enqueue(
                 queue,
@@ -190,6 +202,7 @@ class Client(_Base):
                 on_dependency_failure=on_dependency_failure,
                 timeout_seconds=timeout_seconds,
                 unique=unique,
+                debounce=debounce,
             )
         )
 
@@ -291,6 +304,7 @@ class Client(_Base):
         on_dependency_failure: OnDependencyFailure | None = None,
         timeout_seconds: int | None = None,
         unique: Unique | Mapping[str, Any] | None = None,
+        debounce: Debounce | Mapping[str, Any] | None = None,
     ) -> Job:
         """enqueue() then wait(): the job once a worker has finished it. With an `idempotency_key`, calling
         this again after a failure waits for the same job rather than making a second one."""
@@ -306,6 +320,7 @@ class Client(_Base):
             on_dependency_failure=on_dependency_failure,
             timeout_seconds=timeout_seconds,
             unique=unique,
+            debounce=debounce,
         )
         return self.wait(job.id, timeout=timeout)
 
@@ -380,6 +395,7 @@ class AsyncClient(_Base):
         on_dependency_failure: OnDependencyFailure | None = None,
         timeout_seconds: int | None = None,
         unique: Unique | Mapping[str, Any] | None = None,
+        debounce: Debounce | Mapping[str, Any] | None = None,
     ) -> Job:
         return await self._send(
             _calls.enqueue(
@@ -394,6 +410,7 @@ class AsyncClient(_Base):
                 on_dependency_failure=on_dependency_failure,
                 timeout_seconds=timeout_seconds,
                 unique=unique,
+                debounce=debounce,
             )
         )
 
@@ -478,6 +495,7 @@ class AsyncClient(_Base):
         on_dependency_failure: OnDependencyFailure | None = None,
         timeout_seconds: int | None = None,
         unique: Unique | Mapping[str, Any] | None = None,
+        debounce: Debounce | Mapping[str, Any] | None = None,
     ) -> Job:
         """enqueue() then wait() (see Client.enqueue_and_wait)."""
         job = await self.enqueue(
@@ -492,6 +510,7 @@ class AsyncClient(_Base):
             on_dependency_failure=on_dependency_failure,
             timeout_seconds=timeout_seconds,
             unique=unique,
+            debounce=debounce,
         )
         return await self.wait(job.id, timeout=timeout)
 

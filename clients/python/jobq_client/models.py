@@ -50,6 +50,42 @@ class Unique:
 
 
 @dataclass(frozen=True)
+class Debounce:
+    """Enqueue options of a debounced job (the server's docs/producers.md): while a job with `key` is pending
+    on the queue, an enqueue replaces its payload and priority and moves its run time to now + `seconds`,
+    never past its first enqueue + `max_wait_seconds` (and never earlier); otherwise it makes a new job."""
+
+    key: str
+    seconds: float
+    max_wait_seconds: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"key": self.key, "seconds": self.seconds}
+        if self.max_wait_seconds is not None:
+            doc["max_wait_seconds"] = self.max_wait_seconds
+        return doc
+
+
+@dataclass(frozen=True)
+class JobDebounce:
+    """A debounced job's key and the options of its latest enqueue, as the server shows them."""
+
+    key: str
+    seconds: float
+    max_wait_seconds: float | None
+    run_by: datetime | None  # the latest its run time moves to (None: no limit)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> JobDebounce:
+        return cls(
+            key=str(doc["key"]),
+            seconds=float(doc["seconds"]),
+            max_wait_seconds=None if doc.get("max_wait_seconds") is None else float(doc["max_wait_seconds"]),
+            run_by=_time_or_none(doc.get("run_by")),
+        )
+
+
+@dataclass(frozen=True)
 class JobUnique:
     """A unique job's key and window, as the server shows them."""
 
@@ -100,6 +136,7 @@ class Job:
     on_dependency_failure: OnDependencyFailure | None = None  # None for a job without dependencies
     pending_dependencies: int | None = None  # while waiting: dependencies not finished yet
     unique: JobUnique | None = None  # a unique job's key and window
+    debounce: JobDebounce | None = None  # a debounced job's key and options
 
     @property
     def finished(self) -> bool:
@@ -135,6 +172,7 @@ class Job:
             on_dependency_failure=doc.get("on_dependency_failure"),
             pending_dependencies=doc.get("pending_dependencies"),
             unique=None if doc.get("unique") is None else JobUnique.from_json(doc["unique"]),
+            debounce=None if doc.get("debounce") is None else JobDebounce.from_json(doc["debounce"]),
         )
 
 
@@ -243,6 +281,7 @@ class NewJob:
     ref: str | None = None  # this item's name for later items of the same batch
     timeout_seconds: int | None = None  # hard timeout: a claim running this long is failed by the server
     unique: Unique | Mapping[str, Any] | None = None  # at most one such job per key (see Unique)
+    debounce: Debounce | Mapping[str, Any] | None = None  # replace the key's pending job (see Debounce)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"payload": self.payload}
@@ -251,6 +290,8 @@ class NewJob:
             value = getattr(self, name)
             if value is not None:
                 doc[name] = value
+        if self.debounce is not None:
+            doc["debounce"] = self.debounce.to_json() if isinstance(self.debounce, Debounce) else dict(self.debounce)
         if self.unique is not None:
             doc["unique"] = self.unique.to_json() if isinstance(self.unique, Unique) else dict(self.unique)
         if self.depends_on is not None:

@@ -23,6 +23,10 @@ export type CompleteItem = Schemas["CompleteItem"];
 export type UniqueOptions = Schemas["UniqueOptions"];
 /** A unique job's key and window, as the server shows them on the job (`job.unique`). */
 export type JobUnique = Schemas["JobUnique"];
+/** A debounced enqueue's options: replace the key's pending job instead of making another (docs/producers.md). */
+export type DebounceOptions = Schemas["DebounceOptions"];
+/** A debounced job's key and options, as the server shows them on the job (`job.debounce`). */
+export type JobDebounce = Schemas["JobDebounce"];
 /** A dependency: a job id; in a batch also an earlier item, by its `ref` or as `{ ref: index }`. */
 export type Dependency = number | string | Schemas["BatchRef"];
 
@@ -68,6 +72,11 @@ export interface NewJob {
    * (default pending, running, completed), and with `for_seconds` in the same aligned window, enqueue returns it.
    */
   unique?: UniqueOptions;
+  /**
+   * While a job with `key` is pending, replace its payload and priority and move its run time to now + `seconds`
+   * (never past its first enqueue + `max_wait_seconds`, never earlier) instead of making a new job.
+   */
+  debounce?: DebounceOptions;
 }
 
 /** One job to complete in a batch (`completeMany`) or on a claim (`claim` with `complete`). */
@@ -217,6 +226,7 @@ function jobBody(job: NewJob): EnqueueRequest {
   if (job.ref !== undefined) body.ref = job.ref;
   if (job.timeoutSeconds !== undefined) body.timeout_seconds = job.timeoutSeconds;
   if (job.unique !== undefined) body.unique = job.unique;
+  if (job.debounce !== undefined) body.debounce = job.debounce;
   return body;
 }
 

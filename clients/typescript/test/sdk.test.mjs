@@ -131,6 +131,18 @@ describe("Client against jobq", () => {
     await assert.rejects(jobq.enqueue(q, 1, { unique: { while: ["pending"] } }), ValidationError);
   });
 
+  test("debounce: a second enqueue replaces the pending job", async () => {
+    const q = queueName("debounce");
+    const debounce = { key: "reindex-9", seconds: 600, max_wait_seconds: 3600 };
+    const first = await jobq.enqueue(q, { rev: 1 }, { debounce });
+    assert.equal(first.debounce.key, "reindex-9");
+    assert.equal(first.debounce.seconds, 600);
+    const again = await jobq.enqueue(q, { rev: 2 }, { debounce });
+    assert.equal(again.id, first.id);
+    assert.deepEqual(again.payload, { rev: 2 });
+    await assert.rejects(jobq.enqueue(q, 1, { debounce: { key: "k", seconds: 10, max_wait_seconds: 5 } }), ValidationError);
+  });
+
   test("problems are typed errors", async () => {
     const q = queueName("errors");
     await jobq.enqueue(q, null);
