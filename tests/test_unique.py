@@ -226,3 +226,13 @@ def test_a_batch_with_depends_on_and_unique_is_refused(server: LiveServer, db: p
     err = problem(server.client.post("/queues/q/jobs/batch", json=body), 422, "validation-error")
     assert err["errors"][0]["loc"] == ["body", "jobs", 2, "unique"]
     assert count_jobs(db) == 0
+
+
+def test_a_bulk_retry_or_redrive_that_meets_a_holder_is_refused(server: LiveServer) -> None:
+    first = server.enqueue(payload=1, unique={"key": "k"})
+    finish(server, "fail")
+    server.enqueue(payload=2, unique={"key": "k"})
+    bulk = server.client.post("/jobs/bulk", json={"action": "retry", "ids": [first["id"]]})
+    problem(bulk, 409, "invalid-state")
+    problem(server.client.post("/queues/q/redrive", json={}), 409, "invalid-state")
+    assert server.job(first["id"])["status"] == "failed"
