@@ -22,6 +22,7 @@ import pytest
 from psycopg import sql
 
 from app.db import claim
+from app.db import debounce as store_debounce
 from app.db import dependencies as deps
 from app.db import explain as store_explain
 from app.db import jobs as store
@@ -161,6 +162,21 @@ def new_jobs(n: int, key: Callable[[int], str | None]) -> str:
     )  # fmt: skip
 
 
+def unique_jobs(n: int, for_seconds: int | None = None) -> str:
+    return j(
+        [
+            {"ord": i, "queue_name": "q", "payload": {"n": i}, "priority": 0, "max_attempts": 5, "is_unique": True,
+             "unique_key": f"u{i}" if i % 2 else None, "unique_for": for_seconds,
+             "unique_states": ["pending", "running", "completed"]}
+            for i in range(n)
+        ]
+    )  # fmt: skip
+
+
+DEBOUNCE = {"queue": "q", "key": "d", "payload": "1", "priority": 0, "seconds": 10.0, "max_wait": 60.0,
+            "max_attempts": 5, "traceparent": None, "group": None, "timeout": None}  # fmt: skip
+
+
 def slots(n: int) -> str:
     return j([{"ord": i, "worker": "w", "lease": 30, "lim": 10} for i in range(n)])
 
@@ -186,6 +202,11 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         {"keys": j([{"queue_name": "q", "idempotency_key": f"k{n}"} for n in range(300, 1300, 100)])},
         INSERT,
     ),
+    # Unique jobs (docs/producers.md): the insert reads nothing, the lookup of held keys only jobs_unique_idx.
+    "enqueue unique": (store.JOB_INSERT_UNIQUE, {"batch": unique_jobs(10, 3600)}, set()),
+    "enqueue unique, keys held": (store.JOB_GET_BY_UNIQUE, {"batch": unique_jobs(10)}, {"jobs_unique_idx"}),
+    # Debounce: the pending job of the key through jobs_debounce_idx, then by id.
+    "enqueue debounced": (store_debounce.JOB_DEBOUNCE, DEBOUNCE, {"jobs_debounce_idx", "jobs_pkey"}),
     "claim 10": (
         claim.JOB_CLAIM,
         {"queue": "q", "total": 10, "slots": slots(1)},
