@@ -24,7 +24,7 @@ CROSS JOIN LATERAL (
 -- The jobs holding these unique keys in the window that is current now, one lookup each through
 -- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A window that
 -- turned since the insert finds nothing here: the caller inserts again, into the new window.
-SELECT t.ord, true AS written, j.*
+SELECT t.ord, false AS created, j.*
 FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
          max_attempts int, idempotency_key text, traceparent text, group_key text, timeout_seconds int,
@@ -93,4 +93,4 @@ WITH input AS (
   ON CONFLICT DO NOTHING
   RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 )
-SELECT i.ord, j.id IS NOT NULL AS written, j.* FROM input i LEFT JOIN inserted j ON j.id = i.id ORDER BY i.ord
+SELECT i.ord, j.id IS NOT NULL AS created, j.* FROM input i LEFT JOIN inserted j ON j.id = i.id ORDER BY i.ord

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 
 from app.db.jobs import JOB_COLUMNS, NewJob, as_json, jobs_insert_unique
-from app.db.rows import Inserted, JobRow, Written, outcome_rows
+from app.db.rows import Inserted, JobRow, Made, outcome_rows
 
 JOB_DEBOUNCE_LOCK = """
 -- One advisory lock per (queue, key), in one order (no two enqueues wait on each other in a cycle); held to
@@ -58,7 +58,7 @@ WITH target AS (
   WHERE NOT EXISTS (SELECT FROM target)
   RETURNING {JOB_COLUMNS}
 )
-SELECT 0 AS ord, false AS written, * FROM replaced
+SELECT 0 AS ord, false AS created, * FROM replaced
 UNION ALL
 SELECT 0, true, * FROM inserted
 """
@@ -77,7 +77,7 @@ async def jobs_insert_debounced(conn: psycopg.AsyncConnection[Any], jobs: Sequen
         if others:
             for i, made in zip(others, await jobs_insert_unique(conn, [jobs[i] for i in others]), strict=True):
                 out[i] = made
-        cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+        cur = conn.cursor(row_factory=outcome_rows(Made, JobRow))
         for i in debounced:
             job, d = jobs[i], jobs[i].debounce
             assert d is not None
@@ -96,5 +96,5 @@ async def jobs_insert_debounced(conn: psycopg.AsyncConnection[Any], jobs: Sequen
             await cur.execute(JOB_DEBOUNCE, params)
             row = await cur.fetchone()
             assert row is not None and row.job is not None
-            out[i] = Inserted(row.written, row.job, replaced=not row.written)
+            out[i] = Inserted(row.created, row.job, replaced=not row.created)
     return [o for o in out if o is not None]

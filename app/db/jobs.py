@@ -32,7 +32,7 @@ import orjson
 import psycopg
 from orjson import Fragment
 
-from app.db.rows import FINISHED, Inserted, JobRow, Written, outcome_rows, rows_of
+from app.db.rows import FINISHED, Inserted, JobRow, Made, outcome_rows, rows_of
 from app.db.scope import queue_allowed
 
 # A status the planner cannot see when it plans (see above): `j.status = RUNNING` proves no partial index.
@@ -323,14 +323,14 @@ WITH input AS (
   ON CONFLICT DO NOTHING
   RETURNING {JOB_COLUMNS}
 )
-SELECT i.ord, j.id IS NOT NULL AS written, j.* FROM input i LEFT JOIN inserted j ON j.id = i.id ORDER BY i.ord
+SELECT i.ord, j.id IS NOT NULL AS created, j.* FROM input i LEFT JOIN inserted j ON j.id = i.id ORDER BY i.ord
 """
 
 JOB_GET_BY_UNIQUE = f"""
 -- The jobs holding these unique keys in the window that is current now, one lookup each through
 -- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A window that
 -- turned since the insert finds nothing here: the caller inserts again, into the new window.
-SELECT t.ord, true AS written, j.*
+SELECT t.ord, false AS created, j.*
 FROM {_UNIQUE_INPUT}
 CROSS JOIN LATERAL (
   SELECT {JOB_COLUMNS} FROM jobs j
@@ -372,7 +372,7 @@ async def jobs_insert_unique(conn: psycopg.AsyncConnection[Any], jobs: Sequence[
     the same key occurs twice here. One statement when every job is new."""
     out: list[Inserted | None] = [None] * len(jobs)
     todo = list(range(len(jobs)))
-    cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
+    cur = conn.cursor(row_factory=outcome_rows(Made, JobRow))
     for _ in range(3):  # the holder gone between INSERT and SELECT (finished, deleted, window turned): again
         await cur.execute(JOB_INSERT_UNIQUE, {"batch": _unique_batch(jobs, todo)})
         taken = []

@@ -180,6 +180,15 @@ class Inserted(NamedTuple):
     replaced: bool = False
 
 
+class Made(NamedTuple):
+    """A row of an enqueue that may find or replace a job instead of making one (unique jobs, debounce): per
+    input item (`ord`), whether this statement made the job, and the job (None: none made or found)."""
+
+    ord: int
+    created: bool
+    job: JobRow | None
+
+
 class Written(NamedTuple):
     """The outcome of a guarded write on one job (complete, fail, release, heartbeat, cancel, retry):
     whether this statement changed the row, and the row (as changed, else as found; None: no such job,
