@@ -263,7 +263,9 @@ def test_unique_jobs(server: LiveServer) -> None:
         assert first.unique is not None and first.unique.key == "reindex-1" and first.unique.for_seconds == 3600
         assert first.unique.while_ == ("pending", "running", "completed")
         assert first.unique.window_start is not None and first.unique.window_end is not None
-        assert jobq.enqueue("q", {"doc": 2}, unique={"key": "reindex-1", "for_seconds": 3600}).id == first.id
+        assert first.enqueued == "created"
+        again = jobq.enqueue("q", {"doc": 2}, unique={"key": "reindex-1", "for_seconds": 3600})
+        assert (again.id, again.enqueued) == (first.id, "existing")
         a, b = jobq.enqueue_batch(
             "q", [NewJob(7, unique=Unique()), NewJob(7, unique=Unique(while_=["pending", "running"]))]
         )
@@ -278,9 +280,9 @@ def test_debounced_jobs(server: LiveServer) -> None:
         assert first.debounce is not None and first.debounce.key == "reindex-9" and first.debounce.seconds == 600
         assert first.debounce.run_by is not None
         again = jobq.enqueue("q", {"rev": 2}, debounce={"key": "reindex-9", "seconds": 600})
-        assert (again.id, again.payload) == (first.id, {"rev": 2})
+        assert (again.id, again.payload, again.enqueued) == (first.id, {"rev": 2}, "replaced")
         [a, b] = jobq.enqueue_batch("q", [NewJob(1, debounce=Debounce("k", 60)), NewJob(2, debounce=Debounce("k", 60))])
-        assert a.id == b.id and b.payload == 2
+        assert a.id == b.id and b.payload == 2 and (a.enqueued, b.enqueued) == ("created", "replaced")
 
 
 def test_enqueue_and_wait_returns_the_job_a_worker_finished(server: LiveServer) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -121,8 +121,15 @@ def _job(response: httpx.Response) -> Job:
     return Job.from_json(response.json())
 
 
-def _jobs(response: httpx.Response) -> list[Job]:
-    return [Job.from_json(j) for j in response.json()["jobs"]]
+def _enqueued(response: httpx.Response) -> Job:
+    """An enqueue's job, with what the enqueue did (Jobq-Enqueued: created, existing or replaced)."""
+    return replace(Job.from_json(response.json()), enqueued=response.headers.get("jobq-enqueued"))
+
+
+def _enqueued_jobs(response: httpx.Response) -> list[Job]:
+    doc = response.json()
+    outcomes = doc.get("enqueued") or [None] * len(doc["jobs"])  # a server older than the field
+    return [replace(Job.from_json(j), enqueued=e) for j, e in zip(doc["jobs"], outcomes, strict=True)]
 
 
 def _claims(response: httpx.Response) -> list[Claim]:
@@ -176,7 +183,7 @@ def enqueue(
     )
     # A unique job is not repeatable for sure: its holder may have failed, or its window ended, in between.
     safety = Safety.REPEATABLE if idempotency_key is not None else Safety.UNSENT_ONLY
-    return Call("enqueueJob", "POST", f"/queues/{_q(queue)}/jobs", job.to_json(), safety, _job)
+    return Call("enqueueJob", "POST", f"/queues/{_q(queue)}/jobs", job.to_json(), safety, _enqueued)
 
 
 def enqueue_batch(queue: str, jobs: Sequence[NewJob | Mapping[str, Any]]) -> Call[list[Job]]:
@@ -184,7 +191,7 @@ def enqueue_batch(queue: str, jobs: Sequence[NewJob | Mapping[str, Any]]) -> Cal
     # All or nothing: a repeat is harmless only when every job of it carries its own key.
     keyed = bool(docs) and all(d.get("idempotency_key") is not None for d in docs)
     safety = Safety.REPEATABLE if keyed else Safety.UNSENT_ONLY
-    return Call("enqueueJobs", "POST", f"/queues/{_q(queue)}/jobs/batch", {"jobs": docs}, safety, _jobs)
+    return Call("enqueueJobs", "POST", f"/queues/{_q(queue)}/jobs/batch", {"jobs": docs}, safety, _enqueued_jobs)
 
 
 def claim(queue: str, worker: str, *, limit: int, lease_seconds: int | None, wait_seconds: float) -> Call[list[Claim]]:

@@ -12,6 +12,7 @@ OnDependencyFailure = Literal["cancel", "run"]
 # A dependency: a job id; in a batch also an earlier item, by its `ref` (a string) or {"ref": index or ref}.
 Dependency = int | str | Mapping[str, Any]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+EnqueueOutcome = Literal["created", "existing", "replaced"]
 # The states in which a unique job holds its key (they must include pending and running).
 UniqueState = Literal["pending", "running", "completed", "failed", "cancelled"]
 CompleteOutcomeKind = Literal["completed", "claim_lost", "not_found", "cancelled", "timed_out"]
@@ -137,6 +138,9 @@ class Job:
     pending_dependencies: int | None = None  # while waiting: dependencies not finished yet
     unique: JobUnique | None = None  # a unique job's key and window
     debounce: JobDebounce | None = None  # a debounced job's key and options
+    # On the answer of an enqueue: "created" (a new job), "existing" (its idempotency key or unique key named
+    # this job, kept as it was) or "replaced" (a debounced enqueue replaced this pending job); None elsewhere.
+    enqueued: EnqueueOutcome | None = None
 
     @property
     def finished(self) -> bool:
