@@ -27,6 +27,10 @@ export type JobUnique = Schemas["JobUnique"];
 export type DebounceOptions = Schemas["DebounceOptions"];
 /** A debounced job's key and options, as the server shows them on the job (`job.debounce`). */
 export type JobDebounce = Schemas["JobDebounce"];
+/** What an enqueue did: made the job, found it (idempotency or unique key), or replaced it (debounce). */
+export type EnqueueOutcome = "created" | "existing" | "replaced";
+/** A job as an enqueue answers it, with what the enqueue did (absent from a server older than this). */
+export type EnqueuedJob = Job & { enqueued?: EnqueueOutcome };
 /** A dependency: a job id; in a batch also an earlier item, by its `ref` or as `{ ref: index }`. */
 export type Dependency = number | string | Schemas["BatchRef"];
 
@@ -159,7 +163,7 @@ interface Call<T> {
   path: string;
   body?: unknown;
   safety: Safety;
-  parse: (doc: unknown) => T;
+  parse: (doc: unknown, headers: Headers) => T;
   longPoll?: number; // seconds the server may hold the request before it answers
   signal?: AbortSignal | undefined; // the caller's: abort the call (no retry then)
 }
@@ -277,14 +281,18 @@ export class Client {
   // -- producers ------------------------------------------------------------------------------------------
 
   /** Add a job. Retried on any transient failure with an idempotency key; without one only when it cannot have arrived. */
-  enqueue(queue: string, payload: unknown, options: Omit<NewJob, "payload"> = {}): Promise<Job> {
+  enqueue(queue: string, payload: unknown, options: Omit<NewJob, "payload"> = {}): Promise<EnqueuedJob> {
     const body = jobBody({ ...options, payload });
     const safety = body.idempotency_key !== undefined ? Safety.Repeatable : Safety.UnsentOnly;
-    return this.send({ operation: "enqueueJob", method: "POST", path: `${queuePath(queue)}/jobs`, body, safety, parse: asJob });
+    const parse = (doc: unknown, headers: Headers): EnqueuedJob => {
+      const enqueued = headers.get("jobq-enqueued");
+      return enqueued === null ? asJob(doc) : { ...asJob(doc), enqueued: enqueued as EnqueueOutcome };
+    };
+    return this.send({ operation: "enqueueJob", method: "POST", path: `${queuePath(queue)}/jobs`, body, safety, parse });
   }
 
   /** Add several jobs, all or nothing, in order. Retried like enqueue when every job has a key. */
-  enqueueBatch(queue: string, jobs: NewJob[]): Promise<Job[]> {
+  enqueueBatch(queue: string, jobs: NewJob[]): Promise<EnqueuedJob[]> {
     const docs = jobs.map(jobBody);
     const keyed = docs.length > 0 && docs.every((d) => d.idempotency_key !== undefined);
     return this.send({
@@ -293,7 +301,11 @@ export class Client {
       path: `${queuePath(queue)}/jobs/batch`,
       body: { jobs: docs },
       safety: keyed ? Safety.Repeatable : Safety.UnsentOnly,
-      parse: (doc) => list<Job>(doc, "jobs"),
+      parse: (doc): EnqueuedJob[] => {
+        const jobs = list<Job>(doc, "jobs");
+        const outcomes = (doc as { enqueued?: EnqueueOutcome[] }).enqueued;
+        return outcomes === undefined ? jobs : jobs.map((job, i) => ({ ...job, enqueued: outcomes[i] as EnqueueOutcome }));
+      },
     });
   }
 
@@ -487,7 +499,7 @@ export class Client {
   private answer<T>(call: Call<T>, response: Response, text: string): { value: T } | JobqError {
     if (!response.ok) return errorFromAnswer(response.status, response.statusText, response.headers, text);
     try {
-      return { value: call.parse(JSON.parse(text)) };
+      return { value: call.parse(JSON.parse(text), response.headers) };
     } catch (error) {
       // A 2xx that is not jobq's answer: a proxy's page, or a server that speaks another contract.
       return new JobqError(`${call.operation}: unexpected answer (${String(error)}): ${text.slice(0, 200)}`, {

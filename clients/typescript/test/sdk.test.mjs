@@ -126,6 +126,7 @@ describe("Client against jobq", () => {
     assert.deepEqual(first.unique.while, ["pending", "running", "completed"]);
     const again = await jobq.enqueue(q, { doc: 2 }, { unique: { key: "reindex-1", for_seconds: 3600 } });
     assert.equal(again.id, first.id);
+    assert.deepEqual([first.enqueued, again.enqueued], ["created", "existing"]);
     const [a, b] = await jobq.enqueueBatch(q, [{ payload: 7, unique: {} }, { payload: 7, unique: {} }]);
     assert.equal(a.id, b.id);
     await assert.rejects(jobq.enqueue(q, 1, { unique: { while: ["pending"] } }), ValidationError);
@@ -139,6 +140,9 @@ describe("Client against jobq", () => {
     assert.equal(first.debounce.seconds, 600);
     const again = await jobq.enqueue(q, { rev: 2 }, { debounce });
     assert.equal(again.id, first.id);
+    assert.equal(again.enqueued, "replaced");
+    const [a, b] = await jobq.enqueueBatch(q, [{ payload: 3, debounce }, { payload: 4 }]);
+    assert.deepEqual([a.id, a.enqueued, b.enqueued], [first.id, "replaced", "created"]);
     assert.deepEqual(again.payload, { rev: 2 });
     await assert.rejects(jobq.enqueue(q, 1, { debounce: { key: "k", seconds: 10, max_wait_seconds: 5 } }), ValidationError);
   });
