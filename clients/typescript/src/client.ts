@@ -435,7 +435,9 @@ export class Client {
     const headers = body === undefined ? this.headers : { ...this.headers, "content-type": "application/json" };
     for (let attempt = 1; ; attempt++) {
       call.signal?.throwIfAborted();
-      const timeout = AbortSignal.timeout((this.timeoutSeconds + (call.longPoll ?? 0)) * 1000);
+      // AbortSignal.timeout takes whole milliseconds only (a RangeError otherwise), and a long-poll's
+      // remaining wait is fractional.
+      const timeout = AbortSignal.timeout(Math.ceil((this.timeoutSeconds + (call.longPoll ?? 0)) * 1000));
       let response: Response;
       let text: string;
       try {
