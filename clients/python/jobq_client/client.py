@@ -404,6 +404,7 @@ class Client(_Base):
             depends_on=depends_on,
             on_dependency_failure=on_dependency_failure,
             timeout_seconds=timeout_seconds,
+            minimal=True,  # only its id is read
         )
         return self.wait(job.id, timeout=timeout)
 
@@ -678,6 +679,7 @@ class AsyncClient(_Base):
             depends_on=depends_on,
             on_dependency_failure=on_dependency_failure,
             timeout_seconds=timeout_seconds,
+            minimal=True,  # only its id is read
         )
         return await self.wait(job.id, timeout=timeout)
 

@@ -471,7 +471,7 @@ export class Client {
    */
   async enqueueAndWait(queue: string, payload: unknown, options: Omit<NewJob, "payload"> & WaitOptions = {}): Promise<Job> {
     const { timeoutSeconds, signal, ...job } = options;
-    const enqueued = await this.enqueue(queue, payload, job);
+    const enqueued = await this.enqueue(queue, payload, { ...job, minimal: true }); // only its id is read
     return this.wait(enqueued.id, { timeoutSeconds, signal });
   }
 
