@@ -62,6 +62,16 @@ def test_an_idempotency_hit_says_so(either: LiveServer) -> None:
     assert full.status_code == 200 and full.json()["payload"] == 1 and applied(full) is None
 
 
+def test_a_job_that_waits_for_another_says_so(either: LiveServer) -> None:
+    parent = either.enqueue(payload=1)
+    r = either.client.post("/queues/q/jobs", json={"payload": 2, "depends_on": [parent["id"]]}, headers=MINIMAL)
+    assert r.status_code == 201 and applied(r) == "return=minimal"
+    assert r.json() == {"id": r.json()["id"], "status": "waiting", "created": True}
+    batch = [{"payload": 3, "ref": "a"}, {"payload": 4, "depends_on": ["a"]}]
+    r = either.client.post("/queues/q/jobs/batch", json={"jobs": batch}, headers=MINIMAL)
+    assert [(j["status"], j["created"]) for j in r.json()["jobs"]] == [("pending", True), ("waiting", True)]
+
+
 def test_batch_enqueue_answers_ids_and_states_in_order(either: LiveServer) -> None:
     either.enqueue(payload=0, idempotency_key="taken")
     jobs = [{"payload": 1}, {"payload": 2, "idempotency_key": "taken"}, {"payload": 3, "idempotency_key": "n"},
