@@ -288,6 +288,14 @@ SCHEMAS: dict[str, list[Any]] = {
     ],
     "Job": [_JOB, _DONE, _SCHEDULED, _WAITING],
     "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
+    "EnqueuedJob": [
+        {"id": 42, "status": "pending", "created": True},
+        {"id": 42, "status": "pending", "created": False},
+    ],
+    "EnqueuedJobs": [
+        {"jobs": [{"id": 42, "status": "pending", "created": True}, {"id": 43, "status": "pending", "created": True}]}
+    ],
+    "JobState": [{"id": 42, "status": "completed"}, {"id": 42, "status": "pending"}],
     "Claim": [_CLAIM],
     "ClaimResponse": [
         {"jobs": [_CLAIM], "completed": []},

@@ -60,6 +60,33 @@ class JobList(BaseModel):
     jobs: list[Job]
 
 
+# Minimal answers: with `Prefer: return=minimal` (RFC 7240), the writes answer ids and states only.
+
+
+class JobState(BaseModel):
+    """A complete's or fail's answer with `Prefer: return=minimal`: the job's id and its status after the call."""
+
+    id: int
+    status: Status
+
+
+class EnqueuedJob(BaseModel):
+    """An enqueue's answer (one item of a batch enqueue's) with `Prefer: return=minimal`."""
+
+    id: int
+    status: Status
+    created: bool = Field(
+        description="false: the idempotency key already named this job, and nothing was written (a single "
+        "enqueue then answers 200, not 201)."
+    )
+
+
+class EnqueuedJobs(BaseModel):
+    """A batch enqueue's answer with `Prefer: return=minimal`: one item per job, in request order."""
+
+    jobs: list[EnqueuedJob]
+
+
 class Claim(BaseModel):
     id: int
     queue: str

@@ -19,6 +19,22 @@ export type QueueStats = Schemas["QueueStats"];
 export type EnqueueRequest = Schemas["EnqueueRequest"];
 export type ClaimRequest = Schemas["ClaimRequest"];
 export type CompleteItem = Schemas["CompleteItem"];
+/** A job's id and status after a complete or fail: their answer with `{ minimal: true }`. */
+export type JobState = Schemas["JobState"];
+/**
+ * An enqueued job's id and status: what enqueue and enqueueBatch answer with `{ minimal: true }`. `created`
+ * is false when the idempotency key already named the job (nothing was written); null when the server did
+ * not say (one without minimal answers, in a batch).
+ */
+export interface Enqueued {
+  id: number;
+  status: JobStatus;
+  created: boolean | null;
+}
+/** `minimal: true` asks for ids and states only (`Prefer: return=minimal`): the server skips the whole job. */
+export interface MinimalOption {
+  minimal?: boolean;
+}
 /** A dependency: a job id; in a batch also an earlier item, by its `ref` or as `{ ref: index }`. */
 export type Dependency = number | string | Schemas["BatchRef"];
 
@@ -141,8 +157,9 @@ interface Call<T> {
   path: string;
   body?: unknown;
   safety: Safety;
-  parse: (doc: unknown) => T;
+  parse: (doc: unknown, status: number) => T;
   longPoll?: number; // seconds the server may hold the request before it answers
+  headers?: Record<string, string>; // sent besides the client's own
   signal?: AbortSignal | undefined; // the caller's: abort the call (no retry then)
 }
 
@@ -191,6 +208,19 @@ const asJob = (doc: unknown): Job => {
   object(doc, "id");
   return doc as Job;
 };
+
+// Ids and states only (RFC 7240). A server without minimal answers ignores the header and sends the whole
+// job, which these parsers read alike.
+const MINIMAL = { prefer: "return=minimal" };
+
+function asState(doc: unknown): JobState {
+  return { id: object(doc, "id") as number, status: object(doc, "status") as JobStatus };
+}
+
+function asEnqueued(doc: unknown, created: boolean | null): Enqueued {
+  const said = (doc as { created?: unknown }).created;
+  return { ...asState(doc), created: typeof said === "boolean" ? said : created };
+}
 
 function timestamp(value: Date | string): string {
   return value instanceof Date ? value.toISOString() : value;
@@ -256,25 +286,43 @@ export class Client {
 
   // -- producers ------------------------------------------------------------------------------------------
 
-  /** Add a job. Retried on any transient failure with an idempotency key; without one only when it cannot have arrived. */
-  enqueue(queue: string, payload: unknown, options: Omit<NewJob, "payload"> = {}): Promise<Job> {
-    const body = jobBody({ ...options, payload });
+  /**
+   * Add a job. Retried on any transient failure with an idempotency key; without one only when it cannot have
+   * arrived. With `minimal: true` the answer is the job's id and status only (Enqueued).
+   */
+  enqueue(queue: string, payload: unknown, options?: Omit<NewJob, "payload"> & { minimal?: false }): Promise<Job>;
+  enqueue(queue: string, payload: unknown, options: Omit<NewJob, "payload"> & { minimal: true }): Promise<Enqueued>;
+  enqueue(queue: string, payload: unknown, options?: Omit<NewJob, "payload"> & MinimalOption): Promise<Job | Enqueued>;
+  enqueue(queue: string, payload: unknown, options: Omit<NewJob, "payload"> & MinimalOption = {}): Promise<Job | Enqueued> {
+    const { minimal, ...job } = options;
+    const body = jobBody({ ...job, payload });
     const safety = body.idempotency_key !== undefined ? Safety.Repeatable : Safety.UnsentOnly;
-    return this.send({ operation: "enqueueJob", method: "POST", path: `${queuePath(queue)}/jobs`, body, safety, parse: asJob });
+    const call = { operation: "enqueueJob", method: "POST" as const, path: `${queuePath(queue)}/jobs`, body, safety };
+    if (minimal) return this.send({ ...call, parse: (doc, status) => asEnqueued(doc, status === 201), headers: MINIMAL });
+    return this.send({ ...call, parse: asJob });
   }
 
-  /** Add several jobs, all or nothing, in order. Retried like enqueue when every job has a key. */
-  enqueueBatch(queue: string, jobs: NewJob[]): Promise<Job[]> {
+  /**
+   * Add several jobs, all or nothing, in order. Retried like enqueue when every job has a key. With
+   * `minimal: true`, each job's id and status only (Enqueued), in order.
+   */
+  enqueueBatch(queue: string, jobs: NewJob[], options?: { minimal?: false }): Promise<Job[]>;
+  enqueueBatch(queue: string, jobs: NewJob[], options: { minimal: true }): Promise<Enqueued[]>;
+  enqueueBatch(queue: string, jobs: NewJob[], options?: MinimalOption): Promise<Job[] | Enqueued[]>;
+  enqueueBatch(queue: string, jobs: NewJob[], options: MinimalOption = {}): Promise<Job[] | Enqueued[]> {
     const docs = jobs.map(jobBody);
     const keyed = docs.length > 0 && docs.every((d) => d.idempotency_key !== undefined);
-    return this.send({
+    const call = {
       operation: "enqueueJobs",
-      method: "POST",
+      method: "POST" as const,
       path: `${queuePath(queue)}/jobs/batch`,
       body: { jobs: docs },
       safety: keyed ? Safety.Repeatable : Safety.UnsentOnly,
-      parse: (doc) => list<Job>(doc, "jobs"),
-    });
+    };
+    if (options.minimal) {
+      return this.send({ ...call, parse: (doc) => list<unknown>(doc, "jobs").map((j) => asEnqueued(j, null)), headers: MINIMAL });
+    }
+    return this.send({ ...call, parse: (doc) => list<Job>(doc, "jobs") });
   }
 
   // -- workers ----------------------------------------------------------------------------------------------
@@ -332,10 +380,18 @@ export class Client {
     });
   }
 
-  /** Complete a claimed job with `result` (default null). A repeat with the same token answers the job again. */
-  complete(id: number, claimToken: string, result: unknown = null): Promise<Job> {
+  /**
+   * Complete a claimed job with `result` (default null). A repeat with the same token answers the job again.
+   * With `minimal: true` the answer is its id and status only (JobState).
+   */
+  complete(id: number, claimToken: string, result?: unknown, options?: { minimal?: false }): Promise<Job>;
+  complete(id: number, claimToken: string, result: unknown, options: { minimal: true }): Promise<JobState>;
+  complete(id: number, claimToken: string, result?: unknown, options?: MinimalOption): Promise<Job | JobState>;
+  complete(id: number, claimToken: string, result: unknown = null, options: MinimalOption = {}): Promise<Job | JobState> {
     const body: Schemas["CompleteRequest"] = { claim_token: claimToken, result };
-    return this.send({ operation: "completeJob", method: "POST", path: `${jobPath(id)}/complete`, body, safety: Safety.Repeatable, parse: asJob });
+    const call = { operation: "completeJob", method: "POST" as const, path: `${jobPath(id)}/complete`, body, safety: Safety.Repeatable };
+    if (options.minimal) return this.send({ ...call, parse: asState, headers: MINIMAL });
+    return this.send({ ...call, parse: asJob });
   }
 
   /** Complete several jobs in one request; each gets its own outcome, in order. */
@@ -353,13 +409,19 @@ export class Client {
 
   /**
    * Record a failed attempt: retried later (after `retryInSeconds`, else the server's backoff) while
-   * attempts remain, or failed for good now with `retry: false`.
+   * attempts remain, or failed for good now with `retry: false`. With `minimal: true` the answer is the
+   * job's id and status only (JobState): `pending` (to be retried) or `failed`.
    */
-  fail(id: number, claimToken: string, error: string, options: { retryInSeconds?: number | undefined; retry?: boolean } = {}): Promise<Job> {
+  fail(id: number, claimToken: string, error: string, options?: FailOptions & { minimal?: false }): Promise<Job>;
+  fail(id: number, claimToken: string, error: string, options: FailOptions & { minimal: true }): Promise<JobState>;
+  fail(id: number, claimToken: string, error: string, options?: FailOptions & MinimalOption): Promise<Job | JobState>;
+  fail(id: number, claimToken: string, error: string, options: FailOptions & MinimalOption = {}): Promise<Job | JobState> {
     const body: Schemas["FailRequest"] = { claim_token: claimToken, error };
     if (options.retryInSeconds !== undefined) body.retry_in_seconds = options.retryInSeconds;
     if (options.retry === false) body.retry = false;
-    return this.send({ operation: "failJob", method: "POST", path: `${jobPath(id)}/fail`, body, safety: Safety.Repeatable, parse: asJob });
+    const call = { operation: "failJob", method: "POST" as const, path: `${jobPath(id)}/fail`, body, safety: Safety.Repeatable };
+    if (options.minimal) return this.send({ ...call, parse: asState, headers: MINIMAL });
+    return this.send({ ...call, parse: asJob });
   }
 
   /**
@@ -409,7 +471,7 @@ export class Client {
    */
   async enqueueAndWait(queue: string, payload: unknown, options: Omit<NewJob, "payload"> & WaitOptions = {}): Promise<Job> {
     const { timeoutSeconds, signal, ...job } = options;
-    const enqueued = await this.enqueue(queue, payload, job);
+    const enqueued = await this.enqueue(queue, payload, { ...job, minimal: true }); // only its id is read
     return this.wait(enqueued.id, { timeoutSeconds, signal });
   }
 
@@ -432,7 +494,7 @@ export class Client {
   private async send<T>(call: Call<T>): Promise<T> {
     // Strict JSON, as the server wants it: a lone surrogate or a number JSON cannot hold is refused here.
     const body = call.body === undefined ? undefined : encode(call.body);
-    const headers = body === undefined ? this.headers : { ...this.headers, "content-type": "application/json" };
+    const headers = { ...this.headers, ...(body === undefined ? {} : { "content-type": "application/json" }), ...call.headers };
     for (let attempt = 1; ; attempt++) {
       call.signal?.throwIfAborted();
       // AbortSignal.timeout takes whole milliseconds only (a RangeError otherwise), and a long-poll's
@@ -469,7 +531,7 @@ export class Client {
   private answer<T>(call: Call<T>, response: Response, text: string): { value: T } | JobqError {
     if (!response.ok) return errorFromAnswer(response.status, response.statusText, response.headers, text);
     try {
-      return { value: call.parse(JSON.parse(text)) };
+      return { value: call.parse(JSON.parse(text), response.status) };
     } catch (error) {
       // A 2xx that is not jobq's answer: a proxy's page, or a server that speaks another contract.
       return new JobqError(`${call.operation}: unexpected answer (${String(error)}): ${text.slice(0, 200)}`, {
@@ -492,6 +554,13 @@ export class Client {
     this.onRetry?.(call.operation, attempt, why, delay);
     await sleep(delay, call.signal);
   }
+}
+
+export interface FailOptions {
+  /** Retry after this many seconds (default: the server's backoff). */
+  retryInSeconds?: number | undefined;
+  /** false: failed for good now, whatever attempts remain. */
+  retry?: boolean;
 }
 
 export interface ClaimOptions {

@@ -1426,6 +1426,52 @@ export interface components {
             timeout_seconds?: number;
         };
         /**
+         * EnqueuedJob
+         * @description An enqueue's answer (one item of a batch enqueue's) with `Prefer: return=minimal`.
+         * @example {
+         *       "created": true,
+         *       "id": 42,
+         *       "status": "pending"
+         *     }
+         * @example {
+         *       "created": false,
+         *       "id": 42,
+         *       "status": "pending"
+         *     }
+         */
+        EnqueuedJob: {
+            /**
+             * Created
+             * @description false: the idempotency key already named this job, and nothing was written (a single enqueue then answers 200, not 201).
+             */
+            created: boolean;
+            /** Id */
+            id: number;
+            status: components["schemas"]["Status"];
+        };
+        /**
+         * EnqueuedJobs
+         * @description A batch enqueue's answer with `Prefer: return=minimal`: one item per job, in request order.
+         * @example {
+         *       "jobs": [
+         *         {
+         *           "created": true,
+         *           "id": 42,
+         *           "status": "pending"
+         *         },
+         *         {
+         *           "created": true,
+         *           "id": 43,
+         *           "status": "pending"
+         *         }
+         *       ]
+         *     }
+         */
+        EnqueuedJobs: {
+            /** Jobs */
+            jobs: components["schemas"]["EnqueuedJob"][];
+        };
+        /**
          * FailRequest
          * @example {
          *       "claim_token": "q7Hc2dVx9Jm3Kp0LwZtY4s",
@@ -2155,6 +2201,23 @@ export interface components {
              * @description Pass as `cursor` for the next page; null on the last page.
              */
             next_cursor: string | null;
+        };
+        /**
+         * JobState
+         * @description A complete's or fail's answer with `Prefer: return=minimal`: the job's id and its status after the call.
+         * @example {
+         *       "id": 42,
+         *       "status": "completed"
+         *     }
+         * @example {
+         *       "id": 42,
+         *       "status": "pending"
+         *     }
+         */
+        JobState: {
+            /** Id */
+            id: number;
+            status: components["schemas"]["Status"];
         };
         /** @description Any JSON value (null, boolean, number, string, array or object), except that strings and object keys cannot contain NUL (\u0000), which PostgreSQL cannot store, and numbers must be finite. Nested at most 32 levels (JOBQ_MAX_JSON_DEPTH); at most 1048576 bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES), 1048576 as a result (JOBQ_MAX_RESULT_BYTES) and 4096 as a heartbeat's progress (JOBQ_MAX_PROGRESS_BYTES). Anything else is refused with 422. */
         JsonValue: unknown;
@@ -4829,7 +4892,13 @@ export interface operations {
     completeJob: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `return=minimal` (RFC 7240): answer ids and states only (`JobState`), with `Preference-Applied: return=minimal`; status codes are the same. `return=representation`, or no Prefer: the full answer. Other preferences and values are ignored.
+                 * @example return=minimal
+                 */
+                Prefer?: string;
+            };
             path: {
                 /** @description Job id. */
                 job_id: number;
@@ -4853,6 +4922,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description `return=minimal` when the answer is the minimal one (`JobState`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5105,7 +5176,13 @@ export interface operations {
     failJob: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `return=minimal` (RFC 7240): answer ids and states only (`JobState`), with `Preference-Applied: return=minimal`; status codes are the same. `return=representation`, or no Prefer: the full answer. Other preferences and values are ignored.
+                 * @example return=minimal
+                 */
+                Prefer?: string;
+            };
             path: {
                 /** @description Job id. */
                 job_id: number;
@@ -5128,6 +5205,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description `return=minimal` when the answer is the minimal one (`JobState`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6376,7 +6455,13 @@ export interface operations {
     enqueueJob: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `return=minimal` (RFC 7240): answer ids and states only (`EnqueuedJob`), with `Preference-Applied: return=minimal`; status codes are the same. `return=representation`, or no Prefer: the full answer. Other preferences and values are ignored.
+                 * @example return=minimal
+                 */
+                Prefer?: string;
+            };
             path: {
                 /** @description `[A-Za-z0-9_.:-]{1,128}` */
                 queue: string;
@@ -6402,6 +6487,8 @@ export interface operations {
             /** @description The idempotency key already named this job. */
             200: {
                 headers: {
+                    /** @description `return=minimal` when the answer is the minimal one (`EnqueuedJob`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6443,6 +6530,8 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `return=minimal` when the answer is the minimal one (`EnqueuedJob`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6575,7 +6664,13 @@ export interface operations {
     enqueueJobs: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `return=minimal` (RFC 7240): answer ids and states only (`EnqueuedJobs`), with `Preference-Applied: return=minimal`; status codes are the same. `return=representation`, or no Prefer: the full answer. Other preferences and values are ignored.
+                 * @example return=minimal
+                 */
+                Prefer?: string;
+            };
             path: {
                 /** @description `[A-Za-z0-9_.:-]{1,128}` */
                 queue: string;
@@ -6608,6 +6703,8 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `return=minimal` when the answer is the minimal one (`EnqueuedJobs`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
