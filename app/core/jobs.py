@@ -227,6 +227,14 @@ class JobService:
             weight=len,
             isolate=lambda exc: isinstance(exc, ValidationFailed),
         )
+        # Enqueues answered with ids and states only (Prefer: return=minimal): no payload travels back.
+        self._insert_brief: Coalescer[list[NewJob], list[Inserted]] = Coalescer(
+            lambda requests: self._insert_many(requests, full=False),
+            max_items=max(1000, settings.max_batch_jobs),
+            max_inflight=2,
+            weight=len,
+            isolate=lambda exc: isinstance(exc, ValidationFailed),
+        )
         # Completes answered with the whole job (POST /jobs/{id}/complete), and completes answered with an
         # outcome only (the batch endpoint, and the completes a claim carries): no payload travels back.
         self._complete_full: Coalescer[list[Completion], list[Done]] = Coalescer(
@@ -241,7 +249,7 @@ class JobService:
         self._heartbeat: Coalescer[Heartbeat, Renewed] = Coalescer(self._heartbeat_many, max_items=1000, max_inflight=2)
 
     async def aclose(self) -> None:
-        for c in (self._insert, self._complete_full, self._complete_brief, self._heartbeat):
+        for c in (self._insert, self._insert_brief, self._complete_full, self._complete_brief, self._heartbeat):
             await c.aclose()
 
     # -- checks ------------------------------------------------------------------------------------------
@@ -286,10 +294,10 @@ class JobService:
 
     # -- producers ------------------------------------------------------------------------------------------
 
-    async def _insert_many(self, requests: list[list[NewJob]]) -> list[list[Inserted]]:
+    async def _insert_many(self, requests: list[list[NewJob]], *, full: bool = True) -> list[list[Inserted]]:
         flat = [job for jobs in requests for job in jobs]
         async with self.db.connection() as conn:
-            rows = await store.jobs_insert(conn, flat)
+            rows = await store.jobs_insert(conn, flat, full=full)
         self.effects.apply(inserted_moves(flat, rows))
         out, at = [], 0
         for jobs in requests:
@@ -298,11 +306,18 @@ class JobService:
         return out
 
     async def enqueue(
-        self, queue: str, req: EnqueueRequest, traceparent: str | None = None, allowed: str | None = None
+        self,
+        queue: str,
+        req: EnqueueRequest,
+        traceparent: str | None = None,
+        allowed: str | None = None,
+        *,
+        minimal: bool = False,
     ) -> Inserted:
         """The job; `created` is false when the idempotency key already named it. `traceparent`: the
         enqueue's trace context, handed to the job's workers on claim. `allowed`: the caller's queue regex,
-        which the jobs it depends on must be in."""
+        which the jobs it depends on must be in. `minimal`: the caller reads only ids and states, so a new
+        job's row may come without its payload."""
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
         job = self._new_job(queue, req, ["body"], cfg, traceparent)
         await self.quotas.admit(queue, 1, cfg.max_pending)
@@ -315,14 +330,20 @@ class JobService:
             elif job.unique is not None:
                 [inserted] = await self._insert_unique([job])
             else:
-                [inserted] = await self._insert([job])
+                [inserted] = await (self._insert_brief if minimal else self._insert)([job])
             written = True
         finally:
             self.quotas.written(queue, 1, written)
         return inserted
 
     async def enqueue_batch(
-        self, queue: str, reqs: Sequence[EnqueueRequest], traceparent: str | None = None, allowed: str | None = None
+        self,
+        queue: str,
+        reqs: Sequence[EnqueueRequest],
+        traceparent: str | None = None,
+        allowed: str | None = None,
+        *,
+        minimal: bool = False,
     ) -> list[Inserted]:
         # A key that occurs twice names one job, as it would in two requests: the later occurrence gets
         # the job of the first (store.jobs_insert).
@@ -345,7 +366,7 @@ class JobService:
             elif any(j.unique is not None for j in jobs):
                 inserted = await self._insert_unique(jobs)
             else:
-                inserted = await self._insert(jobs)
+                inserted = await (self._insert_brief if minimal else self._insert)(jobs)
             written = True
         finally:
             self.quotas.written(queue, len(jobs), written)
@@ -474,9 +495,14 @@ class JobService:
             at += len(items)
         return out
 
-    async def complete(self, job_id: int, req: CompleteRequest, allowed: str | None = None) -> JobRow:
+    async def complete(
+        self, job_id: int, req: CompleteRequest, allowed: str | None = None, *, minimal: bool = False
+    ) -> JobRow:
+        """The job as completed; `minimal`: the caller reads only its id and status, so the row may come
+        without payload and result (the statement it shares is then the batch completes')."""
         result = self._result(req.result, ["body", "result"])
-        [done] = await self._complete_full([Completion(job_id, req.claim_token, result, allowed)])
+        completes = self._complete_brief if minimal else self._complete_full
+        [done] = await completes([Completion(job_id, req.claim_token, result, allowed)])
         _raise_for(done.outcome)
         assert done.job is not None
         return done.job

@@ -201,7 +201,8 @@ FROM input
 ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ord
 -- A key already taken on this queue: insert nothing, the caller fetches the existing job.
 ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING {JOB_COLUMNS}
+-- full = false: for a minimal answer (Prefer: return=minimal), the payload does not travel back.
+RETURNING {job_columns("%(full)s")}
 """
 
 JOB_GET_BY_KEYS = f"""
@@ -217,21 +218,23 @@ CROSS JOIN LATERAL (
 """
 
 
-async def jobs_insert(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[Inserted]:
+async def jobs_insert(
+    conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], *, full: bool = True
+) -> list[Inserted]:
     """Insert jobs in one statement; one Inserted per input. A job whose idempotency key is already used
     on its queue comes back as not created, with the existing row, also when the same key occurs twice
-    here."""
+    here. With full=False the inserted rows carry no payload (an existing row still does)."""
     out: list[Inserted | None] = [None] * len(jobs)
     todo = list(range(len(jobs)))
     for _ in range(3):  # a conflicting row deleted between INSERT and SELECT (retention): rare, go again
-        todo = await _insert_round(conn, jobs, todo, out)
+        todo = await _insert_round(conn, jobs, todo, out, full)
         if not todo:
             return [o for o in out if o is not None]
     raise RuntimeError("idempotency key kept vanishing between insert and lookup")
 
 
 async def _insert_round(
-    conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], todo: list[int], out: list[Inserted | None]
+    conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], todo: list[int], out: list[Inserted | None], full: bool
 ) -> list[int]:
     """Insert jobs[todo], fill `out`; returns the indexes still without a row."""
     batch = [
@@ -251,7 +254,7 @@ async def _insert_round(
         for n, j in enumerate(jobs[i] for i in todo)
     ]
     cur = conn.cursor(row_factory=rows_of(JobRow))
-    await cur.execute(JOB_INSERT_MANY, {"batch": as_json(batch)})
+    await cur.execute(JOB_INSERT_MANY, {"batch": as_json(batch), "full": full})
     rows = await cur.fetchall()
     keyed = {(r.queue, r.idempotency_key): r for r in rows if r.idempotency_key is not None}
     unkeyed = iter(sorted((r for r in rows if r.idempotency_key is None), key=lambda r: r.id))

@@ -13,8 +13,9 @@ from pydantic import BaseModel
 
 from app.core.scale import Scale
 from app.db.flow import QueueConfigRow
+from app.db.rows import Inserted
 from app.db.workers import WorkerRow
-from app.models.answers import Claim, CompleteOutcome, HeartbeatResponse, Job
+from app.models.answers import Claim, CompleteOutcome, HeartbeatResponse, Job, JobState
 from app.models.schedules import Schedule
 from app.models.workers import HeldJob, WorkerSummary
 
@@ -43,8 +44,18 @@ job_document = documenter(Job)
 claim_document = documenter(Claim)
 renewal_document = documenter(HeartbeatResponse)
 outcome_document = documenter(CompleteOutcome)
+state_document = documenter(JobState)
 schedule_document = documenter(Schedule)
 held_job_document = documenter(HeldJob)
+
+
+def enqueued_document(inserted: Inserted) -> Document:
+    """An enqueue's minimal answer (app/models/answers.py EnqueuedJob)."""
+    job = inserted.job
+    enqueued = "created" if inserted.created else "replaced" if inserted.replaced else "existing"
+    return {"id": job.id, "status": job.status, "created": inserted.created, "enqueued": enqueued}
+
+
 _SUMMARY = tuple(n for n in WorkerSummary.model_fields if n != "state")
 
 

@@ -340,6 +340,20 @@ SCHEMAS: dict[str, list[Any]] = {
         {"jobs": [_DEBOUNCED], "enqueued": ["replaced"]},
     ],
     "JobList": [{"jobs": [_JOB, {**_JOB, "id": 43, "priority": 0, "idempotency_key": None}]}],
+    "EnqueuedJob": [
+        {"id": 42, "status": "pending", "created": True, "enqueued": "created"},
+        {"id": 42, "status": "pending", "created": False, "enqueued": "existing"},
+        {"id": 42, "status": "pending", "created": False, "enqueued": "replaced"},
+    ],
+    "MinimalEnqueuedJobs": [
+        {
+            "jobs": [
+                {"id": 42, "status": "pending", "created": True, "enqueued": "created"},
+                {"id": 43, "status": "pending", "created": True, "enqueued": "created"},
+            ]
+        }
+    ],
+    "JobState": [{"id": 42, "status": "completed"}, {"id": 42, "status": "pending"}],
     "Claim": [_CLAIM],
     "ClaimResponse": [
         {"jobs": [_CLAIM], "completed": []},

@@ -29,8 +29,16 @@ from app.errors import (
     NotFound,
     validation_problem,
 )
-from app.http.documents import claim_document, job_document, outcome_document, renewal_document
+from app.http.documents import (
+    claim_document,
+    enqueued_document,
+    job_document,
+    outcome_document,
+    renewal_document,
+    state_document,
+)
 from app.http.fastpath import hot
+from app.http.prefer import APPLIED, prefers_minimal
 from app.http.responses import json_response
 from app.models.answers import (
     ClaimResponse,
@@ -143,6 +151,33 @@ _FAIL_409 = (
 _RELEASE_409 = _CLAIM_LOST.format(ended=" (a repeated release ends here: treat it as done)") + _CANCELLED
 
 
+def _prefer_minimal(schema: str, *codes: int) -> dict[str, Any]:
+    """OpenAPI for an operation that honours `Prefer: return=minimal` (app/http/prefer.py): the Prefer
+    parameter, and on each success answer the Preference-Applied field and, as `x-jobq-minimal`, the
+    minimal answer's schema (the `content` stays the full answer, the default)."""
+    minimal = {"$ref": f"#/components/schemas/{schema}"}
+    parameter = {
+        "name": "Prefer",
+        "in": "header",
+        "required": False,
+        "schema": {"type": "string"},
+        "example": "return=minimal",
+        "description": f"`return=minimal` (RFC 7240): answer ids and states only (`{schema}`), with "
+        "`Preference-Applied: return=minimal`; status codes are the same. `return=representation`, or no "
+        "Prefer: the full answer. Other preferences and values are ignored.",
+    }
+    applied = {
+        "Preference-Applied": {
+            "description": f"`return=minimal` when the answer is the minimal one (`{schema}`); absent otherwise.",
+            "schema": {"type": "string"},
+        }
+    }
+    return {
+        "parameters": [parameter],
+        "responses": {str(code): {"headers": applied, "x-jobq-minimal": minimal} for code in codes},
+    }
+
+
 class _JsonRequest(Request):
     """Parses JSON bodies with pydantic-core, as the lean dispatcher does, so that both paths accept and
     refuse the same texts (json.loads recurses without a limit and answers a deep body with a crash)."""
@@ -220,14 +255,20 @@ def add_routes(router: FastAPI, c: Contract) -> None:
             201: {"description": "A new job (`Jobq-Enqueued: created`).", "headers": _ENQUEUED_HEADER},
             **_problems(*_WRITE, 409, 429, conflict=_ENQUEUE_409),
         },
+        openapi_extra=_prefer_minimal("EnqueuedJob", 201, 200),
     )
     @hot
     @requires("produce")
     @configured(body=c.enqueue)
     async def enqueue_job(queue: QueueName, body: EnqueueRequest, request: Request) -> Response:
         context, allowed = services(request).job_context(request.scope), principal(request).queue_regex
-        inserted = await service(request).enqueue(queue, body, context, allowed)
-        response = json_response(job_document(inserted.job), 201 if inserted.created else 200)
+        minimal = prefers_minimal(request)
+        inserted = await service(request).enqueue(queue, body, context, allowed, minimal=minimal)
+        status = 201 if inserted.created else 200
+        if minimal:
+            response = json_response(enqueued_document(inserted), status, APPLIED)
+        else:
+            response = json_response(job_document(inserted.job), status)
         response.raw_headers.append(_REPLACED if inserted.replaced else _ENQUEUED[inserted.created])
         return response
 
@@ -239,13 +280,17 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         status_code=201,
         response_model=EnqueuedJobs,
         responses=_problems(*_WRITE, 409, 429, conflict=_ENQUEUE_409),
+        openapi_extra=_prefer_minimal("MinimalEnqueuedJobs", 201),
     )
     @hot
     @requires("produce")
     @configured(body=c.enqueue_batch)
     async def enqueue_jobs(queue: QueueName, body: EnqueueBatchRequest, request: Request) -> Response:
         context, allowed = services(request).job_context(request.scope), principal(request).queue_regex
-        inserted = await service(request).enqueue_batch(queue, body.jobs, context, allowed)
+        minimal = prefers_minimal(request)
+        inserted = await service(request).enqueue_batch(queue, body.jobs, context, allowed, minimal=minimal)
+        if minimal:
+            return json_response({"jobs": [enqueued_document(i) for i in inserted]}, 201, APPLIED)
         enqueued = [CREATED if i.created else REPLACED if i.replaced else EXISTING for i in inserted]
         return json_response({"jobs": [job_document(i.job) for i in inserted], "enqueued": enqueued}, 201)
 
@@ -312,11 +357,15 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         tags=["workers"],
         response_model=Job,
         responses=_problems(*_WRITE, 404, 409, conflict=_COMPLETE_409),
+        openapi_extra=_prefer_minimal("JobState", 200),
     )
     @hot
     @requires("consume")
     async def complete_job(job_id: JobIdPath, body: CompleteRequest, request: Request) -> Response:
-        job = await service(request).complete(job_id, body, principal(request).queue_regex)
+        minimal = prefers_minimal(request)
+        job = await service(request).complete(job_id, body, principal(request).queue_regex, minimal=minimal)
+        if minimal:
+            return json_response(state_document(job), 200, APPLIED)
         return json_response(job_document(job))
 
     @router.post(
@@ -333,12 +382,15 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         tags=["workers"],
         response_model=Job,
         responses=_problems(*_WRITE, 404, 409, conflict=_FAIL_409),
+        openapi_extra=_prefer_minimal("JobState", 200),
     )
     @hot
     @requires("consume")
     @configured(body=c.fail)
     async def fail_job(job_id: JobIdPath, body: FailRequest, request: Request) -> Response:
         job = await service(request).fail(job_id, body, principal(request).queue_regex)
+        if prefers_minimal(request):
+            return json_response(state_document(job), 200, APPLIED)
         return json_response(job_document(job))
 
     @router.post(

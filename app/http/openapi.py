@@ -15,10 +15,12 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic.json_schema import models_json_schema
 
 from app.http.examples import SCHEMAS
 from app.http.jobs import _RETRY_AFTER, RATE_LIMIT_HEADERS, TOO_MANY_REQUESTS
 from app.http.problem_examples import ONLY_ON, PROBLEMS
+from app.models.answers import EnqueuedJob, JobState, MinimalEnqueuedJobs
 from app.models.fields import INT64_MAX, JSON_VALUE_MARKER
 from app.settings import Settings
 
@@ -33,6 +35,16 @@ SERVERS = [
     }
 ]
 _SCHEMA_REF = "#/components/schemas/"
+# The minimal answers (Prefer: return=minimal): named by `x-jobq-minimal` on the answers they replace, not
+# by any `content`, so FastAPI does not collect them.
+_MINIMAL = (EnqueuedJob, MinimalEnqueuedJobs, JobState)
+
+
+def _minimal_schemas() -> dict[str, Any]:
+    _, top = models_json_schema([(m, "serialization") for m in _MINIMAL], ref_template=_SCHEMA_REF + "{model}")
+    return dict(top["$defs"])
+
+
 # Values for path parameters in the `instance` of problem examples.
 _PATH_EXAMPLES = {"job_id": "42", "queue": "emails"}
 
@@ -201,6 +213,8 @@ def customise_openapi(api: FastAPI, settings: Settings) -> None:
             schemas = components.setdefault("schemas", {})
             for unused in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(unused, None)
+            for name, schema in _minimal_schemas().items():
+                schemas.setdefault(name, schema)
             for name, examples in SCHEMAS.items():
                 if name in schemas:
                     schemas[name]["examples"] = examples

@@ -18,16 +18,19 @@ class JsonResponse(Response):
 
     media_type = "application/json"
 
-    def __init__(self, body: bytes, status_code: int = 200) -> None:
+    def __init__(self, body: bytes, status_code: int = 200, header: tuple[bytes, bytes] | None = None) -> None:
         self.status_code = status_code
         self.background = None
         self.body = body
         self.raw_headers = [(b"content-length", b"%d" % len(body)), (b"content-type", _JSON)]
+        if header is not None:
+            self.raw_headers.append(header)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         await send({"type": "http.response.body", "body": self.body})
 
 
-def json_response(doc: Any, status: int = 200) -> Response:
-    return JsonResponse(orjson.dumps(doc), status)
+def json_response(doc: Any, status: int = 200, header: tuple[bytes, bytes] | None = None) -> Response:
+    """`header`: one more response header, raw (a minimal answer's Preference-Applied, app/http/prefer.py)."""
+    return JsonResponse(orjson.dumps(doc), status, header)

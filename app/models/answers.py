@@ -83,6 +83,37 @@ class JobList(BaseModel):
     jobs: list[Job]
 
 
+# Minimal answers: with `Prefer: return=minimal` (RFC 7240), the writes answer ids and states only.
+
+
+class JobState(BaseModel):
+    """A complete's or fail's answer with `Prefer: return=minimal`: the job's id and its status after the call."""
+
+    id: int
+    status: Status
+
+
+class EnqueuedJob(BaseModel):
+    """An enqueue's answer (one item of a batch enqueue's) with `Prefer: return=minimal`."""
+
+    id: int
+    status: Status
+    created: bool = Field(
+        description="false: the idempotency key or unique key already named this job, or a debounced enqueue "
+        "replaced the pending job of its key (a single enqueue then answers 200, not 201)."
+    )
+    enqueued: Literal["created", "existing", "replaced"] = Field(
+        description="`created` when this call made the job, `existing` when its idempotency key or unique key "
+        "already named it (kept as it was), `replaced` when a debounced enqueue replaced the pending job of its key."
+    )
+
+
+class MinimalEnqueuedJobs(BaseModel):
+    """A batch enqueue's answer with `Prefer: return=minimal`: one item per job, in request order."""
+
+    jobs: list[EnqueuedJob]
+
+
 class EnqueuedJobs(JobList):
     enqueued: list[Literal["created", "existing", "replaced"]] = Field(
         description="Per job, in order: `created` when this call made it, `existing` when its idempotency key "

@@ -20,8 +20,10 @@ from jobq_client.models import (
     Claimed,
     CompleteOutcome,
     Debounce,
+    Enqueued,
     Heartbeat,
     Job,
+    JobState,
     NewJob,
     OnDependencyFailure,
     Unique,
@@ -83,6 +85,7 @@ class Call(Generic[T]):
     safety: Safety
     parse: Callable[[httpx.Response], T]
     long_poll: float = 0.0  # seconds the server may hold the request before it answers
+    headers: Mapping[str, str] | None = None  # sent besides the client's own
 
     def content(self) -> bytes | None:
         if self.body is None:
@@ -130,6 +133,28 @@ def _enqueued_jobs(response: httpx.Response) -> list[Job]:
     doc = response.json()
     outcomes = doc.get("enqueued") or [None] * len(doc["jobs"])  # a server older than the field
     return [replace(Job.from_json(j), enqueued=e) for j, e in zip(doc["jobs"], outcomes, strict=True)]
+
+
+def minimal(call: Call[Any], parse: Callable[[httpx.Response], T]) -> Call[T]:
+    """The call with `Prefer: return=minimal` (RFC 7240), its answer read by `parse`: ids and states only,
+    so the server skips building, encoding and sending the whole job. A server without minimal answers
+    ignores the header and sends the job, which the same parsers read."""
+    return Call(call.operation, call.method, call.path, call.body, call.safety, parse, call.long_poll, _MINIMAL)
+
+
+_MINIMAL = {"prefer": "return=minimal"}
+
+
+def state(response: httpx.Response) -> JobState:
+    return JobState.from_json(response.json())
+
+
+def enqueued(response: httpx.Response) -> Enqueued:
+    return Enqueued.from_json(response.json(), created=response.status_code == 201)
+
+
+def enqueued_many(response: httpx.Response) -> list[Enqueued]:
+    return [Enqueued.from_json(j) for j in response.json()["jobs"]]
 
 
 def _claims(response: httpx.Response) -> list[Claim]:

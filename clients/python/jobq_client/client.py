@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import httpx
 
@@ -23,8 +23,10 @@ from jobq_client.models import (
     Claimed,
     CompleteOutcome,
     Debounce,
+    Enqueued,
     Heartbeat,
     Job,
+    JobState,
     NewJob,
     OnDependencyFailure,
     Unique,
@@ -81,6 +83,8 @@ class _Base:
         headers = dict(self._headers)
         if call.body is None:
             del headers["content-type"]
+        if call.headers:
+            headers.update(call.headers)
         inject(headers)  # the current trace context, when OpenTelemetry is installed and a span is current
         return {
             "method": call.method,
@@ -167,6 +171,42 @@ class Client(_Base):
 
     # -- producers -----------------------------------------------------------------------------------
 
+    @overload
+    def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        priority: int | None = ...,
+        run_at: datetime | str | None = ...,
+        delay_seconds: float | None = ...,
+        max_attempts: int | None = ...,
+        idempotency_key: str | None = ...,
+        depends_on: Sequence[int] | None = ...,
+        on_dependency_failure: OnDependencyFailure | None = ...,
+        timeout_seconds: int | None = ...,
+        unique: Unique | Mapping[str, Any] | None = ...,
+        debounce: Debounce | Mapping[str, Any] | None = ...,
+        minimal: Literal[False] = ...,
+    ) -> Job: ...
+    @overload
+    def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        priority: int | None = ...,
+        run_at: datetime | str | None = ...,
+        delay_seconds: float | None = ...,
+        max_attempts: int | None = ...,
+        idempotency_key: str | None = ...,
+        depends_on: Sequence[int] | None = ...,
+        on_dependency_failure: OnDependencyFailure | None = ...,
+        timeout_seconds: int | None = ...,
+        unique: Unique | Mapping[str, Any] | None = ...,
+        debounce: Debounce | Mapping[str, Any] | None = ...,
+        minimal: Literal[True],
+    ) -> Enqueued: ...
     def enqueue(
         self,
         queue: str,
@@ -182,33 +222,52 @@ class Client(_Base):
         timeout_seconds: int | None = None,
         unique: Unique | Mapping[str, Any] | None = None,
         debounce: Debounce | Mapping[str, Any] | None = None,
-    ) -> Job:
+        minimal: bool = False,
+    ) -> Job | Enqueued:
         """Add a job. With an `idempotency_key`, a repeat returns the existing job, and this call is
         retried on any transient failure; without one it is retried only when it cannot have arrived.
         With `depends_on` (job ids), the job waits until those have completed; `on_dependency_failure`:
         "cancel" (default) or "run" when one of them fails or is cancelled. With `unique` (Unique, or its
         JSON: {"key", "for_seconds", "while"}), a job that holds the key is returned instead of a new one. With
-        `debounce` (Debounce, or {"key", "seconds", "max_wait_seconds"}), the key's pending job is replaced."""
-        return self._send(
-            _calls.enqueue(
-                queue,
-                payload,
-                priority=priority,
-                run_at=run_at,
-                delay_seconds=delay_seconds,
-                max_attempts=max_attempts,
-                idempotency_key=idempotency_key,
-                depends_on=depends_on,
-                on_dependency_failure=on_dependency_failure,
-                timeout_seconds=timeout_seconds,
-                unique=unique,
-                debounce=debounce,
-            )
+        `debounce` (Debounce, or {"key", "seconds", "max_wait_seconds"}), the key's pending job is replaced.
+        With `minimal=True` the answer is the job's id and status only (Enqueued; `created` is False for an
+        idempotency or unique hit and a debounced replace): the server skips the whole job (Prefer:
+        return=minimal)."""
+        call = _calls.enqueue(
+            queue,
+            payload,
+            priority=priority,
+            run_at=run_at,
+            delay_seconds=delay_seconds,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+            depends_on=depends_on,
+            on_dependency_failure=on_dependency_failure,
+            timeout_seconds=timeout_seconds,
+            unique=unique,
+            debounce=debounce,
         )
+        if minimal:
+            return self._send(_calls.minimal(call, _calls.enqueued))
+        return self._send(call)
 
-    def enqueue_batch(self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]]) -> list[Job]:
-        """Add several jobs, all or nothing, in order. Retried like enqueue when every job has a key."""
-        return self._send(_calls.enqueue_batch(queue, jobs))
+    @overload
+    def enqueue_batch(
+        self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]], *, minimal: Literal[False] = ...
+    ) -> list[Job]: ...
+    @overload
+    def enqueue_batch(
+        self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]], *, minimal: Literal[True]
+    ) -> list[Enqueued]: ...
+    def enqueue_batch(
+        self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]], *, minimal: bool = False
+    ) -> list[Job] | list[Enqueued]:
+        """Add several jobs, all or nothing, in order. Retried like enqueue when every job has a key. With
+        `minimal=True`, each job's id and status only (Enqueued), in order."""
+        call = _calls.enqueue_batch(queue, jobs)
+        if minimal:
+            return self._send(_calls.minimal(call, _calls.enqueued_many))
+        return self._send(call)
 
     # -- workers ---------------------------------------------------------------------------------------
 
@@ -251,19 +310,60 @@ class Client(_Base):
         `progress` (any JSON value; None clears it) is shown on the job until the next claim."""
         return self._send(_calls.heartbeat(job_id, claim_token, lease_seconds, progress))
 
-    def complete(self, job_id: int, claim_token: str, result: Any = None) -> Job:
-        return self._send(_calls.complete(job_id, claim_token, result))
+    @overload
+    def complete(self, job_id: int, claim_token: str, result: Any = ..., *, minimal: Literal[False] = ...) -> Job: ...
+    @overload
+    def complete(self, job_id: int, claim_token: str, result: Any = ..., *, minimal: Literal[True]) -> JobState: ...
+    def complete(self, job_id: int, claim_token: str, result: Any = None, *, minimal: bool = False) -> Job | JobState:
+        """Complete the job with `result`. With `minimal=True`, its id and status only (JobState)."""
+        call = _calls.complete(job_id, claim_token, result)
+        if minimal:
+            return self._send(_calls.minimal(call, _calls.state))
+        return self._send(call)
 
     def complete_many(self, items: Sequence[tuple[int, str, Any]]) -> list[CompleteOutcome]:
         """Complete (id, claim_token, result) items in one request; each gets its own outcome."""
         return self._send(_calls.complete_many(items))
 
+    @overload
     def fail(
-        self, job_id: int, claim_token: str, error: str, *, retry_in_seconds: float | None = None, retry: bool = True
-    ) -> Job:
+        self,
+        job_id: int,
+        claim_token: str,
+        error: str,
+        *,
+        retry_in_seconds: float | None = ...,
+        retry: bool = ...,
+        minimal: Literal[False] = ...,
+    ) -> Job: ...
+    @overload
+    def fail(
+        self,
+        job_id: int,
+        claim_token: str,
+        error: str,
+        *,
+        retry_in_seconds: float | None = ...,
+        retry: bool = ...,
+        minimal: Literal[True],
+    ) -> JobState: ...
+    def fail(
+        self,
+        job_id: int,
+        claim_token: str,
+        error: str,
+        *,
+        retry_in_seconds: float | None = None,
+        retry: bool = True,
+        minimal: bool = False,
+    ) -> Job | JobState:
         """Record a failed attempt: retried later (after `retry_in_seconds`, else the server's backoff)
-        while attempts remain, or failed for good now with `retry=False`."""
-        return self._send(_calls.fail(job_id, claim_token, error, retry_in_seconds=retry_in_seconds, retry=retry))
+        while attempts remain, or failed for good now with `retry=False`. With `minimal=True`, the job's
+        id and status only (JobState): `pending` (to be retried) or `failed`."""
+        call = _calls.fail(job_id, claim_token, error, retry_in_seconds=retry_in_seconds, retry=retry)
+        if minimal:
+            return self._send(_calls.minimal(call, _calls.state))
+        return self._send(call)
 
     def release(self, job_id: int, claim_token: str, *, delay_seconds: float = 0) -> Job:
         """Hand a claimed job back untried (shutting down, a resource missing right now): pending again,
@@ -321,6 +421,7 @@ class Client(_Base):
             timeout_seconds=timeout_seconds,
             unique=unique,
             debounce=debounce,
+            minimal=True,  # only its id is read
         )
         return self.wait(job.id, timeout=timeout)
 
@@ -381,6 +482,42 @@ class AsyncClient(_Base):
             self._log_retry(call, attempt, str(answer), delay)
             await asyncio.sleep(delay)
 
+    @overload
+    async def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        priority: int | None = ...,
+        run_at: datetime | str | None = ...,
+        delay_seconds: float | None = ...,
+        max_attempts: int | None = ...,
+        idempotency_key: str | None = ...,
+        depends_on: Sequence[int] | None = ...,
+        on_dependency_failure: OnDependencyFailure | None = ...,
+        timeout_seconds: int | None = ...,
+        unique: Unique | Mapping[str, Any] | None = ...,
+        debounce: Debounce | Mapping[str, Any] | None = ...,
+        minimal: Literal[False] = ...,
+    ) -> Job: ...
+    @overload
+    async def enqueue(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        priority: int | None = ...,
+        run_at: datetime | str | None = ...,
+        delay_seconds: float | None = ...,
+        max_attempts: int | None = ...,
+        idempotency_key: str | None = ...,
+        depends_on: Sequence[int] | None = ...,
+        on_dependency_failure: OnDependencyFailure | None = ...,
+        timeout_seconds: int | None = ...,
+        unique: Unique | Mapping[str, Any] | None = ...,
+        debounce: Debounce | Mapping[str, Any] | None = ...,
+        minimal: Literal[True],
+    ) -> Enqueued: ...
     async def enqueue(
         self,
         queue: str,
@@ -396,26 +533,41 @@ class AsyncClient(_Base):
         timeout_seconds: int | None = None,
         unique: Unique | Mapping[str, Any] | None = None,
         debounce: Debounce | Mapping[str, Any] | None = None,
-    ) -> Job:
-        return await self._send(
-            _calls.enqueue(
-                queue,
-                payload,
-                priority=priority,
-                run_at=run_at,
-                delay_seconds=delay_seconds,
-                max_attempts=max_attempts,
-                idempotency_key=idempotency_key,
-                depends_on=depends_on,
-                on_dependency_failure=on_dependency_failure,
-                timeout_seconds=timeout_seconds,
-                unique=unique,
-                debounce=debounce,
-            )
+        minimal: bool = False,
+    ) -> Job | Enqueued:
+        call = _calls.enqueue(
+            queue,
+            payload,
+            priority=priority,
+            run_at=run_at,
+            delay_seconds=delay_seconds,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+            depends_on=depends_on,
+            on_dependency_failure=on_dependency_failure,
+            timeout_seconds=timeout_seconds,
+            unique=unique,
+            debounce=debounce,
         )
+        if minimal:
+            return await self._send(_calls.minimal(call, _calls.enqueued))
+        return await self._send(call)
 
-    async def enqueue_batch(self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]]) -> list[Job]:
-        return await self._send(_calls.enqueue_batch(queue, jobs))
+    @overload
+    async def enqueue_batch(
+        self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]], *, minimal: Literal[False] = ...
+    ) -> list[Job]: ...
+    @overload
+    async def enqueue_batch(
+        self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]], *, minimal: Literal[True]
+    ) -> list[Enqueued]: ...
+    async def enqueue_batch(
+        self, queue: str, jobs: Sequence[NewJob | Mapping[str, Any]], *, minimal: bool = False
+    ) -> list[Job] | list[Enqueued]:
+        call = _calls.enqueue_batch(queue, jobs)
+        if minimal:
+            return await self._send(_calls.minimal(call, _calls.enqueued_many))
+        return await self._send(call)
 
     async def claim(
         self,
@@ -453,16 +605,61 @@ class AsyncClient(_Base):
     ) -> Heartbeat:
         return await self._send(_calls.heartbeat(job_id, claim_token, lease_seconds, progress))
 
-    async def complete(self, job_id: int, claim_token: str, result: Any = None) -> Job:
-        return await self._send(_calls.complete(job_id, claim_token, result))
+    @overload
+    async def complete(
+        self, job_id: int, claim_token: str, result: Any = ..., *, minimal: Literal[False] = ...
+    ) -> Job: ...
+    @overload
+    async def complete(
+        self, job_id: int, claim_token: str, result: Any = ..., *, minimal: Literal[True]
+    ) -> JobState: ...
+    async def complete(
+        self, job_id: int, claim_token: str, result: Any = None, *, minimal: bool = False
+    ) -> Job | JobState:
+        call = _calls.complete(job_id, claim_token, result)
+        if minimal:
+            return await self._send(_calls.minimal(call, _calls.state))
+        return await self._send(call)
 
     async def complete_many(self, items: Sequence[tuple[int, str, Any]]) -> list[CompleteOutcome]:
         return await self._send(_calls.complete_many(items))
 
+    @overload
     async def fail(
-        self, job_id: int, claim_token: str, error: str, *, retry_in_seconds: float | None = None, retry: bool = True
-    ) -> Job:
-        return await self._send(_calls.fail(job_id, claim_token, error, retry_in_seconds=retry_in_seconds, retry=retry))
+        self,
+        job_id: int,
+        claim_token: str,
+        error: str,
+        *,
+        retry_in_seconds: float | None = ...,
+        retry: bool = ...,
+        minimal: Literal[False] = ...,
+    ) -> Job: ...
+    @overload
+    async def fail(
+        self,
+        job_id: int,
+        claim_token: str,
+        error: str,
+        *,
+        retry_in_seconds: float | None = ...,
+        retry: bool = ...,
+        minimal: Literal[True],
+    ) -> JobState: ...
+    async def fail(
+        self,
+        job_id: int,
+        claim_token: str,
+        error: str,
+        *,
+        retry_in_seconds: float | None = None,
+        retry: bool = True,
+        minimal: bool = False,
+    ) -> Job | JobState:
+        call = _calls.fail(job_id, claim_token, error, retry_in_seconds=retry_in_seconds, retry=retry)
+        if minimal:
+            return await self._send(_calls.minimal(call, _calls.state))
+        return await self._send(call)
 
     async def release(self, job_id: int, claim_token: str, *, delay_seconds: float = 0) -> Job:
         return await self._send(_calls.release(job_id, claim_token, delay_seconds=delay_seconds))
@@ -511,6 +708,7 @@ class AsyncClient(_Base):
             timeout_seconds=timeout_seconds,
             unique=unique,
             debounce=debounce,
+            minimal=True,  # only its id is read
         )
         return await self.wait(job.id, timeout=timeout)
 

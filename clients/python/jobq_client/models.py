@@ -254,6 +254,44 @@ class CompleteOutcome:
 
 
 @dataclass(frozen=True)
+class JobState:
+    """A job's id and status after a write: what complete and fail return with `minimal=True` (the server's
+    `Prefer: return=minimal` answer)."""
+
+    id: int
+    status: JobStatus
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> JobState:
+        # A server without minimal answers sends the whole job: its id and status are read alike.
+        return cls(id=int(doc["id"]), status=cast(JobStatus, doc["status"]))
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """An enqueued job's id and status: what enqueue and enqueue_batch return with `minimal=True`.
+    `created` is False when the idempotency key already named the job (nothing was written); None when
+    the server did not say (one without minimal answers, in a batch)."""
+
+    id: int
+    status: JobStatus
+    created: bool | None
+    # created, existing (an idempotency or unique hit) or replaced (a debounced enqueue); None when the
+    # server did not say.
+    enqueued: EnqueueOutcome | None = None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], created: bool | None = None) -> Enqueued:
+        said = doc.get("created")
+        return cls(
+            id=int(doc["id"]),
+            status=cast(JobStatus, doc["status"]),
+            created=created if said is None else said,
+            enqueued=cast("EnqueueOutcome | None", doc.get("enqueued")),
+        )
+
+
+@dataclass(frozen=True)
 class Claimed:
     """A claim's answer: the jobs claimed, and the outcome of each complete the claim carried, in order."""
 

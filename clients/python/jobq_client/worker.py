@@ -583,7 +583,7 @@ class Worker:
                 return
             # No such route: a server older than the release call. Fail with an immediate retry instead.
             error = f"{SHUTDOWN}: handed back {when}"
-            await self._send(ctx, client.fail(ctx.id, ctx.claim.claim_token, error, retry_in_seconds=0))
+            await self._send(ctx, client.fail(ctx.id, ctx.claim.claim_token, error, retry_in_seconds=0, minimal=True))
         except JobqError as exc:
             _unrecorded(ctx, exc)
 
@@ -618,7 +618,7 @@ class Worker:
                         log.warning("job %s: not completed (%s) when handed in", ctx.id, handed_in.outcome)
                     return
                 try:
-                    await client.complete(ctx.id, token, result)
+                    await client.complete(ctx.id, token, result, minimal=True)
                     return
                 except (BadRequest, PayloadTooLarge, ValidationError) as refused:
                     # Another try with the same result gets the same answer: fail the attempt rather than
@@ -633,10 +633,10 @@ class Worker:
             await self._retry_later(client, ctx, exc)
         elif isinstance(exc, PermanentFailure):
             log.warning("job %s: failed for good: %s", ctx.id, exc)
-            await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), retry=False))
+            await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), retry=False, minimal=True))
         else:
             log.warning("job %s: attempt %d failed", ctx.id, ctx.attempts, exc_info=exc)
-            await self._send(ctx, client.fail(ctx.id, token, _error_text(exc)))
+            await self._send(ctx, client.fail(ctx.id, token, _error_text(exc), minimal=True))
 
     async def _retry_later(self, client: AsyncClient, ctx: JobContext, exc: RetryLater) -> None:
         """Fail the attempt with the handler's delay; a delay the server cannot take (negative, not a number,
@@ -647,13 +647,13 @@ class Worker:
             log.warning("job %s: retry_in=%r is not a number of seconds; using the backoff", ctx.id, retry_in)
             retry_in = None
         try:
-            await client.fail(ctx.id, token, error, retry_in_seconds=retry_in)
+            await client.fail(ctx.id, token, error, retry_in_seconds=retry_in, minimal=True)
         except (BadRequest, ValidationError) as refused:
             if retry_in is None:
                 _unrecorded(ctx, refused)
                 return
             log.warning("job %s: retry_in=%r refused (%s); using the backoff", ctx.id, retry_in, refused)
-            await self._send(ctx, client.fail(ctx.id, token, error))
+            await self._send(ctx, client.fail(ctx.id, token, error, minimal=True))
         except JobqError as other:
             _unrecorded(ctx, other)
 

@@ -31,6 +31,24 @@ export type JobDebounce = Schemas["JobDebounce"];
 export type EnqueueOutcome = "created" | "existing" | "replaced";
 /** A job as an enqueue answers it, with what the enqueue did (absent from a server older than this). */
 export type EnqueuedJob = Job & { enqueued?: EnqueueOutcome };
+/** A job's id and status after a complete or fail: their answer with `{ minimal: true }`. */
+export type JobState = Schemas["JobState"];
+/**
+ * An enqueued job's id and status: what enqueue and enqueueBatch answer with `{ minimal: true }`. `created`
+ * is false when the idempotency key already named the job (nothing was written); null when the server did
+ * not say (one without minimal answers, in a batch).
+ */
+export interface Enqueued {
+  id: number;
+  status: JobStatus;
+  created: boolean | null;
+  /** What the enqueue did (created, existing, replaced); absent when the server did not say. */
+  enqueued?: EnqueueOutcome;
+}
+/** `minimal: true` asks for ids and states only (`Prefer: return=minimal`): the server skips the whole job. */
+export interface MinimalOption {
+  minimal?: boolean;
+}
 /** A dependency: a job id; in a batch also an earlier item, by its `ref` or as `{ ref: index }`. */
 export type Dependency = number | string | Schemas["BatchRef"];
 
@@ -163,8 +181,9 @@ interface Call<T> {
   path: string;
   body?: unknown;
   safety: Safety;
-  parse: (doc: unknown, headers: Headers) => T;
+  parse: (doc: unknown, status: number, headers: Headers) => T;
   longPoll?: number; // seconds the server may hold the request before it answers
+  headers?: Record<string, string>; // sent besides the client's own
   signal?: AbortSignal | undefined; // the caller's: abort the call (no retry then)
 }
 
@@ -213,6 +232,21 @@ const asJob = (doc: unknown): Job => {
   object(doc, "id");
   return doc as Job;
 };
+
+// Ids and states only (RFC 7240). A server without minimal answers ignores the header and sends the whole
+// job, which these parsers read alike.
+const MINIMAL = { prefer: "return=minimal" };
+
+function asState(doc: unknown): JobState {
+  return { id: object(doc, "id") as number, status: object(doc, "status") as JobStatus };
+}
+
+function asEnqueued(doc: unknown, created: boolean | null): Enqueued {
+  const said = (doc as { created?: unknown; enqueued?: EnqueueOutcome }).created;
+  const enqueued = (doc as { enqueued?: EnqueueOutcome }).enqueued;
+  const state = { ...asState(doc), created: typeof said === "boolean" ? said : created };
+  return enqueued === undefined ? state : { ...state, enqueued };
+}
 
 function timestamp(value: Date | string): string {
   return value instanceof Date ? value.toISOString() : value;
@@ -280,33 +314,52 @@ export class Client {
 
   // -- producers ------------------------------------------------------------------------------------------
 
-  /** Add a job. Retried on any transient failure with an idempotency key; without one only when it cannot have arrived. */
-  enqueue(queue: string, payload: unknown, options: Omit<NewJob, "payload"> = {}): Promise<EnqueuedJob> {
-    const body = jobBody({ ...options, payload });
+  /**
+   * Add a job. Retried on any transient failure with an idempotency key; without one only when it cannot have
+   * arrived. With `minimal: true` the answer is the job's id and status only (Enqueued).
+   */
+  enqueue(queue: string, payload: unknown, options?: Omit<NewJob, "payload"> & { minimal?: false }): Promise<EnqueuedJob>;
+  enqueue(queue: string, payload: unknown, options: Omit<NewJob, "payload"> & { minimal: true }): Promise<Enqueued>;
+  enqueue(queue: string, payload: unknown, options?: Omit<NewJob, "payload"> & MinimalOption): Promise<EnqueuedJob | Enqueued>;
+  enqueue(queue: string, payload: unknown, options: Omit<NewJob, "payload"> & MinimalOption = {}): Promise<EnqueuedJob | Enqueued> {
+    const { minimal, ...job } = options;
+    const body = jobBody({ ...job, payload });
     const safety = body.idempotency_key !== undefined ? Safety.Repeatable : Safety.UnsentOnly;
-    const parse = (doc: unknown, headers: Headers): EnqueuedJob => {
+    const call = { operation: "enqueueJob", method: "POST" as const, path: `${queuePath(queue)}/jobs`, body, safety };
+    if (minimal) return this.send({ ...call, parse: (doc, status) => asEnqueued(doc, status === 201), headers: MINIMAL });
+    const parse = (doc: unknown, _status: number, headers: Headers): EnqueuedJob => {
       const enqueued = headers.get("jobq-enqueued");
       return enqueued === null ? asJob(doc) : { ...asJob(doc), enqueued: enqueued as EnqueueOutcome };
     };
-    return this.send({ operation: "enqueueJob", method: "POST", path: `${queuePath(queue)}/jobs`, body, safety, parse });
+    return this.send({ ...call, parse });
   }
 
-  /** Add several jobs, all or nothing, in order. Retried like enqueue when every job has a key. */
-  enqueueBatch(queue: string, jobs: NewJob[]): Promise<EnqueuedJob[]> {
+  /**
+   * Add several jobs, all or nothing, in order. Retried like enqueue when every job has a key. With
+   * `minimal: true`, each job's id and status only (Enqueued), in order.
+   */
+  enqueueBatch(queue: string, jobs: NewJob[], options?: { minimal?: false }): Promise<EnqueuedJob[]>;
+  enqueueBatch(queue: string, jobs: NewJob[], options: { minimal: true }): Promise<Enqueued[]>;
+  enqueueBatch(queue: string, jobs: NewJob[], options?: MinimalOption): Promise<EnqueuedJob[] | Enqueued[]>;
+  enqueueBatch(queue: string, jobs: NewJob[], options: MinimalOption = {}): Promise<EnqueuedJob[] | Enqueued[]> {
     const docs = jobs.map(jobBody);
     const keyed = docs.length > 0 && docs.every((d) => d.idempotency_key !== undefined);
-    return this.send({
+    const call = {
       operation: "enqueueJobs",
-      method: "POST",
+      method: "POST" as const,
       path: `${queuePath(queue)}/jobs/batch`,
       body: { jobs: docs },
       safety: keyed ? Safety.Repeatable : Safety.UnsentOnly,
-      parse: (doc): EnqueuedJob[] => {
-        const jobs = list<Job>(doc, "jobs");
-        const outcomes = (doc as { enqueued?: EnqueueOutcome[] }).enqueued;
-        return outcomes === undefined ? jobs : jobs.map((job, i) => ({ ...job, enqueued: outcomes[i] as EnqueueOutcome }));
-      },
-    });
+    };
+    if (options.minimal) {
+      return this.send({ ...call, parse: (doc) => list<unknown>(doc, "jobs").map((j) => asEnqueued(j, null)), headers: MINIMAL });
+    }
+    const parse = (doc: unknown): EnqueuedJob[] => {
+      const jobs = list<Job>(doc, "jobs");
+      const outcomes = (doc as { enqueued?: EnqueueOutcome[] }).enqueued;
+      return outcomes === undefined ? jobs : jobs.map((job, i) => ({ ...job, enqueued: outcomes[i] as EnqueueOutcome }));
+    };
+    return this.send({ ...call, parse });
   }
 
   // -- workers ----------------------------------------------------------------------------------------------
@@ -364,10 +417,18 @@ export class Client {
     });
   }
 
-  /** Complete a claimed job with `result` (default null). A repeat with the same token answers the job again. */
-  complete(id: number, claimToken: string, result: unknown = null): Promise<Job> {
+  /**
+   * Complete a claimed job with `result` (default null). A repeat with the same token answers the job again.
+   * With `minimal: true` the answer is its id and status only (JobState).
+   */
+  complete(id: number, claimToken: string, result?: unknown, options?: { minimal?: false }): Promise<Job>;
+  complete(id: number, claimToken: string, result: unknown, options: { minimal: true }): Promise<JobState>;
+  complete(id: number, claimToken: string, result?: unknown, options?: MinimalOption): Promise<Job | JobState>;
+  complete(id: number, claimToken: string, result: unknown = null, options: MinimalOption = {}): Promise<Job | JobState> {
     const body: Schemas["CompleteRequest"] = { claim_token: claimToken, result };
-    return this.send({ operation: "completeJob", method: "POST", path: `${jobPath(id)}/complete`, body, safety: Safety.Repeatable, parse: asJob });
+    const call = { operation: "completeJob", method: "POST" as const, path: `${jobPath(id)}/complete`, body, safety: Safety.Repeatable };
+    if (options.minimal) return this.send({ ...call, parse: asState, headers: MINIMAL });
+    return this.send({ ...call, parse: asJob });
   }
 
   /** Complete several jobs in one request; each gets its own outcome, in order. */
@@ -385,13 +446,19 @@ export class Client {
 
   /**
    * Record a failed attempt: retried later (after `retryInSeconds`, else the server's backoff) while
-   * attempts remain, or failed for good now with `retry: false`.
+   * attempts remain, or failed for good now with `retry: false`. With `minimal: true` the answer is the
+   * job's id and status only (JobState): `pending` (to be retried) or `failed`.
    */
-  fail(id: number, claimToken: string, error: string, options: { retryInSeconds?: number | undefined; retry?: boolean } = {}): Promise<Job> {
+  fail(id: number, claimToken: string, error: string, options?: FailOptions & { minimal?: false }): Promise<Job>;
+  fail(id: number, claimToken: string, error: string, options: FailOptions & { minimal: true }): Promise<JobState>;
+  fail(id: number, claimToken: string, error: string, options?: FailOptions & MinimalOption): Promise<Job | JobState>;
+  fail(id: number, claimToken: string, error: string, options: FailOptions & MinimalOption = {}): Promise<Job | JobState> {
     const body: Schemas["FailRequest"] = { claim_token: claimToken, error };
     if (options.retryInSeconds !== undefined) body.retry_in_seconds = options.retryInSeconds;
     if (options.retry === false) body.retry = false;
-    return this.send({ operation: "failJob", method: "POST", path: `${jobPath(id)}/fail`, body, safety: Safety.Repeatable, parse: asJob });
+    const call = { operation: "failJob", method: "POST" as const, path: `${jobPath(id)}/fail`, body, safety: Safety.Repeatable };
+    if (options.minimal) return this.send({ ...call, parse: asState, headers: MINIMAL });
+    return this.send({ ...call, parse: asJob });
   }
 
   /**
@@ -441,7 +508,7 @@ export class Client {
    */
   async enqueueAndWait(queue: string, payload: unknown, options: Omit<NewJob, "payload"> & WaitOptions = {}): Promise<Job> {
     const { timeoutSeconds, signal, ...job } = options;
-    const enqueued = await this.enqueue(queue, payload, job);
+    const enqueued = await this.enqueue(queue, payload, { ...job, minimal: true }); // only its id is read
     return this.wait(enqueued.id, { timeoutSeconds, signal });
   }
 
@@ -464,10 +531,12 @@ export class Client {
   private async send<T>(call: Call<T>): Promise<T> {
     // Strict JSON, as the server wants it: a lone surrogate or a number JSON cannot hold is refused here.
     const body = call.body === undefined ? undefined : encode(call.body);
-    const headers = body === undefined ? this.headers : { ...this.headers, "content-type": "application/json" };
+    const headers = { ...this.headers, ...(body === undefined ? {} : { "content-type": "application/json" }), ...call.headers };
     for (let attempt = 1; ; attempt++) {
       call.signal?.throwIfAborted();
-      const timeout = AbortSignal.timeout((this.timeoutSeconds + (call.longPoll ?? 0)) * 1000);
+      // AbortSignal.timeout takes whole milliseconds only (a RangeError otherwise), and a long-poll's
+      // remaining wait is fractional.
+      const timeout = AbortSignal.timeout(Math.ceil((this.timeoutSeconds + (call.longPoll ?? 0)) * 1000));
       let response: Response;
       let text: string;
       try {
@@ -499,7 +568,7 @@ export class Client {
   private answer<T>(call: Call<T>, response: Response, text: string): { value: T } | JobqError {
     if (!response.ok) return errorFromAnswer(response.status, response.statusText, response.headers, text);
     try {
-      return { value: call.parse(JSON.parse(text), response.headers) };
+      return { value: call.parse(JSON.parse(text), response.status, response.headers) };
     } catch (error) {
       // A 2xx that is not jobq's answer: a proxy's page, or a server that speaks another contract.
       return new JobqError(`${call.operation}: unexpected answer (${String(error)}): ${text.slice(0, 200)}`, {
@@ -522,6 +591,13 @@ export class Client {
     this.onRetry?.(call.operation, attempt, why, delay);
     await sleep(delay, call.signal);
   }
+}
+
+export interface FailOptions {
+  /** Retry after this many seconds (default: the server's backoff). */
+  retryInSeconds?: number | undefined;
+  /** false: failed for good now, whatever attempts remain. */
+  retry?: boolean;
 }
 
 export interface ClaimOptions {

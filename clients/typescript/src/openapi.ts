@@ -1482,6 +1482,44 @@ export interface components {
             unique?: components["schemas"]["UniqueOptions"];
         };
         /**
+         * EnqueuedJob
+         * @description An enqueue's answer (one item of a batch enqueue's) with `Prefer: return=minimal`.
+         * @example {
+         *       "created": true,
+         *       "enqueued": "created",
+         *       "id": 42,
+         *       "status": "pending"
+         *     }
+         * @example {
+         *       "created": false,
+         *       "enqueued": "existing",
+         *       "id": 42,
+         *       "status": "pending"
+         *     }
+         * @example {
+         *       "created": false,
+         *       "enqueued": "replaced",
+         *       "id": 42,
+         *       "status": "pending"
+         *     }
+         */
+        EnqueuedJob: {
+            /**
+             * Created
+             * @description false: the idempotency key or unique key already named this job, or a debounced enqueue replaced the pending job of its key (a single enqueue then answers 200, not 201).
+             */
+            created: boolean;
+            /**
+             * Enqueued
+             * @description `created` when this call made the job, `existing` when its idempotency key or unique key already named it (kept as it was), `replaced` when a debounced enqueue replaced the pending job of its key.
+             * @enum {string}
+             */
+            enqueued: "created" | "existing" | "replaced";
+            /** Id */
+            id: number;
+            status: components["schemas"]["Status"];
+        };
+        /**
          * EnqueuedJobs
          * @example {
          *       "enqueued": [
@@ -2475,6 +2513,23 @@ export interface components {
             next_cursor: string | null;
         };
         /**
+         * JobState
+         * @description A complete's or fail's answer with `Prefer: return=minimal`: the job's id and its status after the call.
+         * @example {
+         *       "id": 42,
+         *       "status": "completed"
+         *     }
+         * @example {
+         *       "id": 42,
+         *       "status": "pending"
+         *     }
+         */
+        JobState: {
+            /** Id */
+            id: number;
+            status: components["schemas"]["Status"];
+        };
+        /**
          * JobUnique
          * @description A unique job's key and window, as enqueued (docs/producers.md).
          */
@@ -2507,6 +2562,30 @@ export interface components {
         };
         /** @description Any JSON value (null, boolean, number, string, array or object), except that strings and object keys cannot contain NUL (\u0000), which PostgreSQL cannot store, and numbers must be finite. Nested at most 32 levels (JOBQ_MAX_JSON_DEPTH); at most 1048576 bytes of JSON as a payload (JOBQ_MAX_PAYLOAD_BYTES), 1048576 as a result (JOBQ_MAX_RESULT_BYTES) and 4096 as a heartbeat's progress (JOBQ_MAX_PROGRESS_BYTES). Anything else is refused with 422. */
         JsonValue: unknown;
+        /**
+         * MinimalEnqueuedJobs
+         * @description A batch enqueue's answer with `Prefer: return=minimal`: one item per job, in request order.
+         * @example {
+         *       "jobs": [
+         *         {
+         *           "created": true,
+         *           "enqueued": "created",
+         *           "id": 42,
+         *           "status": "pending"
+         *         },
+         *         {
+         *           "created": true,
+         *           "enqueued": "created",
+         *           "id": 43,
+         *           "status": "pending"
+         *         }
+         *       ]
+         *     }
+         */
+        MinimalEnqueuedJobs: {
+            /** Jobs */
+            jobs: components["schemas"]["EnqueuedJob"][];
+        };
         /**
          * OrderedReason
          * @description The queue is `ordered` and it is not this job's turn: the job `behind` comes first in its group.
@@ -5207,7 +5286,13 @@ export interface operations {
     completeJob: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `return=minimal` (RFC 7240): answer ids and states only (`JobState`), with `Preference-Applied: return=minimal`; status codes are the same. `return=representation`, or no Prefer: the full answer. Other preferences and values are ignored.
+                 * @example return=minimal
+                 */
+                Prefer?: string;
+            };
             path: {
                 /** @description Job id. */
                 job_id: number;
@@ -5231,6 +5316,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description `return=minimal` when the answer is the minimal one (`JobState`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -5485,7 +5572,13 @@ export interface operations {
     failJob: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `return=minimal` (RFC 7240): answer ids and states only (`JobState`), with `Preference-Applied: return=minimal`; status codes are the same. `return=representation`, or no Prefer: the full answer. Other preferences and values are ignored.
+                 * @example return=minimal
+                 */
+                Prefer?: string;
+            };
             path: {
                 /** @description Job id. */
                 job_id: number;
@@ -5508,6 +5601,8 @@ export interface operations {
             /** @description Successful Response */
             200: {
                 headers: {
+                    /** @description `return=minimal` when the answer is the minimal one (`JobState`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6764,7 +6859,13 @@ export interface operations {
     enqueueJob: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `return=minimal` (RFC 7240): answer ids and states only (`EnqueuedJob`), with `Preference-Applied: return=minimal`; status codes are the same. `return=representation`, or no Prefer: the full answer. Other preferences and values are ignored.
+                 * @example return=minimal
+                 */
+                Prefer?: string;
+            };
             path: {
                 /** @description `[A-Za-z0-9_.:-]{1,128}` */
                 queue: string;
@@ -6792,6 +6893,8 @@ export interface operations {
                 headers: {
                     /** @description `created`: this call made the job; `existing`: its idempotency key or unique key already named this job, and nothing was made (the job is kept as it was); `replaced`: a debounced enqueue replaced the pending job of its key (payload, priority, run time). */
                     "Jobq-Enqueued"?: "created" | "existing" | "replaced";
+                    /** @description `return=minimal` when the answer is the minimal one (`EnqueuedJob`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6837,6 +6940,8 @@ export interface operations {
                 headers: {
                     /** @description `created`: this call made the job; `existing`: its idempotency key or unique key already named this job, and nothing was made (the job is kept as it was); `replaced`: a debounced enqueue replaced the pending job of its key (payload, priority, run time). */
                     "Jobq-Enqueued"?: "created" | "existing" | "replaced";
+                    /** @description `return=minimal` when the answer is the minimal one (`EnqueuedJob`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -6971,7 +7076,13 @@ export interface operations {
     enqueueJobs: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /**
+                 * @description `return=minimal` (RFC 7240): answer ids and states only (`MinimalEnqueuedJobs`), with `Preference-Applied: return=minimal`; status codes are the same. `return=representation`, or no Prefer: the full answer. Other preferences and values are ignored.
+                 * @example return=minimal
+                 */
+                Prefer?: string;
+            };
             path: {
                 /** @description `[A-Za-z0-9_.:-]{1,128}` */
                 queue: string;
@@ -7004,6 +7115,8 @@ export interface operations {
             /** @description Successful Response */
             201: {
                 headers: {
+                    /** @description `return=minimal` when the answer is the minimal one (`MinimalEnqueuedJobs`); absent otherwise. */
+                    "Preference-Applied"?: string;
                     [name: string]: unknown;
                 };
                 content: {

@@ -604,7 +604,7 @@ export class Worker {
     } catch (error) {
       if (error instanceof NotFound && !(error instanceof JobNotFound)) {
         // No such route: a server older than the release call. Fail with an immediate retry instead.
-        await this.send(ctx, () => client.fail(ctx.id, ctx.claim.claim_token, `${SHUTDOWN}: handed back ${when}`, { retryInSeconds: 0 }));
+        await this.send(ctx, () => client.fail(ctx.id, ctx.claim.claim_token, `${SHUTDOWN}: handed back ${when}`, { retryInSeconds: 0, minimal: true }));
       } else {
         this.unrecorded(ctx, error);
       }
@@ -636,10 +636,10 @@ export class Worker {
       await this.retryLater(client, ctx, error);
     } else if (error instanceof PermanentFailure) {
       this.log.warn(`job ${ctx.id}: failed for good: ${error.message}`);
-      await this.send(ctx, () => client.fail(ctx.id, token, errorText(error), { retry: false }));
+      await this.send(ctx, () => client.fail(ctx.id, token, errorText(error), { retry: false, minimal: true }));
     } else {
       this.log.warn(`job ${ctx.id}: attempt ${ctx.attempts} failed: ${errorText(error)}`);
-      await this.send(ctx, () => client.fail(ctx.id, token, errorText(error)));
+      await this.send(ctx, () => client.fail(ctx.id, token, errorText(error), { minimal: true }));
     }
   }
 
@@ -664,7 +664,7 @@ export class Worker {
       // The claim did not say (it failed, or never went out): complete it by itself.
     }
     try {
-      await client.complete(ctx.id, completion.claimToken, result);
+      await client.complete(ctx.id, completion.claimToken, result, { minimal: true });
     } catch (error) {
       if (error instanceof BadRequest || error instanceof PayloadTooLarge || error instanceof ValidationError) return error;
       this.unrecorded(ctx, error);
@@ -685,11 +685,11 @@ export class Worker {
       retryIn = undefined;
     }
     try {
-      await client.fail(ctx.id, token, text, { retryInSeconds: retryIn });
+      await client.fail(ctx.id, token, text, { retryInSeconds: retryIn, minimal: true });
     } catch (refused) {
       if ((refused instanceof BadRequest || refused instanceof ValidationError) && retryIn !== undefined) {
         this.log.warn(`job ${ctx.id}: retryIn=${retryIn} refused (${describe(refused)}); using the backoff`);
-        await this.send(ctx, () => client.fail(ctx.id, token, text));
+        await this.send(ctx, () => client.fail(ctx.id, token, text, { minimal: true }));
       } else {
         this.unrecorded(ctx, refused);
       }

@@ -99,6 +99,37 @@ describe("Client against jobq", () => {
     assert.equal((await jobq.stats(q)).counts.completed, 2);
   });
 
+  test("minimal: true asks for ids and states (Prefer: return=minimal); the default answer is the job", async () => {
+    const seen = [];
+    const fetchSpy = async (url, init = {}) => {
+      const response = await fetch(url, init);
+      seen.push([new globalThis.URL(url).pathname, init.headers?.prefer, response.headers.get("preference-applied")]);
+      return response;
+    };
+    const client = new Client(URL, { fetch: fetchSpy, retry: QUICK });
+    const q = queueName("minimal");
+    const first = await client.enqueue(q, { big: "x".repeat(100) }, { idempotencyKey: "k", minimal: true });
+    assert.deepEqual(first, { id: first.id, status: "pending", created: true, enqueued: "created" });
+    assert.deepEqual(await client.enqueue(q, 2, { idempotencyKey: "k", minimal: true }), {
+      id: first.id,
+      status: "pending",
+      created: false,
+      enqueued: "existing",
+    });
+    const batch = await client.enqueueBatch(q, [{ payload: 1 }, { payload: 2, idempotencyKey: "k" }], { minimal: true });
+    assert.deepEqual(batch.map((j) => [j.status, j.created, j.enqueued]), [["pending", true, "created"], ["pending", false, "existing"]]);
+    assert.equal(batch[1].id, first.id);
+    const [a, b] = await client.claim(q, "ts-test", { limit: 2 });
+    assert.deepEqual(await client.complete(a.id, a.claim_token, { r: 1 }, { minimal: true }), { id: a.id, status: "completed" });
+    assert.deepEqual((await client.getJob(a.id)).result, { r: 1 });
+    assert.deepEqual(await client.fail(b.id, b.claim_token, "e", { retry: false, minimal: true }), { id: b.id, status: "failed" });
+    assert.equal((await client.enqueue(q, 3)).payload, 3);
+    const minimal = seen.filter(([, prefer]) => prefer !== undefined);
+    assert.equal(minimal.length, 5);
+    assert.ok(minimal.every(([, prefer, applied]) => prefer === "return=minimal" && applied === "return=minimal"));
+    assert.deepEqual(seen.at(-1), [`/queues/${q}/jobs`, undefined, null]);
+  });
+
   test("dependencies: a job waits for its parents; a batch names earlier items by ref", async () => {
     const q = queueName("deps");
     const parent = await jobq.enqueue(q, "parent");
@@ -330,6 +361,33 @@ describe("Worker against jobq", () => {
     const d = await jobq.getJob(doomed.id);
     assert.equal(d.attempts, 2);
     assert.equal(d.last_error, "Error: always");
+  });
+
+  test("the worker completes and fails with minimal answers (it never reads the job they return)", async () => {
+    const writes = [];
+    const fetchSpy = async (url, init = {}) => {
+      const response = await fetch(url, init);
+      if (/\/(complete|fail)$/.test(new globalThis.URL(url).pathname)) {
+        writes.push([init.headers?.prefer, response.headers.get("preference-applied")]);
+      }
+      return response;
+    };
+    const client = new Client(URL, { fetch: fetchSpy, retry: QUICK });
+    const q = queueName("minimal-worker");
+    const [ok, bad] = await jobq.enqueueBatch(q, [{ payload: "ok" }, { payload: "bad", maxAttempts: 1 }]);
+    const worker = new Worker(client, { concurrency: 2, waitSeconds: 0.2, logger: quiet });
+    worker.register(q, (job) => {
+      if (job.payload === "bad") throw new PermanentFailure("no");
+      return "done";
+    });
+    const stop = running(worker);
+    await until(async () => {
+      const states = await Promise.all([ok, bad].map((j) => jobq.getJob(j.id)));
+      return states[0].status === "completed" && states[1].status === "failed";
+    }, "both jobs finished");
+    await stop();
+    assert.ok(writes.length > 0);
+    assert.ok(writes.every(([prefer, applied]) => prefer === "return=minimal" && applied === "return=minimal"), JSON.stringify(writes));
   });
 
   test("heartbeats keep a job that outlives its lease", async () => {
