@@ -112,6 +112,34 @@ def test_a_window_is_aligned_and_a_later_window_makes_a_new_job(server: LiveServ
     assert server.job(job["id"])["status"] == "pending"
 
 
+def test_windows_of_different_lengths_that_start_together_are_different_keys(
+    server: LiveServer, db: psycopg.Connection
+) -> None:
+    # Aligned windows of different lengths share starts (12:00:00 starts a 60 s and a 3600 s window). Rather
+    # than wait for such an instant, the hourly job's window is moved to the start of the current minute; the
+    # minute may turn before the next enqueue (bounded retry, the answer's window_start says).
+    for attempt in range(5):
+        key = f"shared-start-{attempt}"
+        hourly = server.enqueue(payload=1, unique={"key": key, "for_seconds": 3600})
+        row = db.execute(
+            "UPDATE jobs SET unique_from = to_timestamp(floor(extract(epoch FROM now()) / 60) * 60)"
+            " WHERE id = %s RETURNING unique_from",
+            (hourly["id"],),
+        ).fetchone()
+        assert row is not None
+        minutely = post(server, {"payload": 2, "unique": {"key": key, "for_seconds": 60}})
+        if datetime.fromisoformat(minutely.json()["unique"]["window_start"]) != row[0]:
+            continue  # the minute turned in between
+        assert minutely.status_code == 201, minutely.json()
+        assert minutely.json()["id"] != hourly["id"] and minutely.json()["unique"]["for_seconds"] == 60
+        again = post(server, {"payload": 3, "unique": {"key": key, "for_seconds": 60}})
+        if datetime.fromisoformat(again.json()["unique"]["window_start"]) != row[0]:
+            continue
+        assert again.status_code == 200 and again.json()["id"] == minutely.json()["id"]
+        return
+    pytest.fail("the minute kept turning")
+
+
 def test_a_job_deleted_by_retention_frees_its_key(server: LiveServer, db: psycopg.Connection) -> None:
     job = server.enqueue(payload=1, unique={"key": "k"})
     finish(server, "complete")

@@ -338,6 +338,7 @@ FROM {_UNIQUE_INPUT}
 CROSS JOIN LATERAL (
   SELECT {JOB_COLUMNS} FROM jobs j
   WHERE j.queue_name = t.queue_name AND j.unique_key = {_UNIQUE_KEY} AND j.unique_from = {_UNIQUE_FROM}
+    AND coalesce(j.unique_for_seconds, 0) = coalesce(t.unique_for, 0)
     AND j.unique_key IS NOT NULL AND j.status = ANY(j.unique_states)
   OFFSET 0
 ) j
