@@ -206,9 +206,10 @@ WITH RECURSIVE cfg AS (
   LIMIT (SELECT n FROM room)
 ), locked AS (
   -- Picked jobs, locked; one an admin action holds right now is left out (SKIP LOCKED), and one that is
-  -- no longer pending when its lock is granted is dropped (READ COMMITTED re-checks the locked row).
+  -- no longer pending, or no longer due, when its lock is granted is dropped (READ COMMITTED re-checks the
+  -- locked row): a debounce that committed after this statement's snapshot moved its run time later.
   SELECT j.id FROM jobs j
-  WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = (SELECT 'pending'::text)
+  WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = (SELECT 'pending'::text) AND j.run_at <= clock_timestamp()
   FOR UPDATE SKIP LOCKED
 ), chosen AS (
   SELECT p.id, row_number() OVER (ORDER BY p.ord) AS rn FROM picked p WHERE p.id IN (SELECT id FROM locked)
