@@ -189,6 +189,20 @@ def test_concurrent_batches_with_the_same_keys_make_each_job_once(server: LiveSe
     assert count_jobs(db) == 10
 
 
+def test_a_batch_that_fails_after_its_insert_leaves_nothing(
+    server: LiveServer, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch with a new key and a held one: the insert makes the first job, the lookup of the held key
+    # follows. When the lookup fails, the insert is undone with it (one transaction), not left half-made.
+    held = server.enqueue(payload=0, unique={"key": "held"})
+    monkeypatch.setattr("app.db.jobs.JOB_GET_BY_UNIQUE", "SELECT 1 / 0")
+    body = {"jobs": [{"payload": 1, "unique": {"key": "new"}}, {"payload": 2, "unique": {"key": "held"}}]}
+    r = server.client.post("/queues/q/jobs/batch", json=body)
+    assert r.status_code == 422, r.text  # the database refused it (a data error)
+    rows = db.execute("SELECT id FROM jobs").fetchall()
+    assert rows == [(held["id"],)]
+
+
 def test_a_batch_names_one_job_per_key(server: LiveServer, db: psycopg.Connection) -> None:
     body = {
         "jobs": [

@@ -374,8 +374,9 @@ class JobService:
 
     async def _insert_unique(self, jobs: list[NewJob]) -> list[Inserted]:
         """Jobs of which some are unique: a statement of their own (the shared insert stays as it is for the
-        others), one per request; a held key answers with the job that holds it."""
-        async with self.db.connection() as conn:
+        others), one per request; a held key answers with the job that holds it. One transaction: the insert
+        and the lookups that may follow it are several statements, and a failure leaves nothing made."""
+        async with self.db.connection() as conn, conn.transaction():
             rows = await store.jobs_insert_unique(conn, jobs)
         self.effects.apply(inserted_moves(jobs, rows))
         return rows
