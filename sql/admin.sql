@@ -11,15 +11,31 @@ ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = no
 RETURNING paused
 
 -- name: REDRIVE_BATCH --
-WITH target AS (
+WITH selected AS (
   -- Failed jobs of one queue, oldest first, a batch at a time; SKIP LOCKED lets a concurrent redrive
-  -- or retry proceed without waiting.
-  SELECT id, queue_name AS queue, status FROM jobs
-  WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
-    AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
-  ORDER BY finished_at, id
+  -- or retry proceed without waiting. A job whose unique key another job holds is not selected.
+  SELECT j.id, j.queue_name AS queue, j.status, j.unique_key, j.unique_from, j.unique_for_seconds,
+         j.finished_at
+  FROM jobs j
+  WHERE j.queue_name = %(queue)s AND j.status = 'failed' AND j.finished_at IS NOT NULL
+    AND (%(contains)s::text IS NULL OR strpos(j.last_error, %(contains)s) > 0)
+    AND (j.unique_key IS NULL OR NOT EXISTS (
+      SELECT FROM jobs h
+      WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
+        AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
+        AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))
+  ORDER BY j.finished_at, j.id
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
+), target AS (
+  -- Of selected jobs sharing a unique key, the oldest only: the others stay failed (the next batch finds
+  -- their key held by it, and selects them no more).
+  SELECT id, queue, status FROM (
+    SELECT s.*, row_number() OVER (PARTITION BY s.unique_key, s.unique_from, coalesce(s.unique_for_seconds, 0)
+                                   ORDER BY s.finished_at, s.id) AS nth
+    FROM selected s
+  ) x
+  WHERE x.unique_key IS NULL OR x.nth = 1
 ), redriven AS (
   UPDATE jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
@@ -34,9 +50,19 @@ WITH target AS (
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
 )
-SELECT count(*) FROM redriven
+SELECT (SELECT count(*) FROM redriven) AS moved, (SELECT count(*) FROM selected) AS selected
 
 -- name: REDRIVE_COUNT --
-SELECT count(*) FROM jobs
-WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
-  AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
+-- What a redrive would move: jobs whose unique key is held are left out, and of failed jobs sharing a key
+-- one only.
+SELECT count(*) FILTER (WHERE j.unique_key IS NULL)
+       + count(DISTINCT (j.unique_key, j.unique_from, coalesce(j.unique_for_seconds, 0)))
+           FILTER (WHERE j.unique_key IS NOT NULL)
+FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = 'failed' AND j.finished_at IS NOT NULL
+  AND (%(contains)s::text IS NULL OR strpos(j.last_error, %(contains)s) > 0)
+  AND (j.unique_key IS NULL OR NOT EXISTS (
+      SELECT FROM jobs h
+      WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
+        AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
+        AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))

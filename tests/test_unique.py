@@ -270,11 +270,35 @@ def test_a_batch_with_depends_on_and_unique_is_refused(server: LiveServer, db: p
     assert count_jobs(db) == 0
 
 
-def test_a_bulk_retry_or_redrive_that_meets_a_holder_is_refused(server: LiveServer) -> None:
+def test_a_bulk_retry_that_meets_a_holder_is_refused(server: LiveServer) -> None:
     first = server.enqueue(payload=1, unique={"key": "k"})
     finish(server, "fail")
     server.enqueue(payload=2, unique={"key": "k"})
     bulk = server.client.post("/jobs/bulk", json={"action": "retry", "ids": [first["id"]]})
     problem(bulk, 409, "invalid-state")
-    problem(server.client.post("/queues/q/redrive", json={}), 409, "invalid-state")
     assert server.job(first["id"])["status"] == "failed"
+
+
+def test_a_redrive_skips_failed_jobs_whose_key_is_held_or_shared(server: LiveServer) -> None:
+    # Oldest first: a failed job whose key another job holds now, two failed jobs sharing a key, then a
+    # plain failed job. The redrive moves one of the pair and the plain job; the others stay failed.
+    held = server.enqueue(payload=1, unique={"key": "held"})
+    finish(server, "fail")
+    server.enqueue(payload=2, unique={"key": "held"})  # the holder, pending
+    server.claim_one()  # ... now running (claims take the oldest: the holder)
+    pair = [server.enqueue(payload=3, unique={"key": "pair"})]
+    finish(server, "fail")
+    pair.append(server.enqueue(payload=4, unique={"key": "pair"}))
+    finish(server, "fail")
+    plain = server.enqueue(payload=5)
+    finish(server, "fail")
+    dry = server.client.post("/queues/q/redrive", json={"dry_run": True})
+    assert dry.status_code == 200 and dry.json()["jobs"] == 2, dry.text
+    r = server.client.post("/queues/q/redrive", json={})
+    assert r.status_code == 200 and r.json()["jobs"] == 2, r.text
+    assert server.job(held["id"])["status"] == "failed"
+    assert [server.job(j["id"])["status"] for j in pair] == ["pending", "failed"]
+    assert server.job(plain["id"])["status"] == "pending"
+    # Nothing left to move: the rest are held.
+    again = server.client.post("/queues/q/redrive", json={})
+    assert again.status_code == 200 and again.json()["jobs"] == 0, again.text

@@ -186,22 +186,48 @@ async def _admin_write_many(
     return out
 
 
-REDRIVE_COUNT = """
-SELECT count(*) FROM jobs
-WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
-  AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
+# A failed unique job whose key another job holds now (jobs_unique_idx: the same queue, key, window start and
+# length, in one of its own states) is left out of a redrive: it stays failed, and the others move.
+_KEY_FREE = """(j.unique_key IS NULL OR NOT EXISTS (
+      SELECT FROM jobs h
+      WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
+        AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
+        AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))"""
+
+REDRIVE_COUNT = f"""
+-- What a redrive would move: jobs whose unique key is held are left out, and of failed jobs sharing a key
+-- one only.
+SELECT count(*) FILTER (WHERE j.unique_key IS NULL)
+       + count(DISTINCT (j.unique_key, j.unique_from, coalesce(j.unique_for_seconds, 0)))
+           FILTER (WHERE j.unique_key IS NOT NULL)
+FROM jobs j
+WHERE j.queue_name = %(queue)s AND j.status = 'failed' AND j.finished_at IS NOT NULL
+  AND (%(contains)s::text IS NULL OR strpos(j.last_error, %(contains)s) > 0)
+  AND {_KEY_FREE}
 """
 
 REDRIVE_BATCH = f"""
-WITH target AS (
+WITH selected AS (
   -- Failed jobs of one queue, oldest first, a batch at a time; SKIP LOCKED lets a concurrent redrive
-  -- or retry proceed without waiting.
-  SELECT id, queue_name AS queue, status FROM jobs
-  WHERE queue_name = %(queue)s AND status = 'failed' AND finished_at IS NOT NULL
-    AND (%(contains)s::text IS NULL OR strpos(last_error, %(contains)s) > 0)
-  ORDER BY finished_at, id
+  -- or retry proceed without waiting. A job whose unique key another job holds is not selected.
+  SELECT j.id, j.queue_name AS queue, j.status, j.unique_key, j.unique_from, j.unique_for_seconds,
+         j.finished_at
+  FROM jobs j
+  WHERE j.queue_name = %(queue)s AND j.status = 'failed' AND j.finished_at IS NOT NULL
+    AND (%(contains)s::text IS NULL OR strpos(j.last_error, %(contains)s) > 0)
+    AND {_KEY_FREE}
+  ORDER BY j.finished_at, j.id
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
+), target AS (
+  -- Of selected jobs sharing a unique key, the oldest only: the others stay failed (the next batch finds
+  -- their key held by it, and selects them no more).
+  SELECT id, queue, status FROM (
+    SELECT s.*, row_number() OVER (PARTITION BY s.unique_key, s.unique_from, coalesce(s.unique_for_seconds, 0)
+                                   ORDER BY s.finished_at, s.id) AS nth
+    FROM selected s
+  ) x
+  WHERE x.unique_key IS NULL OR x.nth = 1
 ), redriven AS (
   UPDATE jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
@@ -210,7 +236,7 @@ WITH target AS (
   RETURNING j.id
 ), counted AS ({count_finished("target", "status", "-1")}
 )
-SELECT count(*) FROM redriven
+SELECT (SELECT count(*) FROM redriven) AS moved, (SELECT count(*) FROM selected) AS selected
 """
 
 
@@ -231,9 +257,9 @@ async def jobs_redrive(
         with unique_key_held():  # the batches before it stay redriven
             cur = await conn.execute(REDRIVE_BATCH, {**params, "batch": size})
         row = await cur.fetchone()
-        n = int(row[0]) if row else 0
+        n, selected = (int(row[0]), int(row[1])) if row else (0, 0)
         moved += n
-        if n < size:
+        if selected < size:  # rows selected, not moved: a batch may leave some (a shared key) and go on
             break
     return moved
 
