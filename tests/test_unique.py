@@ -279,6 +279,19 @@ def test_a_bulk_retry_that_meets_a_holder_is_refused(server: LiveServer) -> None
     assert server.job(first["id"])["status"] == "failed"
 
 
+def test_a_bulk_retry_by_filter_skips_jobs_whose_key_is_held(server: LiveServer) -> None:
+    held = server.enqueue(payload=1, unique={"key": "held"})
+    finish(server, "fail")
+    server.enqueue(payload=2, unique={"key": "held"})  # the holder, pending
+    server.claim_one()  # ... now running
+    plain = server.enqueue(payload=3)
+    finish(server, "fail")
+    r = server.client.post("/jobs/bulk", json={"action": "retry", "filter": {"queue": "q", "status": "failed"}})
+    assert r.status_code == 200, r.text
+    outcomes = {o["id"]: (o["outcome"], o["status"]) for o in r.json()["jobs"]}
+    assert outcomes == {held["id"]: ("skipped", "failed"), plain["id"]: ("done", "pending")}
+
+
 def test_a_redrive_skips_failed_jobs_whose_key_is_held_or_shared(server: LiveServer) -> None:
     # Oldest first: a failed job whose key another job holds now, two failed jobs sharing a key, then a
     # plain failed job. The redrive moves one of the pair and the plain job; the others stay failed.

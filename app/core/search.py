@@ -174,7 +174,9 @@ class SearchService:
                     written = await store_admin.jobs_cancel_many(conn, ids, reason, allowed)
                     moves = Moves(Path.BULK_CANCEL)
                 else:
-                    written = await store_admin.jobs_retry_many(conn, ids, allowed)
+                    # By filter, a job whose unique key is held is skipped; by ids, refused (409).
+                    skip_held = req.ids is None
+                    written = await store_admin.jobs_retry_many(conn, ids, allowed, skip_held)
                     moves = Moves(Path.BULK_RETRY)
                 seen = {w.job.id: (w.written, w.job) for w in written if w.job is not None}
                 for w in written:

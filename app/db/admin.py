@@ -50,17 +50,47 @@ WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 """
 
 
-def _job_retry(target: str, columns: str) -> str:
+# A job whose unique key another job holds now (jobs_unique_idx: the same queue, key, window start and
+# length, in one of its own states) is left out of a redrive and a bulk retry by filter: it stays as it
+# is, and the others move.
+_KEY_FREE = """(j.unique_key IS NULL OR NOT EXISTS (
+      SELECT FROM jobs h
+      WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
+        AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
+        AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))"""
+
+
+def _job_retry(target: str, columns: str, skip_held: bool = False) -> str:
     """Send the failed, cancelled or completed jobs `target` names back to pending, returning each as changed
-    or as found."""
-    return f"""
+    or as found. `skip_held`: a job whose unique key another job holds is left as it is (found, not changed),
+    and of jobs sharing a key only the first (by id) moves, rather than the whole statement refused."""
+    if not skip_held:
+        head = f"""
 WITH target AS (
   SELECT j.id, j.queue_name AS queue, j.status FROM jobs j
   WHERE {target} AND j.status IN ('failed', 'cancelled', 'completed')
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
   ORDER BY j.id
   FOR UPDATE
-), retried AS (
+)"""
+    else:
+        head = f"""
+WITH locked AS (
+  SELECT j.id, j.queue_name AS queue, j.status, j.unique_key, j.unique_from, j.unique_for_seconds FROM jobs j
+  WHERE {target} AND j.status IN ('failed', 'cancelled', 'completed')
+    AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
+    AND {_KEY_FREE}
+  ORDER BY j.id
+  FOR UPDATE
+), target AS (
+  SELECT id, queue, status FROM (
+    SELECT l.*, row_number() OVER (PARTITION BY l.unique_key, l.unique_from, coalesce(l.unique_for_seconds, 0)
+                                   ORDER BY l.id) AS nth
+    FROM locked l
+  ) x
+  WHERE x.unique_key IS NULL OR x.nth = 1
+)"""
+    return f"""{head}, retried AS (
   -- Back to pending with a fresh set of attempts; result and token of the old run are dropped. A job
   -- cancelled because a dependency failed runs now, whatever its dependencies (docs/workflows.md). A
   -- completed job runs again (a replay): the same job, with its id, payload, creation time and what its
@@ -84,6 +114,7 @@ ONE, MANY = "j.id = %(id)s", "j.id = ANY(%(ids)s::bigint[])"
 BRIEF = job_columns("false")  # a bulk action's rows: no payload, no result
 JOB_CANCEL, JOB_CANCEL_MANY = _job_cancel(ONE, JOB_COLUMNS), _job_cancel(MANY, BRIEF)
 JOB_RETRY, JOB_RETRY_MANY = _job_retry(ONE, JOB_COLUMNS), _job_retry(MANY, BRIEF)
+JOB_RETRY_MANY_SKIP_HELD = _job_retry(MANY, BRIEF, skip_held=True)
 CANCELLABLE = (Status.pending, Status.running, Status.waiting)
 RETRYABLE = (Status.failed, Status.cancelled, Status.completed)
 # What a bulk retry by filter takes when the filter names no status: a completed job is replayed only when
@@ -129,9 +160,14 @@ async def jobs_cancel_many(
     return await _admin_write_many(conn, JOB_CANCEL_MANY, params, CANCELLABLE)
 
 
-async def jobs_retry_many(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> list[Moved]:
+async def jobs_retry_many(
+    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None, skip_held: bool = False
+) -> list[Moved]:
+    """`skip_held` (a bulk retry by filter): a job whose unique key is held is left as it is, and comes
+    back as found, not changed; otherwise (by ids) it refuses the whole action with 409."""
+    query = JOB_RETRY_MANY_SKIP_HELD if skip_held else JOB_RETRY_MANY
     with unique_key_held():
-        return await _admin_write_many(conn, JOB_RETRY_MANY, {"ids": list(ids), "allowed": allowed}, RETRYABLE)
+        return await _admin_write_many(conn, query, {"ids": list(ids), "allowed": allowed}, RETRYABLE)
 
 
 async def _admin_write(
@@ -185,14 +221,6 @@ async def _admin_write_many(
             out.append(Moved(0, False, None, fresh[job_id]))
     return out
 
-
-# A failed unique job whose key another job holds now (jobs_unique_idx: the same queue, key, window start and
-# length, in one of its own states) is left out of a redrive: it stays failed, and the others move.
-_KEY_FREE = """(j.unique_key IS NULL OR NOT EXISTS (
-      SELECT FROM jobs h
-      WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
-        AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
-        AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))"""
 
 REDRIVE_COUNT = f"""
 -- What a redrive would move: jobs whose unique key is held are left out, and of failed jobs sharing a key
