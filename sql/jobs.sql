@@ -22,8 +22,9 @@ CROSS JOIN LATERAL (
 
 -- name: JOB_GET_BY_UNIQUE --
 -- The jobs holding these unique keys in the window that is current now, one lookup each through
--- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A window that
--- turned since the insert finds nothing here: the caller inserts again, into the new window.
+-- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A holder that
+-- finished or was deleted since the insert is not found here: the caller inserts again. (The window cannot turn
+-- in between: the caller runs both in one transaction, and the window is taken from its now().)
 SELECT t.ord, false AS created, j.*
 FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,

@@ -331,8 +331,9 @@ SELECT i.ord, j.id IS NOT NULL AS created, j.* FROM input i LEFT JOIN inserted j
 
 JOB_GET_BY_UNIQUE = f"""
 -- The jobs holding these unique keys in the window that is current now, one lookup each through
--- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A window that
--- turned since the insert finds nothing here: the caller inserts again, into the new window.
+-- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A holder that
+-- finished or was deleted since the insert is not found here: the caller inserts again. (The window cannot turn
+-- in between: the caller runs both in one transaction, and the window is taken from its now().)
 SELECT t.ord, false AS created, j.*
 FROM {_UNIQUE_INPUT}
 CROSS JOIN LATERAL (
@@ -377,7 +378,7 @@ async def jobs_insert_unique(conn: psycopg.AsyncConnection[Any], jobs: Sequence[
     out: list[Inserted | None] = [None] * len(jobs)
     todo = list(range(len(jobs)))
     cur = conn.cursor(row_factory=outcome_rows(Made, JobRow))
-    for _ in range(3):  # the holder gone between INSERT and SELECT (finished, deleted, window turned): again
+    for _ in range(3):  # the holder gone between INSERT and SELECT (finished, deleted): again
         await cur.execute(JOB_INSERT_UNIQUE, {"batch": _unique_batch(jobs, todo)})
         taken = []
         for row in await cur.fetchall():
