@@ -809,7 +809,7 @@ $$;
 
 -- The role: cluster-wide, so made once for every database of the cluster, and only where the migrating user
 -- may (CREATEROLE or superuser); several databases migrating at once may race to make it. Where it cannot be
--- made here, an administrator makes it and grants it (docs/producers.md: `jobq producer-role`).
+-- made here, an administrator makes it and grants it (docs/producers.md, "The role").
 DO $$
 BEGIN
   IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'jobq_producer')
