@@ -41,7 +41,7 @@ from app.core.sqs import SqsService
 from app.core.wakeups import Wakeups
 from app.core.workers import WorkerActivity, WorkerService
 from app.db import keys as store_keys
-from app.db import migrate
+from app.db import migrate, schema
 from app.db.pool import Database
 from app.db.replica import Reads
 from app.maintenance.base import Supervisor
@@ -151,19 +151,25 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         applied = await asyncio.to_thread(
             migrate.migrate,
             url,
+            schema=settings.db_schema,
             lock_timeout_ms=settings.migration_lock_timeout_ms,
             lock_wait_seconds=settings.migration_lock_wait_seconds,
         )
         if applied:
             log.info("migrations applied: %s", ", ".join(applied))
-    db = Database(settings, url)
+    location = await _where_the_tables_are(url, settings.db_schema)
+    db = Database(settings, url, location=location)
     await db.open(wait_seconds=STARTUP_TIMEOUT_SECONDS)
     try:
         _check_replication(settings, db)
     except RuntimeError:
         await db.close()
         raise
-    replica = Database(settings, settings.read_database_url, replica=True) if settings.read_database_url else None
+    replica = (
+        Database(settings, settings.read_database_url, replica=True, location=location)
+        if settings.read_database_url
+        else None
+    )
     reads = Reads(db, replica, settings.read_max_lag_seconds)
     await reads.open()
     metrics = telemetry.metrics
@@ -278,6 +284,22 @@ def _log_auth(settings: Settings, live_keys: int) -> None:
     keys_needed = settings.auth == "on" or (settings.auth == "auto" and not is_loopback(settings.host))
     if keys_needed and live_keys == 0 and settings.api_key is None:
         log.warning("no API key exists yet: `jobq keys create` one, or set JOBQ_API_KEY")
+
+
+async def _where_the_tables_are(url: str, configured: str) -> schema.Location:
+    """The schema of jobq's tables (app/db/schema.py): the configured one, or public on an installation older
+    than 1.2.0 not moved yet. Known before the pool opens: each of its connections is set up for it."""
+    location = schema.Location(configured)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=5) as conn:
+        location.found(await schema.where(conn, configured))
+    if location.current != configured:
+        log.warning(
+            "jobq's tables are in schema %s (an installation made before 1.2.0); move them into %s with "
+            "`jobq migrate --move-into-schema` once no process of an older release is left",
+            location.current,
+            configured,
+        )
+    return location
 
 
 async def _wait_for_database(url: str, timeout: float) -> None:

@@ -44,6 +44,13 @@ class Settings(BaseSettings):
     pg_os_user: str | None = Field(
         None, description="As root: the account the managed PostgreSQL runs as (default `postgres`, else `jobq`)."
     )
+    db_schema: str = Field(
+        "jobq",
+        pattern=r"^[a-z_][a-z0-9_]{0,62}$",
+        description="The PostgreSQL schema of jobq's tables and functions (made by `jobq migrate`). Every "
+        "statement names it: an application's own tables in the same database never collide with jobq's, and "
+        "no search_path is needed.",
+    )
     pool_min_size: int = Field(2, ge=1, le=100, description="Connections kept open per process.")
     pool_max_size: int = Field(10, ge=1, le=500, description="Most connections per process.")
     pool_timeout_seconds: float = Field(

@@ -148,7 +148,7 @@ def rss_mib(pid: int) -> float:
 
 # --- the jobs table as a drain phase finds it ----------------------------------------------------------------
 
-_INSERT = "INSERT INTO jobs (queue_name, payload) SELECT 'bench', %s::jsonb FROM generate_series(1, %s)"
+_INSERT = "INSERT INTO jobq.jobs (queue_name, payload) SELECT 'bench', %s::jsonb FROM generate_series(1, %s)"
 
 # Flow control in the drain phases (bench/run.py --flow, --groups): the bench queue's configuration
 # (queue_state columns, e.g. {"concurrency": 1000, "fair": true}) and how many groups its jobs spread over.
@@ -159,7 +159,7 @@ GROUPS = 0
 def _load(conn: psycopg.Connection[Any], n: int) -> None:
     if GROUPS:
         conn.execute(
-            "INSERT INTO jobs (queue_name, payload, group_key)"
+            "INSERT INTO jobq.jobs (queue_name, payload, group_key)"
             " SELECT 'bench', %s::jsonb, 'g' || (g %% %s) FROM generate_series(1, %s) g",
             (orjson.dumps(PAYLOAD).decode(), GROUPS, n),
         )
@@ -169,7 +169,7 @@ def _load(conn: psycopg.Connection[Any], n: int) -> None:
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in FLOW)
         conn.execute(
             sql.SQL(
-                "INSERT INTO queue_state (queue_name, {}) VALUES ('bench', {})"
+                "INSERT INTO jobq.queue_state (queue_name, {}) VALUES ('bench', {})"
                 " ON CONFLICT (queue_name) DO UPDATE SET ({}) = ROW({})"
             ).format(
                 cols,
@@ -183,20 +183,20 @@ def _load(conn: psycopg.Connection[Any], n: int) -> None:
 def preload(url: str, n: int) -> None:
     """`n` pending jobs on a freshly vacuumed and analyzed table (the reference's starting point)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE jobs")
+        conn.execute("TRUNCATE jobq.jobs")
         if n:
             conn.execute(_INSERT, (orjson.dumps(PAYLOAD).decode(), n))
-        conn.execute("VACUUM ANALYZE jobs")
+        conn.execute("VACUUM ANALYZE jobq.jobs")
 
 
 def load_unanalyzed(url: str, n: int) -> list[str] | None:
     """The table as a user has it right after a bulk load: statistics taken while it was empty, and no
     autovacuum to refresh them during the phase. Returns the table's reloptions, for restore_autovacuum."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass").fetchone()
-        conn.execute("TRUNCATE jobs")
-        conn.execute("ANALYZE jobs")
-        conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'jobq.jobs'::regclass").fetchone()
+        conn.execute("TRUNCATE jobq.jobs")
+        conn.execute("ANALYZE jobq.jobs")
+        conn.execute("ALTER TABLE jobq.jobs SET (autovacuum_enabled = false)")
         _load(conn, n)
     return row[0] if row else None
 
@@ -205,17 +205,17 @@ def restore_autovacuum(url: str, reloptions: list[str] | None) -> None:
     was = next((o for o in reloptions or [] if o.startswith("autovacuum_enabled=")), None)
     with psycopg.connect(url, autocommit=True) as conn:
         if was:
-            conn.execute(sql.SQL("ALTER TABLE jobs SET ({})").format(sql.SQL(was)))
+            conn.execute(sql.SQL("ALTER TABLE jobq.jobs SET ({})").format(sql.SQL(was)))
         else:
-            conn.execute("ALTER TABLE jobs RESET (autovacuum_enabled)")
+            conn.execute("ALTER TABLE jobq.jobs RESET (autovacuum_enabled)")
 
 
 def load_analyzed(url: str, n: int) -> None:
-    """The same load, then `ANALYZE jobs` (and nothing else: no VACUUM, so only the statistics differ)."""
+    """The same load, then `ANALYZE jobq.jobs` (and nothing else: no VACUUM, so only the statistics differ)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("TRUNCATE jobs")
+        conn.execute("TRUNCATE jobq.jobs")
         _load(conn, n)
-        conn.execute("ANALYZE jobs")
+        conn.execute("ANALYZE jobq.jobs")
 
 
 # --- CPU ---------------------------------------------------------------------------------------------------

@@ -46,8 +46,8 @@ def load_big_table(url: str, finished: int, pending: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             """
-            INSERT INTO jobs (queue_name, payload, status, attempts, claimed_at, finished_at, claim_token, locked_by,
-                              last_error)
+            INSERT INTO jobq.jobs (queue_name, payload, status, attempts, claimed_at, finished_at, claim_token,
+                                   locked_by, last_error)
             SELECT 'q', %s::jsonb, s, 1, f - interval '2 seconds', f, md5(i::text), 'w',
                    CASE WHEN s = 'failed' THEN 'boom' END
             FROM (SELECT i, now() - mod(i, 86400) * interval '1 second' AS f,
@@ -59,7 +59,7 @@ def load_big_table(url: str, finished: int, pending: int) -> None:
         )
         conn.execute(
             """
-            INSERT INTO jobs (queue_name, payload, run_at)
+            INSERT INTO jobq.jobs (queue_name, payload, run_at)
             SELECT 'q', %s::jsonb,
                    CASE WHEN mod(i, 10) = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END
             FROM generate_series(1, %s) i
@@ -67,10 +67,10 @@ def load_big_table(url: str, finished: int, pending: int) -> None:
             (PAYLOAD, pending),
         )
         conn.execute(
-            "INSERT INTO queue_counts (queue_name, status, shard, n)"
-            " SELECT queue_name, status, 0, count(*) FROM jobs WHERE finished_at IS NOT NULL GROUP BY 1, 2"
+            "INSERT INTO jobq.queue_counts (queue_name, status, shard, n)"
+            " SELECT queue_name, status, 0, count(*) FROM jobq.jobs WHERE finished_at IS NOT NULL GROUP BY 1, 2"
         )
-        conn.execute("VACUUM ANALYZE jobs")
+        conn.execute("VACUUM ANALYZE jobq.jobs")
 
 
 async def time_get(port: int, path: str, n: int) -> dict[str, float]:
@@ -127,7 +127,7 @@ def load_backlog(url: str, queue: str, pending: int, groups: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             """
-            INSERT INTO jobs (queue_name, payload, priority, run_at, group_key)
+            INSERT INTO jobq.jobs (queue_name, payload, priority, run_at, group_key)
             SELECT %s, %s::jsonb, mod(i, 3) * 5,
                    CASE WHEN mod(i, 10) = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END,
                    CASE WHEN %s > 0 THEN 'g' || mod(i, %s) END
@@ -144,8 +144,10 @@ def part_scale(admin_url: str, port: int, pending: int, n: int = 200) -> dict[st
     load_backlog(url, "q", pending, 0)
     load_backlog(url, "limited", pending, 1000)
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO queue_state (queue_name, concurrency, group_concurrency) VALUES ('limited', 50, 2)")
-        conn.execute("VACUUM ANALYZE jobs")
+        conn.execute(
+            "INSERT INTO jobq.queue_state (queue_name, concurrency, group_concurrency) VALUES ('limited', 50, 2)"
+        )
+        conn.execute("VACUUM ANALYZE jobq.jobs")
     print(f"loaded 2 x {pending:,} pending jobs in {time.monotonic() - t0:.0f}s", flush=True)
     service = Service(url, 1, port, extra_env={"JOBQ_ACCESS_LOG": "false"}).start()
     out: dict[str, Any] = {}
@@ -234,12 +236,13 @@ def part_counters(admin_url: str, rounds: int, seconds: int) -> dict[str, Any]:
         for _ in range(rounds):
             for name, script in (("without", without), ("with", with_counters)):
                 with psycopg.connect(url, autocommit=True) as conn:
-                    conn.execute("TRUNCATE jobs")
+                    conn.execute("TRUNCATE jobq.jobs")
                     conn.execute(
-                        "INSERT INTO jobs (queue_name, payload) SELECT 'q', %s::jsonb FROM generate_series(1, 300000)",
+                        "INSERT INTO jobq.jobs (queue_name, payload)"
+                        " SELECT 'q', %s::jsonb FROM generate_series(1, 300000)",
                         (PAYLOAD,),
                     )
-                    conn.execute("VACUUM ANALYZE jobs")
+                    conn.execute("VACUUM ANALYZE jobq.jobs")
                 results[name].append(pgbench(url, script, seconds))
                 print(f"claim + complete, {name} counters: {results[name][-1]:.0f} jobs/s", flush=True)
     a, b = statistics.median(results["without"]), statistics.median(results["with"])
@@ -331,14 +334,14 @@ def part_retention(admin_url: str, port: int, clients: int, seconds: float, thro
         out["fresh_table"] = table_health(url)
         print(f"fresh table: {out['fresh']:.0f} jobs/s {out['fresh_table']}", flush=True)
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("DELETE FROM jobs WHERE status = 'pending'")  # what is left of the backlog
+            conn.execute("DELETE FROM jobq.jobs WHERE status = 'pending'")  # what is left of the backlog
         out["push_seconds"] = asyncio.run(push_through(port, through, clients))
         time.sleep(30)  # retention catches up with the last completions
         out["after_push_table"] = table_health(url)
         print(f"{through:,} jobs through in {out['push_seconds']:.0f}s; table {out['after_push_table']}", flush=True)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(
-                "INSERT INTO jobs (queue_name, payload) SELECT 'bench', %s::jsonb FROM generate_series(1, 200000)",
+                "INSERT INTO jobq.jobs (queue_name, payload) SELECT 'bench', %s::jsonb FROM generate_series(1, 200000)",
                 (PAYLOAD,),
             )
         out["after"] = asyncio.run(timed(clients, seconds, 2, ClaimComplete(port, 1)))

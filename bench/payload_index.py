@@ -32,13 +32,13 @@ VARIANTS = {  # each applied after dropping the migration's own index
     "GIN on failed and cancelled (jobq)": INDEX + " WHERE status IN ('failed', 'cancelled')",
 }
 CLAIM = """
-UPDATE jobs SET status = 'running', attempts = attempts + 1, claimed_at = now(), lease_seconds = 30,
+UPDATE jobq.jobs SET status = 'running', attempts = attempts + 1, claimed_at = now(), lease_seconds = 30,
        lease_expires_at = now() + interval '30 seconds', claim_token = 't'
-WHERE id = (SELECT id FROM jobs WHERE queue_name = 'bench' AND status = 'pending'
+WHERE id = (SELECT id FROM jobq.jobs WHERE queue_name = 'bench' AND status = 'pending'
             ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING id
 """
-COMPLETE = "UPDATE jobs SET status = 'completed', finished_at = now(), lease_expires_at = NULL WHERE id = %s"
+COMPLETE = "UPDATE jobq.jobs SET status = 'completed', finished_at = now(), lease_expires_at = NULL WHERE id = %s"
 
 
 def wal(conn: psycopg.Connection) -> int:

@@ -1,17 +1,17 @@
 -- Rendered from app/db/admin.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
 -- name: JOBS_GET_BRIEF --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
 WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
 ORDER BY j.id
 
 -- name: JOB_RETRY_MANY_SKIP_HELD --
 WITH locked AS (
-  SELECT j.id, j.queue_name AS queue, j.status, j.unique_key, j.unique_from, j.unique_for_seconds FROM jobs j
+  SELECT j.id, j.queue_name AS queue, j.status, j.unique_key, j.unique_from, j.unique_for_seconds FROM jobq.jobs j
   WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('failed', 'cancelled', 'completed')
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)  -- the caller's queues
     AND (j.unique_key IS NULL OR NOT EXISTS (
-      SELECT FROM jobs h
+      SELECT FROM jobq.jobs h
       WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
         AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
         AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))
@@ -29,13 +29,13 @@ WITH locked AS (
   -- cancelled because a dependency failed runs now, whatever its dependencies (docs/workflows.md). A
   -- completed job runs again (a replay): the same job, with its id, payload, creation time and what its
   -- last run left (last_error, worker, claimed_at, progress) until its next claim.
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
       lease_expires_at = NULL, result = NULL
   FROM target t WHERE j.id = t.id
   RETURNING t.status AS was, j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 ), counted AS (
-  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)
   FROM target
   WHERE status IN ('completed', 'failed', 'cancelled')
@@ -44,12 +44,12 @@ WITH locked AS (
 )
 SELECT 0 AS ord, true AS written, * FROM retried
 UNION ALL
-SELECT 0, false, NULL, j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT 0, false, NULL, j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
 WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   AND j.id NOT IN (SELECT id FROM retried)
 
 -- name: QUEUE_SET_PAUSED --
-INSERT INTO queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
+INSERT INTO jobq.queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
 ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
 RETURNING paused
 
@@ -59,11 +59,11 @@ WITH selected AS (
   -- or retry proceed without waiting. A job whose unique key another job holds is not selected.
   SELECT j.id, j.queue_name AS queue, j.status, j.unique_key, j.unique_from, j.unique_for_seconds,
          j.finished_at
-  FROM jobs j
+  FROM jobq.jobs j
   WHERE j.queue_name = %(queue)s AND j.status = 'failed' AND j.finished_at IS NOT NULL
     AND (%(contains)s::text IS NULL OR strpos(j.last_error, %(contains)s) > 0)
     AND (j.unique_key IS NULL OR NOT EXISTS (
-      SELECT FROM jobs h
+      SELECT FROM jobq.jobs h
       WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
         AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
         AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))
@@ -80,13 +80,13 @@ WITH selected AS (
   ) x
   WHERE x.unique_key IS NULL OR x.nth = 1
 ), redriven AS (
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
       lease_expires_at = NULL
   FROM target t WHERE j.id = t.id
   RETURNING j.id
 ), counted AS (
-  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)
   FROM target
   WHERE status IN ('completed', 'failed', 'cancelled')
@@ -101,11 +101,11 @@ SELECT (SELECT count(*) FROM redriven) AS moved, (SELECT count(*) FROM selected)
 SELECT count(*) FILTER (WHERE j.unique_key IS NULL)
        + count(DISTINCT (j.unique_key, j.unique_from, coalesce(j.unique_for_seconds, 0)))
            FILTER (WHERE j.unique_key IS NOT NULL)
-FROM jobs j
+FROM jobq.jobs j
 WHERE j.queue_name = %(queue)s AND j.status = 'failed' AND j.finished_at IS NOT NULL
   AND (%(contains)s::text IS NULL OR strpos(j.last_error, %(contains)s) > 0)
   AND (j.unique_key IS NULL OR NOT EXISTS (
-      SELECT FROM jobs h
+      SELECT FROM jobq.jobs h
       WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
         AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
         AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))

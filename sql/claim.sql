@@ -11,7 +11,7 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_xa
 
 -- name: GROUP_RECENT_CLAIMS --
 SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
-    FROM queue_claims c, stamp
+    FROM jobq.queue_claims c, stamp
     WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
       AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
 
@@ -24,11 +24,11 @@ WITH candidates AS (
   -- queue with limits (`limited`, read from the same row): those are claimed by JOB_CLAIM_LIMITED
   -- (below), and a process that did not know yet learns it from the marker row below.
   SELECT id, priority, run_at
-  FROM jobs
+  FROM jobq.jobs
   WHERE queue_name = %(queue)s
     AND status = 'pending'
     AND run_at <= clock_timestamp()
-    AND NOT EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND (paused OR limited))
+    AND NOT EXISTS (SELECT FROM jobq.queue_state WHERE queue_name = %(queue)s AND (paused OR limited))
   ORDER BY priority DESC, run_at, id
   LIMIT %(total)s
   FOR UPDATE SKIP LOCKED
@@ -40,7 +40,7 @@ WITH candidates AS (
   FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
   CROSS JOIN LATERAL generate_series(1, r.lim) AS g
 ), claimed AS (
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'running',
       attempts = j.attempts + 1,
       -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
@@ -71,11 +71,11 @@ UNION ALL
 -- claimed. A scalar subquery in claim order, not EXISTS (which would drop the ORDER BY): the first ready
 -- row by jobs_claim_idx, never a scan of the table.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       true AS marker, EXISTS (SELECT FROM queue_state WHERE queue_name = %(queue)s AND limited) AS limited,
+       true AS marker, EXISTS (SELECT FROM jobq.queue_state WHERE queue_name = %(queue)s AND limited) AS limited,
        true AS ready_left,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL  -- the limited claim's figures
 WHERE NOT EXISTS (SELECT FROM claimed)
-  AND (SELECT id FROM jobs
+  AND (SELECT id FROM jobq.jobs
        WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
        ORDER BY priority DESC, run_at, id LIMIT 1) IS NOT NULL
 
@@ -87,12 +87,12 @@ WITH RECURSIVE cfg AS (
          coalesce(s.group_concurrency, CASE WHEN s.ordered THEN 1 END) AS group_concurrency,
          s.group_rate_limit, s.group_rate_per_seconds, coalesce(s.fair, false) AS fair,
          coalesce(s.ordered, false) AS ordered, coalesce(s.grouped, false) AS grouped
-  FROM (SELECT) one LEFT JOIN queue_state s ON s.queue_name = %(queue)s
+  FROM (SELECT) one LEFT JOIN jobq.queue_state s ON s.queue_name = %(queue)s
 ), stamp AS (
   SELECT clock_timestamp() AS now
 ), running AS (
   -- Running jobs of this queue by group (jobs_running_idx): what the concurrency limits count.
-  SELECT group_key, count(*) AS n FROM jobs
+  SELECT group_key, count(*) AS n FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
     AND (SELECT concurrency IS NOT NULL OR group_concurrency IS NOT NULL FROM cfg)
   GROUP BY group_key
@@ -100,7 +100,7 @@ WITH RECURSIVE cfg AS (
   -- Claims of this queue inside its rate window, and when the oldest of them leaves it.
   SELECT coalesce(sum(c.n), 0) AS n, min(c.claimed_at) + make_interval(secs => cfg.rate_per_seconds) AS frees_at
   FROM cfg CROSS JOIN stamp
-  JOIN queue_claims c ON c.queue_name = %(queue)s
+  JOIN jobq.queue_claims c ON c.queue_name = %(queue)s
    AND c.claimed_at > stamp.now - make_interval(secs => cfg.rate_per_seconds)
   WHERE cfg.rate_limit IS NOT NULL
   GROUP BY cfg.rate_per_seconds
@@ -117,7 +117,7 @@ WITH RECURSIVE cfg AS (
   -- LIMIT is the request's total, a parameter as in JOB_CLAIM, rather than `room` (a subquery, which the
   -- planner can only guess at). Read without locking; `locked` locks what is taken.
   SELECT id, priority, run_at, group_key, 1::bigint AS k
-  FROM jobs
+  FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
     AND NOT (SELECT grouped FROM cfg) AND (SELECT n FROM room) > 0
   ORDER BY priority DESC, run_at, id
@@ -127,12 +127,12 @@ WITH RECURSIVE cfg AS (
   -- jobs_group_idx, one index probe per group. ORDER BY ... LIMIT 1, not min(): with stale statistics
   -- the planner would compute min() by a sequential scan, while the only other way to an ordered LIMIT
   -- is a sort of the whole table, which never looks cheap.
-  SELECT (SELECT group_key FROM jobs
+  SELECT (SELECT group_key FROM jobq.jobs
           WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL
           ORDER BY group_key LIMIT 1)
   WHERE (SELECT grouped FROM cfg) AND (SELECT n FROM room) > 0
   UNION ALL
-  SELECT (SELECT group_key FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key > w.g
+  SELECT (SELECT group_key FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key > w.g
           ORDER BY group_key LIMIT 1)
   FROM walk w WHERE w.g IS NOT NULL
 ), groups AS (
@@ -147,7 +147,7 @@ WITH RECURSIVE cfg AS (
   LEFT JOIN running r ON r.group_key = w.g
   LEFT JOIN LATERAL (
     SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
-    FROM queue_claims c, stamp
+    FROM jobq.queue_claims c, stamp
     WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
       AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
   ) gr ON true
@@ -165,7 +165,7 @@ WITH RECURSIVE cfg AS (
   CROSS JOIN LATERAL (
     SELECT q.id, q.priority, q.run_at, row_number() OVER (ORDER BY q.priority DESC, q.id) AS k
     FROM (
-      SELECT id, priority, run_at FROM jobs
+      SELECT id, priority, run_at FROM jobq.jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
         AND (cfg.ordered OR run_at <= clock_timestamp())
       ORDER BY priority DESC, id
@@ -181,7 +181,7 @@ WITH RECURSIVE cfg AS (
   -- turn per round, like a group. They are looked for among the queue's first ready jobs in claim order.
   SELECT id, priority, run_at, NULL::text AS group_key, row_number() OVER (ORDER BY priority DESC, run_at, id) AS k
   FROM (
-    SELECT id, priority, run_at, group_key FROM jobs
+    SELECT id, priority, run_at, group_key FROM jobq.jobs
     WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
       AND (SELECT grouped FROM cfg) AND (SELECT n FROM room) > 0
     ORDER BY priority DESC, run_at, id
@@ -208,7 +208,7 @@ WITH RECURSIVE cfg AS (
   -- Picked jobs, locked; one an admin action holds right now is left out (SKIP LOCKED), and one that is
   -- no longer pending, or no longer due, when its lock is granted is dropped (READ COMMITTED re-checks the
   -- locked row): a debounce that committed after this statement's snapshot moved its run time later.
-  SELECT j.id FROM jobs j
+  SELECT j.id FROM jobq.jobs j
   WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = (SELECT 'pending'::text) AND j.run_at <= clock_timestamp()
   FOR UPDATE SKIP LOCKED
 ), chosen AS (
@@ -219,7 +219,7 @@ WITH RECURSIVE cfg AS (
   FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
   CROSS JOIN LATERAL generate_series(1, r.lim) AS g
 ), claimed AS (
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'running',
       attempts = j.attempts + 1,
       -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
@@ -240,7 +240,7 @@ WITH RECURSIVE cfg AS (
             j.traceparent, j.group_key AS "group"
 ), logged AS (
   -- The ledger that rate limits count: one row per group claimed from, stamped with this claim's time.
-  INSERT INTO queue_claims (queue_name, group_key, claimed_at, n)
+  INSERT INTO jobq.queue_claims (queue_name, group_key, claimed_at, n)
   SELECT %(queue)s, c."group", stamp.now, count(*)
   FROM claimed c CROSS JOIN stamp CROSS JOIN cfg
   WHERE cfg.rate_limit IS NOT NULL OR (cfg.group_rate_limit IS NOT NULL AND c."group" IS NOT NULL)
@@ -255,21 +255,21 @@ UNION ALL
 -- it), when the earliest rate-window slot frees up, and the last group served (the next statement's
 -- `after`).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       true AS marker, (SELECT limited FROM queue_state WHERE queue_name = %(queue)s) AS limited,
+       true AS marker, (SELECT limited FROM jobq.queue_state WHERE queue_name = %(queue)s) AS limited,
        CASE WHEN room.n > 0
             THEN (SELECT count(*) FROM offered) > (SELECT count(*) FROM chosen)
             ELSE EXISTS (
-              SELECT FROM (SELECT 1 FROM jobs
+              SELECT FROM (SELECT 1 FROM jobq.jobs
                            WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
                            ORDER BY priority DESC, run_at, id
                            OFFSET (SELECT count(*) FROM chosen) LIMIT 1) x) END AS ready_left,
        room.by_concurrency AS room_concurrency, room.by_rate AS room_rate,
-       EXISTS (SELECT FROM groups g WHERE g.full_running AND (SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
+       EXISTS (SELECT FROM groups g WHERE g.full_running AND (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
                 AND run_at <= clock_timestamp() ORDER BY priority DESC, id LIMIT 1) IS NOT NULL) AS held_group_concurrency,
-       EXISTS (SELECT FROM groups g WHERE g.full_rate AND NOT g.full_running AND (SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
+       EXISTS (SELECT FROM groups g WHERE g.full_rate AND NOT g.full_running AND (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
                 AND run_at <= clock_timestamp() ORDER BY priority DESC, id LIMIT 1) IS NOT NULL) AS held_group_rate,
        cfg.ordered AND EXISTS (SELECT FROM groups g WHERE g.room > 0
-           AND NOT EXISTS (SELECT FROM heads h WHERE h.group_key = g.g) AND (SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
+           AND NOT EXISTS (SELECT FROM heads h WHERE h.group_key = g.g) AND (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = g.g
                 AND run_at <= clock_timestamp() ORDER BY priority DESC, id LIMIT 1) IS NOT NULL) AS held_ordered,
        -- A window this statement filled counts too (its own claims may be the window's oldest): a claim
        -- it left waiting is woken when the window lets the next one through.
@@ -292,20 +292,20 @@ FROM cfg, room, stamp
          coalesce(s.group_concurrency, CASE WHEN s.ordered THEN 1 END) AS group_concurrency,
          s.group_rate_limit, s.group_rate_per_seconds, coalesce(s.fair, false) AS fair,
          coalesce(s.ordered, false) AS ordered, coalesce(s.grouped, false) AS grouped
-  FROM (SELECT) one LEFT JOIN queue_state s ON s.queue_name = %(queue)s
+  FROM (SELECT) one LEFT JOIN jobq.queue_state s ON s.queue_name = %(queue)s
 
 -- name: RECENT_CLAIMS --
 -- Claims of this queue inside its rate window, and when the oldest of them leaves it.
   SELECT coalesce(sum(c.n), 0) AS n, min(c.claimed_at) + make_interval(secs => cfg.rate_per_seconds) AS frees_at
   FROM cfg CROSS JOIN stamp
-  JOIN queue_claims c ON c.queue_name = %(queue)s
+  JOIN jobq.queue_claims c ON c.queue_name = %(queue)s
    AND c.claimed_at > stamp.now - make_interval(secs => cfg.rate_per_seconds)
   WHERE cfg.rate_limit IS NOT NULL
   GROUP BY cfg.rate_per_seconds
 
 -- name: RUNNING_BY_GROUP --
 -- Running jobs of this queue by group (jobs_running_idx): what the concurrency limits count.
-  SELECT group_key, count(*) AS n FROM jobs
+  SELECT group_key, count(*) AS n FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
     AND (SELECT concurrency IS NOT NULL OR group_concurrency IS NOT NULL FROM cfg)
   GROUP BY group_key

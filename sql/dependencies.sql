@@ -10,18 +10,18 @@
 -- A job outside the caller's queues is not returned, exactly like a missing one. FOR UPDATE reads the
 -- newest committed version, so RETURNING shows the status a statement that finished the job committed.
 WITH free AS (
-  SELECT j.id FROM jobs j
+  SELECT j.id FROM jobq.jobs j
   WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id
   FOR UPDATE SKIP LOCKED
 ), marked AS (
-  UPDATE jobs AS j SET has_dependants = true
+  UPDATE jobq.jobs AS j SET has_dependants = true
   FROM free WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND j.id = free.id
   RETURNING j.id, j.status, j.queue_name, j.dependency_depth
 )
 SELECT id, status, true AS locked, queue_name, coalesce(dependency_depth, 0) AS depth FROM marked
 UNION ALL
-SELECT j.id, j.status, false, j.queue_name, coalesce(j.dependency_depth, 0) FROM jobs j
+SELECT j.id, j.status, false, j.queue_name, coalesce(j.dependency_depth, 0) FROM jobq.jobs j
 WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   AND j.id <> ALL(ARRAY(SELECT id FROM free))
 
@@ -33,7 +33,7 @@ WITH input AS (
 ), settled AS (
   -- The jobs this transaction inserted a moment ago (invisible to everyone else until it commits): each
   -- dependant's status and dependencies, and `mark` on those that have a dependant in the same batch.
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = coalesce(i.status, j.status),
       pending_dependencies = CASE WHEN i.status IS NULL THEN j.pending_dependencies ELSE i.pending END,
       depends_on = CASE WHEN i.status IS NULL THEN j.depends_on ELSE i.depends_on END,
@@ -46,7 +46,7 @@ WITH input AS (
   WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
   RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 ), counted AS (
-  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
   FROM settled
   WHERE status IN ('completed', 'failed', 'cancelled')
@@ -54,7 +54,7 @@ WITH input AS (
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
 ), edges AS (
   -- With the queue of each end: the release reaches them queue by queue (app/db/releases.py).
-  INSERT INTO job_dependencies (parent_id, job_id, parent_queue, job_queue)
+  INSERT INTO jobq.job_dependencies (parent_id, job_id, parent_queue, job_queue)
   SELECT parent_id, job_id, parent_queue, job_queue
   FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint, parent_queue text, job_queue text)
   ORDER BY parent_id, job_id
@@ -63,4 +63,4 @@ WITH input AS (
 SELECT * FROM settled
 
 -- name: JOB_WAIT_FOR --
-SELECT FROM jobs WHERE id = %(id)s FOR UPDATE
+SELECT FROM jobq.jobs WHERE id = %(id)s FOR UPDATE

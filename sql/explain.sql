@@ -8,12 +8,12 @@ WITH cfg AS (
          coalesce(s.group_concurrency, CASE WHEN s.ordered THEN 1 END) AS group_concurrency,
          s.group_rate_limit, s.group_rate_per_seconds, coalesce(s.fair, false) AS fair,
          coalesce(s.ordered, false) AS ordered, coalesce(s.grouped, false) AS grouped
-  FROM (SELECT) one LEFT JOIN queue_state s ON s.queue_name = %(queue)s
+  FROM (SELECT) one LEFT JOIN jobq.queue_state s ON s.queue_name = %(queue)s
 ), stamp AS (
   SELECT clock_timestamp() AS now
 ), running AS (
   -- Running jobs of this queue by group (jobs_running_idx): what the concurrency limits count.
-  SELECT group_key, count(*) AS n FROM jobs
+  SELECT group_key, count(*) AS n FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
     AND (SELECT concurrency IS NOT NULL OR group_concurrency IS NOT NULL FROM cfg)
   GROUP BY group_key
@@ -21,19 +21,19 @@ WITH cfg AS (
   -- Claims of this queue inside its rate window, and when the oldest of them leaves it.
   SELECT coalesce(sum(c.n), 0) AS n, min(c.claimed_at) + make_interval(secs => cfg.rate_per_seconds) AS frees_at
   FROM cfg CROSS JOIN stamp
-  JOIN queue_claims c ON c.queue_name = %(queue)s
+  JOIN jobq.queue_claims c ON c.queue_name = %(queue)s
    AND c.claimed_at > stamp.now - make_interval(secs => cfg.rate_per_seconds)
   WHERE cfg.rate_limit IS NOT NULL
   GROUP BY cfg.rate_per_seconds
 ), job AS (
-  SELECT j.id, j.run_at, j.group_key, j.depends_on FROM jobs j WHERE j.id = %(id)s AND j.queue_name = %(queue)s
+  SELECT j.id, j.run_at, j.group_key, j.depends_on FROM jobq.jobs j WHERE j.id = %(id)s AND j.queue_name = %(queue)s
 ), w AS (
   -- The job's group, under the name the claim's group fragments read (its walk's `w.g`).
   SELECT job.group_key AS g FROM job
 ), group_recent AS (
   SELECT gr.n, gr.frees_at FROM w CROSS JOIN cfg LEFT JOIN LATERAL (
     SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
-    FROM queue_claims c, stamp
+    FROM jobq.queue_claims c, stamp
     WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
       AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
   ) gr ON true
@@ -41,27 +41,27 @@ WITH cfg AS (
 ), head AS (
   -- An ordered group's turn: its first pending job in the group's order, due or not (as the claim's heads).
   SELECT h.id, h.run_at FROM w CROSS JOIN cfg CROSS JOIN LATERAL (
-    SELECT id, run_at FROM jobs
+    SELECT id, run_at FROM jobq.jobs
     WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = w.g
     ORDER BY priority DESC, id LIMIT 1) h
   WHERE cfg.ordered AND w.g IS NOT NULL
 )
 SELECT cfg.paused, job.run_at > stamp.now AS not_due,
        cfg.concurrency, (SELECT coalesce(sum(n), 0) FROM running)::int AS running,
-       ARRAY(SELECT r.id FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = 'running' COLLATE "C"
+       ARRAY(SELECT r.id FROM jobq.jobs r WHERE r.queue_name = %(queue)s AND r.status = 'running' COLLATE "C"
              ORDER BY r.id LIMIT 100) AS running_ids,
        cfg.rate_limit, cfg.rate_per_seconds, coalesce((SELECT n FROM recent), 0)::int AS recent,
        (SELECT frees_at FROM recent) AS rate_frees_at,
        cfg.group_concurrency, coalesce((SELECT n FROM running r WHERE r.group_key = job.group_key), 0)::int
          AS group_running,
-       ARRAY(SELECT r.id FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = 'running' COLLATE "C"
+       ARRAY(SELECT r.id FROM jobq.jobs r WHERE r.queue_name = %(queue)s AND r.status = 'running' COLLATE "C"
                AND r.group_key = job.group_key ORDER BY r.id LIMIT 100) AS group_running_ids,
        cfg.group_rate_limit, cfg.group_rate_per_seconds,
        coalesce((SELECT n FROM group_recent), 0)::int AS group_recent,
        (SELECT frees_at FROM group_recent) AS group_rate_frees_at,
        cfg.ordered, (SELECT id FROM head) AS head_id,
        -- The jobs it waits for: its parents not finished yet (of the caller's queues).
-       ARRAY(SELECT p.id FROM jobs p
+       ARRAY(SELECT p.id FROM jobq.jobs p
              WHERE p.id = ANY(job.depends_on) AND p.status NOT IN ('completed', 'failed', 'cancelled')
                AND (%(allowed)s::text IS NULL OR p.queue_name ~ %(allowed)s::text)
              ORDER BY p.id) AS waiting_for

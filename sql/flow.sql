@@ -2,25 +2,25 @@
 
 -- name: QUEUE_CLAIMS_PRUNE --
 -- Ledger rows older than every rate window of their queue (a day when the queue has none any more).
-DELETE FROM queue_claims c
+DELETE FROM jobq.queue_claims c
 WHERE c.claimed_at < now() - make_interval(secs => coalesce(
   (SELECT greatest(coalesce(s.rate_per_seconds, 0), coalesce(s.group_rate_per_seconds, 0))
-   FROM queue_state s WHERE s.queue_name = c.queue_name), 86400))
+   FROM jobq.queue_state s WHERE s.queue_name = c.queue_name), 86400))
 
 -- name: QUEUE_CONFIGS_RETENTION --
 -- Queues whose retention differs from the global setting in some status.
 SELECT queue_name, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds
-FROM queue_state
+FROM jobq.queue_state
 WHERE retention_completed_seconds IS NOT NULL OR retention_failed_seconds IS NOT NULL
    OR retention_cancelled_seconds IS NOT NULL
 
 -- name: QUEUE_CONFIG_GET --
-SELECT queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, limited, grouped, changed_at FROM queue_state WHERE queue_name = %(queue)s
+SELECT queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, limited, grouped, changed_at FROM jobq.queue_state WHERE queue_name = %(queue)s
 
 -- name: QUEUE_CONFIG_LOCK --
 -- The row to change, created when the queue has none, and locked until the change commits (DO UPDATE
 -- locks the row it finds): two changes of one queue apply one after the other, each to what the other left.
-INSERT INTO queue_state AS s (queue_name) VALUES (%(queue)s)
+INSERT INTO jobq.queue_state AS s (queue_name) VALUES (%(queue)s)
 ON CONFLICT (queue_name) DO UPDATE SET queue_name = s.queue_name
 RETURNING queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, limited, grouped, changed_at
 
@@ -28,7 +28,7 @@ RETURNING queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_s
 -- Delivered at commit: every process drops its cached configuration of this queue as soon as the change
 -- is durable (app/maintenance/listener.py).
 WITH changed AS (
-  UPDATE queue_state SET max_attempts = %(max_attempts)s, backoff_base_seconds = %(backoff_base_seconds)s, backoff_max_seconds = %(backoff_max_seconds)s, lease_seconds = %(lease_seconds)s, default_priority = %(default_priority)s, retention_completed_seconds = %(retention_completed_seconds)s, retention_failed_seconds = %(retention_failed_seconds)s, retention_cancelled_seconds = %(retention_cancelled_seconds)s, concurrency = %(concurrency)s, rate_limit = %(rate_limit)s, rate_per_seconds = %(rate_per_seconds)s, group_concurrency = %(group_concurrency)s, group_rate_limit = %(group_rate_limit)s, group_rate_per_seconds = %(group_rate_per_seconds)s, fair = %(fair)s, ordered = %(ordered)s, max_pending = %(max_pending)s, timeout_seconds = %(timeout_seconds)s, changed_at = now()
+  UPDATE jobq.queue_state SET max_attempts = %(max_attempts)s, backoff_base_seconds = %(backoff_base_seconds)s, backoff_max_seconds = %(backoff_max_seconds)s, lease_seconds = %(lease_seconds)s, default_priority = %(default_priority)s, retention_completed_seconds = %(retention_completed_seconds)s, retention_failed_seconds = %(retention_failed_seconds)s, retention_cancelled_seconds = %(retention_cancelled_seconds)s, concurrency = %(concurrency)s, rate_limit = %(rate_limit)s, rate_per_seconds = %(rate_per_seconds)s, group_concurrency = %(group_concurrency)s, group_rate_limit = %(group_rate_limit)s, group_rate_per_seconds = %(group_rate_per_seconds)s, fair = %(fair)s, ordered = %(ordered)s, max_pending = %(max_pending)s, timeout_seconds = %(timeout_seconds)s, changed_at = now()
   WHERE queue_name = %(queue)s
   RETURNING queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, limited, grouped, changed_at
 )

@@ -3,19 +3,19 @@
 -- name: BACKLOG_SAMPLE --
 WITH mark AS (
   -- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing.
-  INSERT INTO stats_samples (minute) VALUES (date_trunc('minute', coalesce(%(now)s::timestamptz, now())))
+  INSERT INTO jobq.stats_samples (minute) VALUES (date_trunc('minute', coalesce(%(now)s::timestamptz, now())))
   ON CONFLICT DO NOTHING
   RETURNING minute
 ), backlog AS (
   -- Index-only over jobs_claim_idx. Skipped (a one-time filter) once the minute has been sampled, so a
   -- replica that comes later in the minute reads one row of stats_samples and nothing else.
   SELECT j.queue_name, count(*) AS ready, min(j.run_at) AS oldest
-  FROM jobs j
+  FROM jobq.jobs j
   WHERE j.status = 'pending' AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-    AND NOT EXISTS (SELECT FROM stats_samples s WHERE s.minute = date_trunc('minute', coalesce(%(now)s::timestamptz, now())))
+    AND NOT EXISTS (SELECT FROM jobq.stats_samples s WHERE s.minute = date_trunc('minute', coalesce(%(now)s::timestamptz, now())))
   GROUP BY j.queue_name
 ), written AS (
-  INSERT INTO queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
+  INSERT INTO jobq.queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
   SELECT b.queue_name, m.minute, b.ready, extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.oldest)::float8
   FROM mark m CROSS JOIN backlog b
   -- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
@@ -28,9 +28,9 @@ SELECT (SELECT count(*) FROM mark) AS sampled, (SELECT count(*) FROM written) AS
 
 -- name: HISTORY_DELETE_OLD --
 WITH hours AS (
-  DELETE FROM queue_stats_hourly WHERE hour < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
+  DELETE FROM jobq.queue_stats_hourly WHERE hour < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
 )
-DELETE FROM stats_samples WHERE minute < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
+DELETE FROM jobq.stats_samples WHERE minute < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
 
 -- name: SAMPLED_MINUTES --
 WITH 
@@ -39,7 +39,7 @@ bounds AS (
          now() AS as_of
 )
 SELECT floor(extract(epoch FROM m.minute - b.since) / %(bucket)s)::int AS bucket, count(m.minute) AS minutes, min(b.since) AS since, min(b.as_of) AS as_of
-FROM bounds b LEFT JOIN stats_samples m ON m.minute >= b.since
+FROM bounds b LEFT JOIN jobq.stats_samples m ON m.minute >= b.since
 GROUP BY 1
 
 -- name: SERIES_ALL --
@@ -50,12 +50,12 @@ bounds AS (
 ), sources AS (
   SELECT s.minute AS at, s.enqueued, s.completed, s.failed, s.duration_max_ms, s.durations_ms,
          coalesce(s.ready, 0) AS ready, s.oldest_ready_seconds
-  FROM queue_stats s, bounds b
+  FROM jobq.queue_stats s, bounds b
   WHERE (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text) AND s.minute >= b.since
   UNION ALL
   SELECT h.hour, h.enqueued, h.completed, h.failed, h.duration_max_ms, h.durations_ms, h.ready_sum,
          h.oldest_ready_seconds
-  FROM queue_stats_hourly h, bounds b
+  FROM jobq.queue_stats_hourly h, bounds b
   WHERE (%(allowed)s::text IS NULL OR h.queue_name ~ %(allowed)s::text) AND h.hour >= b.since
 ), binned AS (
   SELECT floor(extract(epoch FROM r.at - b.since) / %(bucket)s)::int AS i, r.* FROM sources r, bounds b
@@ -67,7 +67,7 @@ bounds AS (
   FROM binned GROUP BY i
 ), sampled AS (
   SELECT floor(extract(epoch FROM m.minute - b.since) / %(bucket)s)::int AS i, count(*) AS minutes
-  FROM stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
+  FROM jobq.stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
 )
 SELECT g.i AS bucket, b.since + make_interval(secs => g.i * %(bucket)s) AS at,
        coalesce(t.enqueued, 0) AS enqueued, coalesce(t.completed, 0) AS completed, coalesce(t.failed, 0) AS failed,
@@ -87,12 +87,12 @@ bounds AS (
 ), sources AS (
   SELECT s.minute AS at, s.enqueued, s.completed, s.failed, s.duration_max_ms, s.durations_ms,
          coalesce(s.ready, 0) AS ready, s.oldest_ready_seconds
-  FROM queue_stats s, bounds b
+  FROM jobq.queue_stats s, bounds b
   WHERE s.queue_name = %(queue)s AND s.minute >= b.since
   UNION ALL
   SELECT h.hour, h.enqueued, h.completed, h.failed, h.duration_max_ms, h.durations_ms, h.ready_sum,
          h.oldest_ready_seconds
-  FROM queue_stats_hourly h, bounds b
+  FROM jobq.queue_stats_hourly h, bounds b
   WHERE h.queue_name = %(queue)s AND h.hour >= b.since
 ), binned AS (
   SELECT floor(extract(epoch FROM r.at - b.since) / %(bucket)s)::int AS i, r.* FROM sources r, bounds b
@@ -104,7 +104,7 @@ bounds AS (
   FROM binned GROUP BY i
 ), sampled AS (
   SELECT floor(extract(epoch FROM m.minute - b.since) / %(bucket)s)::int AS i, count(*) AS minutes
-  FROM stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
+  FROM jobq.stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
 )
 SELECT g.i AS bucket, b.since + make_interval(secs => g.i * %(bucket)s) AS at,
        coalesce(t.enqueued, 0) AS enqueued, coalesce(t.completed, 0) AS completed, coalesce(t.failed, 0) AS failed,
@@ -123,12 +123,12 @@ bounds AS (
          now() AS as_of
 ), names AS (
   SELECT queue_name FROM (
-    SELECT s.queue_name FROM queue_stats s, bounds b
+    SELECT s.queue_name FROM jobq.queue_stats s, bounds b
     WHERE s.minute >= b.since AND 
   (%(queues)s::text[] IS NULL OR s.queue_name = ANY(%(queues)s::text[])) AND s.queue_name > %(after)s::text
   AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
     UNION
-    SELECT h.queue_name FROM queue_stats_hourly h, bounds b
+    SELECT h.queue_name FROM jobq.queue_stats_hourly h, bounds b
     WHERE h.hour >= b.since AND 
   (%(queues)s::text[] IS NULL OR h.queue_name = ANY(%(queues)s::text[])) AND h.queue_name > %(after)s::text
   AND (%(allowed)s::text IS NULL OR h.queue_name ~ %(allowed)s::text)
@@ -137,11 +137,11 @@ bounds AS (
   LIMIT %(n)s
 ), sources AS (
   SELECT s.queue_name, s.minute AS at, s.enqueued, s.completed, s.failed, coalesce(s.ready, 0) AS ready
-  FROM queue_stats s, bounds b
+  FROM jobq.queue_stats s, bounds b
   WHERE s.minute >= b.since AND s.queue_name IN (SELECT queue_name FROM names)
   UNION ALL
   SELECT h.queue_name, h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
-  FROM queue_stats_hourly h, bounds b
+  FROM jobq.queue_stats_hourly h, bounds b
   WHERE h.hour >= b.since AND h.queue_name IN (SELECT queue_name FROM names)
 )
 SELECT r.queue_name AS queue, floor(extract(epoch FROM r.at - b.since) / %(bucket)s)::int AS bucket, sum(r.enqueued)::bigint AS enqueued,
@@ -155,13 +155,13 @@ WITH old AS (
   -- Minutes before the hour that began a day ago, oldest first, a batch at a time. SKIP LOCKED: a row
   -- a late flush is adding to is left for the next pass, which also moves any minute a flush adds
   -- after its hour was rolled up, so the hours stay exact.
-  SELECT queue_name, minute FROM queue_stats
+  SELECT queue_name, minute FROM jobq.queue_stats
   WHERE minute < date_trunc('hour', coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s))
   ORDER BY minute
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), moved AS (
-  DELETE FROM queue_stats s USING old
+  DELETE FROM jobq.queue_stats s USING old
   WHERE s.queue_name = old.queue_name AND s.minute = old.minute
   RETURNING s.*
 ), hours AS (
@@ -172,7 +172,7 @@ WITH old AS (
   FROM moved
   GROUP BY 1, 2
 ), added AS (
-  INSERT INTO queue_stats_hourly AS h (queue_name, hour, enqueued, claimed, completed, failed, retried, lease_expired, cancelled, released, empty_claims, duration_max_ms, durations_ms,
+  INSERT INTO jobq.queue_stats_hourly AS h (queue_name, hour, enqueued, claimed, completed, failed, retried, lease_expired, cancelled, released, empty_claims, duration_max_ms, durations_ms,
                                        ready_sum, oldest_ready_seconds)
   SELECT hs.queue_name, hs.hour, hs.enqueued, hs.claimed, hs.completed, hs.failed, hs.retried, hs.lease_expired, hs.cancelled, hs.released, hs.empty_claims, hs.duration_max_ms, hs.durations_ms,
          hs.ready_sum, hs.oldest_ready_seconds

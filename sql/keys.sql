@@ -1,34 +1,34 @@
 -- Rendered from app/db/keys.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
 -- name: API_KEYS_COUNT_LIVE --
-SELECT count(*) FROM api_keys WHERE revoked_at IS NULL
+SELECT count(*) FROM jobq.api_keys WHERE revoked_at IS NULL
 
 -- name: API_KEYS_LIST --
 SELECT id, name, selector, scopes, queue_patterns, created_at, last_used_at, revoked_at, rate_per_second,
        rate_burst
-FROM api_keys
+FROM jobq.api_keys
 WHERE %(all)s OR revoked_at IS NULL
 ORDER BY id
 
 -- name: API_KEYS_TOUCH --
 -- Batched and infrequent: a last-use stamp is diagnostics, not worth a write per request.
-UPDATE api_keys SET last_used_at = now()
+UPDATE jobq.api_keys SET last_used_at = now()
 WHERE id = ANY(%s) AND revoked_at IS NULL
 
 -- name: API_KEY_BY_SELECTOR --
 -- Live keys only: a revoked key is unknown from the moment its revocation commits.
 SELECT id, name, key_hash, scopes, queue_patterns, rate_per_second, rate_burst
-FROM api_keys
+FROM jobq.api_keys
 WHERE selector = %s AND revoked_at IS NULL
 
 -- name: API_KEY_FIND --
 -- A live key by id or name, for `jobq keys sqs` (its AWS pair is derived from the id and the selector).
-SELECT id, name, selector FROM api_keys
+SELECT id, name, selector FROM jobq.api_keys
 WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
 
 -- name: API_KEY_INSERT --
 WITH created AS (
-  INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns)
+  INSERT INTO jobq.api_keys (name, selector, key_hash, scopes, queue_patterns)
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s)
   RETURNING id
 )
@@ -37,7 +37,7 @@ SELECT id, pg_notify('jobq_wakeup', 'keys k') FROM created
 
 -- name: API_KEY_INSERT_RATED --
 WITH created AS (
-  INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns, rate_per_second, rate_burst)
+  INSERT INTO jobq.api_keys (name, selector, key_hash, scopes, queue_patterns, rate_per_second, rate_burst)
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s, %(rate)s, %(burst)s)
   RETURNING id
 )
@@ -45,7 +45,7 @@ SELECT id, pg_notify('jobq_wakeup', 'keys k') FROM created
 
 -- name: API_KEY_REVOKE --
 WITH revoked AS (
-  UPDATE api_keys SET revoked_at = now()
+  UPDATE jobq.api_keys SET revoked_at = now()
   WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
   RETURNING id, name
 )
@@ -54,11 +54,11 @@ SELECT id, name, pg_notify('jobq_wakeup', 'keys k') FROM revoked
 
 -- name: API_KEY_SELECTORS --
 -- Every live key's selector (not secret): whether a selector may be a key, without a lookup per selector.
-SELECT selector FROM api_keys WHERE revoked_at IS NULL
+SELECT selector FROM jobq.api_keys WHERE revoked_at IS NULL
 
 -- name: API_KEY_SET_RATE --
 WITH changed AS (
-  UPDATE api_keys SET rate_per_second = %(rate)s, rate_burst = %(burst)s
+  UPDATE jobq.api_keys SET rate_per_second = %(rate)s, rate_burst = %(burst)s
   WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
   RETURNING id, name
 )

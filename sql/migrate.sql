@@ -1,5 +1,10 @@
 -- Rendered from app/db/migrate.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
+-- name: FUNCTIONS_DDL --
+SELECT format(%(ddl)s, p.oid::regprocedure, %(schema)s::text) FROM pg_proc p
+WHERE p.pronamespace = to_regnamespace(%(namespace)s) AND p.proname = ANY(%(names)s)
+  AND obj_description(p.oid, 'pg_proc') LIKE 'jobq:%%'
+
 -- name: INVALID_INDEX --
 SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)
 
@@ -11,7 +16,7 @@ ORDER BY xact_start
 LIMIT 3
 
 -- name: MIGRATIONS_TABLE --
-CREATE TABLE IF NOT EXISTS jobq_migrations (
+CREATE TABLE IF NOT EXISTS jobq.jobq_migrations (
   version    integer PRIMARY KEY,
   name       text        NOT NULL,
   checksum   text        NOT NULL,
@@ -19,4 +24,4 @@ CREATE TABLE IF NOT EXISTS jobq_migrations (
 )
 
 -- name: RECORD_MIGRATION --
-INSERT INTO jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)
+INSERT INTO jobq.jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)

@@ -1,28 +1,28 @@
 -- Rendered from app/db/operations.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
 -- name: JOBS_LIST[<Status.cancelled: 'cancelled'>] --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
 WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
   AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
 ORDER BY j.finished_at DESC, j.id DESC
 LIMIT %(limit)s
 
 -- name: JOBS_LIST[<Status.completed: 'completed'>] --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
 WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
   AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
 ORDER BY j.finished_at DESC, j.id DESC
 LIMIT %(limit)s
 
 -- name: JOBS_LIST[<Status.failed: 'failed'>] --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
 WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
   AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint))
 ORDER BY j.finished_at DESC, j.id DESC
 LIMIT %(limit)s
 
 -- name: JOBS_LIST[<Status.pending: 'pending'>] --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
 WHERE j.queue_name = %(queue)s AND j.status = 'pending'
   AND (%(after)s::boolean IS NOT TRUE
        OR j.priority < %(k1)s::int
@@ -31,21 +31,21 @@ ORDER BY j.priority DESC, j.run_at, j.id
 LIMIT %(limit)s
 
 -- name: JOBS_LIST[<Status.running: 'running'>] --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
 WHERE j.queue_name = %(queue)s AND j.status = 'running'
   AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint))
 ORDER BY j.lease_expires_at, j.id
 LIMIT %(limit)s
 
 -- name: JOBS_LIST[<Status.waiting: 'waiting'>] --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
 WHERE j.queue_name = %(queue)s AND j.status = 'waiting'
   AND (%(after)s::boolean IS NOT TRUE OR j.id > %(k1)s::bigint)
 ORDER BY j.id
 LIMIT %(limit)s
 
 -- name: JOBS_LIST[None] --
-SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobs j
+SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
 WHERE j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)
 ORDER BY j.id DESC
 LIMIT %(limit)s
@@ -58,19 +58,19 @@ WITH pending AS (
   SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now()) AS scheduled,
          min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
-  FROM jobs WHERE status = 'pending' GROUP BY queue_name
+  FROM jobq.jobs WHERE status = 'pending' GROUP BY queue_name
 ), running AS (
-  SELECT queue_name, count(*) AS running FROM jobs WHERE status = 'running' GROUP BY queue_name
+  SELECT queue_name, count(*) AS running FROM jobq.jobs WHERE status = 'running' GROUP BY queue_name
 ), waiting AS (
-  SELECT queue_name, count(*) AS waiting FROM jobs WHERE status = 'waiting' GROUP BY queue_name
+  SELECT queue_name, count(*) AS waiting FROM jobq.jobs WHERE status = 'waiting' GROUP BY queue_name
 ), finished AS (
   SELECT queue_name, sum(n) FILTER (WHERE status = 'completed') AS completed,
          sum(n) FILTER (WHERE status = 'failed') AS failed,
          sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
-  FROM queue_counts GROUP BY queue_name
+  FROM jobq.queue_counts GROUP BY queue_name
 ), names AS (
   SELECT queue_name FROM pending UNION SELECT queue_name FROM running UNION SELECT queue_name FROM waiting
-  UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM queue_state
+  UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM jobq.queue_state
 )
 SELECT n.queue_name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
        coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
@@ -82,36 +82,36 @@ LEFT JOIN pending p USING (queue_name)
 LEFT JOIN running r USING (queue_name)
 LEFT JOIN waiting w USING (queue_name)
 LEFT JOIN finished f USING (queue_name)
-LEFT JOIN queue_state s USING (queue_name)
+LEFT JOIN jobq.queue_state s USING (queue_name)
 ORDER BY n.queue_name
 
 -- name: QUEUES_PAGE --
 WITH RECURSIVE
   pending_walk(name, seen) AS (
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'pending' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'pending' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
          w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
   FROM pending_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
 ),
   waiting_walk(name, seen) AS (
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'waiting' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
          w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
   FROM waiting_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
 ),
   running_walk(name, seen) AS (
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'running' COLLATE "C" AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'running' COLLATE "C" AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'running' COLLATE "C" AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'running' COLLATE "C" AND queue_name > w.name ORDER BY queue_name LIMIT 1),
          w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
   FROM running_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
 ),
   finished_walk(name, seen) AS (
-  SELECT (SELECT queue_name FROM queue_counts WHERE true AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  SELECT (SELECT queue_name FROM jobq.queue_counts WHERE true AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
   UNION ALL
-  SELECT (SELECT queue_name FROM queue_counts WHERE true AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+  SELECT (SELECT queue_name FROM jobq.queue_counts WHERE true AND queue_name > w.name ORDER BY queue_name LIMIT 1),
          w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
   FROM finished_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
 ),
@@ -119,7 +119,7 @@ WITH RECURSIVE
     SELECT name FROM (
       SELECT name FROM pending_walk UNION SELECT name FROM waiting_walk UNION SELECT name FROM running_walk
       UNION SELECT name FROM finished_walk
-      UNION (SELECT queue_name FROM queue_state
+      UNION (SELECT queue_name FROM jobq.queue_state
              WHERE queue_name > %(after)s::text AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)
              ORDER BY queue_name LIMIT %(n)s)
     ) u
@@ -128,24 +128,24 @@ WITH RECURSIVE
     LIMIT %(n)s
   )
 SELECT n.name AS queue, p.ready, p.scheduled,
-       (SELECT count(*) FROM jobs r WHERE r.queue_name = n.name AND r.status = 'running' COLLATE "C") AS running,
+       (SELECT count(*) FROM jobq.jobs r WHERE r.queue_name = n.name AND r.status = 'running' COLLATE "C") AS running,
        coalesce(f.completed, 0)::bigint AS completed, coalesce(f.failed, 0)::bigint AS failed,
        coalesce(f.cancelled, 0)::bigint AS cancelled,
        extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       coalesce((SELECT s.paused FROM queue_state s WHERE s.queue_name = n.name), false) AS paused,
-       (SELECT count(*) FROM jobs w WHERE w.queue_name = n.name AND w.status = 'waiting') AS waiting
+       coalesce((SELECT s.paused FROM jobq.queue_state s WHERE s.queue_name = n.name), false) AS paused,
+       (SELECT count(*) FROM jobq.jobs w WHERE w.queue_name = n.name AND w.status = 'waiting') AS waiting
 FROM names n
 CROSS JOIN LATERAL (
   -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
   SELECT count(*) FILTER (WHERE j.run_at <= now()) AS ready, count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
          min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready
-  FROM jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
+  FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
 ) p
 LEFT JOIN LATERAL (
   SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
          sum(c.n) FILTER (WHERE c.status = 'failed') AS failed,
          sum(c.n) FILTER (WHERE c.status = 'cancelled') AS cancelled
-  FROM queue_counts c WHERE c.queue_name = n.name
+  FROM jobq.queue_counts c WHERE c.queue_name = n.name
 ) f ON true
 ORDER BY n.name
 
@@ -153,10 +153,10 @@ ORDER BY n.name
 -- The groups with the most ready jobs (index-only over jobs_group_idx, whose last key is run_at), with
 -- their running jobs (jobs_running_idx).
 SELECT t.group_key AS "group", t.ready,
-       (SELECT count(*) FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = 'running' COLLATE "C"
+       (SELECT count(*) FROM jobq.jobs r WHERE r.queue_name = %(queue)s AND r.status = 'running' COLLATE "C"
                                       AND r.group_key = t.group_key) AS running
 FROM (
-  SELECT group_key, count(*) AS ready FROM jobs
+  SELECT group_key, count(*) AS ready FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL AND run_at <= now()
   GROUP BY group_key
   ORDER BY ready DESC, group_key
@@ -170,23 +170,23 @@ WITH pending AS (
   SELECT count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now()) AS scheduled,
          min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
-  FROM jobs WHERE queue_name = %(queue)s AND status = 'pending'
+  FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
 ), running AS (
-  SELECT count(*) AS running FROM jobs WHERE queue_name = %(queue)s AND status = 'running'
+  SELECT count(*) AS running FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running'
 ), waiting AS (
   -- Index-only over jobs_waiting_idx: jobs waiting for their dependencies.
-  SELECT count(*) AS waiting FROM jobs WHERE queue_name = %(queue)s AND status = 'waiting'
+  SELECT count(*) AS waiting FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
 ), finished AS (
   -- Kept exact by the statements that finish jobs (see app/db/jobs.py count_finished): no scan of history.
   SELECT coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
          coalesce(sum(n) FILTER (WHERE status = 'failed'), 0) AS failed,
          coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0) AS cancelled
-  FROM queue_counts WHERE queue_name = %(queue)s
+  FROM jobq.queue_counts WHERE queue_name = %(queue)s
 ), last_attempts AS (
   -- jobs_last_attempts_idx holds exactly these rows.
   SELECT count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
          count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left
-  FROM jobs
+  FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
 ), window_ AS (
   SELECT coalesce(sum(enqueued), 0) AS enqueued, coalesce(sum(claimed), 0) AS claimed,
@@ -199,10 +199,11 @@ WITH pending AS (
          coalesce(sum(held_group_rate), 0) AS held_group_rate, coalesce(sum(held_ordered), 0) AS held_ordered,
          max(duration_max_ms) AS duration_max_ms,
          (SELECT array_agg(total ORDER BY i) FROM (
-            SELECT i, sum(v)::bigint AS total FROM queue_stats q2, unnest(q2.durations_ms) WITH ORDINALITY AS u(v, i)
+            SELECT i, sum(v)::bigint AS total
+            FROM jobq.queue_stats q2, unnest(q2.durations_ms) WITH ORDINALITY AS u(v, i)
             WHERE q2.queue_name = %(queue)s AND q2.minute > now() - make_interval(secs => %(window)s)
             GROUP BY i) h) AS durations_ms
-  FROM queue_stats
+  FROM jobq.queue_stats
   WHERE queue_name = %(queue)s AND minute > now() - make_interval(secs => %(window)s)
 )
 SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
@@ -212,7 +213,7 @@ SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 
        w.cancelled::bigint AS w_cancelled, w.released::bigint AS w_released,
        w.empty_claims::bigint AS w_empty_claims, w.duration_max_ms AS w_duration_max_ms,
        w.durations_ms AS w_durations_ms,
-       coalesce((SELECT paused FROM queue_state WHERE queue_name = %(queue)s), false) AS paused,
+       coalesce((SELECT paused FROM jobq.queue_state WHERE queue_name = %(queue)s), false) AS paused,
        now() AS as_of,
        w.held_concurrency::bigint AS w_held_concurrency, w.held_rate::bigint AS w_held_rate,
        w.held_group_concurrency::bigint AS w_held_group_concurrency,
@@ -224,7 +225,7 @@ FROM pending p, running r, finished f, last_attempts l, window_ w, waiting wt
 -- Add one process's counts since its last flush (a second ago) to the current minute; concurrent flushes
 -- from replicas add up. The minute is the database's: an API host whose clock is off files nothing under
 -- a minute that the windows of /stats, which read now(), would never look at.
-INSERT INTO queue_stats AS s (queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired,
+INSERT INTO jobq.queue_stats AS s (queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired,
                               cancelled, released, empty_claims, duration_max_ms, durations_ms, held_concurrency,
                               held_rate, held_group_concurrency, held_group_rate, held_ordered)
 SELECT queue_name, date_trunc('minute', now()), enqueued, claimed, completed, failed, retried, lease_expired,

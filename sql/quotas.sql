@@ -5,21 +5,23 @@
 -- jobs_claim_idx, jobs_waiting_idx and jobs_running_idx (one index descent per queue, however long the
 -- queue, each walk stopping after %(cap)s queues), and those with a configuration.
 WITH RECURSIVE pending(name, n) AS (
-  (SELECT queue_name, 1 FROM jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name, 1 FROM jobq.jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'pending' AND queue_name > p.name ORDER BY queue_name LIMIT 1),
+  SELECT (SELECT queue_name FROM jobq.jobs
+          WHERE status = 'pending' AND queue_name > p.name ORDER BY queue_name LIMIT 1),
          p.n + 1
   FROM pending p WHERE p.name IS NOT NULL AND p.n < %(cap)s
 ), waiting(name, n) AS (
-  (SELECT queue_name, 1 FROM jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name, 1 FROM jobq.jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+  SELECT (SELECT queue_name FROM jobq.jobs
+          WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
          w.n + 1
   FROM waiting w WHERE w.name IS NOT NULL AND w.n < %(cap)s
 ), running(name, n) AS (
-  (SELECT queue_name, 1 FROM jobs WHERE status = 'running' COLLATE "C" ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name, 1 FROM jobq.jobs WHERE status = 'running' COLLATE "C" ORDER BY queue_name LIMIT 1)
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'running' COLLATE "C" AND queue_name > r.name
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'running' COLLATE "C" AND queue_name > r.name
           ORDER BY queue_name LIMIT 1),
          r.n + 1
   FROM running r WHERE r.name IS NOT NULL AND r.n < %(cap)s
@@ -28,22 +30,22 @@ SELECT count(*) FROM (
   SELECT name FROM pending WHERE name IS NOT NULL
   UNION SELECT name FROM waiting WHERE name IS NOT NULL
   UNION SELECT name FROM running WHERE name IS NOT NULL
-  UNION (SELECT queue_name FROM queue_state ORDER BY queue_name LIMIT %(cap)s)
+  UNION (SELECT queue_name FROM jobq.queue_state ORDER BY queue_name LIMIT %(cap)s)
   LIMIT %(cap)s
 ) q
 
 -- name: QUEUE_BACKLOG_COUNT --
 -- Jobs of one queue not yet started, at most %(cap)s of each kind: pending ones (due or delayed) index-only
 -- over jobs_claim_idx, those waiting for dependencies over jobs_waiting_idx, each walk stopping at the cap.
-SELECT (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'pending'
+SELECT (SELECT count(*) FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
                               LIMIT %(cap)s) p)
-     + (SELECT count(*) FROM (SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'waiting'
+     + (SELECT count(*) FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
                               LIMIT %(cap)s) w)
 
 -- name: QUEUE_LIVE --
 -- Whether a queue is live: it holds a job not finished yet, or a configuration (paused, limits). One index
 -- probe each.
-SELECT EXISTS (SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'pending')
-    OR EXISTS (SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'waiting')
-    OR EXISTS (SELECT 1 FROM jobs WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C")
-    OR EXISTS (SELECT 1 FROM queue_state WHERE queue_name = %(queue)s)
+SELECT EXISTS (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending')
+    OR EXISTS (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting')
+    OR EXISTS (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C")
+    OR EXISTS (SELECT 1 FROM jobq.queue_state WHERE queue_name = %(queue)s)

@@ -9,7 +9,7 @@ WITH input AS (
   -- primary key in id order (the ids come sorted): the status is compared with a value the planner cannot
   -- see (as app/db/jobs.py RUNNING), so jobs_waiting_idx, which stale statistics can make look empty, is
   -- never the way in.
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = CASE WHEN i.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run' THEN 'cancelled'
                     WHEN j.pending_dependencies > i.n THEN 'waiting' ELSE 'pending' END,
       pending_dependencies = CASE WHEN i.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run' THEN j.pending_dependencies
@@ -25,7 +25,7 @@ WITH input AS (
     AND j.status = (SELECT 'waiting'::text)
   RETURNING j.id, j.queue_name AS queue, j.status, coalesce(j.has_dependants, false) AS has_dependants
 ), counted AS (
-  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
   FROM changed
   WHERE status IN ('completed', 'failed', 'cancelled')
@@ -33,7 +33,7 @@ WITH input AS (
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
 ), recorded AS (
   -- The cascade's next level: a cancelled dependant that others depend on, released by a later step.
-  INSERT INTO dependency_releases (queue_name, job_id, status)
+  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
   SELECT queue, id, status FROM changed WHERE status = 'cancelled' AND has_dependants
 )
 SELECT id, status, has_dependants FROM changed
@@ -41,7 +41,7 @@ SELECT id, status, has_dependants FROM changed
 -- name: EDGES_FILL_QUEUES --
 WITH legacy AS (
   -- Dependency rows a previous release wrote (no queue names), a batch at a time.
-  SELECT parent_id, job_id FROM job_dependencies
+  SELECT parent_id, job_id FROM jobq.job_dependencies
   WHERE parent_queue IS NULL OR job_queue IS NULL
   ORDER BY parent_id, job_id
   LIMIT %(limit)s
@@ -51,10 +51,10 @@ WITH legacy AS (
 -- A parent gone (deleted by retention, so finished) files the row under its dependant's queue, where the
 -- reconciliation finds no such job, and so releases the dependant as if it had completed; a dependant gone
 -- leaves a row that the release consumes and that changes nothing.
-UPDATE job_dependencies AS d
-SET parent_queue = coalesce((SELECT p.queue_name FROM jobs p WHERE p.id = l.parent_id),
-                            (SELECT c.queue_name FROM jobs c WHERE c.id = l.job_id), ''),
-    job_queue = coalesce((SELECT c.queue_name FROM jobs c WHERE c.id = l.job_id), '')
+UPDATE jobq.job_dependencies AS d
+SET parent_queue = coalesce((SELECT p.queue_name FROM jobq.jobs p WHERE p.id = l.parent_id),
+                            (SELECT c.queue_name FROM jobq.jobs c WHERE c.id = l.job_id), ''),
+    job_queue = coalesce((SELECT c.queue_name FROM jobq.jobs c WHERE c.id = l.job_id), '')
 FROM legacy l
 WHERE d.parent_id = l.parent_id AND d.job_id = l.job_id
 RETURNING d.parent_id
@@ -62,7 +62,7 @@ RETURNING d.parent_id
 -- name: EDGES_FINISHED_PARENTS --
 WITH page AS (
   -- A page of one queue's dependency rows, in parent order after `after`.
-  SELECT parent_id FROM job_dependencies
+  SELECT parent_id FROM jobq.job_dependencies
   WHERE parent_queue = %(queue)s AND parent_id > %(after)s
   ORDER BY parent_id
   LIMIT %(limit)s
@@ -72,15 +72,15 @@ WITH page AS (
   -- Each parent as it is now (one lookup by primary key each); gone: deleted by retention, so finished.
   SELECT pa.parent_id, p.status
   FROM parents pa
-  LEFT JOIN LATERAL (SELECT j.status FROM jobs j WHERE j.id = pa.parent_id AND j.queue_name = %(queue)s OFFSET 0) p
+  LEFT JOIN LATERAL (SELECT j.status FROM jobq.jobs j WHERE j.id = pa.parent_id AND j.queue_name = %(queue)s OFFSET 0) p
     ON true
 ), recorded AS (
   -- Finished without a record (finished by a previous release's process, or a record lost some other way):
   -- recorded now. One the release holds right now has its row: not recorded twice.
-  INSERT INTO dependency_releases (queue_name, job_id, status)
+  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
   SELECT %(queue)s, f.parent_id, coalesce(f.status, 'completed') FROM found f
   WHERE (f.status IS NULL OR f.status IN ('completed', 'failed', 'cancelled'))
-    AND NOT EXISTS (SELECT FROM dependency_releases r WHERE r.queue_name = %(queue)s AND r.job_id = f.parent_id)
+    AND NOT EXISTS (SELECT FROM jobq.dependency_releases r WHERE r.queue_name = %(queue)s AND r.job_id = f.parent_id)
   RETURNING job_id
 )
 SELECT (SELECT count(*) FROM page) AS seen, (SELECT max(parent_id) FROM page) AS last,
@@ -88,19 +88,19 @@ SELECT (SELECT count(*) FROM page) AS seen, (SELECT max(parent_id) FROM page) AS
 
 -- name: EDGES_PARENT_QUEUES --
 -- The next queue (in name order) whose jobs others wait for: one probe of job_dependencies_parent_queue_idx.
-SELECT min(parent_queue) FROM job_dependencies WHERE parent_queue > %(after)s
+SELECT min(parent_queue) FROM jobq.job_dependencies WHERE parent_queue > %(after)s
 
 -- name: EDGES_TAKE --
 WITH taken AS (
   -- At most `limit` dependency rows of the finished jobs `parents` (all in `queue`), in (parent, dependant)
   -- order, locked; a row a previous release wrote without queue names waits for the reconciliation.
-  SELECT ctid FROM job_dependencies
+  SELECT ctid FROM jobq.job_dependencies
   WHERE parent_queue = %(queue)s AND parent_id = ANY(%(parents)s::bigint[])
   ORDER BY parent_id, job_id
   LIMIT %(limit)s
   FOR UPDATE
 )
-DELETE FROM job_dependencies d
+DELETE FROM jobq.job_dependencies d
 WHERE d.ctid = ANY(ARRAY(SELECT ctid FROM taken))
 RETURNING d.parent_id, d.job_id, d.job_queue
 
@@ -112,7 +112,7 @@ RETURNING d.parent_id, d.job_id, d.job_queue
 -- which the step's writes use.
 SELECT r.id, r.job_id, r.status AS recorded, p.status AS status, clock_timestamp() AS now
 FROM (
-  SELECT d.id, d.job_id, d.status FROM dependency_releases d
+  SELECT d.id, d.job_id, d.status FROM jobq.dependency_releases d
   WHERE d.queue_name = %(queue)s AND (%(jobs)s::bigint[] IS NULL OR d.job_id = ANY(%(jobs)s::bigint[]))
   ORDER BY d.id
   LIMIT %(limit)s
@@ -120,18 +120,18 @@ FROM (
 ) r
 LEFT JOIN LATERAL (
   -- One lookup by primary key per row (OFFSET 0: kept a lookup whatever the statistics say).
-  SELECT j.status FROM jobs j WHERE j.id = r.job_id AND j.queue_name = %(queue)s OFFSET 0
+  SELECT j.status FROM jobq.jobs j WHERE j.id = r.job_id AND j.queue_name = %(queue)s OFFSET 0
 ) p ON true
 ORDER BY r.id
 
 -- name: RELEASES_DONE --
 -- Outbox rows whose job has no dependency row left (or was retried since: its next finish records it again).
-DELETE FROM dependency_releases WHERE queue_name = %(queue)s AND id = ANY(%(ids)s::bigint[])
+DELETE FROM jobq.dependency_releases WHERE queue_name = %(queue)s AND id = ANY(%(ids)s::bigint[])
 
 -- name: RELEASE_QUEUES --
 -- The queues with outbox rows, in name order after `after` (a pass goes round them all). The outbox holds
 -- only cascades in progress: a few rows. A read without locks.
-SELECT DISTINCT queue_name FROM dependency_releases
+SELECT DISTINCT queue_name FROM jobq.dependency_releases
 WHERE queue_name > %(after)s
 ORDER BY 1
 LIMIT %(limit)s

@@ -3,7 +3,7 @@
 -- name: JOB_FAIL_EXHAUSTED --
 WITH exhausted AS (
   -- One queue's lapsed leases on the last attempt: the terminal path, kept separate so it is easy to see.
-  SELECT id FROM jobs
+  SELECT id FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'running'
     AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
     AND attempts >= max_attempts
@@ -12,21 +12,21 @@ WITH exhausted AS (
   FOR UPDATE SKIP LOCKED
 ), failed AS (
   -- The jobs waiting for these are released (cancelled) afterwards, by the dependency release (`recorded`).
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'failed', finished_at = now(), lease_expires_at = NULL,
       last_error = 'lease expired on the last attempt'
   FROM exhausted
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM exhausted)) AND j.id = exhausted.id
   RETURNING j.queue_name AS queue, j.status, j.id, coalesce(j.has_dependants, false) AS has_dependants
 ), counted AS (
-  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
   FROM failed
   WHERE status IN ('completed', 'failed', 'cancelled')
   GROUP BY 1, 2
   ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
 ), recorded AS (
-  INSERT INTO dependency_releases (queue_name, job_id, status)
+  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
   SELECT queue, id, status FROM failed
   WHERE has_dependants AND status IN ('completed', 'failed', 'cancelled')
 )
@@ -37,7 +37,7 @@ SELECT queue, id, has_dependants FROM failed
 -- an index-only read of jobs_lease_idx, no lock. A queue done this pass is skipped even when some of its
 -- lapsed jobs are left (locked by a worker finishing them: SKIP LOCKED left them), so a pass always ends.
 SELECT DISTINCT queue_name FROM (
-  SELECT queue_name FROM jobs
+  SELECT queue_name FROM jobq.jobs
   WHERE status = 'running'
     AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
     AND queue_name <> ALL(%(skip)s::text[])
@@ -50,7 +50,7 @@ WITH expired AS (
   -- One queue's leases that lapsed while attempts remain, oldest first through jobs_queue_lease_idx. SKIP
   -- LOCKED: replicas rescuing at once split the work, and a job that a worker is completing right now is
   -- left to that worker.
-  SELECT id FROM jobs
+  SELECT id FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'running'
     AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
     AND attempts < max_attempts
@@ -58,7 +58,7 @@ WITH expired AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 )
-UPDATE jobs AS j
+UPDATE jobq.jobs AS j
 SET status = 'pending', run_at = now(), lease_expires_at = NULL, claim_token = NULL,
     last_error = 'lease expired'
 FROM expired

@@ -2,7 +2,7 @@
 
 -- name: QUEUES_HELD --
 -- Queues whose claims something may hold back (limits, or paused): the others can claim every ready job.
-SELECT queue_name FROM queue_state WHERE limited OR paused
+SELECT queue_name FROM jobq.queue_state WHERE limited OR paused
 
 -- name: QUEUE_SCALE --
 WITH RECURSIVE cfg AS (
@@ -12,12 +12,12 @@ WITH RECURSIVE cfg AS (
          coalesce(s.group_concurrency, CASE WHEN s.ordered THEN 1 END) AS group_concurrency,
          s.group_rate_limit, s.group_rate_per_seconds, coalesce(s.fair, false) AS fair,
          coalesce(s.ordered, false) AS ordered, coalesce(s.grouped, false) AS grouped
-  FROM (SELECT) one LEFT JOIN queue_state s ON s.queue_name = %(queue)s
+  FROM (SELECT) one LEFT JOIN jobq.queue_state s ON s.queue_name = %(queue)s
 ), stamp AS (
   SELECT clock_timestamp() AS now
 ), running AS (
   -- Running jobs of this queue by group (jobs_running_idx): what the concurrency limits count.
-  SELECT group_key, count(*) AS n FROM jobs
+  SELECT group_key, count(*) AS n FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
     AND (SELECT concurrency IS NOT NULL OR group_concurrency IS NOT NULL FROM cfg)
   GROUP BY group_key
@@ -25,7 +25,7 @@ WITH RECURSIVE cfg AS (
   -- Claims of this queue inside its rate window, and when the oldest of them leaves it.
   SELECT coalesce(sum(c.n), 0) AS n, min(c.claimed_at) + make_interval(secs => cfg.rate_per_seconds) AS frees_at
   FROM cfg CROSS JOIN stamp
-  JOIN queue_claims c ON c.queue_name = %(queue)s
+  JOIN jobq.queue_claims c ON c.queue_name = %(queue)s
    AND c.claimed_at > stamp.now - make_interval(secs => cfg.rate_per_seconds)
   WHERE cfg.rate_limit IS NOT NULL
   GROUP BY cfg.rate_per_seconds
@@ -34,23 +34,23 @@ WITH RECURSIVE cfg AS (
   -- per level, at most %(levels)s), each level's earliest run_at, and the due jobs so far, counted up to
   -- `cap` in all: within a level the due jobs come first in the index, so each count is one short range.
   SELECT f.priority, f.run_at, 1, (SELECT count(*) FROM (
-      SELECT 1 FROM jobs
+      SELECT 1 FROM jobq.jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND priority = f.priority AND run_at <= stamp.now
       -- In the index's order: with stale statistics, a LIMIT alone may look cheapest as a sequential scan.
       ORDER BY priority DESC, run_at, id
       LIMIT greatest(%(cap)s, 0)) d)
   FROM stamp CROSS JOIN LATERAL (
-    SELECT priority, run_at FROM jobs WHERE queue_name = %(queue)s AND status = 'pending'
+    SELECT priority, run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
     ORDER BY priority DESC, run_at, id LIMIT 1) f
   UNION ALL
   SELECT x.priority, x.run_at, l.k + 1, l.acc + (SELECT count(*) FROM (
-      SELECT 1 FROM jobs
+      SELECT 1 FROM jobq.jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND priority = x.priority AND run_at <= stamp.now
       -- In the index's order: with stale statistics, a LIMIT alone may look cheapest as a sequential scan.
       ORDER BY priority DESC, run_at, id
       LIMIT greatest(%(cap)s - l.acc, 0)) d)
   FROM levels l CROSS JOIN stamp CROSS JOIN LATERAL (
-    SELECT priority, run_at FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND priority < l.p
+    SELECT priority, run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending' AND priority < l.p
     ORDER BY priority DESC, run_at, id LIMIT 1) x
   WHERE l.k < %(levels)s
 ), ready AS (
@@ -70,7 +70,7 @@ WITH RECURSIVE cfg AS (
 ), lane AS (
   -- Group limits: jobs without a group are held back by none; those among the first `bound` ready jobs.
   SELECT count(*) FILTER (WHERE w.group_key IS NULL)::int AS n FROM stamp CROSS JOIN LATERAL (
-    SELECT group_key FROM jobs
+    SELECT group_key FROM jobq.jobs
     WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= stamp.now AND (SELECT grouped FROM cfg)
     ORDER BY priority DESC, run_at, id
     LIMIT (SELECT n FROM bound)) w
@@ -78,37 +78,37 @@ WITH RECURSIVE cfg AS (
   -- Then every group with pending jobs, once, in key order (as the claim's walk), adding what each lets
   -- through, until that covers `bound` (more would change nothing) or %(groups)s groups were seen.
   SELECT f.g, 1, (SELECT count(*) FILTER (WHERE h.run_at <= stamp.now) FROM (
-      SELECT run_at FROM jobs
+      SELECT run_at FROM jobq.jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = f.g
         AND (cfg.ordered OR run_at <= stamp.now)
       ORDER BY priority DESC, id
       LIMIT greatest(0, least(%(cap)s::int,
         cfg.group_concurrency - coalesce((SELECT r.n FROM running r WHERE r.group_key = f.g), 0)::int,
         cfg.group_rate_limit - coalesce((
-          SELECT sum(c.n) FROM queue_claims c
+          SELECT sum(c.n) FROM jobq.queue_claims c
           WHERE c.queue_name = %(queue)s AND c.group_key = f.g AND cfg.group_rate_limit IS NOT NULL
             AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)), 0)::int,
         CASE WHEN cfg.ordered THEN 1 END))) h)
   FROM cfg CROSS JOIN stamp CROSS JOIN LATERAL (
-    SELECT group_key AS g FROM jobs
+    SELECT group_key AS g FROM jobq.jobs
     WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL
     ORDER BY group_key LIMIT 1) f
   WHERE cfg.grouped AND (SELECT n FROM bound) > (SELECT n FROM lane)
   UNION ALL
   SELECT x.g, w.k + 1, w.acc + (SELECT count(*) FILTER (WHERE h.run_at <= stamp.now) FROM (
-      SELECT run_at FROM jobs
+      SELECT run_at FROM jobq.jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = x.g
         AND (cfg.ordered OR run_at <= stamp.now)
       ORDER BY priority DESC, id
       LIMIT greatest(0, least(%(cap)s::int,
         cfg.group_concurrency - coalesce((SELECT r.n FROM running r WHERE r.group_key = x.g), 0)::int,
         cfg.group_rate_limit - coalesce((
-          SELECT sum(c.n) FROM queue_claims c
+          SELECT sum(c.n) FROM jobq.queue_claims c
           WHERE c.queue_name = %(queue)s AND c.group_key = x.g AND cfg.group_rate_limit IS NOT NULL
             AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)), 0)::int,
         CASE WHEN cfg.ordered THEN 1 END))) h)
   FROM walk w CROSS JOIN cfg CROSS JOIN stamp CROSS JOIN LATERAL (
-    SELECT group_key AS g FROM jobs
+    SELECT group_key AS g FROM jobq.jobs
     WHERE queue_name = %(queue)s AND status = 'pending' AND group_key > w.g
     ORDER BY group_key LIMIT 1) x
   WHERE w.k < %(groups)s AND w.acc < (SELECT n FROM bound) - (SELECT n FROM lane)
@@ -116,7 +116,7 @@ WITH RECURSIVE cfg AS (
 SELECT cfg.paused, rooms.ready, rooms.capped OR (SELECT count(*) >= %(groups)s FROM walk) AS capped,
        extract(epoch FROM stamp.now - rooms.oldest)::float8 AS oldest_ready_age,
        -- Every running job of the queue (jobs_running_idx), whether or not a limit counts them.
-       (SELECT count(*) FROM jobs WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C")::int AS running,
+       (SELECT count(*) FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C")::int AS running,
        cfg.concurrency, cfg.rate_limit, cfg.rate_per_seconds,
        rooms.by_concurrency AS room_concurrency, rooms.by_rate AS room_rate,
        CASE WHEN cfg.grouped THEN (SELECT n FROM lane) + coalesce((SELECT max(acc) FROM walk), 0)::int END

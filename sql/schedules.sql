@@ -4,14 +4,14 @@
 SELECT clock_timestamp()
 
 -- name: SCHEDULES_COUNT --
-SELECT count(*) FROM schedules
+SELECT count(*) FROM jobq.schedules
 
 -- name: SCHEDULES_DUE --
 -- Active schedules whose next tick has come, by the database clock, through schedules_due_idx. Not
 -- locked: replicas that read the same schedule compute the same ticks, and SCHEDULES_FIRE lets one of
 -- them through.
 SELECT name, cron, timezone, missed, next_run_at, revision, now() AS now
-FROM schedules
+FROM jobq.schedules
 WHERE NOT paused AND next_run_at <= now() AND NOT EXISTS (
   SELECT FROM unnest(%(skip_names)s::text[], %(skip_crons)s::text[], %(skip_zones)s::text[]) AS x(name, cron, tz)
   WHERE x.name = schedules.name AND x.cron = schedules.cron AND x.tz = schedules.timezone)
@@ -25,7 +25,7 @@ WITH advance AS (
 ), advanced AS (
   -- Only from the state the ticks were computed from. Replicas that fire the same ticks queue on the
   -- row lock; the first moves next_run_at, and the others then match nothing and enqueue nothing.
-  UPDATE schedules AS s
+  UPDATE jobq.schedules AS s
   SET next_run_at = a.next, last_run_at = coalesce(a.last, s.last_run_at)
   FROM advance a
   WHERE s.name = a.name AND s.revision = a.revision AND s.next_run_at = a.due AND NOT s.paused
@@ -33,13 +33,13 @@ WITH advance AS (
 ), ticks AS (
   SELECT * FROM json_to_recordset(%(ticks)s::json) AS t(name text, tick timestamptz)
 )
-INSERT INTO jobs (queue_name, payload, priority, max_attempts, group_key, schedule, scheduled_for)
+INSERT INTO jobq.jobs (queue_name, payload, priority, max_attempts, group_key, schedule, scheduled_for)
 -- What the schedule leaves out comes from the queue's configuration (GET /queues/{queue}/config) as it is
 -- when the job is made, else the service's defaults, as for any enqueue.
 SELECT s.queue_name, s.payload, coalesce(s.priority, q.default_priority, 0),
        coalesce(s.max_attempts, q.max_attempts, %(max_attempts)s), s.job_group, s.name, t.tick
 FROM advanced s JOIN ticks t USING (name)
-LEFT JOIN queue_state q ON q.queue_name = s.queue_name
+LEFT JOIN jobq.queue_state q ON q.queue_name = s.queue_name
 ORDER BY t.tick, s.name
 -- One job per (schedule, tick), whatever else happened: the last word on duplicates.
 ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
@@ -49,7 +49,7 @@ RETURNING id, queue_name AS queue, schedule, scheduled_for
 SELECT 
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
   s.job_group AS group, s.missed, s.paused, CASE WHEN s.paused THEN NULL ELSE s.next_run_at END AS next_run_at,
-  s.last_run_at, s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick FROM schedules s
+  s.last_run_at, s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick FROM jobq.schedules s
 WHERE (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
 ORDER BY s.name
 
@@ -58,27 +58,27 @@ SELECT pg_advisory_xact_lock(1785684595)
 
 -- name: SCHEDULES_NEXT_DUE --
 -- Seconds until the earliest active schedule is due, by the database clock (NULL: none).
-SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM schedules WHERE NOT paused AND NOT EXISTS (
+SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM jobq.schedules WHERE NOT paused AND NOT EXISTS (
   SELECT FROM unnest(%(skip_names)s::text[], %(skip_crons)s::text[], %(skip_zones)s::text[]) AS x(name, cron, tz)
   WHERE x.name = schedules.name AND x.cron = schedules.cron AND x.tz = schedules.timezone)
 
 -- name: SCHEDULE_DELETE --
-DELETE FROM schedules s WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+DELETE FROM jobq.schedules s WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
 RETURNING s.name
 
 -- name: SCHEDULE_GET --
 SELECT 
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
   s.job_group AS group, s.missed, s.paused, CASE WHEN s.paused THEN NULL ELSE s.next_run_at END AS next_run_at,
-  s.last_run_at, s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick FROM schedules s
+  s.last_run_at, s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick FROM jobq.schedules s
 WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
 
 -- name: SCHEDULE_HOLDER --
 -- Whether a schedule has this name, and whether the caller may see it (its queue is one of the caller's).
-SELECT (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text) AS visible FROM schedules s WHERE s.name = %(name)s
+SELECT (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text) AS visible FROM jobq.schedules s WHERE s.name = %(name)s
 
 -- name: SCHEDULE_PAUSE --
-UPDATE schedules s SET paused = true, revision = s.revision + 1, updated_at = now()
+UPDATE jobq.schedules s SET paused = true, revision = s.revision + 1, updated_at = now()
 WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
 RETURNING 
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
@@ -86,7 +86,7 @@ RETURNING
   s.last_run_at, s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick
 
 -- name: SCHEDULE_PUT --
-INSERT INTO schedules AS s (name, queue_name, cron, timezone, payload, priority, max_attempts, job_group, missed,
+INSERT INTO jobq.schedules AS s (name, queue_name, cron, timezone, payload, priority, max_attempts, job_group, missed,
                             paused, next_run_at)
 VALUES (%(name)s, %(queue)s, %(cron)s, %(timezone)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s, %(group)s,
         %(missed)s, coalesce(%(paused)s::boolean, false), %(next)s)
@@ -114,7 +114,7 @@ RETURNING (s.xmax = 0) AS created,
 -- name: SCHEDULE_RESUME --
 -- `next`: the first tick after now, computed from the revision read just before: the ticks of the pause
 -- are not fired late. Resuming a schedule that is not paused changes nothing.
-UPDATE schedules s
+UPDATE jobq.schedules s
 SET paused = false, next_run_at = CASE WHEN s.paused THEN %(next)s ELSE s.next_run_at END,
     revision = s.revision + CASE WHEN s.paused THEN 1 ELSE 0 END,
     updated_at = CASE WHEN s.paused THEN now() ELSE s.updated_at END

@@ -8,7 +8,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  FROM jobq.jobs j WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -24,7 +24,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_BY_ID_DESC --
@@ -35,7 +35,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  FROM jobq.jobs j WHERE (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -51,7 +51,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_BY_KEY --
@@ -62,7 +62,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE j.queue_name = %(queue)s AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -78,26 +78,26 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_BY_KEY_ANY_QUEUE --
 WITH 
 RECURSIVE pending_queues(name) AS (
-  (SELECT queue_name FROM jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'pending' AND queue_name > p.name ORDER BY queue_name LIMIT 1)
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' AND queue_name > p.name ORDER BY queue_name LIMIT 1)
   FROM pending_queues p WHERE p.name IS NOT NULL
 ), waiting_queues(name) AS (
-  (SELECT queue_name FROM jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1)
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1)
   FROM waiting_queues w WHERE w.name IS NOT NULL
 ), queues AS (
   SELECT name FROM pending_queues WHERE name IS NOT NULL
   UNION SELECT name FROM waiting_queues WHERE name IS NOT NULL
-  UNION SELECT queue_name FROM jobs WHERE status = 'running'
-  UNION SELECT queue_name FROM queue_counts
+  UNION SELECT queue_name FROM jobq.jobs WHERE status = 'running'
+  UNION SELECT queue_name FROM jobq.queue_counts
 ), examined AS MATERIALIZED (
   SELECT j.id, j.id AS k1, ((%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
     AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
@@ -107,7 +107,8 @@ RECURSIVE pending_queues(name) AS (
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
   FROM queues q CROSS JOIN LATERAL (
     -- OFFSET 0: one lookup per queue through jobs_idempotency_idx, never flattened into a join
-    SELECT * FROM jobs j WHERE j.queue_name = q.name AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL
+    SELECT * FROM jobq.jobs j
+    WHERE j.queue_name = q.name AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL
     OFFSET 0
   ) j
   WHERE (%(allowed)s::text IS NULL OR q.name ~ %(allowed)s::text)
@@ -126,7 +127,7 @@ RECURSIVE pending_queues(name) AS (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_BY_PAYLOAD --
@@ -137,7 +138,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s) AND ((%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  FROM jobq.jobs j WHERE j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s) AND ((%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -153,7 +154,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.cancelled: 'cancelled'>] --
@@ -164,7 +165,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
   AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.finished_at DESC, j.id DESC
   LIMIT %(budget)s
@@ -181,7 +182,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.completed: 'completed'>] --
@@ -192,7 +193,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
   AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.finished_at DESC, j.id DESC
   LIMIT %(budget)s
@@ -209,7 +210,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.failed: 'failed'>] --
@@ -220,7 +221,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
   AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.finished_at DESC, j.id DESC
   LIMIT %(budget)s
@@ -237,7 +238,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.pending: 'pending'>] --
@@ -248,7 +249,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = 'pending'
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = 'pending'
   AND (%(after)s::boolean IS NOT TRUE
        OR j.priority < %(k1)s::int
        OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint))) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
@@ -267,7 +268,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.running: 'running'>] --
@@ -278,7 +279,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = 'running'
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = 'running'
   AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.lease_expires_at, j.id
   LIMIT %(budget)s
@@ -295,7 +296,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.waiting: 'waiting'>] --
@@ -306,7 +307,7 @@ WITH  examined AS MATERIALIZED (
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
     AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobs j WHERE j.queue_name = %(queue)s AND j.status = 'waiting'
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = 'waiting'
   AND (%(after)s::boolean IS NOT TRUE OR j.id > %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
   ORDER BY j.id
   LIMIT %(budget)s
@@ -323,5 +324,5 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n

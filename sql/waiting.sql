@@ -19,7 +19,7 @@ SELECT q.name
 FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN LATERAL (
   WITH RECURSIVE heads AS (
-    (SELECT priority, run_at FROM jobs
+    (SELECT priority, run_at FROM jobq.jobs
      WHERE queue_name = q.name AND status = 'pending'
      ORDER BY priority DESC, run_at
      LIMIT 1)
@@ -27,7 +27,7 @@ CROSS JOIN LATERAL (
     SELECT below.priority, below.run_at
     FROM heads AS h
     CROSS JOIN LATERAL (
-      SELECT priority, run_at FROM jobs
+      SELECT priority, run_at FROM jobq.jobs
       WHERE queue_name = q.name AND status = 'pending' AND priority < h.priority
       ORDER BY priority DESC, run_at
       LIMIT 1
@@ -36,4 +36,4 @@ CROSS JOIN LATERAL (
   )
   SELECT FROM heads WHERE run_at <= now() LIMIT 1
 ) AS ready
-WHERE NOT EXISTS (SELECT FROM queue_state s WHERE s.queue_name = q.name AND s.paused)
+WHERE NOT EXISTS (SELECT FROM jobq.queue_state s WHERE s.queue_name = q.name AND s.paused)

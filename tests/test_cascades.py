@@ -182,7 +182,7 @@ def test_completing_a_parent_of_many_releases_them_all(
 
 
 def _lapse(db: psycopg.Connection, *ids: int) -> None:
-    db.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 minute' WHERE id = ANY(%s)", (list(ids),))
+    db.execute("UPDATE jobq.jobs SET lease_expires_at = now() - interval '1 minute' WHERE id = ANY(%s)", (list(ids),))
 
 
 def test_a_lapsed_last_attempt_in_another_queue_is_failed_while_a_big_cascade_is_in_progress(
@@ -201,7 +201,7 @@ def test_a_lapsed_last_attempt_in_another_queue_is_failed_while_a_big_cascade_is
     _lapse(db, root["id"], other["id"])
     held = jobs[500]
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (held["id"],))
+        holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (held["id"],))
         result = server.run(lambda: server.services.maintenance["rescuer"].run_once())
         assert (result.failed, result.errors) == (2, 0)
         assert server.job(other["id"])["status"] == "failed"
@@ -278,7 +278,7 @@ def test_a_cascade_a_killed_process_was_doing_is_finished_by_another(database_ur
             previous = ids[-1]
         with psycopg.connect(database_url, autocommit=True) as db, psycopg.connect(database_url) as holder:
             # The first process's background release, mid-cascade, waits for a job held here; then it dies.
-            holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (ids[150],))
+            holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (ids[150],))
             r = first.client.post(f"/jobs/{root['id']}/cancel", json={})
             assert r.status_code == 200
 
@@ -295,12 +295,14 @@ def test_a_cascade_a_killed_process_was_doing_is_finished_by_another(database_ur
             second = ServeProcess(env=env, log=tmp_path / "second.log").wait_ready()
 
             def waiting() -> int:
-                row = db.execute("SELECT count(*) FROM jobs WHERE queue_name = 'a1' AND status = 'waiting'").fetchone()
+                row = db.execute(
+                    "SELECT count(*) FROM jobq.jobs WHERE queue_name = 'a1' AND status = 'waiting'"
+                ).fetchone()
                 return int(row[0]) if row else -1
 
             wait_until(lambda: waiting() == 0, timeout=120, what="the second process to finish the cascade")
-            assert db.execute("SELECT count(*) FROM dependency_releases").fetchone() == (0,)
-            assert db.execute("SELECT count(*) FROM job_dependencies").fetchone() == (0,)
+            assert db.execute("SELECT count(*) FROM jobq.dependency_releases").fetchone() == (0,)
+            assert db.execute("SELECT count(*) FROM jobq.job_dependencies").fetchone() == (0,)
     finally:
         first.close()
         if second is not None:
@@ -319,10 +321,10 @@ def test_what_a_previous_releases_process_left_is_released_by_the_reconciliation
     gone = server.enqueue("a1", payload="g")
     orphan = server.enqueue("b1", payload="x", depends_on=[gone["id"]])
     # As the previous release wrote them, and finished them: no queue names, no outbox row.
-    db.execute("UPDATE job_dependencies SET parent_queue = NULL, job_queue = NULL")
-    db.execute("UPDATE jobs SET status = 'completed', finished_at = now() WHERE id = %s", (done["id"],))
-    db.execute("UPDATE jobs SET status = 'failed', finished_at = now() WHERE id = %s", (failed["id"],))
-    db.execute("DELETE FROM jobs WHERE id = %s", (gone["id"],))  # finished, then deleted by retention
+    db.execute("UPDATE jobq.job_dependencies SET parent_queue = NULL, job_queue = NULL")
+    db.execute("UPDATE jobq.jobs SET status = 'completed', finished_at = now() WHERE id = %s", (done["id"],))
+    db.execute("UPDATE jobq.jobs SET status = 'failed', finished_at = now() WHERE id = %s", (failed["id"],))
+    db.execute("DELETE FROM jobq.jobs WHERE id = %s", (gone["id"],))  # finished, then deleted by retention
     assert releaser(server, reconcile=False).released == 0  # nothing recorded: nothing to do yet
     result = releaser(server, reconcile=True)
     assert (result.recorded, result.released, result.cancelled) == (3, 2, 1)
@@ -332,5 +334,5 @@ def test_what_a_previous_releases_process_left_is_released_by_the_reconciliation
         "cancelled",
         f"dependency {failed['id']} failed",
     )
-    assert db.execute("SELECT count(*) FROM job_dependencies").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.job_dependencies").fetchone() == (0,)
     assert releaser(server, reconcile=True).recorded == 0

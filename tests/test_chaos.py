@@ -79,11 +79,13 @@ def test_every_job_completes_through_crashes_of_the_api_and_postgresql(pg_data_d
         with psycopg.connect(embedded_url(pg_data_dir), autocommit=True) as db:
 
             def finished() -> bool:
-                row = db.execute("SELECT count(*) FILTER (WHERE status = 'completed'), count(*) FROM jobs").fetchone()
+                row = db.execute(
+                    "SELECT count(*) FILTER (WHERE status = 'completed'), count(*) FROM jobq.jobs"
+                ).fetchone()
                 return row == (JOBS, JOBS)
 
             wait_until(finished, timeout=180, what="every job completed")
-            rows = db.execute("SELECT id, status, attempts, result, payload FROM jobs").fetchall()
+            rows = db.execute("SELECT id, status, attempts, result, payload FROM jobq.jobs").fetchall()
     finally:
         if worker.poll() is None:
             worker.send_signal(signal.SIGTERM)

@@ -38,7 +38,7 @@ def test_claim_shape_and_lease(server: LiveServer, db: psycopg.Connection) -> No
     assert len(c["claim_token"]) >= 22  # >= 128 bits, URL-safe base64
     lease = datetime.fromisoformat(c["lease_expires_at"])
     assert before + timedelta(seconds=119) < lease < before + timedelta(seconds=180)
-    row = db.execute("SELECT status, locked_by, claim_token FROM jobs WHERE id = %s", (job["id"],)).fetchone()
+    row = db.execute("SELECT status, locked_by, claim_token FROM jobq.jobs WHERE id = %s", (job["id"],)).fetchone()
     assert row == ("running", "w-1", c["claim_token"])
     assert server.job(job["id"])["worker"] == "w-1"
 
@@ -46,7 +46,7 @@ def test_claim_shape_and_lease(server: LiveServer, db: psycopg.Connection) -> No
 def test_default_lease(server: LiveServer, db: psycopg.Connection) -> None:
     server.enqueue(payload=1)
     c = server.claim_one()
-    row = db.execute("SELECT lease_expires_at - claimed_at FROM jobs WHERE id = %s", (c["id"],)).fetchone()
+    row = db.execute("SELECT lease_expires_at - claimed_at FROM jobq.jobs WHERE id = %s", (c["id"],)).fetchone()
     assert row is not None and row[0] == timedelta(seconds=30)
 
 
@@ -126,7 +126,7 @@ def test_concurrent_claimers_get_disjoint_jobs(server: LiveServer, db: psycopg.C
     assert len(every) == 2000
     assert len(set(every)) == 2000
     assert sum(1 for ids in claimed if ids) > 1  # the work was really shared
-    row = db.execute("SELECT count(*) FILTER (WHERE status = 'running' AND attempts = 1) FROM jobs").fetchone()
+    row = db.execute("SELECT count(*) FILTER (WHERE status = 'running' AND attempts = 1) FROM jobq.jobs").fetchone()
     assert row == (2000,)
 
 
@@ -324,9 +324,9 @@ def test_a_claim_completes_the_jobs_it_hands_in_first(server: LiveServer, db: ps
         {"id": 10**12, "outcome": "not_found", "status": None},
     ]
     assert [j["id"] for j in body["jobs"]] == [c["id"]]
-    rows = dict(db.execute("SELECT id, status FROM jobs").fetchall())
+    rows = dict(db.execute("SELECT id, status FROM jobq.jobs").fetchall())
     assert rows == {a["id"]: "completed", b["id"]: "running", c["id"]: "running"}
-    assert db.execute("SELECT result FROM jobs WHERE id = %s", (a["id"],)).fetchone() == ({"ok": 1},)
+    assert db.execute("SELECT result FROM jobq.jobs WHERE id = %s", (a["id"],)).fetchone() == ({"ok": 1},)
     # A repeat with the same token is a success, as a retried complete is.
     again = server.client.post(
         "/queues/q/claim", json={"worker": "w", "complete": [{"id": a["id"], "claim_token": first[0]["claim_token"]}]}
@@ -356,7 +356,7 @@ def test_a_claim_with_a_result_it_cannot_take_changes_nothing(server_factory, db
     )
     assert body["errors"][0]["loc"] == ["body", "complete", 0, "result"]
     problem(server.client.post("/queues/q/claim", json={"worker": "w", "complete": items}), 422, "validation-error")
-    assert db.execute("SELECT DISTINCT status FROM jobs").fetchall() == [("running",)]
+    assert db.execute("SELECT DISTINCT status FROM jobq.jobs").fetchall() == [("running",)]
 
 
 def test_handed_in_completes_keep_to_the_keys_queues(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
@@ -379,4 +379,4 @@ def test_handed_in_completes_keep_to_the_keys_queues(server_factory, db: psycopg
     )
     assert r.status_code == 200, r.text
     assert r.json()["completed"] == [{"id": other["id"], "outcome": "not_found", "status": None}]
-    assert db.execute("SELECT status FROM jobs WHERE id = %s", (other["id"],)).fetchone() == ("running",)
+    assert db.execute("SELECT status FROM jobq.jobs WHERE id = %s", (other["id"],)).fetchone() == ("running",)

@@ -64,7 +64,7 @@ QUICK = RetryPolicy(attempts=50, backoff_base=0.05, backoff_max=0.2)
 
 
 def statuses(db: psycopg.Connection, queue: str = "q") -> dict[str, int]:
-    rows = db.execute("SELECT status, count(*) FROM jobs WHERE queue_name = %s GROUP BY status", (queue,))
+    rows = db.execute("SELECT status, count(*) FROM jobq.jobs WHERE queue_name = %s GROUP BY status", (queue,))
     return dict(rows.fetchall())  # type: ignore[arg-type]
 
 
@@ -501,7 +501,7 @@ def test_503_is_retried_where_safe(outage: tuple[LiveServer, TcpProxy], db: psyc
         worker.join(60)
     assert results["completed"].status == "completed" and results["completed"].id == job.id
     assert results["enqueued"].idempotency_key == "k1"
-    keyed = db.execute("SELECT count(*) FROM jobs WHERE idempotency_key = 'k1'").fetchone()
+    keyed = db.execute("SELECT count(*) FROM jobq.jobs WHERE idempotency_key = 'k1'").fetchone()
     assert keyed == (1,)
 
 
@@ -623,7 +623,7 @@ def test_worker_processes_1000_jobs_each_once(server: LiveServer, db: psycopg.Co
     assert sorted(handled) == sorted(j.id for j in jobs)
     assert set(handled.values()) == {1}
     assert 1 <= most_at_once[0] <= 10
-    rows = db.execute("SELECT status, attempts, result = jsonb_build_object('double', payload::int * 2) FROM jobs")
+    rows = db.execute("SELECT status, attempts, result = jsonb_build_object('double', payload::int * 2) FROM jobq.jobs")
     assert set(rows.fetchall()) == {("completed", 1, True)}
     # One request per job: results rode on the next claims; only jobs that finished while a claim was on its
     # way (the queue running dry at the end, mostly) were completed by a request of their own.
@@ -681,10 +681,10 @@ def test_a_handler_chooses_retry_delay_or_no_retry(server: LiveServer, db: psyco
             wait_until(lambda: jobq.get_job(never.id).status == "failed", what="the permanent failure")
             wait_until(lambda: jobq.get_job(later.id).last_error is not None, what="the retry request")
     row = db.execute(
-        "SELECT status, last_error, run_at > now() + interval '59 minutes' FROM jobs WHERE id = %s", (later.id,)
+        "SELECT status, last_error, run_at > now() + interval '59 minutes' FROM jobq.jobs WHERE id = %s", (later.id,)
     )
     assert row.fetchone() == ("pending", "RetryLater: upstream busy", True)
-    assert db.execute("SELECT attempts, last_error FROM jobs WHERE id = %s", (never.id,)).fetchone() == (
+    assert db.execute("SELECT attempts, last_error FROM jobq.jobs WHERE id = %s", (never.id,)).fetchone() == (
         1,
         "PermanentFailure: bad input",
     )
@@ -710,7 +710,8 @@ def test_heartbeats_keep_a_handler_slower_than_its_lease(server_factory, db: psy
             wait_until(
                 lambda: (
                     db.execute(
-                        "SELECT lease_expires_at > claimed_at + interval '7 seconds' FROM jobs WHERE id = %s", (job.id,)
+                        "SELECT lease_expires_at > claimed_at + interval '7 seconds' FROM jobq.jobs WHERE id = %s",
+                        (job.id,),
                     ).fetchone()
                     == (True,)
                 ),
@@ -780,7 +781,7 @@ def test_a_lost_claim_stops_the_handler_and_nothing_is_sent(server: LiveServer, 
         thief = server.claim_one(worker="thief")
         assert stopped.wait(30), "the handler was not stopped"
         wait_until(lambda: "heartbeat refused" in caplog.text, what="the worker noticing")
-    row = db.execute("SELECT status, claim_token, locked_by FROM jobs WHERE id = %s", (job["id"],)).fetchone()
+    row = db.execute("SELECT status, claim_token, locked_by FROM jobq.jobs WHERE id = %s", (job["id"],)).fetchone()
     assert row == ("running", thief["claim_token"], "thief")
 
 
@@ -880,7 +881,7 @@ def test_sigterm_mid_batch_loses_nothing(server: LiveServer, db: psycopg.Connect
     begun = {int(x.split()[1]) for x in first if x.startswith("start")}
     done = {int(x.split()[1]) for x in first if x.startswith("done")}
     assert begun == done, "a job in flight at SIGTERM was not finished"
-    by_status = dict(db.execute("SELECT status, array_agg(id) FROM jobs GROUP BY status").fetchall())
+    by_status = dict(db.execute("SELECT status, array_agg(id) FROM jobq.jobs GROUP BY status").fetchall())
     assert set(by_status["completed"]) == done
     assert by_status.get("pending"), "the worker went on claiming after SIGTERM"
     # A claim answered just as the worker hung up stays running until its lease lapses (nothing ran it);

@@ -35,7 +35,7 @@ def test_migrate_twice_applies_once(empty_database: str) -> None:
     assert first == [m.name for m in load_migrations()]
     assert migrate(empty_database) == []
     with psycopg.connect(empty_database) as conn:
-        assert conn.execute("SELECT count(*) FROM jobq_migrations").fetchone() == (len(first),)
+        assert conn.execute("SELECT count(*) FROM jobq.jobq_migrations").fetchone() == (len(first),)
 
 
 def test_concurrent_migrations_are_safe(empty_database: str) -> None:
@@ -91,13 +91,13 @@ def test_a_no_transaction_migration_builds_an_index_concurrently_and_rebuilds_an
     migrate(empty_database, tmp_path)
     with psycopg.connect(empty_database, autocommit=True) as conn:
         for key in ("a", "a"):
-            conn.execute("INSERT INTO jobs (queue_name, payload, locked_by) VALUES ('q', '{}', %s)", (key,))
+            conn.execute("INSERT INTO jobq.jobs (queue_name, payload, locked_by) VALUES ('q', '{}', %s)", (key,))
         with pytest.raises(pg_errors.UniqueViolation):
             conn.execute("CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS jobs_test_worker_idx ON jobs (locked_by)")
         assert conn.execute(
             "SELECT indisvalid FROM pg_index WHERE indexrelid = 'jobs_test_worker_idx'::regclass"
         ).fetchone() == (False,)
-        conn.execute("DELETE FROM jobs WHERE id = (SELECT max(id) FROM jobs)")
+        conn.execute("DELETE FROM jobq.jobs WHERE id = (SELECT max(id) FROM jobq.jobs)")
     (tmp_path / "9999_concurrent_index.sql").write_text(
         "-- jobq: no-transaction\n-- a comment; with a semicolon\n"
         "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS jobs_test_worker_idx ON jobs (locked_by);\n"
@@ -127,7 +127,7 @@ def test_a_database_migrated_by_an_earlier_release_is_current(empty_database: st
             )
             text = earlier.stdout if earlier.returncode == 0 else m.sql.encode()
             conn.execute(
-                "UPDATE jobq_migrations SET checksum = %s WHERE version = %s",
+                "UPDATE jobq.jobq_migrations SET checksum = %s WHERE version = %s",
                 (hashlib.sha256(text).hexdigest(), m.version),
             )
     assert migrate(empty_database) == []
@@ -150,7 +150,7 @@ def test_the_metrics_scope_migrates_a_database_that_has_keys(  # type: ignore[no
         store_keys.api_key_revoke(conn, "mailer")
         keys["mailer"], selector, key_hash = new_key()
         store_keys.api_key_insert(conn, "mailer", selector, key_hash, ["produce"], None)
-        before = conn.execute("SELECT * FROM api_keys ORDER BY id").fetchall()
+        before = conn.execute("SELECT * FROM jobq.api_keys ORDER BY id").fetchall()
     assert jobq(["keys", "create", "--database-url", empty_database, "--name", "m", "--scope", "metrics"]) == 1
     assert "jobq migrate" in capsys.readouterr().err
 
@@ -158,7 +158,7 @@ def test_the_metrics_scope_migrates_a_database_that_has_keys(  # type: ignore[no
     assert migrate(empty_database, tmp_path) == ["0006_metrics_scope.sql"]  # not the later ones
     assert migrate(empty_database, tmp_path) == []
     with psycopg.connect(empty_database, autocommit=True) as conn:
-        assert conn.execute("SELECT * FROM api_keys ORDER BY id").fetchall() == before
+        assert conn.execute("SELECT * FROM jobq.api_keys ORDER BY id").fetchall() == before
     assert jobq(["keys", "create", "--database-url", empty_database, "--name", "m", "--scope", "metrics"]) == 0
     scraper = capsys.readouterr().out.strip()
 
@@ -181,17 +181,17 @@ def test_released_stats_migrate_a_database_that_has_stats(  # type: ignore[no-un
     assert migrate(empty_database, tmp_path)[-1] == "0006_metrics_scope.sql"
     with psycopg.connect(empty_database, autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO queue_stats (queue_name, minute, enqueued, claimed, completed, retried)"
+            "INSERT INTO jobq.queue_stats (queue_name, minute, enqueued, claimed, completed, retried)"
             " SELECT q, date_trunc('minute', now()) - interval '1 minute', 5, 4, 3, 1"
             " FROM unnest(ARRAY['q', 'other']) AS q"
         )
-        before = conn.execute("SELECT * FROM queue_stats ORDER BY queue_name").fetchall()
+        before = conn.execute("SELECT * FROM jobq.queue_stats ORDER BY queue_name").fetchall()
         (file_before,) = conn.execute("SELECT pg_relation_filenode('queue_stats')").fetchone()  # type: ignore[misc]
 
     (tmp_path / "0007_queue_stats_released.sql").write_text(next(m.sql for m in load_migrations() if m.version == 7))
     assert migrate(empty_database, tmp_path) == ["0007_queue_stats_released.sql"]
     with psycopg.connect(empty_database, autocommit=True) as conn:
-        after = conn.execute("SELECT * FROM queue_stats ORDER BY queue_name").fetchall()
+        after = conn.execute("SELECT * FROM jobq.queue_stats ORDER BY queue_name").fetchall()
         assert [r[:-1] for r in after] == before  # every old column as it was, released added last
         assert [r[-1] for r in after] == [0, 0]
         # Metadata-only: the table was not rewritten (a rewrite gives it a new file).
@@ -209,14 +209,14 @@ def test_released_stats_migrate_a_database_that_has_stats(  # type: ignore[no-un
 
 
 def test_the_schema_holds_the_state_machine(db: psycopg.Connection) -> None:
-    db.execute("INSERT INTO jobs (queue_name, payload) VALUES ('q', '1')")
+    db.execute("INSERT INTO jobq.jobs (queue_name, payload) VALUES ('q', '1')")
     bad_updates = [
-        "UPDATE jobs SET status = 'running'",  # running without a claim
-        "UPDATE jobs SET status = 'completed'",  # finished without finished_at
-        "UPDATE jobs SET status = 'sleeping'",
-        "UPDATE jobs SET attempts = max_attempts",  # pending with no attempt left
-        "UPDATE jobs SET result = '1'",  # result on a job that did not complete
-        "UPDATE jobs SET queue_name = 'bad name'",
+        "UPDATE jobq.jobs SET status = 'running'",  # running without a claim
+        "UPDATE jobq.jobs SET status = 'completed'",  # finished without finished_at
+        "UPDATE jobq.jobs SET status = 'sleeping'",
+        "UPDATE jobq.jobs SET attempts = max_attempts",  # pending with no attempt left
+        "UPDATE jobq.jobs SET result = '1'",  # result on a job that did not complete
+        "UPDATE jobq.jobs SET queue_name = 'bad name'",
     ]
     for statement in bad_updates:
         with pytest.raises(pg_errors.CheckViolation):
@@ -224,12 +224,14 @@ def test_the_schema_holds_the_state_machine(db: psycopg.Connection) -> None:
 
 
 def test_claim_uses_the_partial_index(db: psycopg.Connection) -> None:
-    db.execute("INSERT INTO jobs (queue_name, payload) SELECT 'q' || (i % 50), '1' FROM generate_series(1, 20000) i")
-    db.execute("ANALYZE jobs")
+    db.execute(
+        "INSERT INTO jobq.jobs (queue_name, payload) SELECT 'q' || (i % 50), '1' FROM generate_series(1, 20000) i"
+    )
+    db.execute("ANALYZE jobq.jobs")
     plan = "\n".join(
         r[0]
         for r in db.execute(
-            "EXPLAIN SELECT id FROM jobs WHERE queue_name = 'q1' AND status = 'pending'"
+            "EXPLAIN SELECT id FROM jobq.jobs WHERE queue_name = 'q1' AND status = 'pending'"
             " AND run_at <= clock_timestamp() ORDER BY priority DESC, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED"
         )
     )
@@ -265,7 +267,7 @@ def test_database_outage_is_503_then_recovers(database_url: str) -> None:
 
 def test_readyz_reports_pending_migrations(server: LiveServer, db: psycopg.Connection) -> None:
     assert server.client.get("/readyz").json()["status"] == "ready"
-    db.execute("DELETE FROM jobq_migrations")
+    db.execute("DELETE FROM jobq.jobq_migrations")
     problem(server.client.get("/readyz"), 503, "not-ready")
 
 
@@ -296,7 +298,7 @@ def test_jobq_commits_synchronously_whatever_the_database_default(  # type: igno
 def test_readyz_reports_a_migration_missing_below_the_last(server: LiveServer, db: psycopg.Connection) -> None:
     """Migrations are applied by presence: a database can hold a later one without an earlier one (applied
     by an older build of a branch), and is then not current although its highest number is."""
-    versions = [r[0] for r in db.execute("SELECT version FROM jobq_migrations ORDER BY version").fetchall()]
+    versions = [r[0] for r in db.execute("SELECT version FROM jobq.jobq_migrations ORDER BY version").fetchall()]
     assert len(versions) >= 2
-    db.execute("DELETE FROM jobq_migrations WHERE version = %s", (versions[-2],))
+    db.execute("DELETE FROM jobq.jobq_migrations WHERE version = %s", (versions[-2],))
     problem(server.client.get("/readyz"), 503, "not-ready")

@@ -14,7 +14,7 @@ from tests.support import LiveServer, problem
 
 
 def count_jobs(db: psycopg.Connection) -> int:
-    row = db.execute("SELECT count(*) FROM jobs").fetchone()
+    row = db.execute("SELECT count(*) FROM jobq.jobs").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -53,7 +53,8 @@ def test_the_run_time_never_passes_the_first_enqueue_plus_max_wait(server: LiveS
     job = post(server, {"payload": 1, "debounce": opts}).json()
     # As if it had been enqueued 100 s ago (instead of waiting 100 s): due about now.
     db.execute(
-        "UPDATE jobs SET created_at = created_at - interval '100 s', run_at = run_at - interval '100 s' WHERE id = %s",
+        "UPDATE jobq.jobs SET created_at = created_at - interval '100 s', run_at = run_at - interval '100 s'"
+        " WHERE id = %s",
         (job["id"],),
     )
     moved = post(server, {"payload": 2, "debounce": opts}).json()

@@ -323,7 +323,7 @@ def test_batch_completes_sharing_dependants_in_crossed_order_do_not_deadlock(
             answers[name] = client.post("/jobs/complete", json=body)
 
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (z["id"],))
+        holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (z["id"],))
         # (c, d) releases y, then waits for z; (a, b) then takes x and waits for y. Once z is free, the
         # first goes on to x: in the old order, held by the second, which waits for it (a cycle).
         late = threading.Thread(target=complete_many, args=("cd", c, d))
@@ -366,7 +366,7 @@ def test_an_enqueue_after_a_waiting_job_and_a_running_one_does_not_deadlock_with
             answers[name] = client.post(path, json=body)
 
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (a["id"],))
+        holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (a["id"],))
         body = {"jobs": [{"id": j["id"], "claim_token": tokens[j["id"]]} for j in (b, a)]}
         completing = threading.Thread(target=post, args=("complete", "/jobs/complete", body))
         completing.start()
@@ -412,7 +412,7 @@ def test_a_batch_naming_a_keyed_job_and_its_dependant_does_not_deadlock_with_its
             answers[name] = client.post(path, json=body)
 
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT FROM jobs WHERE id = %s FOR UPDATE", (r["id"],))
+        holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (r["id"],))
         completing = threading.Thread(
             target=post, args=("complete", f"/jobs/{r['id']}/complete", {"claim_token": claim["claim_token"]})
         )

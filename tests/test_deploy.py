@@ -147,7 +147,7 @@ def test_the_image_commands_install_a_working_jobq(tmp_path: Path, empty_databas
     finally:
         srv.close()
     with psycopg.connect(empty_database_url) as conn:
-        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM jobq.jobs").fetchone() == (1,)
 
 
 # -- compose.yaml -------------------------------------------------------------------------------------------

@@ -131,9 +131,9 @@ def _schedule(c: Case) -> int:
     name = f"every-hour-{c.queue}"
     r = c.server.client.put(f"/schedules/{name}", json={"queue": c.queue, "cron": "0 * * * *", "payload": 1})
     assert r.status_code == 201, r.text
-    c.db.execute("UPDATE schedules SET next_run_at = now() - interval '1 second' WHERE name = %s", (name,))
+    c.db.execute("UPDATE jobq.schedules SET next_run_at = now() - interval '1 second' WHERE name = %s", (name,))
     assert c.run("scheduler").enqueued == 1
-    row = c.db.execute("SELECT id FROM jobs WHERE schedule = %s", (name,)).fetchone()
+    row = c.db.execute("SELECT id FROM jobq.jobs WHERE schedule = %s", (name,)).fetchone()
     assert row is not None
     return int(row[0])
 
@@ -148,12 +148,12 @@ def _hand_back(c: Case) -> int:
 
 
 def _last_attempt(c: Case) -> bool:
-    c.db.execute("UPDATE jobs SET max_attempts = attempts WHERE id = %s", (_id(c),))
+    c.db.execute("UPDATE jobq.jobs SET max_attempts = attempts WHERE id = %s", (_id(c),))
     return True
 
 
 def _timeout(c: Case) -> bool:
-    c.db.execute("UPDATE jobs SET timeout_seconds = 1 WHERE id = %s", (_id(c),))
+    c.db.execute("UPDATE jobq.jobs SET timeout_seconds = 1 WHERE id = %s", (_id(c),))
     return True
 
 
@@ -262,7 +262,7 @@ def counts(server: LiveServer, queue: str) -> dict[str, float]:
 
 def status_of(db: psycopg.Connection, job_id: int) -> str:
     scheduled = "CASE WHEN status = 'pending' AND run_at > clock_timestamp() THEN 'scheduled' ELSE status END"
-    row = db.execute(f"SELECT {scheduled} FROM jobs WHERE id = %s", (job_id,)).fetchone()
+    row = db.execute(f"SELECT {scheduled} FROM jobq.jobs WHERE id = %s", (job_id,)).fetchone()
     return GONE if row is None else str(row[0])
 
 

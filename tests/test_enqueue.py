@@ -13,7 +13,7 @@ from tests.support import LiveServer, problem
 
 
 def count_jobs(db: psycopg.Connection) -> int:
-    row = db.execute("SELECT count(*) FROM jobs").fetchone()
+    row = db.execute("SELECT count(*) FROM jobq.jobs").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -36,7 +36,7 @@ def test_enqueue_returns_the_stored_job(server: LiveServer, db: psycopg.Connecti
     assert job["max_attempts"] == 5
     assert "claim_token" not in job
     assert datetime.fromisoformat(job["run_at"]).tzinfo is not None
-    stored = db.execute("SELECT queue_name, payload, status FROM jobs WHERE id = %s", (job["id"],)).fetchone()
+    stored = db.execute("SELECT queue_name, payload, status FROM jobq.jobs WHERE id = %s", (job["id"],)).fetchone()
     assert stored == ("emails", {"to": "a@example.com", "n": [1, 2]}, "pending")
 
 

@@ -25,7 +25,7 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 def final_states(db: psycopg.Connection) -> dict[str, tuple[str, int, Any, str | None]]:
     """name -> (status, attempts, result, last_error), by the `name` in each job's payload."""
-    rows = db.execute("SELECT payload->>'name', status, attempts, result, last_error FROM jobs").fetchall()
+    rows = db.execute("SELECT payload->>'name', status, attempts, result, last_error FROM jobq.jobs").fetchall()
     return {r[0]: (r[1], r[2], r[3], r[4]) for r in rows}
 
 

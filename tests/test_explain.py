@@ -67,7 +67,7 @@ def test_scheduled_for_later(server: LiveServer, db: psycopg.Connection) -> None
     assert reason["kind"] == "scheduled"
     assert datetime.fromisoformat(reason["run_at"]) == datetime.fromisoformat(LATER)
     assert not agree(server, job["id"])
-    db.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job["id"],))  # time passes
+    db.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = %s", (job["id"],))  # time passes
     assert agree(server, job["id"])
 
 
@@ -79,7 +79,7 @@ def test_backoff(server: LiveServer, db: psycopg.Connection) -> None:
     [reason] = explain(server, job["id"])["reasons"]
     assert (reason["kind"], reason["attempts"], reason["last_error"]) == ("backoff", 1, "SMTP 451")
     assert not agree(server, job["id"])
-    db.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job["id"],))
+    db.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = %s", (job["id"],))
     assert agree(server, job["id"])
 
 
@@ -107,7 +107,7 @@ def test_rate(server: LiveServer, db: psycopg.Connection) -> None:
     assert (reason["kind"], reason["limit"], reason["per_seconds"]) == ("rate", 2, 3600)
     assert datetime.fromisoformat(reason["until"]) > datetime.now(UTC) + timedelta(minutes=50)
     assert not agree(server, job["id"])
-    db.execute("UPDATE queue_claims SET claimed_at = claimed_at - interval '2 hours'")  # the window moves on
+    db.execute("UPDATE jobq.queue_claims SET claimed_at = claimed_at - interval '2 hours'")  # the window moves on
     assert agree(server, job["id"])
 
 
@@ -137,7 +137,7 @@ def test_group_rate(server: LiveServer, db: psycopg.Connection) -> None:
     assert (reason["kind"], reason["group"], reason["limit"], reason["per_seconds"]) == ("group_rate", "acme", 1, 3600)
     assert reason["until"] is not None
     assert not agree(server, job["id"])
-    db.execute("UPDATE queue_claims SET claimed_at = claimed_at - interval '2 hours'")
+    db.execute("UPDATE jobq.queue_claims SET claimed_at = claimed_at - interval '2 hours'")
     assert agree(server, job["id"])
 
 
@@ -149,7 +149,7 @@ def test_ordered_head(server: LiveServer, db: psycopg.Connection) -> None:
     assert reason == {"kind": "ordered", "group": "ledger", "behind": head["id"]}
     assert kinds(server, head["id"]) == ["scheduled"]
     assert not agree(server, job["id"])
-    db.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (head["id"],))
+    db.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = %s", (head["id"],))
     assert agree(server, head["id"])
     # The head runs: it is the next job's turn, but one job of an ordered group runs at a time.
     assert kinds(server, job["id"]) == ["group_concurrency"]

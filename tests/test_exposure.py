@@ -19,7 +19,7 @@ JSON = {"content-type": "application/json"}
 
 
 def jobs(db: psycopg.Connection) -> int:
-    row = db.execute("SELECT count(*) FROM jobs").fetchone()
+    row = db.execute("SELECT count(*) FROM jobq.jobs").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -167,7 +167,7 @@ def test_an_open_service_refuses_a_foreign_origin(server: LiveServer, db: psycop
         problem(server.client.post("/queues/q/pause", headers=h), 403, "foreign-origin")
         problem(server.client.post(f"/jobs/{job['id']}/cancel", headers=h), 403, "foreign-origin")
     assert jobs(db) == 1 and server.job(job["id"])["status"] == "pending"
-    assert db.execute("SELECT count(*) FROM queue_state").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.queue_state").fetchone() == (0,)
     same = {"origin": server.url}
     assert server.client.post("/queues/q/jobs", json={"payload": 1}, headers=same).status_code == 201
 
@@ -202,7 +202,7 @@ def test_bodiless_posts_refuse_form_and_text_types(server: LiveServer, db: psyco
         for path in actions:
             problem(server.client.post(path, headers={"content-type": content_type}), 415, "unsupported-media-type")
     assert server.job(job["id"])["status"] == "pending"
-    assert db.execute("SELECT count(*) FROM queue_state").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.queue_state").fetchone() == (0,)
     assert server.client.post("/queues/q/pause").status_code == 200
     assert server.client.post("/queues/q/resume", headers=JSON).status_code == 200
     assert server.client.post(f"/jobs/{job['id']}/cancel").json()["status"] == "cancelled"

@@ -91,7 +91,7 @@ def _through_a_crash(pair: Pair, server: LiveServer, caplog: pytest.LogCaptureFi
     pair.promote()
     # Another jobq process would enqueue on the new primary and send its wake-up while this one may not
     # be listening yet: the claim parked here must get the job anyway, long before the fallback poll.
-    pair.sql(pair.standby_url, "INSERT INTO jobs (queue_name, payload) VALUES ('late', '\"after\"')")
+    pair.sql(pair.standby_url, "INSERT INTO jobq.jobs (queue_name, payload) VALUES ('late', '\"after\"')")
     pair.sql(pair.standby_url, f"SELECT pg_notify('{CHANNEL}', 'elsewhere w late')")
     wait_until(lambda: enqueued(server, "after"), timeout=60, what="an enqueue on the promoted standby")
 
@@ -105,9 +105,9 @@ def _through_a_crash(pair: Pair, server: LiveServer, caplog: pytest.LogCaptureFi
     # Every acknowledged write of the old primary is on the new one (synchronous replication), and the
     # worker calls made before the crash, repeated with the same token, change nothing twice.
     with psycopg.connect(pair.standby_url, autocommit=True) as db:
-        rows = db.execute("SELECT id FROM jobs WHERE queue_name = 'q' AND id = ANY(%s)", (ids,)).fetchall()
+        rows = db.execute("SELECT id FROM jobq.jobs WHERE queue_name = 'q' AND id = ANY(%s)", (ids,)).fetchall()
         assert {r[0] for r in rows} == set(ids)
-        keyed = db.execute("SELECT count(*) FROM jobs WHERE idempotency_key = 'in-the-gap'").fetchone()
+        keyed = db.execute("SELECT count(*) FROM jobq.jobs WHERE idempotency_key = 'in-the-gap'").fetchone()
         assert keyed == (1,)
     again = server.client.post(f"/jobs/{finished}/complete", json={"claim_token": held[finished], "result": "x"})
     assert again.status_code == 200 and again.json()["result"] == "before", again.text
@@ -148,7 +148,7 @@ def test_a_primary_turned_read_only_is_left_for_the_promoted_standby() -> None:
                 gap_answer(server.client.post("/queues/q/jobs", json={"payload": f"refused-{n}"}))
             pair.promote()
             wait_until(lambda: enqueued(server, "after"), timeout=60, what="an enqueue on the promoted standby")
-            count = "SELECT count(*) FROM jobs WHERE payload = '\"after\"'"
+            count = "SELECT count(*) FROM jobq.jobs WHERE payload = '\"after\"'"
             assert pair.sql(pair.standby_url, count) != [(0,)]
             assert pair.sql(pair.primary.url, count) == [(0,)]
             messages = record_messages(server)

@@ -137,7 +137,7 @@ def test_a_pinned_xmin_shows_in_stats_and_claims_stay_within_budget(
     buffers_before = claim_buffers(database_url, "churn")
     with psycopg.connect(database_url) as pin:
         pin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-        pin.execute("SELECT count(*) FROM jobs").fetchone()  # the snapshot is taken: xmin pinned from here
+        pin.execute("SELECT count(*) FROM jobq.jobs").fetchone()  # the snapshot is taken: xmin pinned from here
         pinned_at = time.monotonic()
         pinned = churn(server, PIN_ROUNDS)
         server.enqueue("churn", payload=0)
@@ -244,9 +244,9 @@ def test_a_full_disk_answers_503_writes_nothing_and_recovers_once_space_is_back(
                 break
         problem(refused, 503, "database-unavailable")
         with psycopg.connect(url, autocommit=True) as conn:
-            partial = conn.execute("SELECT count(*) FROM jobs WHERE idempotency_key LIKE %s", (f"full-{n}-%",))
+            partial = conn.execute("SELECT count(*) FROM jobq.jobs WHERE idempotency_key LIKE %s", (f"full-{n}-%",))
             assert partial.fetchone() == (0,)  # the refused batch left no row
-            accepted = conn.execute("SELECT count(*) FROM jobs WHERE idempotency_key LIKE 'full-%'").fetchone()
+            accepted = conn.execute("SELECT count(*) FROM jobq.jobs WHERE idempotency_key LIKE 'full-%'").fetchone()
             assert accepted == (20 * n,)  # and every acknowledged one is there
 
         filler.unlink()
@@ -297,13 +297,13 @@ def test_an_api_host_clock_hours_off_moves_no_due_time(
         assert abs(float(skew.stdout) - db_now) > 3 * 3600 - 120  # the fault is really there
 
         delayed = process.client.post("/queues/later/jobs", json={"payload": 1, "delay_seconds": 3600}).json()
-        due_in = db.execute("SELECT extract(epoch FROM run_at - now()) FROM jobs WHERE id = %s", (delayed["id"],))
+        due_in = db.execute("SELECT extract(epoch FROM run_at - now()) FROM jobq.jobs WHERE id = %s", (delayed["id"],))
         assert 3500 < due_in.fetchone()[0] <= 3600  # type: ignore[index]
         assert process.client.post("/queues/later/claim", json={"worker": "w"}).json()["jobs"] == []
 
         process.enqueue(queue="leased")
         [claim] = process.client.post("/queues/leased/claim", json={"worker": "w", "lease_seconds": 60}).json()["jobs"]
-        lapses_in = db.execute("SELECT extract(epoch FROM lease_expires_at - now()) FROM jobs WHERE id = %s",
+        lapses_in = db.execute("SELECT extract(epoch FROM lease_expires_at - now()) FROM jobq.jobs WHERE id = %s",
                                (claim["id"],)).fetchone()[0]  # type: ignore[index]  # fmt: skip
         assert 50 < lapses_in <= 60
         passes = sweeps(process)

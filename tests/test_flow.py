@@ -23,7 +23,9 @@ def configure(server: LiveServer, queue: str = "q", **fields: Any) -> dict[str, 
 
 def running(db: psycopg.Connection, queue: str = "q") -> int:
     return int(
-        db.execute("SELECT count(*) FROM jobs WHERE queue_name = %s AND status = 'running'", (queue,)).fetchone()[0]
+        db.execute("SELECT count(*) FROM jobq.jobs WHERE queue_name = %s AND status = 'running'", (queue,)).fetchone()[
+            0
+        ]
     )  # type: ignore[index]
 
 
@@ -107,11 +109,11 @@ def test_queue_defaults_apply_to_enqueue_claim_and_fail(server: LiveServer, db: 
     other = server.enqueue(queue="other")
     assert (other["max_attempts"], other["priority"]) == (5, 0)  # the global settings
     claim = server.claim_one()
-    ttl = db.execute("SELECT extract(epoch FROM lease_expires_at - claimed_at) FROM jobs WHERE id = %s",
+    ttl = db.execute("SELECT extract(epoch FROM lease_expires_at - claimed_at) FROM jobq.jobs WHERE id = %s",
                      (claim["id"],)).fetchone()[0]  # type: ignore[index]  # fmt: skip
     assert float(ttl) == 600
     failed = server.client.post(f"/jobs/{claim['id']}/fail", json={"claim_token": claim["claim_token"], "error": "x"})
-    delay = db.execute("SELECT extract(epoch FROM run_at - now()) FROM jobs WHERE id = %s",
+    delay = db.execute("SELECT extract(epoch FROM run_at - now()) FROM jobq.jobs WHERE id = %s",
                        (claim["id"],)).fetchone()[0]  # type: ignore[index]  # fmt: skip
     assert failed.json()["status"] == "pending" and 45 < float(delay) <= 100  # base 100 with jitter, not 1
 
@@ -122,9 +124,9 @@ def test_retention_per_queue(server: LiveServer, db: psycopg.Connection) -> None
         server.enqueue(queue=queue)
         c = server.claim_one(queue=queue)
         server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"]})
-    db.execute("UPDATE jobs SET finished_at = now() - interval '2 hours'")
+    db.execute("UPDATE jobq.jobs SET finished_at = now() - interval '2 hours'")
     server.run(lambda: server.services.maintenance["retention"].run_once())
-    left = db.execute("SELECT queue_name FROM jobs ORDER BY 1").fetchall()
+    left = db.execute("SELECT queue_name FROM jobq.jobs ORDER BY 1").fetchall()
     assert [r[0] for r in left] == ["long"]  # the global retention of completed jobs is a day
 
 
@@ -159,7 +161,7 @@ def test_a_process_that_has_not_heard_of_a_limit_claims_nothing_past_it(
     "no limits", and the claim of an unlimited queue still refuses, learns, and claims under the limit."""
     for n in range(5):
         server.enqueue(payload=n)
-    db.execute("INSERT INTO queue_state (queue_name, concurrency) VALUES ('q', 1)")
+    db.execute("INSERT INTO jobq.queue_state (queue_name, concurrency) VALUES ('q', 1)")
     assert len(server.claim(limit=5)) == 1
     assert running(db) == 1
 
@@ -176,7 +178,7 @@ def test_rate_limits_claims_per_window(server: LiveServer, db: psycopg.Connectio
     # A waiting claim is woken when the window lets the next claims through, not by a poll.
     more = server.claim_in_background(limit=6, wait_seconds=10)()
     assert len(more) == 2
-    stamps = [r[0] for r in db.execute("SELECT claimed_at FROM jobs WHERE claimed_at IS NOT NULL ORDER BY 1")]
+    stamps = [r[0] for r in db.execute("SELECT claimed_at FROM jobq.jobs WHERE claimed_at IS NOT NULL ORDER BY 1")]
     assert (stamps[2] - stamps[1]).total_seconds() >= 2 - 0.01
 
 

@@ -103,7 +103,7 @@ class Sampler:
             while not self._stop.is_set():
                 total, in_group = conn.execute(
                     "SELECT coalesce(sum(n), 0), coalesce(max(n) FILTER (WHERE g IS NOT NULL), 0) FROM ("
-                    " SELECT group_key AS g, count(*) AS n FROM jobs"
+                    " SELECT group_key AS g, count(*) AS n FROM jobq.jobs"
                     " WHERE queue_name = %s AND status = 'running' GROUP BY 1) r",
                     (self.queue,),
                 ).fetchone()  # type: ignore[misc]
@@ -174,7 +174,9 @@ def test_rate_and_group_rate_hold_in_every_window(services: list[ServeProcess], 
         completed.append(job["id"])
 
     run_claimers(services, "r", handle, lambda: len(completed) >= 36)
-    rows = db.execute("SELECT claimed_at, group_key FROM jobs WHERE queue_name = 'r' ORDER BY claimed_at").fetchall()
+    rows = db.execute(
+        "SELECT claimed_at, group_key FROM jobq.jobs WHERE queue_name = 'r' ORDER BY claimed_at"
+    ).fetchall()
     assert len(rows) == 36
 
     def most_in_a_window(stamps: list[datetime]) -> int:
@@ -198,7 +200,7 @@ def test_order_within_a_group_is_exact_through_failures_and_retries(
     jobs = [{"payload": {"g": g, "n": n}, "group": f"g{g}"} for n in range(15) for g in range(4)]
     enqueue(a, "o", jobs)
     ids = {(row[0], row[1]): row[2] for row in db.execute(
-        "SELECT group_key, (payload->>'n')::int, id FROM jobs WHERE queue_name = 'o'")}  # fmt: skip
+        "SELECT group_key, (payload->>'n')::int, id FROM jobq.jobs WHERE queue_name = 'o'")}  # fmt: skip
     completed: list[tuple[str, int]] = []
     failures = 0
     rng = random.Random(3)
@@ -227,7 +229,7 @@ def test_order_within_a_group_is_exact_through_failures_and_retries(
     assert sampler.most_in_group == 1
     for g in range(4):
         assert [n for grp, n in completed if grp == f"g{g}"] == list(range(15))
-    finish = db.execute("SELECT group_key, id FROM jobs WHERE queue_name = 'o' ORDER BY finished_at").fetchall()
+    finish = db.execute("SELECT group_key, id FROM jobq.jobs WHERE queue_name = 'o' ORDER BY finished_at").fetchall()
     for g in range(4):
         assert [i for grp, i in finish if grp == f"g{g}"] == sorted(i for grp, i in finish if grp == f"g{g}")
 

@@ -53,7 +53,7 @@ def add_minute(db: psycopg.Connection, queue: str, minute: datetime, **columns: 
     """A per-minute row as the flush and the sampler write them (arranging history without waiting for it)."""
     names = ["queue_name", "minute", *columns]
     db.execute(
-        f"INSERT INTO queue_stats ({', '.join(names)}) VALUES ({', '.join(['%s'] * len(names))})",
+        f"INSERT INTO jobq.queue_stats ({', '.join(names)}) VALUES ({', '.join(['%s'] * len(names))})",
         [queue, minute, *columns.values()],
     )
 
@@ -75,7 +75,7 @@ def test_backlog_is_sampled_once_a_minute_for_the_whole_cluster(server_factory, 
     # A minute ten minutes ago (the replicas' own sampler only ever samples the current one), when the
     # ready jobs had been due for 50 minutes.
     t = minute_of(db_now(db)) - timedelta(minutes=10)
-    db.execute("UPDATE jobs SET run_at = %s WHERE run_at <= now()", (t - timedelta(minutes=50),))
+    db.execute("UPDATE jobq.jobs SET run_at = %s WHERE run_at <= now()", (t - timedelta(minutes=50),))
 
     results: list[Any] = []
     replicas = [threading.Thread(target=lambda s=s: results.append(sample(s, t))) for s in (a, b) * 2]
@@ -87,10 +87,10 @@ def test_backlog_is_sampled_once_a_minute_for_the_whole_cluster(server_factory, 
     assert sum(r.queues for r in results) == 2
 
     rows = db.execute(
-        "SELECT queue_name, ready, round(oldest_ready_seconds) FROM queue_stats WHERE minute = %s ORDER BY 1", (t,)
+        "SELECT queue_name, ready, round(oldest_ready_seconds) FROM jobq.queue_stats WHERE minute = %s ORDER BY 1", (t,)
     ).fetchall()
     assert rows == [("img", 2, 50 * 60), ("mail", 3, 50 * 60)]
-    assert db.execute("SELECT count(*) FROM stats_samples WHERE minute = %s", (t,)).fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM jobq.stats_samples WHERE minute = %s", (t,)).fetchone() == (1,)
 
     doc = series(b, "mail")
     assert point_at(doc, t)["ready"] == 3
@@ -173,7 +173,7 @@ def test_sparklines_per_queue(server: LiveServer, db: psycopg.Connection) -> Non
     server.enqueue("b", 1)
     flush(server)
     t = minute_of(db_now(db)) - timedelta(minutes=3)
-    db.execute("UPDATE jobs SET run_at = now() - interval '1 hour' WHERE status = 'pending'")
+    db.execute("UPDATE jobq.jobs SET run_at = now() - interval '1 hour' WHERE status = 'pending'")
     assert sample(server, t).sampled == 1
 
     r = server.client.get("/stats/sparklines")
@@ -251,14 +251,16 @@ def test_minutes_older_than_a_day_become_hours_and_still_add_up(server_factory, 
     for i, m in enumerate(minutes):
         add_minute(db, "q", m, enqueued=2, completed=1, durations_ms=histogram(b250=1), duration_max_ms=200.0 + i,
                    ready=i)  # fmt: skip
-        db.execute("INSERT INTO stats_samples (minute) VALUES (%s)", (m,))
+        db.execute("INSERT INTO jobq.stats_samples (minute) VALUES (%s)", (m,))
     before = series(server, "q", "week")
 
     result = server.run(lambda: server.services.maintenance["retention"].run_once())
     assert result.minutes_rolled_up == 30
-    assert db.execute("SELECT count(*) FROM queue_stats WHERE minute < now() - interval '1 day'").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.queue_stats WHERE minute < now() - interval '1 day'").fetchone() == (
+        0,
+    )
     hours = db.execute(
-        "SELECT hour, enqueued, completed, durations_ms[6], duration_max_ms, ready_sum FROM queue_stats_hourly"
+        "SELECT hour, enqueued, completed, durations_ms[6], duration_max_ms, ready_sum FROM jobq.queue_stats_hourly"
         " ORDER BY hour"
     ).fetchall()
     assert hours == [
@@ -272,7 +274,7 @@ def test_minutes_older_than_a_day_become_hours_and_still_add_up(server_factory, 
     # A flush that arrives late for a rolled-up minute is moved by the next pass: the hour stays exact.
     add_minute(db, "q", minutes[0], enqueued=5)
     server.run(lambda: server.services.maintenance["retention"].run_once())
-    assert db.execute("SELECT enqueued FROM queue_stats_hourly WHERE hour = %s", (hour,)).fetchone() == (45,)
+    assert db.execute("SELECT enqueued FROM jobq.queue_stats_hourly WHERE hour = %s", (hour,)).fetchone() == (45,)
     assert point_at(series(server, "q", "week"), hour)["enqueued"] == 45
 
 
@@ -281,14 +283,16 @@ def test_history_older_than_eight_days_is_deleted(server: LiveServer, db: psycop
     old, kept = now - timedelta(seconds=HOURS_KEEP_SECONDS + 3600), now - timedelta(days=6)
     for t in (old, kept):
         db.execute(
-            "INSERT INTO queue_stats_hourly (queue_name, hour, enqueued)"
+            "INSERT INTO jobq.queue_stats_hourly (queue_name, hour, enqueued)"
             " VALUES ('q', date_trunc('hour', %s::timestamptz), 1)",
             (t,),
         )
-        db.execute("INSERT INTO stats_samples (minute) VALUES (date_trunc('minute', %s::timestamptz))", (t,))
+        db.execute("INSERT INTO jobq.stats_samples (minute) VALUES (date_trunc('minute', %s::timestamptz))", (t,))
     server.run(lambda: server.services.maintenance["retention"].run_once())
-    assert db.execute("SELECT count(*) FROM queue_stats_hourly").fetchone() == (1,)
-    assert db.execute("SELECT count(*) FROM stats_samples WHERE minute < now() - interval '1 day'").fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM jobq.queue_stats_hourly").fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM jobq.stats_samples WHERE minute < now() - interval '1 day'").fetchone() == (
+        1,
+    )
     assert sum(p["enqueued"] for p in series(server, "q", "week")["points"]) == 1
 
 
@@ -298,14 +302,14 @@ def test_what_a_week_of_history_costs(database_url: str) -> None:
     a factor of two."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
-            """INSERT INTO queue_stats (queue_name, minute, enqueued, claimed, completed, duration_max_ms,
+            """INSERT INTO jobq.queue_stats (queue_name, minute, enqueued, claimed, completed, duration_max_ms,
                                         durations_ms, ready, oldest_ready_seconds)
                SELECT 'emails', date_trunc('minute', now()) - make_interval(mins => i), 900, 900, 900, 850.5,
                       ARRAY[0, 3, 40, 200, 300, 250, 80, 20, 5, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0]::bigint[], 120, 2.5
                FROM generate_series(0, 1439) i"""
         )
         conn.execute(
-            """INSERT INTO queue_stats_hourly (queue_name, hour, enqueued, claimed, completed, duration_max_ms,
+            """INSERT INTO jobq.queue_stats_hourly (queue_name, hour, enqueued, claimed, completed, duration_max_ms,
                                                durations_ms, ready_sum, oldest_ready_seconds)
                SELECT 'emails', date_trunc('hour', now()) - make_interval(hours => 24 + i), 54000, 54000, 54000,
                       900, ARRAY[0, 180, 2400, 12000, 18000, 15000, 4800, 1200, 300, 120, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -313,7 +317,7 @@ def test_what_a_week_of_history_costs(database_url: str) -> None:
                       7200, 3.5
                FROM generate_series(0, 167) i"""
         )
-        conn.execute("VACUUM ANALYZE queue_stats, queue_stats_hourly")
+        conn.execute("VACUUM ANALYZE jobq.queue_stats, queue_stats_hourly")
         row = conn.execute(
             "SELECT pg_total_relation_size('queue_stats'), pg_total_relation_size('queue_stats_hourly')"
         ).fetchone()

@@ -18,7 +18,7 @@ def post(server: LiveServer, path: str, body: dict[str, Any]) -> Any:
 
 
 def row(db: psycopg.Connection, job_id: int) -> dict[str, Any]:
-    cur = db.execute("SELECT * FROM jobs WHERE id = %s", (job_id,))
+    cur = db.execute("SELECT * FROM jobq.jobs WHERE id = %s", (job_id,))
     names = [d.name for d in cur.description or []]
     found = cur.fetchone()
     assert found is not None
@@ -48,7 +48,7 @@ def test_bare_heartbeat_renews_by_the_claims_lease(server: LiveServer, db: psyco
     c = server.claim_one(lease_seconds=300)
     r = post(server, f"/jobs/{c['id']}/heartbeat", {"claim_token": c["claim_token"]})
     assert r.status_code == 200
-    got = db.execute("SELECT lease_expires_at - now() FROM jobs WHERE id = %s", (c["id"],)).fetchone()
+    got = db.execute("SELECT lease_expires_at - now() FROM jobq.jobs WHERE id = %s", (c["id"],)).fetchone()
     assert got is not None and timedelta(seconds=290) < got[0] <= timedelta(seconds=300)
 
 
@@ -199,7 +199,7 @@ def test_fail_schedules_a_retry_with_backoff(server_factory, db: psycopg.Connect
     assert r.status_code == 200
     job = r.json()
     assert (job["status"], job["attempts"], job["last_error"]) == ("pending", 1, "smtp 451")
-    delay = db.execute("SELECT run_at - now() FROM jobs WHERE id = %s", (c["id"],)).fetchone()[0]  # type: ignore[index]
+    delay = db.execute("SELECT run_at - now() FROM jobq.jobs WHERE id = %s", (c["id"],)).fetchone()[0]  # type: ignore[index]
     assert timedelta(seconds=49) <= delay <= timedelta(seconds=100)  # equal jitter: 50-100% of 100 s
     assert server.claim() == []  # not due yet
 
@@ -209,10 +209,10 @@ def test_backoff_grows_and_is_capped(server_factory, db: psycopg.Connection) -> 
     job = server.enqueue(payload=1, max_attempts=10)
     delays = []
     for _ in range(4):
-        db.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job["id"],))
+        db.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = %s", (job["id"],))
         c = server.claim_one()
         assert post(server, f"/jobs/{c['id']}/fail", {"claim_token": c["claim_token"], "error": "e"}).status_code == 200
-        delays.append(db.execute("SELECT extract(epoch FROM run_at - now()) FROM jobs WHERE id = %s",
+        delays.append(db.execute("SELECT extract(epoch FROM run_at - now()) FROM jobq.jobs WHERE id = %s",
                                  (job["id"],)).fetchone()[0])  # type: ignore[index]  # fmt: skip
     # attempt n waits between half and all of min(35, 10 * 2^(n-1))
     for n, d in enumerate(delays, start=1):
@@ -225,7 +225,7 @@ def test_fail_with_retry_in_seconds(server: LiveServer, db: psycopg.Connection) 
     c = server.claim_one()
     body = {"claim_token": c["claim_token"], "error": "rate limited", "retry_in_seconds": 7200}
     assert post(server, f"/jobs/{c['id']}/fail", body).status_code == 200
-    delay = db.execute("SELECT run_at - now() FROM jobs WHERE id = %s", (c["id"],)).fetchone()[0]  # type: ignore[index]
+    delay = db.execute("SELECT run_at - now() FROM jobq.jobs WHERE id = %s", (c["id"],)).fetchone()[0]  # type: ignore[index]
     assert timedelta(seconds=7190) < delay <= timedelta(seconds=7200)
 
 
@@ -246,7 +246,7 @@ def test_fail_without_retry_is_terminal(server: LiveServer) -> None:
 def test_exhausted_attempts_end_in_failed(server: LiveServer, db: psycopg.Connection) -> None:
     job = server.enqueue(payload=1, max_attempts=2)
     for attempt in (1, 2):
-        db.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job["id"],))
+        db.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = %s", (job["id"],))
         c = server.claim_one()
         assert c["attempts"] == attempt
         r = post(server, f"/jobs/{c['id']}/fail", {"claim_token": c["claim_token"], "error": f"try {attempt}"})

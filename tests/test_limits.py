@@ -19,7 +19,7 @@ JSON = {"content-type": "application/json"}
 
 
 def count_jobs(db: psycopg.Connection) -> int:
-    row = db.execute("SELECT count(*) FROM jobs").fetchone()
+    row = db.execute("SELECT count(*) FROM jobq.jobs").fetchone()
     assert row is not None
     return int(row[0])
 

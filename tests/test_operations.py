@@ -40,7 +40,7 @@ def stats(server: LiveServer, queue: str = "q", **params: Any) -> dict[str, Any]
 
 
 def true_counts(db: psycopg.Connection, queue: str = "q") -> dict[str, int]:
-    rows = db.execute("SELECT status, count(*) FROM jobs WHERE queue_name = %s GROUP BY status", (queue,))
+    rows = db.execute("SELECT status, count(*) FROM jobq.jobs WHERE queue_name = %s GROUP BY status", (queue,))
     return dict(rows.fetchall())
 
 
@@ -67,7 +67,7 @@ def test_stats_of_a_busy_queue(server: LiveServer, db: psycopg.Connection) -> No
     server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(10)]})
     server.enqueue(payload="later", delay_seconds=3600)
     server.enqueue(payload="last", max_attempts=1)  # claimed below: on its last attempt while running
-    db.execute("UPDATE jobs SET run_at = now() - interval '90 seconds' WHERE payload = '0'")
+    db.execute("UPDATE jobq.jobs SET run_at = now() - interval '90 seconds' WHERE payload = '0'")
     claims = server.claim(limit=6)
     for c in claims[:3]:
         assert complete(server, c).status_code == 200
@@ -98,7 +98,7 @@ def test_stats_of_a_busy_queue(server: LiveServer, db: psycopg.Connection) -> No
 
 def test_oldest_ready_age_follows_the_database_clock(server: LiveServer, db: psycopg.Connection) -> None:
     job = server.enqueue(payload=1)
-    db.execute("UPDATE jobs SET run_at = now() - interval '1 hour' WHERE id = %s", (job["id"],))
+    db.execute("UPDATE jobq.jobs SET run_at = now() - interval '1 hour' WHERE id = %s", (job["id"],))
     age = stats(server)["oldest_ready_age_seconds"]
     assert 3600 <= age < 3700
 
@@ -106,7 +106,7 @@ def test_oldest_ready_age_follows_the_database_clock(server: LiveServer, db: psy
 def test_jobs_close_to_max_attempts(server: LiveServer, db: psycopg.Connection) -> None:
     a = server.enqueue(payload="a", max_attempts=3)
     server.enqueue(payload="b", max_attempts=3)
-    db.execute("UPDATE jobs SET attempts = 2 WHERE id = %s", (a["id"],))  # pending, one attempt left
+    db.execute("UPDATE jobq.jobs SET attempts = 2 WHERE id = %s", (a["id"],))  # pending, one attempt left
     s = stats(server)
     assert (s["jobs_one_attempt_left"], s["jobs_on_last_attempt"]) == (1, 0)
     c = server.claim_one()  # the job with attempts 2 (older) goes first and is now on its last attempt
@@ -173,10 +173,10 @@ def test_a_flush_cancelled_while_writing_still_lands_its_counts(database_url: st
         metrics = Metrics()
         metrics.count("enqueued", "q", 5)
         locker = await psycopg.AsyncConnection.connect(database_url)  # a transaction that holds the table
-        await locker.execute("LOCK TABLE queue_stats IN ACCESS EXCLUSIVE MODE")
+        await locker.execute("LOCK TABLE jobq.queue_stats IN ACCESS EXCLUSIVE MODE")
         flushing = asyncio.ensure_future(metrics.flush(store_ops.stats_writer(database)))
         while not db.execute(
-            "SELECT count(*) FROM pg_locks WHERE relation = 'queue_stats'::regclass AND NOT granted"
+            "SELECT count(*) FROM pg_locks WHERE relation = 'jobq.queue_stats'::regclass AND NOT granted"
         ).fetchone()[0]:  # type: ignore[index]
             await asyncio.sleep(0.01)  # the flush's INSERT now waits for the lock
         flushing.cancel()
@@ -190,7 +190,7 @@ def test_a_flush_cancelled_while_writing_still_lands_its_counts(database_url: st
         await database.close()
 
     asyncio.run(scenario())
-    assert db.execute("SELECT sum(enqueued) FROM queue_stats WHERE queue_name = 'q'").fetchone() == (7,)
+    assert db.execute("SELECT sum(enqueued) FROM jobq.queue_stats WHERE queue_name = 'q'").fetchone() == (7,)
 
 
 def test_stats_window_parameter(server: LiveServer) -> None:
@@ -666,7 +666,7 @@ def test_the_sweeper_vacuums_the_jobs_table(server_factory, db: psycopg.Connecti
     # Only the test's passes vacuum: neither the service's own (every 10 s) nor autovacuum may take the dead
     # rows away or count a VACUUM of their own in between.
     server: LiveServer = server_factory(vacuum_dead_rows=100, vacuum_interval_seconds=0)
-    db.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+    db.execute("ALTER TABLE jobq.jobs SET (autovacuum_enabled = false)")
     server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": i} for i in range(300)]})
     for c in server.claim(limit=100) + server.claim(limit=100) + server.claim(limit=100):
         complete(server, c)

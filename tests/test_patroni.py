@@ -112,11 +112,13 @@ def test_jobq_through_a_switchover_and_a_crash_of_the_leader_under_patroni(
         with psycopg.connect(url, autocommit=True) as db:
 
             def all_completed() -> bool:
-                row = db.execute("SELECT count(*) FILTER (WHERE status <> 'completed') FROM jobs").fetchone()
+                row = db.execute("SELECT count(*) FILTER (WHERE status <> 'completed') FROM jobq.jobs").fetchone()
                 return row == (0,)
 
             wait_until(all_completed, timeout=180, what="every job completed")
-            rows = db.execute("SELECT id, idempotency_key, status, result FROM jobs WHERE queue_name = 'ha'").fetchall()
+            rows = db.execute(
+                "SELECT id, idempotency_key, status, result FROM jobq.jobs WHERE queue_name = 'ha'"
+            ).fetchall()
     finally:
         producing.unlink(missing_ok=True)
         if load.poll() is None:

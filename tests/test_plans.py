@@ -44,28 +44,30 @@ RUNNING = 5_000
 
 def stale_table(url: str, rows: int, running: int, vacuum: bool = True) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("ALTER TABLE jobs SET (autovacuum_enabled = false)")
-        conn.execute("INSERT INTO jobs (queue_name, payload) SELECT 'q', '{\"n\": 1}' FROM generate_series(1, 100)")
-        conn.execute("ANALYZE jobs")
+        conn.execute("ALTER TABLE jobq.jobs SET (autovacuum_enabled = false)")
         conn.execute(
-            "INSERT INTO jobs (queue_name, payload, idempotency_key, group_key)"
+            "INSERT INTO jobq.jobs (queue_name, payload) SELECT 'q', '{\"n\": 1}' FROM generate_series(1, 100)"
+        )
+        conn.execute("ANALYZE jobq.jobs")
+        conn.execute(
+            "INSERT INTO jobq.jobs (queue_name, payload, idempotency_key, group_key)"
             " SELECT 'q', '{\"n\": 1}', CASE WHEN g %% 100 = 0 THEN 'k' || g END,"
             "        CASE WHEN g > %s * 0.8 THEN 'g' || g %% 50 END"  # the newest fifth in 50 groups
             " FROM generate_series(1, %s) g",
             (rows, rows - 100),
         )
         if vacuum:
-            conn.execute("VACUUM jobs")
+            conn.execute("VACUUM jobq.jobs")
         # Running jobs, as claims leave them; some on their last attempt; a few finished ones.
         conn.execute(
-            """UPDATE jobs SET status = 'running', attempts = 1, claimed_at = now(), lease_seconds = 60,
+            """UPDATE jobq.jobs SET status = 'running', attempts = 1, claimed_at = now(), lease_seconds = 60,
                       lease_expires_at = now() + interval '60 seconds', claim_token = 't' || id,
                       max_attempts = CASE WHEN id %% 2 = 0 THEN 1 ELSE 5 END
                WHERE id BETWEEN 1001 AND 1000 + %s""",
             (running,),
         )
         conn.execute(
-            """UPDATE jobs SET status = 'completed', finished_at = now() - interval '2 days'
+            """UPDATE jobq.jobs SET status = 'completed', finished_at = now() - interval '2 days'
                WHERE id BETWEEN 101 AND 200"""
         )
 
@@ -370,11 +372,12 @@ HOT["queues with ready jobs, 1,000 waited"] = (
 # 10,000 dependants of job 1501 (running, so finished as far as the release cares once it is recorded), and its
 # outbox row.
 WAITING_10K = (
-    "WITH w AS (UPDATE jobs SET status = 'waiting', pending_dependencies = 1, dependency_depth = 1"
+    "WITH w AS (UPDATE jobq.jobs SET status = 'waiting', pending_dependencies = 1, dependency_depth = 1"
     " WHERE id BETWEEN 250001 AND 260000 RETURNING id)"
-    " INSERT INTO job_dependencies (parent_id, job_id, parent_queue, job_queue) SELECT 1501, id, 'q', 'q' FROM w;\n"
-    "UPDATE jobs SET has_dependants = true WHERE id = 1501;\n"
-    "INSERT INTO dependency_releases (queue_name, job_id, status) VALUES ('q', 1501, 'failed')"
+    " INSERT INTO jobq.job_dependencies (parent_id, job_id, parent_queue, job_queue)"
+    " SELECT 1501, id, 'q', 'q' FROM w;\n"
+    "UPDATE jobq.jobs SET has_dependants = true WHERE id = 1501;\n"
+    "INSERT INTO jobq.dependency_releases (queue_name, job_id, status) VALUES ('q', 1501, 'failed')"
 )
 # Issue 25: the scaling signal (polled by autoscalers), the timeout sweep (every second), explain, the
 # worker registry's reads (the dashboard's Workers page refreshes every 3 s).
@@ -420,14 +423,15 @@ PRELUDE = {
     "stats": store_ops.NO_SEQSCAN,
     "queues": store_ops.NO_SEQSCAN,
     "stats, top groups": store_ops.NO_SEQSCAN,
-    "claim 10, concurrency limit": "INSERT INTO queue_state (queue_name, concurrency) VALUES ('q', 6000)",
-    "scale, group limits": "INSERT INTO queue_state (queue_name, concurrency, group_concurrency) VALUES ('q', 6000, 2)",
-    "fail timed-out jobs": "INSERT INTO queue_state (queue_name, timeout_seconds) VALUES ('q', 60);\n"
-    "UPDATE jobs SET timeout_seconds = 30 WHERE id BETWEEN 1001 AND 1500",
-    "explain": "INSERT INTO queue_state (queue_name, concurrency, ordered) VALUES ('q', 6000, true)",
-    "workers": "INSERT INTO workers (name, queue_name, first_seen, last_seen) SELECT 'w' || g, 'q', now(), now()"
+    "claim 10, concurrency limit": "INSERT INTO jobq.queue_state (queue_name, concurrency) VALUES ('q', 6000)",
+    "scale, group limits": "INSERT INTO jobq.queue_state (queue_name, concurrency, group_concurrency)"
+    " VALUES ('q', 6000, 2)",
+    "fail timed-out jobs": "INSERT INTO jobq.queue_state (queue_name, timeout_seconds) VALUES ('q', 60);\n"
+    "UPDATE jobq.jobs SET timeout_seconds = 30 WHERE id BETWEEN 1001 AND 1500",
+    "explain": "INSERT INTO jobq.queue_state (queue_name, concurrency, ordered) VALUES ('q', 6000, true)",
+    "workers": "INSERT INTO jobq.workers (name, queue_name, first_seen, last_seen) SELECT 'w' || g, 'q', now(), now()"
     " FROM generate_series(1, 100) g",
-    "claim 100, fair groups": "INSERT INTO queue_state (queue_name, concurrency, fair, group_concurrency,"
+    "claim 100, fair groups": "INSERT INTO jobq.queue_state (queue_name, concurrency, fair, group_concurrency,"
     " group_rate_limit, group_rate_per_seconds) VALUES ('q', 6000, true, 3, 100, 60)",
 }
 

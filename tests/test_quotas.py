@@ -36,7 +36,7 @@ def test_a_key_past_its_rate_gets_429_with_ratelimit_fields(server_factory: Any,
     assert int(r.headers["retry-after"]) >= 1
     assert r.headers["ratelimit-policy"] == '"key";q=3;w=300'
     assert r.headers["ratelimit"] == f'"key";r=0;t={r.headers["retry-after"]}'
-    assert db.execute("SELECT count(*) FROM jobs").fetchone() == (0,)  # refused before the body was read
+    assert db.execute("SELECT count(*) FROM jobq.jobs").fetchone() == (0,)  # refused before the body was read
     assert calm.get("/queues").status_code == 200
     root = as_key(server, ENV_KEY)
     assert all(root.get("/queues").status_code == 200 for _ in range(10))
@@ -152,7 +152,7 @@ def test_one_key_runs_at_most_its_share_of_searches_at_once(
         return int(row[0]) if row else 0
 
     with psycopg.connect(database_url, autocommit=False) as locker:
-        locker.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        locker.execute("LOCK TABLE jobq.jobs IN ACCESS EXCLUSIVE MODE")
         for _ in range(2):
             send("greedy", greedy)
         wait_until(lambda: waiting_on_the_lock() == 2, what="two searches running")
@@ -177,7 +177,9 @@ def test_one_key_runs_at_most_its_share_of_searches_at_once(
 
 
 def pending_jobs(db: psycopg.Connection, queue: str) -> int:
-    row = db.execute("SELECT count(*) FROM jobs WHERE queue_name = %s AND status IN ('pending', 'waiting')", (queue,))
+    row = db.execute(
+        "SELECT count(*) FROM jobq.jobs WHERE queue_name = %s AND status IN ('pending', 'waiting')", (queue,)
+    )
     return int(row.fetchone()[0])  # type: ignore[index]
 
 
@@ -288,7 +290,7 @@ def test_the_number_of_live_queues_is_capped(server_factory: Any, db: psycopg.Co
     body = problem(server.client.post("/queues/d/jobs", json={"payload": 1}), 409, "too-many-queues")
     assert "JOBQ_MAX_QUEUES" in body["detail"]
     problem(server.client.post("/queues/d/jobs/batch", json={"jobs": [{"payload": 1}]}), 409, "too-many-queues")
-    assert db.execute("SELECT count(*) FROM jobs WHERE queue_name = 'd'").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.jobs WHERE queue_name = 'd'").fetchone() == (0,)
     assert server.client.post("/queues/a/jobs", json={"payload": 2}).status_code == 201
     assert server.client.post("/queues/c/jobs", json={"payload": 1}).status_code == 201
     job = server.claim_one("b")

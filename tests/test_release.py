@@ -53,7 +53,7 @@ def test_release_is_due_at_once_by_default(server: LiveServer, db: psycopg.Conne
     server.enqueue(payload=1)
     c = server.claim_one()
     assert release(server, c).status_code == 200
-    due = db.execute("SELECT run_at <= now() FROM jobs WHERE id = %s", (c["id"],)).fetchone()
+    due = db.execute("SELECT run_at <= now() FROM jobq.jobs WHERE id = %s", (c["id"],)).fetchone()
     assert due == (True,)
     assert server.claim_one()["id"] == c["id"]
 
@@ -64,7 +64,7 @@ def test_release_with_a_delay_puts_run_at_later_by_the_database_clock(
     server.enqueue(payload=1)
     c = server.claim_one()
     assert release(server, c, delay_seconds=7200).status_code == 200
-    delay = db.execute("SELECT run_at - now() FROM jobs WHERE id = %s", (c["id"],)).fetchone()[0]  # type: ignore[index]
+    delay = db.execute("SELECT run_at - now() FROM jobq.jobs WHERE id = %s", (c["id"],)).fetchone()[0]  # type: ignore[index]
     assert timedelta(seconds=7190) < delay <= timedelta(seconds=7200)
     assert server.claim() == []
     assert stats(server)["counts"]["scheduled"] == 1

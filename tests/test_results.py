@@ -190,7 +190,7 @@ def test_a_finish_whose_wake_up_was_lost_is_found_by_the_fallback_poll(server_fa
     waiting = Waiting(server, job["id"], 20)
     parked(server)
     # Finished behind jobq's back: no statement of jobq, so no wake-up at all.
-    db.execute("UPDATE jobs SET status = 'cancelled', finished_at = now() WHERE id = %s", (job["id"],))
+    db.execute("UPDATE jobq.jobs SET status = 'cancelled', finished_at = now() WHERE id = %s", (job["id"],))
     assert waiting.result()["status"] == "cancelled"
 
 

@@ -22,7 +22,7 @@ import httpx
 import psycopg
 import pytest
 
-from app.db.migrate import MigrationError, load_migrations, migrate, migrations_dir
+from app.db.migrate import MigrationError, load_migrations, migrate, migrations_dir, move_into_schema
 from tests.conftest import make_settings
 from tests.migration_safety import LAST_RELEASED
 from tests.processes import ServeProcess
@@ -47,9 +47,9 @@ def migrations_up_to(directory: Path, last: int, extra: dict[str, str] | None = 
 
 @pytest.fixture
 def long_transaction(database_url: str) -> Iterator[psycopg.Connection]:
-    """A transaction that has read jobs and stays open: it holds a lock no ALTER TABLE jobs can take."""
+    """A transaction that has read jobs and stays open: it holds a lock no ALTER TABLE jobq.jobs can take."""
     with psycopg.connect(database_url) as conn:
-        conn.execute("SELECT count(*) FROM jobs")
+        conn.execute("SELECT count(*) FROM jobq.jobs")
         yield conn
         conn.rollback()
 
@@ -72,7 +72,7 @@ def test_a_migration_behind_a_long_transaction_lets_enqueues_through(
 
         def enqueue() -> None:
             with psycopg.connect(database_url, autocommit=True) as conn:
-                conn.execute("INSERT INTO jobs (queue_name, payload) VALUES ('q', '1')")
+                conn.execute("INSERT INTO jobq.jobs (queue_name, payload) VALUES ('q', '1')")
             enqueued.set()
 
         threading.Thread(target=enqueue, daemon=True).start()
@@ -83,7 +83,7 @@ def test_a_migration_behind_a_long_transaction_lets_enqueues_through(
         migrating.join(60)
     assert applied == [["9999_probe.sql"]]
     with psycopg.connect(database_url) as conn:
-        assert conn.execute("SELECT count(probe) FROM jobs").fetchone() == (0,)
+        assert conn.execute("SELECT count(probe) FROM jobq.jobs").fetchone() == (0,)
 
 
 def test_a_migration_that_cannot_take_its_lock_gives_up_and_names_the_holder(
@@ -98,8 +98,8 @@ def test_a_migration_that_cannot_take_its_lock_gives_up_and_names_the_holder(
     assert f"pid {long_transaction.info.backend_pid}" in message and "nothing of this file was applied" in message
     long_transaction.rollback()
     with psycopg.connect(database_url) as conn:
-        assert conn.execute("SELECT to_regclass('jobq_migrations') IS NOT NULL").fetchone() == (True,)
-        assert conn.execute("SELECT count(*) FROM jobq_migrations WHERE version = 9999").fetchone() == (0,)
+        assert conn.execute("SELECT to_regclass('jobq.jobq_migrations') IS NOT NULL").fetchone() == (True,)
+        assert conn.execute("SELECT count(*) FROM jobq.jobq_migrations WHERE version = 9999").fetchone() == (0,)
         column = "SELECT count(*) FROM information_schema.columns WHERE table_name = 'jobs' AND column_name = 'probe'"
         assert conn.execute(column).fetchone() == (0,)
 
@@ -117,11 +117,12 @@ class Load:
     enqueued: list[int] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
-    ENQUEUE = "INSERT INTO jobs (queue_name, payload) VALUES ('load', '{}') RETURNING id"
+    # The previous release's tables are in schema public (its statements name no schema).
+    ENQUEUE = "INSERT INTO public.jobs (queue_name, payload) VALUES ('load', '{}') RETURNING id"
     CLAIM = """
-        UPDATE jobs SET status = 'running', attempts = attempts + 1, claimed_at = now(), claim_token = 't',
+        UPDATE public.jobs SET status = 'running', attempts = attempts + 1, claimed_at = now(), claim_token = 't',
                locked_by = 'load', lease_seconds = 30, lease_expires_at = now() + interval '30 seconds'
-        WHERE id = (SELECT id FROM jobs WHERE queue_name = 'load' AND status = 'pending'
+        WHERE id = (SELECT id FROM public.jobs WHERE queue_name = 'load' AND status = 'pending'
                     ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
         RETURNING id"""
 
@@ -148,16 +149,16 @@ class Load:
 @pytest.mark.one_major  # what a migration locks is the same on every major: CI runs it once
 def test_a_million_jobs_at_the_previous_schema_migrate_under_load(empty_database_url: str, tmp_path: Path) -> None:
     url = empty_database_url
-    migrate(url, migrations_up_to(tmp_path / "previous", LAST_RELEASED))
+    migrate(url, migrations_up_to(tmp_path / "previous", LAST_RELEASED), schema="public")  # as it made them
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            """INSERT INTO jobs (queue_name, payload, status, attempts, claimed_at, claim_token, finished_at,
+            """INSERT INTO public.jobs (queue_name, payload, status, attempts, claimed_at, claim_token, finished_at,
                                  result, run_at)
                SELECT 'q' || (i % 20), jsonb_build_object('n', i), 'completed', 1, now(), 't', now(), '1', now()
                FROM generate_series(1, 1000000) i"""
         )
-        conn.execute("INSERT INTO jobs (queue_name, payload) SELECT 'load', '{}' FROM generate_series(1, 5000)")
-        conn.execute("VACUUM ANALYZE jobs")
+        conn.execute("INSERT INTO public.jobs (queue_name, payload) SELECT 'load', '{}' FROM generate_series(1, 5000)")
+        conn.execute("VACUUM ANALYZE public.jobs")
     pending = [m.name for m in load_migrations() if m.version > LAST_RELEASED]
 
     load = Load(url)
@@ -186,10 +187,17 @@ def test_a_million_jobs_at_the_previous_schema_migrate_under_load(empty_database
     if pending:
         assert {kind for kind, _, _ in during} == {"enqueue", "claim"}  # both went on while it ran
     with psycopg.connect(url, autocommit=True) as conn:
-        found = conn.execute("SELECT count(*) FROM jobs WHERE id = ANY(%s)", (load.enqueued,)).fetchone()
+        found = conn.execute("SELECT count(*) FROM public.jobs WHERE id = ANY(%s)", (load.enqueued,)).fetchone()
         assert found == (len(load.enqueued),)  # every acknowledged enqueue is there
-        versions = {r[0] for r in conn.execute("SELECT version FROM jobq_migrations")}
+        versions = {r[0] for r in conn.execute("SELECT version FROM public.jobq_migrations")}
         assert versions == {m.version for m in load_migrations()}
+    # Then, the previous release's processes gone, the move into schema jobq (catalogue changes only).
+    started = time.monotonic()
+    moved = move_into_schema(url)
+    report(f"moving the tables of 1,000,000 jobs from public into schema jobq took {time.monotonic() - started:.2f}s")
+    assert "jobs" in moved
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) >= 1000000 FROM jobq.jobs").fetchone() == (True,)
 
 
 # -- the previous release, this one, and the schema between them ---------------------------------------------
@@ -286,12 +294,18 @@ def dependencies_across(old: httpx.Client, new: httpx.Client, queue: str) -> Non
 
 @pytest.mark.slow  # the previous release started from git history: about 10 s
 def test_the_previous_release_keeps_working_beside_this_one_on_the_migrated_schema(
-    server_factory: Callable[..., LiveServer], database_url: str, tmp_path: Path
+    server_factory: Callable[..., LiveServer], empty_database_url: str, tmp_path: Path
 ) -> None:
-    """Replicas replaced one by one: the database migrated by this release, processes of both serving it."""
-    server = server_factory(dependency_reconcile_seconds=1)
+    """Replicas replaced one by one: the database made by the previous release (its tables in schema public)
+    and migrated by this one (in place: it does not move them while the previous release serves), processes of
+    both serving it. Then, the previous release gone, the tables are moved into schema jobq under this
+    release's process, which finds them there."""
+    url = empty_database_url
+    migrate(url, migrations_up_to(tmp_path / "made", LAST_RELEASED), schema="public")  # as the previous release did
+    assert migrate(url)  # this release's migrations, applied where the tables are
+    server = server_factory(database=url, dependency_reconcile_seconds=1)
     source = previous_release(tmp_path / "previous")
-    old = serve_previous(source, database_url, tmp_path / "previous.log")
+    old = serve_previous(source, url, tmp_path / "previous.log")
     try:
         old.wait_ready()
         assert "replication" not in old.client.get("/readyz").json()  # really the previous release's code
@@ -302,6 +316,20 @@ def test_the_previous_release_keeps_working_beside_this_one_on_the_migrated_sche
         dependencies_across(old.client, server.client, "deps")
     finally:
         old.close()
+    pending = enqueue(server.client, "moving")
+    moved = move_into_schema(url)
+    assert {"jobs", "jobq_migrations", "api_keys", "queue_state"} <= set(moved), moved
+    with psycopg.connect(url) as conn:
+        where = "SELECT to_regclass('public.jobs') IS NULL, to_regclass('jobq.jobs') IS NOT NULL"
+        assert conn.execute(where).fetchone() == (True, True)
+    # The process found the tables in public at start: its next statement names the old place, is answered 503
+    # (retryable, as in a failover), and it names the new place from then on.
+    first = server.client.get(f"/jobs/{pending}")
+    assert first.status_code in (200, 503), first.text
+    assert server.client.get(f"/jobs/{pending}").json()["status"] == "pending"  # the job moved with its table
+    work(server.client, server.client, "after-move")
+    assert move_into_schema(url) == []  # done once
+    assert migrate(url) == []
 
 
 def test_this_release_on_an_older_schema_says_so_and_is_not_ready(

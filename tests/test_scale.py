@@ -78,9 +78,9 @@ def test_two_instances_with_their_sweepers_never_claim_a_job_twice(
 
     ids = [i for i, _ in claims]
     assert len(ids) == len(set(ids)) == 2000, "a job was handed to two live claims"
-    counts = dict(db.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+    counts = dict(db.execute("SELECT status, count(*) FROM jobq.jobs GROUP BY status").fetchall())
     assert counts == {"completed": 2000}
-    attempts = dict(db.execute("SELECT attempts, count(*) FROM jobs GROUP BY attempts").fetchall())
+    attempts = dict(db.execute("SELECT attempts, count(*) FROM jobq.jobs GROUP BY attempts").fetchall())
     assert attempts == {1: 1800, 2: 200}  # each abandoned job swept back exactly once
 
 

@@ -31,7 +31,7 @@ def when(text: str) -> datetime:
 
 def scheduled_jobs(db: psycopg.Connection, name: str) -> list[tuple[int, datetime]]:
     rows = db.execute(
-        "SELECT id, scheduled_for FROM jobs WHERE schedule = %s ORDER BY scheduled_for, id", (name,)
+        "SELECT id, scheduled_for FROM jobq.jobs WHERE schedule = %s ORDER BY scheduled_for, id", (name,)
     ).fetchall()
     return [(r[0], r[1]) for r in rows]
 
@@ -138,7 +138,7 @@ def test_a_bad_schedule_is_422_saying_what_is_wrong(
     r = shared_server.client.put("/schedules/nightly", json={**HOURLY, **change})
     body = problem(r, 422, "validation-error")
     assert says in body["detail"], body
-    assert shared_db.execute("SELECT count(*) FROM schedules").fetchone() == (0,)
+    assert shared_db.execute("SELECT count(*) FROM jobq.schedules").fetchone() == (0,)
 
 
 def test_a_bad_schedule_name_is_422(shared_server: LiveServer) -> None:
@@ -149,7 +149,7 @@ def test_a_bad_schedule_name_is_422(shared_server: LiveServer) -> None:
 def test_applying_the_same_definition_again_keeps_the_next_tick(quiet: LiveServer, db: psycopg.Connection) -> None:
     """A deploy script that PUTs its schedules on every start must neither skip a due tick nor repeat one."""
     put(quiet, "yearly", {**HOURLY, "cron": "@yearly"})
-    db.execute("UPDATE schedules SET next_run_at = '2020-01-01T00:00:00Z' WHERE name = 'yearly'")
+    db.execute("UPDATE jobq.schedules SET next_run_at = '2020-01-01T00:00:00Z' WHERE name = 'yearly'")
     again = put(quiet, "yearly", {**HOURLY, "cron": "@yearly", "payload": "new payload"}, status=200)
     assert when(again["next_run_at"]) == datetime(2020, 1, 1, tzinfo=UTC)
     assert again["payload"] == "new payload"
@@ -162,7 +162,7 @@ def test_pause_and_resume(quiet: LiveServer, db: psycopg.Connection) -> None:
     paused = quiet.client.post("/schedules/s/pause").json()
     assert (paused["paused"], paused["next_run_at"]) == (True, None)
     # Ticks due while paused are never enqueued, nor on resume.
-    db.execute("UPDATE schedules SET next_run_at = '2020-01-01T00:00:00Z' WHERE name = 's'")
+    db.execute("UPDATE jobq.schedules SET next_run_at = '2020-01-01T00:00:00Z' WHERE name = 's'")
     assert run_scheduler(quiet).enqueued == 0
     # A replace keeps the paused state unless it says otherwise.
     assert put(quiet, "s", {**HOURLY, "cron": "@yearly"}, status=200)["paused"] is True
@@ -180,7 +180,7 @@ def test_pause_and_resume(quiet: LiveServer, db: psycopg.Connection) -> None:
 def test_a_due_tick_makes_one_job_that_names_its_schedule_and_tick(quiet: LiveServer, db: psycopg.Connection) -> None:
     put(quiet, "s", {**HOURLY, "priority": 4, "max_attempts": 2})
     tick = db.execute("SELECT date_trunc('hour', now())").fetchone()[0]  # type: ignore[index]
-    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 's'", (tick,))
+    db.execute("UPDATE jobq.schedules SET next_run_at = %s WHERE name = 's'", (tick,))
     assert run_scheduler(quiet).enqueued == 1
     [(job_id, scheduled_for)] = scheduled_jobs(db, "s")
     assert scheduled_for == tick
@@ -198,7 +198,7 @@ def test_a_due_tick_makes_one_job_that_names_its_schedule_and_tick(quiet: LiveSe
     assert run_scheduler(quiet).enqueued == 0  # nothing due until the next hour
     # A schedule that names no priority or max_attempts: the defaults when each job is made.
     put(quiet, "plain", HOURLY)
-    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'plain'", (tick,))
+    db.execute("UPDATE jobq.schedules SET next_run_at = %s WHERE name = 'plain'", (tick,))
     assert run_scheduler(quiet).enqueued == 1
     [(plain, _)] = scheduled_jobs(db, "plain")
     assert (quiet.job(plain)["priority"], quiet.job(plain)["max_attempts"]) == (0, 7)
@@ -215,7 +215,7 @@ def test_a_schedule_gives_its_jobs_a_group_and_the_queues_defaults(quiet: LiveSe
     r = quiet.client.patch("/queues/reports/config", json={"default_priority": 9, "max_attempts": 3})
     assert r.status_code == 200, r.text
     tick = db.execute("SELECT date_trunc('hour', now())").fetchone()[0]  # type: ignore[index]
-    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'grouped'", (tick,))
+    db.execute("UPDATE jobq.schedules SET next_run_at = %s WHERE name = 'grouped'", (tick,))
     assert run_scheduler(quiet).enqueued == 1
     [(job_id, _)] = scheduled_jobs(db, "grouped")
     job = quiet.job(job_id)
@@ -226,7 +226,7 @@ def test_a_tick_enqueued_twice_makes_one_job(quiet: LiveServer, db: psycopg.Conn
     """Two replicas that read the same due schedule and fire the same tick: the second changes nothing."""
     put(quiet, "s", HOURLY)
     tick = db.execute("SELECT date_trunc('hour', now())").fetchone()[0]  # type: ignore[index]
-    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 's'", (tick,))
+    db.execute("UPDATE jobq.schedules SET next_run_at = %s WHERE name = 's'", (tick,))
 
     async def twice() -> list[int]:
         from app.db import schedules as store
@@ -242,7 +242,7 @@ def test_a_tick_enqueued_twice_makes_one_job(quiet: LiveServer, db: psycopg.Conn
         # Even a firing that passes the schedule's guard (its state put back as it was) makes no second
         # job for the tick: the unique (schedule, tick) index does not let it.
         async with quiet.services.db.connection() as conn:
-            await conn.execute("UPDATE schedules SET next_run_at = %s WHERE name = 's'", (tick,))
+            await conn.execute("UPDATE jobq.schedules SET next_run_at = %s WHERE name = 's'", (tick,))
             made.append(len(await store.schedules_fire(conn, [firing], 5)))
         return made
 
@@ -255,7 +255,7 @@ def test_ticks_missed_while_no_replica_ran(quiet: LiveServer, db: psycopg.Connec
     """Down since 2020, a yearly schedule finds six years of missed ticks: `skip` enqueues none of them,
     `catch_up` one job, for the latest. Either way the schedule then waits for the next tick."""
     put(quiet, "s", {**HOURLY, "cron": "@yearly", "missed": missed})
-    db.execute("UPDATE schedules SET next_run_at = '2020-01-01T00:00:00Z' WHERE name = 's'")
+    db.execute("UPDATE jobq.schedules SET next_run_at = '2020-01-01T00:00:00Z' WHERE name = 's'")
     this_year = db.execute("SELECT date_trunc('year', now())").fetchone()[0]  # type: ignore[index]
     assert run_scheduler(quiet).enqueued == (1 if missed == "catch_up" else 0)
     assert [t for _, t in scheduled_jobs(db, "s")] == ([this_year] if missed == "catch_up" else [])
@@ -270,7 +270,7 @@ def test_late_ticks_within_the_grace_are_all_enqueued(quiet: LiveServer, db: psy
     start = db.execute(
         "SELECT to_timestamp(floor(extract(epoch FROM now()) / 5) * 5) - interval '30 seconds'"
     ).fetchone()[0]  # type: ignore[index]
-    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 's'", (start,))
+    db.execute("UPDATE jobq.schedules SET next_run_at = %s WHERE name = 's'", (start,))
     made = run_scheduler(quiet).enqueued
     ticks = [t for _, t in scheduled_jobs(db, "s")]
     assert made == len(ticks) >= 7
@@ -286,15 +286,15 @@ def test_an_unreadable_schedule_does_not_keep_the_scheduler_busy(server_factory,
         put(quiet, f"bad-{i:03}", HOURLY)
     put(quiet, "good", HOURLY)
     tick = db.execute("SELECT date_trunc('hour', now())").fetchone()[0]  # type: ignore[index]
-    db.execute("UPDATE schedules SET cron = '0 0 31 2 *', next_run_at = %s - interval '1 day' WHERE name <> 'good'",
-               (tick,))  # fmt: skip
-    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'good'", (tick,))
+    db.execute("UPDATE jobq.schedules SET cron = '0 0 31 2 *', next_run_at = %s - interval '1 day'"
+               " WHERE name <> 'good'", (tick,))  # fmt: skip
+    db.execute("UPDATE jobq.schedules SET next_run_at = %s WHERE name = 'good'", (tick,))
     first = run_scheduler(quiet)  # returns: the unreadable batch is not read again and again
     assert first.enqueued == 1 and [t for _, t in scheduled_jobs(db, "good")] == [tick]
     assert first.due_in is not None and first.due_in > 0  # the next tick it can fire, not one overdue forever
     assert run_scheduler(quiet).enqueued == 0
     put(quiet, "bad-000", HOURLY, status=200)  # a readable cron again
-    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'bad-000'", (tick,))
+    db.execute("UPDATE jobq.schedules SET next_run_at = %s WHERE name = 'bad-000'", (tick,))
     assert run_scheduler(quiet).enqueued == 1
 
 

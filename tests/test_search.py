@@ -87,10 +87,10 @@ def test_find_a_job_by_id_key_error_and_payload(server: LiveServer) -> None:
 def test_payload_search_on_failed_jobs_reads_the_gin_index(server: LiveServer, db: psycopg.Connection) -> None:
     """What keeps it fast on a big dead-letter set: the plan, not a timing."""
     db.execute(
-        "INSERT INTO jobs (queue_name, payload, status, attempts, max_attempts, finished_at, last_error)"
+        "INSERT INTO jobq.jobs (queue_name, payload, status, attempts, max_attempts, finished_at, last_error)"
         " SELECT 'q', jsonb_build_object('customer', i), 'failed', 1, 1, now(), 'boom' FROM generate_series(1, 5000) i"
     )
-    db.execute("ANALYZE jobs")
+    db.execute("ANALYZE jobq.jobs")
     c = store_search.Criteria(statuses=("failed",), payload='{"customer": 42}')
     how = store_search.plan(c)
     params = dict.fromkeys(("queue", "id", "key", "error", "allowed", "k1"))
@@ -137,7 +137,7 @@ def test_search_within_a_time_limit(server_factory, database_url: str) -> None: 
     server: LiveServer = server_factory(search_timeout_ms=200)
     server.enqueue("q", 1)
     with psycopg.connect(database_url) as tx:
-        tx.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        tx.execute("LOCK TABLE jobq.jobs IN ACCESS EXCLUSIVE MODE")
         body = problem(server.client.post("/jobs/search", json={"queue": "q"}), 422, "search-too-broad")
         tx.rollback()
     assert "200 ms" in body["detail"]
@@ -221,7 +221,7 @@ def test_a_search_that_runs_out_of_budget_in_other_queues_tells_nothing(server_f
     mine = admin.post("/queues/team-a/jobs", json={"payload": {"ssn": "mine"}}).json()
     assert admin.post(f"/jobs/{mine['id']}/cancel").status_code == 200
     db.execute(
-        "INSERT INTO jobs (queue_name, payload, status, finished_at) SELECT 'other', '{\"ssn\": \"123\"}', "
+        "INSERT INTO jobq.jobs (queue_name, payload, status, finished_at) SELECT 'other', '{\"ssn\": \"123\"}', "
         "'cancelled', now() FROM generate_series(1, 150)"
     )  # more than one page examines, all newer than the team's job
     for walk in ({}, {"status": "cancelled"}):  # every job newest first; the payload index

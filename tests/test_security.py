@@ -92,7 +92,9 @@ def test_keys_are_random_shown_once_and_stored_as_hashes(database_url: str, db: 
     assert parsed is not None
     selector, secret = parsed
     assert len(secret) == 43  # 32 random bytes, base64url
-    row = db.execute("SELECT name, selector, key_hash, scopes, queue_patterns, api_keys::text FROM api_keys").fetchone()
+    row = db.execute(
+        "SELECT name, selector, key_hash, scopes, queue_patterns, api_keys::text FROM jobq.api_keys"
+    ).fetchone()
     assert row is not None
     assert row[:2] == ("mailer", selector)
     assert bytes(row[2]) == hashlib.sha256(secret.encode()).digest()
@@ -154,7 +156,7 @@ def test_no_key_or_a_bad_key_is_401(secured: LiveServer, db: psycopg.Connection)
                        headers={"authorization": f"{scheme} {good}"})  # fmt: skip
         assert r.status_code == (201 if scheme == "bearer" else 401), scheme
     assert body["detail"]
-    row = db.execute("SELECT count(*) FROM jobs").fetchone()
+    row = db.execute("SELECT count(*) FROM jobq.jobs").fetchone()
     assert row == (1,)
 
 
@@ -249,7 +251,7 @@ def test_a_key_cannot_touch_or_see_jobs_of_other_queues(
     enqueue(admin, "b", payload="secret-b")
     theirs = claim_one(admin, "b")
     token = theirs["claim_token"]
-    before = db.execute("SELECT * FROM jobs WHERE id = %s", (theirs["id"],)).fetchone()
+    before = db.execute("SELECT * FROM jobq.jobs WHERE id = %s", (theirs["id"],)).fetchone()
     missing = 987654321
     with as_key(secured, create_key(db, "a-only", ["consume", "produce"], ["a"])) as c:
         for path, body in (
@@ -272,7 +274,7 @@ def test_a_key_cannot_touch_or_see_jobs_of_other_queues(
         enqueue(c, "a")
         mine = claim_one(c, "a")
         assert c.post(f"/jobs/{mine['id']}/complete", json={"claim_token": mine["claim_token"]}).status_code == 200
-    assert db.execute("SELECT * FROM jobs WHERE id = %s", (theirs["id"],)).fetchone() == before
+    assert db.execute("SELECT * FROM jobq.jobs WHERE id = %s", (theirs["id"],)).fetchone() == before
 
 
 # --- operator routes: admin only -----------------------------------------------------------------------------
@@ -336,7 +338,7 @@ def test_a_metrics_key_reads_metrics_and_nothing_else(
     enqueue(admin, "w")
     claimed = claim_one(admin, "w")
     token = {"claim_token": claimed["claim_token"]}
-    before = db.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+    before = db.execute("SELECT * FROM jobq.jobs ORDER BY id").fetchall()
     scraper = as_key(secured, create_key(db, "prometheus", ["metrics"]))
 
     r = scraper.get("/metrics")
@@ -357,8 +359,8 @@ def test_a_metrics_key_reads_metrics_and_nothing_else(
     for method, url, body in denied:
         problem(scraper.request(method, url, json=body), 403, "forbidden")
     assert "metrics" in problem(scraper.get(f"/jobs/{job['id']}"), 403, "forbidden")["detail"]
-    assert db.execute("SELECT * FROM jobs ORDER BY id").fetchall() == before
-    assert db.execute("SELECT count(*) FROM queue_state").fetchone() == (0,)  # the pause did not happen
+    assert db.execute("SELECT * FROM jobq.jobs ORDER BY id").fetchall() == before
+    assert db.execute("SELECT count(*) FROM jobq.queue_state").fetchone() == (0,)  # the pause did not happen
 
 
 def test_metrics_is_reached_by_metrics_and_admin_keys_only(
@@ -395,7 +397,7 @@ def test_a_metrics_key_is_never_limited_to_queues(database_url: str, db: psycopg
         assert jobq(["keys", "create", "--database-url", database_url, "--name", "m", *flags, "--queue", "q"]) == 2
         out = capsys.readouterr()
         assert out.out == "" and "--queue" in out.err and "every queue" in out.err
-    assert db.execute("SELECT count(*) FROM api_keys").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.api_keys").fetchone() == (0,)
     with pytest.raises(psycopg.errors.CheckViolation, match="api_keys_metrics_every_queue_check"):
         create_key(db, "m", ["metrics"], ["*"])
     # Queue patterns stay fine for every other scope, admin included.
@@ -461,7 +463,7 @@ def test_a_missed_notification_is_bounded_by_the_cache_ttl(server_factory, db: p
     with as_key(server, key) as c:
         enqueue(c, "q")
         # Revoked behind the service's back: no NOTIFY is sent.
-        db.execute("UPDATE api_keys SET revoked_at = now()")
+        db.execute("UPDATE jobq.api_keys SET revoked_at = now()")
         wait_until(lambda: c.post("/queues/q/jobs", json={"payload": 1}).status_code == 401, what="refusal")
 
 
@@ -472,7 +474,7 @@ def test_a_listener_that_reconnects_forgets_cached_keys(server_factory, db: psyc
     key = create_key(db, "k", ["produce"])
     with as_key(server, key) as c:
         enqueue(c, "q")
-        db.execute("UPDATE api_keys SET revoked_at = now()")  # no NOTIFY: as if it went by unheard
+        db.execute("UPDATE jobq.api_keys SET revoked_at = now()")  # no NOTIFY: as if it went by unheard
         assert c.post("/queues/q/jobs", json={"payload": 1}).status_code == 201  # still cached
         db.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -487,9 +489,9 @@ def test_last_use_is_recorded_lazily(secured: LiveServer, db: psycopg.Connection
     with as_key(secured, key) as c:
         for _ in range(5):
             enqueue(c, "q")
-    assert db.execute("SELECT last_used_at FROM api_keys").fetchone() == (None,)  # no write per request
+    assert db.execute("SELECT last_used_at FROM jobq.api_keys").fetchone() == (None,)  # no write per request
     secured.run(lambda: secured.services.keys.flush())
-    row = db.execute("SELECT last_used_at IS NOT NULL FROM api_keys").fetchone()
+    row = db.execute("SELECT last_used_at IS NOT NULL FROM jobq.api_keys").fetchone()
     assert row == (True,)
 
 

@@ -117,8 +117,8 @@ def test_sigterm_drains_finishes_requests_and_stops_postgres(pg_data_dir: Path, 
         srv.close()
 
     with LocalPostgres(pg_data_dir) as pg, psycopg.connect(pg.url) as conn:
-        running = {r[0] for r in conn.execute("SELECT id FROM jobs WHERE status = 'running'")}
-        late = conn.execute("SELECT status, payload FROM jobs WHERE queue_name = 'late'").fetchall()
+        running = {r[0] for r in conn.execute("SELECT id FROM jobq.jobs WHERE status = 'running'")}
+        late = conn.execute("SELECT status, payload FROM jobq.jobs WHERE queue_name = 'late'").fetchall()
     assert running == set(received), "a job was claimed for a client that never got it"
     assert len(received) == len(set(received))
     assert late == [("pending", "sent before SIGTERM, finished after")]

@@ -173,10 +173,10 @@ def test_send_receive_delete(sqs: Any, server: LiveServer, db: psycopg.Connectio
     assert g["Attributes"] == {"MessageGroupId": "tenant-1"}
 
     # Once its job is gone (retention), a message's attributes go too.
-    assert db.execute("SELECT count(*) FROM sqs_messages").fetchone() == (1,)
-    db.execute("DELETE FROM jobs")
+    assert db.execute("SELECT count(*) FROM jobq.sqs_messages").fetchone() == (1,)
+    db.execute("DELETE FROM jobq.jobs")
     server.run(lambda: server.services.maintenance["retention"].run_once())
-    assert db.execute("SELECT count(*) FROM sqs_messages").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.sqs_messages").fetchone() == (0,)
 
 
 # --- messages -----------------------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_a_lapsed_visibility_timeout_redelivers_and_a_stale_handle_changes_nothi
     sqs.send_message(QueueUrl=url, MessageBody="again")
     [first] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=30, AttributeNames=["All"])["Messages"]
     assert first["Attributes"]["ApproximateReceiveCount"] == "1"
-    assert db.execute("SELECT lease_expires_at - now() FROM jobs").fetchone()[0] <= timedelta(seconds=30)  # type: ignore[index]
+    assert db.execute("SELECT lease_expires_at - now() FROM jobq.jobs").fetchone()[0] <= timedelta(seconds=30)  # type: ignore[index]
     sweep(server)  # the lease lapsed (the rescuer's clock moved on): the message is visible again
     [second] = sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount"])["Messages"]
     assert second["MessageId"] == first["MessageId"]
@@ -301,7 +301,7 @@ def test_change_message_visibility_is_a_heartbeat_and_zero_a_release(
     got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=2, VisibilityTimeout=10)["Messages"]
     a, b = sorted(got, key=lambda m: m["Body"])
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=a["ReceiptHandle"], VisibilityTimeout=600)
-    left = db.execute("SELECT lease_expires_at - now() FROM jobs WHERE id = %s", (int(a["MessageId"]),)).fetchone()
+    left = db.execute("SELECT lease_expires_at - now() FROM jobq.jobs WHERE id = %s", (int(a["MessageId"]),)).fetchone()
     assert left is not None and timedelta(seconds=590) < left[0] <= timedelta(seconds=600)
     # 0: visible again at once, the receive not counted against maxReceiveCount (a jobq release).
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=b["ReceiptHandle"], VisibilityTimeout=0)
@@ -427,18 +427,18 @@ def test_fifo_deduplication_lasts_five_minutes(server: LiveServer, sqs: Any, db:
     )
     a, b = batch["Successful"]
     assert a["MessageId"] == b["MessageId"]
-    assert db.execute("SELECT count(*) FROM jobs").fetchone() == (3,)
-    expiry = db.execute("SELECT expires_at - now() FROM sqs_dedup WHERE dedup_id = 'other'").fetchone()
+    assert db.execute("SELECT count(*) FROM jobq.jobs").fetchone() == (3,)
+    expiry = db.execute("SELECT expires_at - now() FROM jobq.sqs_dedup WHERE dedup_id = 'other'").fetchone()
     assert expiry is not None and timedelta(seconds=290) < expiry[0] <= timedelta(seconds=300)
 
     # Five minutes later (the window moved into the past), the same id sends a new message.
-    db.execute("UPDATE sqs_dedup SET expires_at = now() - interval '1 second' WHERE dedup_id = 'other'")
+    db.execute("UPDATE jobq.sqs_dedup SET expires_at = now() - interval '1 second' WHERE dedup_id = 'other'")
     later = sqs.send_message(QueueUrl=url, MessageBody="once", MessageGroupId="g", MessageDeduplicationId="other")
     assert later["MessageId"] not in (first["MessageId"], explicit["MessageId"])
     # Expired ids are pruned by the retention service.
-    db.execute("UPDATE sqs_dedup SET expires_at = now() - interval '1 second'")
+    db.execute("UPDATE jobq.sqs_dedup SET expires_at = now() - interval '1 second'")
     server.run(lambda: server.services.maintenance["retention"].run_once())
-    assert db.execute("SELECT count(*) FROM sqs_dedup").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.sqs_dedup").fetchone() == (0,)
 
 
 def test_concurrent_sends_of_one_deduplication_id_make_one_message(server: LiveServer, sqs: Any) -> None:
@@ -640,7 +640,7 @@ def test_the_query_protocol_for_every_action(server: LiveServer, db: psycopg.Con
     )
     deleted = result(root, "DeleteMessageBatch")
     assert [text(e, "q:Id") for e in deleted.findall("q:DeleteMessageBatchResultEntry", NS)] == ["y"]
-    assert db.execute("SELECT count(*) FROM jobs WHERE status = 'completed'").fetchone() == (2,)
+    assert db.execute("SELECT count(*) FROM jobq.jobs WHERE status = 'completed'").fetchone() == (2,)
 
     # POSTed to the queue's URL, without QueueUrl (as the older SDKs do).
     _, root = query(server, "SendMessage", "/000000000000/legacy", MessageBody="by path")
@@ -756,11 +756,11 @@ def test_an_open_service_refuses_cross_site_sqs_requests(server: LiveServer, db:
     for site in ("cross-site", "same-site"):
         r = server.client.post("/", data=form, headers={"sec-fetch-site": site})
         assert r.status_code == 403 and b"<Code>AccessDenied</Code>" in r.content, site
-    assert db.execute("SELECT count(*) FROM sqs_queues").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.sqs_queues").fetchone() == (0,)
     # What the SDKs send (neither header), and what a browser marks as not cross-site, are answered.
     assert server.client.post("/", data=form).status_code == 200
     assert server.client.post("/", data=form, headers={"sec-fetch-site": "none"}).status_code == 200
-    assert db.execute("SELECT count(*) FROM sqs_queues").fetchone() == (1,)
+    assert db.execute("SELECT count(*) FROM jobq.sqs_queues").fetchone() == (1,)
 
 
 def test_with_keys_on_sqs_requests_need_a_key(server_factory: Any) -> None:

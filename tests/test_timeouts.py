@@ -56,7 +56,7 @@ def test_a_job_past_its_timeout_is_failed_whatever_its_heartbeats(server: LiveSe
     server.run(server.services.maintenance["workers"].run_once)
     assert server.client.get("/workers/slowpoke").json()["failed_last_hour"] == 1
     # Claimed again (after its backoff), it is a new claim with its own time.
-    db.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job["id"],))
+    db.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = %s", (job["id"],))
     again = server.claim_one()
     assert again["id"] == job["id"] and again["attempts"] == 2
     assert beat(server, again).status_code == 200
@@ -118,7 +118,7 @@ def test_bad_timeouts_are_422_and_write_nothing(server: LiveServer, db: psycopg.
         batch = {"jobs": [{"payload": 1}, {"payload": 2, "timeout_seconds": bad}]}
         problem(server.client.post("/queues/q/jobs/batch", json=batch), 422, "validation-error")
         problem(server.client.patch("/queues/q/config", json={"timeout_seconds": bad}), 422, "validation-error")
-    assert db.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM jobq.jobs").fetchone() == (0,)
     made = server.client.post("/queues/q/jobs/batch", json={"jobs": [{"payload": 1, "timeout_seconds": 604_800}]})
     assert made.json()["jobs"][0]["timeout_seconds"] == 604_800
 

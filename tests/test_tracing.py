@@ -129,7 +129,7 @@ def test_a_failing_handler_marks_its_span_and_the_retry_stays_in_the_trace(serve
 
 async def _due_now(server: LiveServer, job_id: int) -> None:
     async with server.services.db.connection() as conn:
-        await conn.execute("UPDATE jobs SET run_at = now() WHERE id = %s", (job_id,))
+        await conn.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = %s", (job_id,))
     server.services.wakeups.jobs_available(["flaky"])
 
 

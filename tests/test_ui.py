@@ -443,7 +443,7 @@ def test_dashboard_charts_draw_the_history_in_a_browser(
         durations = [0] * 19
         durations[4 + i % 3] = 20 + 10 * i
         db.execute(
-            "INSERT INTO queue_stats (queue_name, minute, completed, durations_ms, duration_max_ms)"
+            "INSERT INTO jobq.queue_stats (queue_name, minute, completed, durations_ms, duration_max_ms)"
             " VALUES ('charted', %s, %s, %s, 1000)",
             (minute, 20 + 10 * i, durations),
         )
@@ -578,9 +578,9 @@ def test_dashboard_shows_each_schedule_with_its_next_run(browser: Any, server_fa
     # A job a schedule made names the schedule and its tick.
     put(quiet, "hourly", {"queue": "reports", "cron": "0 * * * *", "payload": 2})
     tick = db.execute("SELECT date_trunc('hour', now())").fetchone()[0]  # type: ignore[index]
-    db.execute("UPDATE schedules SET next_run_at = %s WHERE name = 'hourly'", (tick,))
+    db.execute("UPDATE jobq.schedules SET next_run_at = %s WHERE name = 'hourly'", (tick,))
     assert run_scheduler(quiet).enqueued == 1
-    job_id = db.execute("SELECT id FROM jobs WHERE schedule = 'hourly'").fetchone()[0]  # type: ignore[index]
+    job_id = db.execute("SELECT id FROM jobq.jobs WHERE schedule = 'hourly'").fetchone()[0]  # type: ignore[index]
     page.goto(f"{quiet.url}/ui#/jobs/{job_id}")
     expect(page.locator('[data-field="schedule"]')).to_have_text("hourly")
     expect(page.locator('[data-field="scheduled for"] time')).to_have_attribute(
@@ -736,8 +736,8 @@ def test_dashboard_lists_live_and_gone_workers_with_their_jobs_in_a_browser(
     gone = server.client.post("/queues/reports/claim", json={"worker": XSS}, headers=ua).json()["jobs"][0]
     server.run(server.services.maintenance["workers"].run_once)
     # The second worker vanished: not seen for an hour, and its lease lapsed.
-    db.execute("UPDATE workers SET last_seen = now() - interval '1 hour' WHERE name = %s", (XSS,))
-    db.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", (gone["id"],))
+    db.execute("UPDATE jobq.workers SET last_seen = now() - interval '1 hour' WHERE name = %s", (XSS,))
+    db.execute("UPDATE jobq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", (gone["id"],))
 
     tab = Page(browser, server.url)
     page = tab.page

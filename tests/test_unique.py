@@ -14,7 +14,7 @@ from tests.support import LiveServer, problem
 
 
 def count_jobs(db: psycopg.Connection) -> int:
-    row = db.execute("SELECT count(*) FROM jobs").fetchone()
+    row = db.execute("SELECT count(*) FROM jobq.jobs").fetchone()
     assert row is not None
     return int(row[0])
 
@@ -106,7 +106,7 @@ def test_a_window_is_aligned_and_a_later_window_makes_a_new_job(server: LiveServ
     assert post(server, {"payload": 2, "unique": {"key": "hourly", "for_seconds": 60}}).status_code == 201
     # An hour later: the first job's window is over (moved back an hour rather than waiting for one), and
     # it holds the key no more, though it is still pending.
-    db.execute("UPDATE jobs SET unique_from = unique_from - interval '1 hour' WHERE id = %s", (job["id"],))
+    db.execute("UPDATE jobq.jobs SET unique_from = unique_from - interval '1 hour' WHERE id = %s", (job["id"],))
     later = post(server, {"payload": 3, "unique": {"key": "hourly", "for_seconds": 3600}})
     assert later.status_code == 201 and later.json()["id"] != job["id"]
     assert server.job(job["id"])["status"] == "pending"
@@ -122,7 +122,7 @@ def test_windows_of_different_lengths_that_start_together_are_different_keys(
         key = f"shared-start-{attempt}"
         hourly = server.enqueue(payload=1, unique={"key": key, "for_seconds": 3600})
         row = db.execute(
-            "UPDATE jobs SET unique_from = to_timestamp(floor(extract(epoch FROM now()) / 60) * 60)"
+            "UPDATE jobq.jobs SET unique_from = to_timestamp(floor(extract(epoch FROM now()) / 60) * 60)"
             " WHERE id = %s RETURNING unique_from",
             (hourly["id"],),
         ).fetchone()
@@ -143,7 +143,7 @@ def test_windows_of_different_lengths_that_start_together_are_different_keys(
 def test_a_job_deleted_by_retention_frees_its_key(server: LiveServer, db: psycopg.Connection) -> None:
     job = server.enqueue(payload=1, unique={"key": "k"})
     finish(server, "complete")
-    db.execute("DELETE FROM jobs WHERE id = %s", (job["id"],))  # what the retention sweeper does
+    db.execute("DELETE FROM jobq.jobs WHERE id = %s", (job["id"],))  # what the retention sweeper does
     assert post(server, {"payload": 1, "unique": {"key": "k"}}).status_code == 201
 
 
@@ -199,7 +199,7 @@ def test_a_batch_that_fails_after_its_insert_leaves_nothing(
     body = {"jobs": [{"payload": 1, "unique": {"key": "new"}}, {"payload": 2, "unique": {"key": "held"}}]}
     r = server.client.post("/queues/q/jobs/batch", json=body)
     assert r.status_code == 422, r.text  # the database refused it (a data error)
-    rows = db.execute("SELECT id FROM jobs").fetchall()
+    rows = db.execute("SELECT id FROM jobq.jobs").fetchall()
     assert rows == [(held["id"],)]
 
 

@@ -312,10 +312,10 @@ def test_a_job_no_wake_up_announced_is_found_by_the_fallback_poll(server_factory
     wait_until(lambda: server.services.dispatcher.parked == 6, what="the long-polls waiting")
     settle_long_poll(server, "crowd")
     db.execute(
-        "INSERT INTO jobs (queue_name, payload, priority, run_at)"
+        "INSERT INTO jobq.jobs (queue_name, payload, priority, run_at)"
         " SELECT 'crowd', '1', 5, now() + interval '1 hour' FROM generate_series(1, 200)"
     )
-    ready = db.execute("INSERT INTO jobs (queue_name, payload) VALUES ('crowd', '2') RETURNING id").fetchone()
+    ready = db.execute("INSERT INTO jobq.jobs (queue_name, payload) VALUES ('crowd', '2') RETURNING id").fetchone()
     assert ready is not None
     r = crowd()
     assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [ready[0]]
@@ -325,7 +325,7 @@ def test_a_job_no_wake_up_announced_is_found_by_the_fallback_poll(server_factory
     resumed = long_poll(server, None, queue="paused", wait=20)
     wait_until(lambda: server.services.dispatcher.parked == 6, what="a long-poll waiting on the paused queue")
     settle_long_poll(server, "paused")
-    db.execute("UPDATE queue_state SET paused = false WHERE queue_name = 'paused'")
+    db.execute("UPDATE jobq.queue_state SET paused = false WHERE queue_name = 'paused'")
     r = resumed()
     assert r.status_code == 200 and [j["id"] for j in r.json()["jobs"]] == [job["id"]]
     for i in range(5):

@@ -60,7 +60,7 @@ def test_claims_heartbeats_and_outcomes_make_a_worker_record(server_factory, db:
     assert detail["completed_last_hour"] == 1
 
     # A heartbeat alone keeps the worker seen: its last_seen moves on.
-    db.execute("UPDATE workers SET last_seen = last_seen - interval '10 minutes'")
+    db.execute("UPDATE jobq.workers SET last_seen = last_seen - interval '10 minutes'")
     before = server.client.get("/workers/box-1-42").json()["last_seen"]
     assert server.client.post(f"/jobs/{held['id']}/heartbeat", json={"claim_token": held["claim_token"]}).is_success
     flush(server)
@@ -81,10 +81,10 @@ def test_a_vanished_worker_shows_as_gone_once_its_leases_lapse(server: LiveServe
     job = claim(server, "q", "vanishing")[0]
     flush(server)
     # Not seen for an hour (the process died), but its lease has not lapsed: it may still be working.
-    db.execute("UPDATE workers SET last_seen = now() - interval '1 hour', first_seen = now() - interval '2 hours'")
+    db.execute("UPDATE jobq.workers SET last_seen = now() - interval '1 hour', first_seen = now() - interval '2 hours'")
     assert workers(server.client)["vanishing"]["state"] == "live"
     # Its lease lapses: gone, and still listed (recently gone), holding the job until the sweeper returns it.
-    db.execute("UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", (job["id"],))
+    db.execute("UPDATE jobq.jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s", (job["id"],))
     w = workers(server.client)["vanishing"]
     assert (w["state"], w["jobs_held"]) == ("gone", 1)
     server.run(server.services.maintenance["rescuer"].run_once)
@@ -102,11 +102,11 @@ def test_gone_workers_are_forgotten_after_the_keep_time(server_factory, database
     claim(server, "q", "new")
     flush(server)
     with psycopg.connect(database_url, autocommit=True) as db:
-        db.execute("UPDATE workers SET last_seen = now() - interval '2 hours' WHERE name = 'old'")
+        db.execute("UPDATE jobq.workers SET last_seen = now() - interval '2 hours' WHERE name = 'old'")
         assert list(workers(server.client)) == ["new"]  # not listed once past the keep time
         server.services.maintenance["workers"]._next_prune = 0.0
         flush(server)
-        assert db.execute("SELECT name FROM workers").fetchall() == [("new",)]  # and deleted
+        assert db.execute("SELECT name FROM jobq.workers").fetchall() == [("new",)]  # and deleted
 
 
 def test_a_key_limited_to_some_queues_sees_only_their_workers(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]

@@ -25,7 +25,7 @@ def _job_cancel(target: str, columns: str) -> str:
     """Cancel the jobs `target` (a condition on j.id) names, returning each as changed or as found."""
     return f"""
 WITH target AS (
-  SELECT j.id, j.status AS was FROM jobs j
+  SELECT j.id, j.status AS was FROM jobq.jobs j
   WHERE {target} AND j.status IN ('pending', 'running', 'waiting')
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
   ORDER BY j.id  -- rows locked in one order: two bulk actions never wait on each other in a cycle
@@ -34,7 +34,7 @@ WITH target AS (
   -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
   -- learns of it (cancel_requested) and its complete or fail is refused with job-cancelled. The jobs
   -- that depend on a cancelled one are cancelled too, by the release (`recorded`, app/db/releases.py).
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
       last_error = coalesce(%(reason)s, j.last_error)
   FROM target t WHERE j.id = t.id
@@ -44,7 +44,7 @@ WITH target AS (
 )
 SELECT 0 AS ord, true AS written, * FROM cancelled
 UNION ALL
-SELECT 0, false, NULL, {columns} FROM jobs j
+SELECT 0, false, NULL, {columns} FROM jobq.jobs j
 WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   AND j.id NOT IN (SELECT id FROM cancelled)
 """
@@ -54,7 +54,7 @@ WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 # length, in one of its own states) is left out of a redrive and a bulk retry by filter: it stays as it
 # is, and the others move.
 _KEY_FREE = """(j.unique_key IS NULL OR NOT EXISTS (
-      SELECT FROM jobs h
+      SELECT FROM jobq.jobs h
       WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
         AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
         AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))"""
@@ -67,7 +67,7 @@ def _job_retry(target: str, columns: str, skip_held: bool = False) -> str:
     if not skip_held:
         head = f"""
 WITH target AS (
-  SELECT j.id, j.queue_name AS queue, j.status FROM jobs j
+  SELECT j.id, j.queue_name AS queue, j.status FROM jobq.jobs j
   WHERE {target} AND j.status IN ('failed', 'cancelled', 'completed')
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
   ORDER BY j.id
@@ -76,7 +76,7 @@ WITH target AS (
     else:
         head = f"""
 WITH locked AS (
-  SELECT j.id, j.queue_name AS queue, j.status, j.unique_key, j.unique_from, j.unique_for_seconds FROM jobs j
+  SELECT j.id, j.queue_name AS queue, j.status, j.unique_key, j.unique_from, j.unique_for_seconds FROM jobq.jobs j
   WHERE {target} AND j.status IN ('failed', 'cancelled', 'completed')
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
     AND {_KEY_FREE}
@@ -95,7 +95,7 @@ WITH locked AS (
   -- cancelled because a dependency failed runs now, whatever its dependencies (docs/workflows.md). A
   -- completed job runs again (a replay): the same job, with its id, payload, creation time and what its
   -- last run left (last_error, worker, claimed_at, progress) until its next claim.
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
       lease_expires_at = NULL, result = NULL
   FROM target t WHERE j.id = t.id
@@ -104,7 +104,7 @@ WITH locked AS (
 )
 SELECT 0 AS ord, true AS written, * FROM retried
 UNION ALL
-SELECT 0, false, NULL, {columns} FROM jobs j
+SELECT 0, false, NULL, {columns} FROM jobq.jobs j
 WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   AND j.id NOT IN (SELECT id FROM retried)
 """
@@ -188,7 +188,7 @@ async def _admin_write(
 
 
 JOBS_GET_BRIEF = f"""
-SELECT {BRIEF} FROM jobs j
+SELECT {BRIEF} FROM jobq.jobs j
 WHERE {MANY} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 ORDER BY j.id
 """
@@ -228,7 +228,7 @@ REDRIVE_COUNT = f"""
 SELECT count(*) FILTER (WHERE j.unique_key IS NULL)
        + count(DISTINCT (j.unique_key, j.unique_from, coalesce(j.unique_for_seconds, 0)))
            FILTER (WHERE j.unique_key IS NOT NULL)
-FROM jobs j
+FROM jobq.jobs j
 WHERE j.queue_name = %(queue)s AND j.status = 'failed' AND j.finished_at IS NOT NULL
   AND (%(contains)s::text IS NULL OR strpos(j.last_error, %(contains)s) > 0)
   AND {_KEY_FREE}
@@ -240,7 +240,7 @@ WITH selected AS (
   -- or retry proceed without waiting. A job whose unique key another job holds is not selected.
   SELECT j.id, j.queue_name AS queue, j.status, j.unique_key, j.unique_from, j.unique_for_seconds,
          j.finished_at
-  FROM jobs j
+  FROM jobq.jobs j
   WHERE j.queue_name = %(queue)s AND j.status = 'failed' AND j.finished_at IS NOT NULL
     AND (%(contains)s::text IS NULL OR strpos(j.last_error, %(contains)s) > 0)
     AND {_KEY_FREE}
@@ -257,7 +257,7 @@ WITH selected AS (
   ) x
   WHERE x.unique_key IS NULL OR x.nth = 1
 ), redriven AS (
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
       lease_expires_at = NULL
   FROM target t WHERE j.id = t.id
@@ -293,7 +293,7 @@ async def jobs_redrive(
 
 
 QUEUE_SET_PAUSED = """
-INSERT INTO queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
+INSERT INTO jobq.queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
 ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
 RETURNING paused
 """

@@ -36,13 +36,13 @@ JOB_DEBOUNCE = f"""
 WITH target AS (
   -- The pending job of the key (the newest, should a retried one have come back beside it), through
   -- jobs_debounce_idx. FOR UPDATE: a claim that holds it makes this wait, then find it running: no target.
-  SELECT j.id FROM jobs j
+  SELECT j.id FROM jobq.jobs j
   WHERE j.queue_name = %(queue)s AND j.debounce_key = %(key)s AND j.debounce_key IS NOT NULL AND j.status = 'pending'
   ORDER BY j.id DESC
   LIMIT 1
   FOR UPDATE
 ), replaced AS (
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET payload = %(payload)s::jsonb, priority = %(priority)s, debounce_seconds = %(seconds)s,
       debounce_max_wait_seconds = %(max_wait)s,
       run_at = greatest(j.run_at, least(now() + make_interval(secs => %(seconds)s),
@@ -50,7 +50,7 @@ WITH target AS (
   FROM target t WHERE j.id = t.id
   RETURNING {JOB_COLUMNS}
 ), inserted AS (
-  INSERT INTO jobs AS j (queue_name, payload, priority, run_at, max_attempts, traceparent, group_key,
+  INSERT INTO jobq.jobs AS j (queue_name, payload, priority, run_at, max_attempts, traceparent, group_key,
                          timeout_seconds, debounce_key, debounce_seconds, debounce_max_wait_seconds)
   SELECT %(queue)s, %(payload)s::jsonb, %(priority)s,
          now() + make_interval(secs => %(seconds)s),  -- max_wait is at least seconds (the API checks)

@@ -64,23 +64,23 @@ JOB_LOCK_PARENTS = f"""
 -- A job outside the caller's queues is not returned, exactly like a missing one. FOR UPDATE reads the
 -- newest committed version, so RETURNING shows the status a statement that finished the job committed.
 WITH free AS (
-  SELECT j.id FROM jobs j
+  SELECT j.id FROM jobq.jobs j
   WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   ORDER BY j.id
   FOR UPDATE SKIP LOCKED
 ), marked AS (
-  UPDATE jobs AS j SET has_dependants = true
+  UPDATE jobq.jobs AS j SET has_dependants = true
   FROM free WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND j.id = free.id
   RETURNING j.id, j.status, j.queue_name, j.dependency_depth
 )
 SELECT id, status, true AS locked, queue_name, coalesce(dependency_depth, 0) AS depth FROM marked
 UNION ALL
-SELECT j.id, j.status, false, j.queue_name, coalesce(j.dependency_depth, 0) FROM jobs j
+SELECT j.id, j.status, false, j.queue_name, coalesce(j.dependency_depth, 0) FROM jobq.jobs j
 WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   AND j.id <> ALL(ARRAY(SELECT id FROM free))
 """
 
-JOB_WAIT_FOR = "SELECT FROM jobs WHERE id = %(id)s FOR UPDATE"
+JOB_WAIT_FOR = "SELECT FROM jobq.jobs WHERE id = %(id)s FOR UPDATE"
 
 
 class TooDeep(Exception):
@@ -130,7 +130,7 @@ WITH input AS (
 ), settled AS (
   -- The jobs this transaction inserted a moment ago (invisible to everyone else until it commits): each
   -- dependant's status and dependencies, and `mark` on those that have a dependant in the same batch.
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = coalesce(i.status, j.status),
       pending_dependencies = CASE WHEN i.status IS NULL THEN j.pending_dependencies ELSE i.pending END,
       depends_on = CASE WHEN i.status IS NULL THEN j.depends_on ELSE i.depends_on END,
@@ -145,7 +145,7 @@ WITH input AS (
 ), counted AS ({count_finished("settled")}
 ), edges AS (
   -- With the queue of each end: the release reaches them queue by queue (app/db/releases.py).
-  INSERT INTO job_dependencies (parent_id, job_id, parent_queue, job_queue)
+  INSERT INTO jobq.job_dependencies (parent_id, job_id, parent_queue, job_queue)
   SELECT parent_id, job_id, parent_queue, job_queue
   FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint, parent_queue text, job_queue text)
   ORDER BY parent_id, job_id

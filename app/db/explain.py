@@ -22,7 +22,7 @@ JOB_EXPLAIN = f"""
 WITH cfg AS ({QUEUE_LIMITS}), stamp AS (
   SELECT clock_timestamp() AS now
 ), running AS ({RUNNING_BY_GROUP}), recent AS ({RECENT_CLAIMS}), job AS (
-  SELECT j.id, j.run_at, j.group_key, j.depends_on FROM jobs j WHERE j.id = %(id)s AND j.queue_name = %(queue)s
+  SELECT j.id, j.run_at, j.group_key, j.depends_on FROM jobq.jobs j WHERE j.id = %(id)s AND j.queue_name = %(queue)s
 ), w AS (
   -- The job's group, under the name the claim's group fragments read (its walk's `w.g`).
   SELECT job.group_key AS g FROM job
@@ -32,27 +32,27 @@ WITH cfg AS ({QUEUE_LIMITS}), stamp AS (
 ), head AS (
   -- An ordered group's turn: its first pending job in the group's order, due or not (as the claim's heads).
   SELECT h.id, h.run_at FROM w CROSS JOIN cfg CROSS JOIN LATERAL (
-    SELECT id, run_at FROM jobs
+    SELECT id, run_at FROM jobq.jobs
     WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = w.g
     ORDER BY priority DESC, id LIMIT 1) h
   WHERE cfg.ordered AND w.g IS NOT NULL
 )
 SELECT cfg.paused, job.run_at > stamp.now AS not_due,
        cfg.concurrency, (SELECT coalesce(sum(n), 0) FROM running)::int AS running,
-       ARRAY(SELECT r.id FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = {RUNNING_C}
+       ARRAY(SELECT r.id FROM jobq.jobs r WHERE r.queue_name = %(queue)s AND r.status = {RUNNING_C}
              ORDER BY r.id LIMIT {HELD_BY_LISTED}) AS running_ids,
        cfg.rate_limit, cfg.rate_per_seconds, coalesce((SELECT n FROM recent), 0)::int AS recent,
        (SELECT frees_at FROM recent) AS rate_frees_at,
        cfg.group_concurrency, coalesce((SELECT n FROM running r WHERE r.group_key = job.group_key), 0)::int
          AS group_running,
-       ARRAY(SELECT r.id FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = {RUNNING_C}
+       ARRAY(SELECT r.id FROM jobq.jobs r WHERE r.queue_name = %(queue)s AND r.status = {RUNNING_C}
                AND r.group_key = job.group_key ORDER BY r.id LIMIT {HELD_BY_LISTED}) AS group_running_ids,
        cfg.group_rate_limit, cfg.group_rate_per_seconds,
        coalesce((SELECT n FROM group_recent), 0)::int AS group_recent,
        (SELECT frees_at FROM group_recent) AS group_rate_frees_at,
        cfg.ordered, (SELECT id FROM head) AS head_id,
        -- The jobs it waits for: its parents not finished yet (of the caller's queues).
-       ARRAY(SELECT p.id FROM jobs p
+       ARRAY(SELECT p.id FROM jobq.jobs p
              WHERE p.id = ANY(job.depends_on) AND p.status NOT IN ('completed', 'failed', 'cancelled')
                AND {queue_allowed("p.queue_name", "%(allowed)s::text")}
              ORDER BY p.id) AS waiting_for

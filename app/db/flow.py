@@ -67,7 +67,7 @@ class QueueConfigRow:
 
 _COLUMNS = "queue_name AS queue, " + ", ".join(CONFIG_FIELDS) + ", limited, grouped, changed_at"
 
-QUEUE_CONFIG_GET = f"SELECT {_COLUMNS} FROM queue_state WHERE queue_name = %(queue)s"
+QUEUE_CONFIG_GET = f"SELECT {_COLUMNS} FROM jobq.queue_state WHERE queue_name = %(queue)s"
 
 
 async def queue_config_get(conn: psycopg.AsyncConnection[Any], queue: str) -> QueueConfigRow | None:
@@ -79,7 +79,7 @@ async def queue_config_get(conn: psycopg.AsyncConnection[Any], queue: str) -> Qu
 QUEUE_CONFIG_LOCK = f"""
 -- The row to change, created when the queue has none, and locked until the change commits (DO UPDATE
 -- locks the row it finds): two changes of one queue apply one after the other, each to what the other left.
-INSERT INTO queue_state AS s (queue_name) VALUES (%(queue)s)
+INSERT INTO jobq.queue_state AS s (queue_name) VALUES (%(queue)s)
 ON CONFLICT (queue_name) DO UPDATE SET queue_name = s.queue_name
 RETURNING {_COLUMNS}
 """
@@ -88,7 +88,7 @@ QUEUE_CONFIG_SET = f"""
 -- Delivered at commit: every process drops its cached configuration of this queue as soon as the change
 -- is durable (app/maintenance/listener.py).
 WITH changed AS (
-  UPDATE queue_state SET {", ".join(f"{f} = %({f})s" for f in CONFIG_FIELDS)}, changed_at = now()
+  UPDATE jobq.queue_state SET {", ".join(f"{f} = %({f})s" for f in CONFIG_FIELDS)}, changed_at = now()
   WHERE queue_name = %(queue)s
   RETURNING {_COLUMNS}
 )
@@ -116,7 +116,7 @@ async def queue_config_set(conn: psycopg.AsyncConnection[Any], queue: str, value
 QUEUE_CONFIGS_RETENTION = """
 -- Queues whose retention differs from the global setting in some status.
 SELECT queue_name, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds
-FROM queue_state
+FROM jobq.queue_state
 WHERE retention_completed_seconds IS NOT NULL OR retention_failed_seconds IS NOT NULL
    OR retention_cancelled_seconds IS NOT NULL
 """
@@ -129,10 +129,10 @@ async def queue_retention_overrides(conn: psycopg.AsyncConnection[Any]) -> dict[
 
 QUEUE_CLAIMS_PRUNE = """
 -- Ledger rows older than every rate window of their queue (a day when the queue has none any more).
-DELETE FROM queue_claims c
+DELETE FROM jobq.queue_claims c
 WHERE c.claimed_at < now() - make_interval(secs => coalesce(
   (SELECT greatest(coalesce(s.rate_per_seconds, 0), coalesce(s.group_rate_per_seconds, 0))
-   FROM queue_state s WHERE s.queue_name = c.queue_name), 86400))
+   FROM jobq.queue_state s WHERE s.queue_name = c.queue_name), 86400))
 """
 
 

@@ -38,19 +38,19 @@ def histogram_sum(column: str) -> str:
 BACKLOG_SAMPLE = f"""
 WITH mark AS (
   -- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing.
-  INSERT INTO stats_samples (minute) VALUES (date_trunc('minute', {NOW}))
+  INSERT INTO jobq.stats_samples (minute) VALUES (date_trunc('minute', {NOW}))
   ON CONFLICT DO NOTHING
   RETURNING minute
 ), backlog AS (
   -- Index-only over jobs_claim_idx. Skipped (a one-time filter) once the minute has been sampled, so a
   -- replica that comes later in the minute reads one row of stats_samples and nothing else.
   SELECT j.queue_name, count(*) AS ready, min(j.run_at) AS oldest
-  FROM jobs j
+  FROM jobq.jobs j
   WHERE j.status = 'pending' AND j.run_at <= {NOW}
-    AND NOT EXISTS (SELECT FROM stats_samples s WHERE s.minute = date_trunc('minute', {NOW}))
+    AND NOT EXISTS (SELECT FROM jobq.stats_samples s WHERE s.minute = date_trunc('minute', {NOW}))
   GROUP BY j.queue_name
 ), written AS (
-  INSERT INTO queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
+  INSERT INTO jobq.queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
   SELECT b.queue_name, m.minute, b.ready, extract(epoch FROM {NOW} - b.oldest)::float8
   FROM mark m CROSS JOIN backlog b
   -- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
@@ -98,13 +98,13 @@ WITH old AS (
   -- Minutes before the hour that began a day ago, oldest first, a batch at a time. SKIP LOCKED: a row
   -- a late flush is adding to is left for the next pass, which also moves any minute a flush adds
   -- after its hour was rolled up, so the hours stay exact.
-  SELECT queue_name, minute FROM queue_stats
+  SELECT queue_name, minute FROM jobq.queue_stats
   WHERE minute < date_trunc('hour', {NOW} - make_interval(secs => %(keep)s))
   ORDER BY minute
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), moved AS (
-  DELETE FROM queue_stats s USING old
+  DELETE FROM jobq.queue_stats s USING old
   WHERE s.queue_name = old.queue_name AND s.minute = old.minute
   RETURNING s.*
 ), hours AS (
@@ -115,7 +115,7 @@ WITH old AS (
   FROM moved
   GROUP BY 1, 2
 ), added AS (
-  INSERT INTO queue_stats_hourly AS h (queue_name, hour, {", ".join(COUNTERS)}, duration_max_ms, durations_ms,
+  INSERT INTO jobq.queue_stats_hourly AS h (queue_name, hour, {", ".join(COUNTERS)}, duration_max_ms, durations_ms,
                                        ready_sum, oldest_ready_seconds)
   SELECT hs.queue_name, hs.hour, {", ".join(f"hs.{c}" for c in COUNTERS)}, hs.duration_max_ms, hs.durations_ms,
          hs.ready_sum, hs.oldest_ready_seconds
@@ -134,9 +134,9 @@ SELECT count(*) FROM moved
 
 HISTORY_DELETE_OLD = f"""
 WITH hours AS (
-  DELETE FROM queue_stats_hourly WHERE hour < {NOW} - make_interval(secs => %(keep)s)
+  DELETE FROM jobq.queue_stats_hourly WHERE hour < {NOW} - make_interval(secs => %(keep)s)
 )
-DELETE FROM stats_samples WHERE minute < {NOW} - make_interval(secs => %(keep)s)
+DELETE FROM jobq.stats_samples WHERE minute < {NOW} - make_interval(secs => %(keep)s)
 """
 
 
@@ -177,12 +177,12 @@ def _series(which: str) -> str:
 WITH {_BOUNDS}, sources AS (
   SELECT s.minute AS at, s.enqueued, s.completed, s.failed, s.duration_max_ms, s.durations_ms,
          coalesce(s.ready, 0) AS ready, s.oldest_ready_seconds
-  FROM queue_stats s, bounds b
+  FROM jobq.queue_stats s, bounds b
   WHERE {mine.format(t="s")} AND s.minute >= b.since
   UNION ALL
   SELECT h.hour, h.enqueued, h.completed, h.failed, h.duration_max_ms, h.durations_ms, h.ready_sum,
          h.oldest_ready_seconds
-  FROM queue_stats_hourly h, bounds b
+  FROM jobq.queue_stats_hourly h, bounds b
   WHERE {mine.format(t="h")} AND h.hour >= b.since
 ), binned AS (
   SELECT {_bucket("r.at")} AS i, r.* FROM sources r, bounds b
@@ -194,7 +194,7 @@ WITH {_BOUNDS}, sources AS (
   FROM binned GROUP BY i
 ), sampled AS (
   SELECT {_bucket("m.minute")} AS i, count(*) AS minutes
-  FROM stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
+  FROM jobq.stats_samples m, bounds b WHERE m.minute >= b.since GROUP BY 1
 )
 SELECT g.i AS bucket, b.since + make_interval(secs => g.i * %(bucket)s) AS at,
        coalesce(t.enqueued, 0) AS enqueued, coalesce(t.completed, 0) AS completed, coalesce(t.failed, 0) AS failed,
@@ -249,21 +249,21 @@ _SPARKLINE_QUEUES = f"""
 SPARKLINES = f"""
 WITH {_BOUNDS}, names AS (
   SELECT queue_name FROM (
-    SELECT s.queue_name FROM queue_stats s, bounds b
+    SELECT s.queue_name FROM jobq.queue_stats s, bounds b
     WHERE s.minute >= b.since AND {_SPARKLINE_QUEUES.format(q="s.queue_name")}
     UNION
-    SELECT h.queue_name FROM queue_stats_hourly h, bounds b
+    SELECT h.queue_name FROM jobq.queue_stats_hourly h, bounds b
     WHERE h.hour >= b.since AND {_SPARKLINE_QUEUES.format(q="h.queue_name")}
   ) u
   ORDER BY queue_name
   LIMIT %(n)s
 ), sources AS (
   SELECT s.queue_name, s.minute AS at, s.enqueued, s.completed, s.failed, coalesce(s.ready, 0) AS ready
-  FROM queue_stats s, bounds b
+  FROM jobq.queue_stats s, bounds b
   WHERE s.minute >= b.since AND s.queue_name IN (SELECT queue_name FROM names)
   UNION ALL
   SELECT h.queue_name, h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
-  FROM queue_stats_hourly h, bounds b
+  FROM jobq.queue_stats_hourly h, bounds b
   WHERE h.hour >= b.since AND h.queue_name IN (SELECT queue_name FROM names)
 )
 SELECT r.queue_name AS queue, {_bucket("r.at")} AS bucket, sum(r.enqueued)::bigint AS enqueued,
@@ -276,7 +276,7 @@ ORDER BY 1, 2
 SAMPLED_MINUTES = f"""
 WITH {_BOUNDS}
 SELECT {_bucket("m.minute")} AS bucket, count(m.minute) AS minutes, min(b.since) AS since, min(b.as_of) AS as_of
-FROM bounds b LEFT JOIN stats_samples m ON m.minute >= b.since
+FROM bounds b LEFT JOIN jobq.stats_samples m ON m.minute >= b.since
 GROUP BY 1
 """
 

@@ -80,7 +80,7 @@ def count_finished(source: str, status: str = "status", delta: str = "1") -> str
     row of `source`, in the same statement as the transition, so the counts never drift. Each backend
     writes its own shard (backend pid mod 64): concurrent statements do not queue on one row."""
     return f"""
-  INSERT INTO queue_counts AS c (queue_name, status, shard, n)
+  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, {status}, mod(pg_backend_pid(), 64), sum({delta})
   FROM {source}
   WHERE {status} IN {FINISHED_SQL}
@@ -94,7 +94,7 @@ def record_finished(source: str) -> str:
     (app/db/releases.py) then releases or cancels its dependants. Same statement as the finish, so a finish
     never commits without its record; the row stays in the finished job's queue."""
     return f"""
-  INSERT INTO dependency_releases (queue_name, job_id, status)
+  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
   SELECT queue, id, status FROM {source}
   WHERE has_dependants AND status IN {FINISHED_SQL}"""
 
@@ -113,7 +113,7 @@ def as_json(doc: Any) -> str:
 # --- get ----------------------------------------------------------------------------------------------------
 
 JOB_GET = f"""
-SELECT {JOB_COLUMNS} FROM jobs j
+SELECT {JOB_COLUMNS} FROM jobq.jobs j
 WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 """
 
@@ -127,7 +127,7 @@ async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str 
 JOBS_GET_WAITED = f"""
 -- Jobs that requests wait for (app/core/results.py), each as it is now: with payload and result only when
 -- it has finished, since only then is it an answer. A job that is gone is not in the result.
-SELECT {job_columns(f"j.status IN {FINISHED_SQL}")} FROM jobs j WHERE j.id = ANY(%(ids)s)
+SELECT {job_columns(f"j.status IN {FINISHED_SQL}")} FROM jobq.jobs j WHERE j.id = ANY(%(ids)s)
 """
 
 
@@ -181,13 +181,13 @@ WITH input AS (
   -- Ids are drawn in the input's order (a volatile select-list expression is evaluated after the
   -- ORDER BY): that is how rows without a key are matched back to their input, and ids are the last
   -- tie-break of claim order, so a batch keeps its order.
-  SELECT t.*, nextval(pg_get_serial_sequence('jobs', 'id')) AS id
+  SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id
   FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
          max_attempts int, idempotency_key text, traceparent text, group_key text, timeout_seconds int)
   ORDER BY ord
 )
-INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
+INSERT INTO jobq.jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
                        group_key, timeout_seconds)
 OVERRIDING SYSTEM VALUE
 SELECT id, queue_name, coalesce(payload, 'null'), priority,  -- json_to_recordset reads JSON null as NULL
@@ -211,7 +211,7 @@ JOB_GET_BY_KEYS = f"""
 SELECT j.*
 FROM json_to_recordset(%(keys)s::json) AS k(queue_name text, idempotency_key text)
 CROSS JOIN LATERAL (
-  SELECT {JOB_COLUMNS} FROM jobs j
+  SELECT {JOB_COLUMNS} FROM jobq.jobs j
   WHERE j.queue_name = k.queue_name AND j.idempotency_key = k.idempotency_key AND j.idempotency_key IS NOT NULL
   OFFSET 0
 ) j
@@ -304,13 +304,13 @@ WITH input AS (
   -- As JOB_INSERT_MANY, for a batch in which some job is unique: its own statement, so that the shared one
   -- stays as it is for every other enqueue. Ids in input order; each input row keeps its id, and the answer
   -- is one row per input, in order, with the job when this statement inserted it.
-  SELECT t.*, nextval(pg_get_serial_sequence('jobs', 'id')) AS id,
+  SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id,
          CASE WHEN t.is_unique THEN {_UNIQUE_KEY} END AS ukey,
          CASE WHEN t.is_unique THEN {_UNIQUE_FROM} END AS ufrom
   FROM {_UNIQUE_INPUT}
   ORDER BY ord
 ), inserted AS (
-  INSERT INTO jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
+  INSERT INTO jobq.jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
                          group_key, timeout_seconds, unique_key, unique_from, unique_for_seconds, unique_states)
   OVERRIDING SYSTEM VALUE
   SELECT id, queue_name, coalesce(payload, 'null'), priority,
@@ -337,7 +337,7 @@ JOB_GET_BY_UNIQUE = f"""
 SELECT t.ord, false AS created, j.*
 FROM {_UNIQUE_INPUT}
 CROSS JOIN LATERAL (
-  SELECT {JOB_COLUMNS} FROM jobs j
+  SELECT {JOB_COLUMNS} FROM jobq.jobs j
   WHERE j.queue_name = t.queue_name AND j.unique_key = {_UNIQUE_KEY} AND j.unique_from = {_UNIQUE_FROM}
     AND coalesce(j.unique_for_seconds, 0) = coalesce(t.unique_for, 0)
     AND j.unique_key IS NOT NULL AND j.status = ANY(j.unique_states)

@@ -46,14 +46,14 @@ class KeyInfo:
 API_KEY_BY_SELECTOR = """
 -- Live keys only: a revoked key is unknown from the moment its revocation commits.
 SELECT id, name, key_hash, scopes, queue_patterns, rate_per_second, rate_burst
-FROM api_keys
+FROM jobq.api_keys
 WHERE selector = %s AND revoked_at IS NULL
 """
 
 
 API_KEY_SELECTORS = """
 -- Every live key's selector (not secret): whether a selector may be a key, without a lookup per selector.
-SELECT selector FROM api_keys WHERE revoked_at IS NULL
+SELECT selector FROM jobq.api_keys WHERE revoked_at IS NULL
 """
 
 
@@ -70,7 +70,7 @@ async def api_key_by_selector(conn: psycopg.AsyncConnection[Any], selector: str)
 
 API_KEYS_TOUCH = """
 -- Batched and infrequent: a last-use stamp is diagnostics, not worth a write per request.
-UPDATE api_keys SET last_used_at = now()
+UPDATE jobq.api_keys SET last_used_at = now()
 WHERE id = ANY(%s) AND revoked_at IS NULL
 """
 
@@ -79,7 +79,7 @@ async def api_keys_touch(conn: psycopg.AsyncConnection[Any], ids: Sequence[int])
     await conn.execute(API_KEYS_TOUCH, (list(ids),))
 
 
-API_KEYS_COUNT_LIVE = "SELECT count(*) FROM api_keys WHERE revoked_at IS NULL"
+API_KEYS_COUNT_LIVE = "SELECT count(*) FROM jobq.api_keys WHERE revoked_at IS NULL"
 
 
 async def api_keys_count_live(conn: psycopg.AsyncConnection[Any]) -> int:
@@ -92,7 +92,7 @@ async def api_keys_count_live(conn: psycopg.AsyncConnection[Any]) -> int:
 
 API_KEY_INSERT = f"""
 WITH created AS (
-  INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns)
+  INSERT INTO jobq.api_keys (name, selector, key_hash, scopes, queue_patterns)
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s)
   RETURNING id
 )
@@ -104,7 +104,7 @@ SELECT id, {_NOTIFY} FROM created
 # before it.
 API_KEY_INSERT_RATED = f"""
 WITH created AS (
-  INSERT INTO api_keys (name, selector, key_hash, scopes, queue_patterns, rate_per_second, rate_burst)
+  INSERT INTO jobq.api_keys (name, selector, key_hash, scopes, queue_patterns, rate_per_second, rate_burst)
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s, %(rate)s, %(burst)s)
   RETURNING id
 )
@@ -141,7 +141,7 @@ def api_key_insert(
 API_KEYS_LIST = """
 SELECT id, name, selector, scopes, queue_patterns, created_at, last_used_at, revoked_at, rate_per_second,
        rate_burst
-FROM api_keys
+FROM jobq.api_keys
 WHERE %(all)s OR revoked_at IS NULL
 ORDER BY id
 """
@@ -154,7 +154,7 @@ def api_keys_list(conn: psycopg.Connection[Any], *, include_revoked: bool) -> li
 
 API_KEY_REVOKE = f"""
 WITH revoked AS (
-  UPDATE api_keys SET revoked_at = now()
+  UPDATE jobq.api_keys SET revoked_at = now()
   WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
   RETURNING id, name
 )
@@ -175,7 +175,7 @@ def api_key_revoke(conn: psycopg.Connection[Any], id_or_name: str) -> list[tuple
 
 API_KEY_SET_RATE = f"""
 WITH changed AS (
-  UPDATE api_keys SET rate_per_second = %(rate)s, rate_burst = %(burst)s
+  UPDATE jobq.api_keys SET rate_per_second = %(rate)s, rate_burst = %(burst)s
   WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
   RETURNING id, name
 )
@@ -198,7 +198,7 @@ def api_key_set_rate(
 
 API_KEY_FIND = """
 -- A live key by id or name, for `jobq keys sqs` (its AWS pair is derived from the id and the selector).
-SELECT id, name, selector FROM api_keys
+SELECT id, name, selector FROM jobq.api_keys
 WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
 """
 

@@ -7,7 +7,7 @@ re-run from its first statement when a run stopped half-way, so each statement m
 NOT EXISTS`); an index a stopped `CONCURRENTLY` build left invalid is dropped and built again.
 
 No statement waits long for a lock (a rolling upgrade migrates under load: docs/deployment.md). An `ALTER
-TABLE jobs` queued behind a long transaction would make every enqueue and claim queue behind it in turn,
+TABLE jobq.jobs` queued behind a long transaction would make every enqueue and claim queue behind it in turn,
 however short the ALTER itself: so every statement runs with `lock_timeout` (JOBQ_MIGRATION_LOCK_TIMEOUT_MS),
 and one that times out is rolled back and tried again, with a pause, until JOBQ_MIGRATION_LOCK_WAIT_SECONDS
 have passed (a transactional file from its start). `CREATE/DROP INDEX CONCURRENTLY` waits as long as it must:
@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
+
+from app.db import schema as schemas
 
 log = logging.getLogger("jobq.migrate")
 
@@ -43,7 +46,7 @@ _CONCURRENT_INDEX = re.compile(
 )
 
 MIGRATIONS_TABLE = """
-CREATE TABLE IF NOT EXISTS jobq_migrations (
+CREATE TABLE IF NOT EXISTS jobq.jobq_migrations (
   version    integer PRIMARY KEY,
   name       text        NOT NULL,
   checksum   text        NOT NULL,
@@ -145,10 +148,10 @@ def load_migrations(directory: Path | None = None) -> list[Migration]:
 
 def applied_versions(conn: psycopg.Connection) -> dict[int, str]:
     """version -> checksum of what the database has applied; empty when it never ran a migration."""
-    exists = conn.execute("SELECT to_regclass('jobq_migrations') IS NOT NULL").fetchone()
+    exists = conn.execute("SELECT to_regclass('jobq.jobq_migrations') IS NOT NULL").fetchone()
     if not exists or not exists[0]:
         return {}
-    return dict(conn.execute("SELECT version, checksum FROM jobq_migrations").fetchall())
+    return dict(conn.execute("SELECT version, checksum FROM jobq.jobq_migrations").fetchall())
 
 
 def pending_migrations(conn: psycopg.Connection, directory: Path | None = None) -> list[Migration]:
@@ -162,7 +165,7 @@ def pending_migrations(conn: psycopg.Connection, directory: Path | None = None) 
     return todo
 
 
-RECORD_MIGRATION = "INSERT INTO jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)"
+RECORD_MIGRATION = "INSERT INTO jobq.jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)"
 
 # Who holds what a migration statement could not lock in time: the oldest transactions of the database.
 LOCK_HOLDERS = """
@@ -260,16 +263,28 @@ def migrate(
     database_url: str,
     directory: Path | None = None,
     *,
+    schema: str = schemas.DEFAULT,
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     lock_wait_seconds: float = LOCK_WAIT_SECONDS,
 ) -> list[str]:
     """Apply pending migrations; returns the names applied. Safe to run concurrently from many processes:
     the advisory lock serialises them and the second one finds nothing left to do. Each statement waits at
-    most `lock_timeout_ms` for a lock, and is tried again until `lock_wait_seconds` have passed."""
+    most `lock_timeout_ms` for a lock, and is tried again until `lock_wait_seconds` have passed.
+
+    The files name no schema: they run with the session's search_path set to where jobq's tables are, the
+    schema `schema` (JOBQ_SCHEMA), made here on a new installation, or `public` on an installation older than
+    1.2.0 whose tables were not moved yet (`move_into_schema`)."""
     with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
         conn.execute("SET statement_timeout = 0")
         _lock(conn)
         try:
+            location = schemas.Location(schema)
+            location.found(schemas.where_sync(conn, schema))
+            schemas.use_sync(conn, location)  # this module's own statements name jobq.jobq_migrations
+            made = conn.execute("SELECT to_regnamespace(%s) IS NOT NULL", (location.current,)).fetchone()
+            if not made or not made[0]:
+                conn.execute(schemas.create(location.current))
+            conn.execute(sql.SQL("SET search_path = {}, pg_temp").format(sql.Identifier(location.current)))
             conn.execute(MIGRATIONS_TABLE)
             done = []
             for m in pending_migrations(conn, directory):
@@ -280,9 +295,84 @@ def migrate(
                     _apply_without_transaction(conn, m, waits)
                 log.info("applied migration %s", m.name)
                 done.append(m.name)
+            if location.current != schema:
+                log.warning(
+                    "jobq's tables are in schema public, where releases up to 1.1.0 made them: once every "
+                    "jobq process runs 1.2.0 or later, move them into schema %s with `jobq migrate "
+                    "--move-into-schema` (docs/deployment.md#moving-into-a-schema)",
+                    schema,
+                )
             return done
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+# The functions the migrations make beside the tables (COMMENT 'jobq: ...', so that an application's own
+# function of the same name stays where it is): a move carries them along, and pins their search_path to the
+# new schema (they were made with `SET search_path FROM CURRENT`, which named the old one).
+FUNCTIONS_DDL = """
+SELECT format(%(ddl)s, p.oid::regprocedure, %(schema)s::text) FROM pg_proc p
+WHERE p.pronamespace = to_regnamespace(%(namespace)s) AND p.proname = ANY(%(names)s)
+  AND obj_description(p.oid, 'pg_proc') LIKE 'jobq:%%'
+"""
+
+
+def move_into_schema(
+    database_url: str,
+    schema: str = schemas.DEFAULT,
+    *,
+    lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+    lock_wait_seconds: float = LOCK_WAIT_SECONDS,
+) -> list[str]:
+    """Move the tables (with their indexes, sequences and constraints) and functions of an installation made
+    before 1.2.0 from `public` into `schema`: one transaction of catalogue changes, no table rewritten, each
+    lock waited for at most `lock_timeout_ms` (the transaction is tried again until `lock_wait_seconds` have
+    passed). Returns the names moved; nothing when they are in `schema` already.
+
+    Processes of 1.2.0 or later that found the tables in public find them again at their next statement
+    (app/db/schema.py); processes of an older release cannot: run it once none is left."""
+    schemas.valid(schema)
+    if schema == schemas.LEGACY:
+        return []
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SET statement_timeout = 0")
+        _lock(conn)
+        try:
+            if schemas.where_sync(conn, schema) != schemas.LEGACY:
+                return []
+            waits = _LockWait("the move into schema " + schema, lock_timeout_ms, lock_wait_seconds)
+            while True:
+                try:
+                    with conn.transaction():
+                        _set_lock_timeout(conn, waits.timeout_ms, local=True)
+                        return _move(conn, schema)
+                except psycopg.errors.LockNotAvailable as exc:
+                    waits.failed(conn, exc)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+def _move(conn: psycopg.Connection, schema: str) -> list[str]:
+    target = sql.Identifier(schema)
+    conn.execute(schemas.create(schema))
+    moved = []
+    for table in schemas.TABLES:
+        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"public.{table}",)).fetchone()[0]:  # type: ignore[index]
+            conn.execute(sql.SQL("ALTER TABLE public.{} SET SCHEMA {}").format(sql.Identifier(table), target))
+            moved.append(table)
+    for ddl, namespace in (
+        ("ALTER FUNCTION %s SET SCHEMA %I", "public"),
+        ("ALTER FUNCTION %s SET search_path = %I, pg_temp", schema),
+    ):
+        arguments = {"ddl": ddl, "schema": schema, "namespace": namespace, "names": list(schemas.FUNCTIONS)}
+        for (statement,) in conn.execute(FUNCTIONS_DDL, arguments).fetchall():
+            conn.execute(statement.encode())
+            if namespace == "public":
+                moved.append(statement.split()[2])  # the function's signature
+    if conn.execute("SELECT to_regrole('jobq_producer') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO jobq_producer").format(target))
+    log.info("moved %d tables and functions from schema public into %s", len(moved), schema)
+    return moved
 
 
 async def missing_migrations(conn: psycopg.AsyncConnection[Any]) -> list[str]:
@@ -290,11 +380,11 @@ async def missing_migrations(conn: psycopg.AsyncConnection[Any]) -> list[str]:
     only those numbered above the last applied, since migrations are applied by presence and a database may
     have one of a higher number applied before one of a lower number."""
     shipped = load_migrations()
-    cur = await conn.execute("SELECT to_regclass('jobq_migrations') IS NOT NULL")
+    cur = await conn.execute("SELECT to_regclass('jobq.jobq_migrations') IS NOT NULL")
     row = await cur.fetchone()
     if not row or not row[0]:
         return [m.name for m in shipped]
-    cur = await conn.execute("SELECT version FROM jobq_migrations")
+    cur = await conn.execute("SELECT version FROM jobq.jobq_migrations")
     applied = {r[0] for r in await cur.fetchall()}
     return [m.name for m in shipped if m.version not in applied]
 

@@ -27,7 +27,7 @@ STATS_ADD = """
 -- Add one process's counts since its last flush (a second ago) to the current minute; concurrent flushes
 -- from replicas add up. The minute is the database's: an API host whose clock is off files nothing under
 -- a minute that the windows of /stats, which read now(), would never look at.
-INSERT INTO queue_stats AS s (queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired,
+INSERT INTO jobq.queue_stats AS s (queue_name, minute, enqueued, claimed, completed, failed, retried, lease_expired,
                               cancelled, released, empty_claims, duration_max_ms, durations_ms, held_concurrency,
                               held_rate, held_group_concurrency, held_group_rate, held_ordered)
 SELECT queue_name, date_trunc('minute', now()), enqueued, claimed, completed, failed, retried, lease_expired,
@@ -82,23 +82,23 @@ WITH pending AS (
   SELECT count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now()) AS scheduled,
          min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
-  FROM jobs WHERE queue_name = %(queue)s AND status = 'pending'
+  FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
 ), running AS (
-  SELECT count(*) AS running FROM jobs WHERE queue_name = %(queue)s AND status = 'running'
+  SELECT count(*) AS running FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running'
 ), waiting AS (
   -- Index-only over jobs_waiting_idx: jobs waiting for their dependencies.
-  SELECT count(*) AS waiting FROM jobs WHERE queue_name = %(queue)s AND status = 'waiting'
+  SELECT count(*) AS waiting FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
 ), finished AS (
   -- Kept exact by the statements that finish jobs (see app/db/jobs.py count_finished): no scan of history.
   SELECT coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
          coalesce(sum(n) FILTER (WHERE status = 'failed'), 0) AS failed,
          coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0) AS cancelled
-  FROM queue_counts WHERE queue_name = %(queue)s
+  FROM jobq.queue_counts WHERE queue_name = %(queue)s
 ), last_attempts AS (
   -- jobs_last_attempts_idx holds exactly these rows.
   SELECT count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
          count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left
-  FROM jobs
+  FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
 ), window_ AS (
   SELECT coalesce(sum(enqueued), 0) AS enqueued, coalesce(sum(claimed), 0) AS claimed,
@@ -111,10 +111,11 @@ WITH pending AS (
          coalesce(sum(held_group_rate), 0) AS held_group_rate, coalesce(sum(held_ordered), 0) AS held_ordered,
          max(duration_max_ms) AS duration_max_ms,
          (SELECT array_agg(total ORDER BY i) FROM (
-            SELECT i, sum(v)::bigint AS total FROM queue_stats q2, unnest(q2.durations_ms) WITH ORDINALITY AS u(v, i)
+            SELECT i, sum(v)::bigint AS total
+            FROM jobq.queue_stats q2, unnest(q2.durations_ms) WITH ORDINALITY AS u(v, i)
             WHERE q2.queue_name = %(queue)s AND q2.minute > now() - make_interval(secs => %(window)s)
             GROUP BY i) h) AS durations_ms
-  FROM queue_stats
+  FROM jobq.queue_stats
   WHERE queue_name = %(queue)s AND minute > now() - make_interval(secs => %(window)s)
 )
 SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
@@ -124,7 +125,7 @@ SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 
        w.cancelled::bigint AS w_cancelled, w.released::bigint AS w_released,
        w.empty_claims::bigint AS w_empty_claims, w.duration_max_ms AS w_duration_max_ms,
        w.durations_ms AS w_durations_ms,
-       coalesce((SELECT paused FROM queue_state WHERE queue_name = %(queue)s), false) AS paused,
+       coalesce((SELECT paused FROM jobq.queue_state WHERE queue_name = %(queue)s), false) AS paused,
        now() AS as_of,
        w.held_concurrency::bigint AS w_held_concurrency, w.held_rate::bigint AS w_held_rate,
        w.held_group_concurrency::bigint AS w_held_group_concurrency,
@@ -137,10 +138,10 @@ QUEUE_GROUPS = f"""
 -- The groups with the most ready jobs (index-only over jobs_group_idx, whose last key is run_at), with
 -- their running jobs (jobs_running_idx).
 SELECT t.group_key AS "group", t.ready,
-       (SELECT count(*) FROM jobs r WHERE r.queue_name = %(queue)s AND r.status = {RUNNING_C}
+       (SELECT count(*) FROM jobq.jobs r WHERE r.queue_name = %(queue)s AND r.status = {RUNNING_C}
                                       AND r.group_key = t.group_key) AS running
 FROM (
-  SELECT group_key, count(*) AS ready FROM jobs
+  SELECT group_key, count(*) AS ready FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL AND run_at <= now()
   GROUP BY group_key
   ORDER BY ready DESC, group_key
@@ -176,19 +177,19 @@ WITH pending AS (
   SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now()) AS scheduled,
          min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
-  FROM jobs WHERE status = 'pending' GROUP BY queue_name
+  FROM jobq.jobs WHERE status = 'pending' GROUP BY queue_name
 ), running AS (
-  SELECT queue_name, count(*) AS running FROM jobs WHERE status = 'running' GROUP BY queue_name
+  SELECT queue_name, count(*) AS running FROM jobq.jobs WHERE status = 'running' GROUP BY queue_name
 ), waiting AS (
-  SELECT queue_name, count(*) AS waiting FROM jobs WHERE status = 'waiting' GROUP BY queue_name
+  SELECT queue_name, count(*) AS waiting FROM jobq.jobs WHERE status = 'waiting' GROUP BY queue_name
 ), finished AS (
   SELECT queue_name, sum(n) FILTER (WHERE status = 'completed') AS completed,
          sum(n) FILTER (WHERE status = 'failed') AS failed,
          sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
-  FROM queue_counts GROUP BY queue_name
+  FROM jobq.queue_counts GROUP BY queue_name
 ), names AS (
   SELECT queue_name FROM pending UNION SELECT queue_name FROM running UNION SELECT queue_name FROM waiting
-  UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM queue_state
+  UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM jobq.queue_state
 )
 SELECT n.queue_name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
        coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
@@ -200,7 +201,7 @@ LEFT JOIN pending p USING (queue_name)
 LEFT JOIN running r USING (queue_name)
 LEFT JOIN waiting w USING (queue_name)
 LEFT JOIN finished f USING (queue_name)
-LEFT JOIN queue_state s USING (queue_name)
+LEFT JOIN jobq.queue_state s USING (queue_name)
 ORDER BY n.queue_name
 """
 
@@ -232,15 +233,15 @@ def _names(walk: str, source: str, where: str, column: str = "queue_name") -> st
 # page is full and its cursor is a name the key may see.
 QUEUES_PAGE = f"""
 WITH RECURSIVE
-  pending_walk(name, seen) AS {_names("pending_walk", "jobs", "status = 'pending'")},
-  waiting_walk(name, seen) AS {_names("waiting_walk", "jobs", "status = 'waiting'")},
-  running_walk(name, seen) AS {_names("running_walk", "jobs", f"status = {RUNNING_C}")},
-  finished_walk(name, seen) AS {_names("finished_walk", "queue_counts", "true")},
+  pending_walk(name, seen) AS {_names("pending_walk", "jobq.jobs", "status = 'pending'")},
+  waiting_walk(name, seen) AS {_names("waiting_walk", "jobq.jobs", "status = 'waiting'")},
+  running_walk(name, seen) AS {_names("running_walk", "jobq.jobs", f"status = {RUNNING_C}")},
+  finished_walk(name, seen) AS {_names("finished_walk", "jobq.queue_counts", "true")},
   names AS (
     SELECT name FROM (
       SELECT name FROM pending_walk UNION SELECT name FROM waiting_walk UNION SELECT name FROM running_walk
       UNION SELECT name FROM finished_walk
-      UNION (SELECT queue_name FROM queue_state
+      UNION (SELECT queue_name FROM jobq.queue_state
              WHERE queue_name > %(after)s::text AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)
              ORDER BY queue_name LIMIT %(n)s)
     ) u
@@ -249,24 +250,24 @@ WITH RECURSIVE
     LIMIT %(n)s
   )
 SELECT n.name AS queue, p.ready, p.scheduled,
-       (SELECT count(*) FROM jobs r WHERE r.queue_name = n.name AND r.status = {RUNNING_C}) AS running,
+       (SELECT count(*) FROM jobq.jobs r WHERE r.queue_name = n.name AND r.status = {RUNNING_C}) AS running,
        coalesce(f.completed, 0)::bigint AS completed, coalesce(f.failed, 0)::bigint AS failed,
        coalesce(f.cancelled, 0)::bigint AS cancelled,
        extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       coalesce((SELECT s.paused FROM queue_state s WHERE s.queue_name = n.name), false) AS paused,
-       (SELECT count(*) FROM jobs w WHERE w.queue_name = n.name AND w.status = 'waiting') AS waiting
+       coalesce((SELECT s.paused FROM jobq.queue_state s WHERE s.queue_name = n.name), false) AS paused,
+       (SELECT count(*) FROM jobq.jobs w WHERE w.queue_name = n.name AND w.status = 'waiting') AS waiting
 FROM names n
 CROSS JOIN LATERAL (
   -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
   SELECT count(*) FILTER (WHERE j.run_at <= now()) AS ready, count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
          min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready
-  FROM jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
+  FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
 ) p
 LEFT JOIN LATERAL (
   SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
          sum(c.n) FILTER (WHERE c.status = 'failed') AS failed,
          sum(c.n) FILTER (WHERE c.status = 'cancelled') AS cancelled
-  FROM queue_counts c WHERE c.queue_name = n.name
+  FROM jobq.queue_counts c WHERE c.queue_name = n.name
 ) f ON true
 ORDER BY n.name
 """
@@ -342,7 +343,7 @@ LISTINGS: dict[str | None, Listing] = {
 
 JOBS_LIST = {
     status: f"""
-SELECT {JOB_COLUMNS} FROM jobs j
+SELECT {JOB_COLUMNS} FROM jobq.jobs j
 WHERE {listing.where}
 ORDER BY {listing.order}
 LIMIT %(limit)s

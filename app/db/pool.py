@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
+from app.db import schema
 from app.db.replication import Replication, replication_state
 from app.errors import AppError, DatabaseUnavailable, StatementTimeout, ValidationFailed
 from app.settings import Settings
@@ -131,10 +132,14 @@ class Database:
     `replica=True`: a pool for reads only (JOBQ_READ_DATABASE_URL): a standby is what it wants, so neither
     its read-only state nor its replication is looked at."""
 
-    def __init__(self, settings: Settings, url: str, *, replica: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, url: str, *, replica: bool = False, location: schema.Location | None = None
+    ) -> None:
         self.settings = settings
         self.url = url
         self.replica = replica
+        # Where jobq's tables are (app/db/schema.py): found by build_services before the pool opens.
+        self.location = location or schema.Location(settings.db_schema)
         self.replication: Replication | None = None  # the primary's, as of the newest connection
         self.pool = _Pool(
             url,
@@ -158,6 +163,7 @@ class Database:
         self.unreachable = False  # see OUTAGE_WAIT_SECONDS
 
     async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
+        schema.use(conn, self.location)
         await conn.execute(SESSION_SETTINGS, (str(self.settings.statement_timeout_ms),))
         if not self.replica:
             self._replication_seen(await replication_state(conn))
@@ -193,6 +199,10 @@ class Database:
                     except psycopg.errors.ReadOnlySqlTransaction:
                         await conn.close()  # a standby now: never lent again (the pool replaces it)
                         raise
+                    except psycopg.errors.UndefinedTable as exc:
+                        if not await self._moved(conn):
+                            raise
+                        raise DatabaseUnavailable("jobq's tables moved into their schema just now; retry.") from exc
                     # Reachable again once a connection has served, not when one is handed out: in an outage
                     # the pool still lends its idle connections, all dead, and a request arriving while one
                     # of them is out would otherwise wait the whole JOBQ_POOL_TIMEOUT_SECONDS.
@@ -206,6 +216,23 @@ class Database:
                 self.unreachable = True
             self.check_soon()
             raise
+
+    async def _moved(self, conn: psycopg.AsyncConnection[object]) -> bool:
+        """Whether a statement named a table that is no longer where this process found it at start: the tables
+        of an installation older than 1.2.0 were moved from public into their schema (`jobq migrate
+        --move-into-schema`). From now on statements name the new place."""
+        location = self.location
+        if location.current == location.configured:
+            return False
+        try:
+            found = await schema.where(conn, location.configured)
+        except psycopg.Error:
+            return False
+        if found == location.current:
+            return False
+        log.warning("jobq's tables are in schema %s now (moved from %s)", found, location.current)
+        location.found(found)
+        return True
 
     def check_soon(self) -> None:
         """After a connection-level failure the other idle connections are likely dead too (database

@@ -53,7 +53,7 @@ from app.db.rows import rows_of
 RELEASE_QUEUES = """
 -- The queues with outbox rows, in name order after `after` (a pass goes round them all). The outbox holds
 -- only cascades in progress: a few rows. A read without locks.
-SELECT DISTINCT queue_name FROM dependency_releases
+SELECT DISTINCT queue_name FROM jobq.dependency_releases
 WHERE queue_name > %(after)s
 ORDER BY 1
 LIMIT %(limit)s
@@ -73,7 +73,7 @@ RELEASES_CLAIM = """
 -- which the step's writes use.
 SELECT r.id, r.job_id, r.status AS recorded, p.status AS status, clock_timestamp() AS now
 FROM (
-  SELECT d.id, d.job_id, d.status FROM dependency_releases d
+  SELECT d.id, d.job_id, d.status FROM jobq.dependency_releases d
   WHERE d.queue_name = %(queue)s AND (%(jobs)s::bigint[] IS NULL OR d.job_id = ANY(%(jobs)s::bigint[]))
   ORDER BY d.id
   LIMIT %(limit)s
@@ -81,7 +81,7 @@ FROM (
 ) r
 LEFT JOIN LATERAL (
   -- One lookup by primary key per row (OFFSET 0: kept a lookup whatever the statistics say).
-  SELECT j.status FROM jobs j WHERE j.id = r.job_id AND j.queue_name = %(queue)s OFFSET 0
+  SELECT j.status FROM jobq.jobs j WHERE j.id = r.job_id AND j.queue_name = %(queue)s OFFSET 0
 ) p ON true
 ORDER BY r.id
 """
@@ -110,7 +110,7 @@ async def releases_claim(
 
 RELEASES_DONE = """
 -- Outbox rows whose job has no dependency row left (or was retried since: its next finish records it again).
-DELETE FROM dependency_releases WHERE queue_name = %(queue)s AND id = ANY(%(ids)s::bigint[])
+DELETE FROM jobq.dependency_releases WHERE queue_name = %(queue)s AND id = ANY(%(ids)s::bigint[])
 """
 
 
@@ -125,13 +125,13 @@ EDGES_TAKE = """
 WITH taken AS (
   -- At most `limit` dependency rows of the finished jobs `parents` (all in `queue`), in (parent, dependant)
   -- order, locked; a row a previous release wrote without queue names waits for the reconciliation.
-  SELECT ctid FROM job_dependencies
+  SELECT ctid FROM jobq.job_dependencies
   WHERE parent_queue = %(queue)s AND parent_id = ANY(%(parents)s::bigint[])
   ORDER BY parent_id, job_id
   LIMIT %(limit)s
   FOR UPDATE
 )
-DELETE FROM job_dependencies d
+DELETE FROM jobq.job_dependencies d
 WHERE d.ctid = ANY(ARRAY(SELECT ctid FROM taken))
 RETURNING d.parent_id, d.job_id, d.job_queue
 """
@@ -165,7 +165,7 @@ WITH input AS (
   -- primary key in id order (the ids come sorted): the status is compared with a value the planner cannot
   -- see (as app/db/jobs.py RUNNING), so jobs_waiting_idx, which stale statistics can make look empty, is
   -- never the way in.
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = CASE WHEN {_CANCEL} THEN 'cancelled'
                     WHEN j.pending_dependencies > i.n THEN 'waiting' ELSE 'pending' END,
       pending_dependencies = CASE WHEN {_CANCEL} THEN j.pending_dependencies
@@ -183,7 +183,7 @@ WITH input AS (
 ), counted AS ({count_finished("changed")}
 ), recorded AS (
   -- The cascade's next level: a cancelled dependant that others depend on, released by a later step.
-  INSERT INTO dependency_releases (queue_name, job_id, status)
+  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
   SELECT queue, id, status FROM changed WHERE status = 'cancelled' AND has_dependants
 )
 SELECT id, status, has_dependants FROM changed
@@ -212,7 +212,7 @@ async def dependants_settle(
 EDGES_FILL_QUEUES = """
 WITH legacy AS (
   -- Dependency rows a previous release wrote (no queue names), a batch at a time.
-  SELECT parent_id, job_id FROM job_dependencies
+  SELECT parent_id, job_id FROM jobq.job_dependencies
   WHERE parent_queue IS NULL OR job_queue IS NULL
   ORDER BY parent_id, job_id
   LIMIT %(limit)s
@@ -222,10 +222,10 @@ WITH legacy AS (
 -- A parent gone (deleted by retention, so finished) files the row under its dependant's queue, where the
 -- reconciliation finds no such job, and so releases the dependant as if it had completed; a dependant gone
 -- leaves a row that the release consumes and that changes nothing.
-UPDATE job_dependencies AS d
-SET parent_queue = coalesce((SELECT p.queue_name FROM jobs p WHERE p.id = l.parent_id),
-                            (SELECT c.queue_name FROM jobs c WHERE c.id = l.job_id), ''),
-    job_queue = coalesce((SELECT c.queue_name FROM jobs c WHERE c.id = l.job_id), '')
+UPDATE jobq.job_dependencies AS d
+SET parent_queue = coalesce((SELECT p.queue_name FROM jobq.jobs p WHERE p.id = l.parent_id),
+                            (SELECT c.queue_name FROM jobq.jobs c WHERE c.id = l.job_id), ''),
+    job_queue = coalesce((SELECT c.queue_name FROM jobq.jobs c WHERE c.id = l.job_id), '')
 FROM legacy l
 WHERE d.parent_id = l.parent_id AND d.job_id = l.job_id
 RETURNING d.parent_id
@@ -239,7 +239,7 @@ async def edges_fill_queues(conn: psycopg.AsyncConnection[Any], limit: int) -> i
 
 EDGES_PARENT_QUEUES = """
 -- The next queue (in name order) whose jobs others wait for: one probe of job_dependencies_parent_queue_idx.
-SELECT min(parent_queue) FROM job_dependencies WHERE parent_queue > %(after)s
+SELECT min(parent_queue) FROM jobq.job_dependencies WHERE parent_queue > %(after)s
 """
 
 
@@ -252,7 +252,7 @@ async def edges_next_queue(conn: psycopg.AsyncConnection[Any], after: str) -> st
 EDGES_FINISHED_PARENTS = f"""
 WITH page AS (
   -- A page of one queue's dependency rows, in parent order after `after`.
-  SELECT parent_id FROM job_dependencies
+  SELECT parent_id FROM jobq.job_dependencies
   WHERE parent_queue = %(queue)s AND parent_id > %(after)s
   ORDER BY parent_id
   LIMIT %(limit)s
@@ -262,15 +262,15 @@ WITH page AS (
   -- Each parent as it is now (one lookup by primary key each); gone: deleted by retention, so finished.
   SELECT pa.parent_id, p.status
   FROM parents pa
-  LEFT JOIN LATERAL (SELECT j.status FROM jobs j WHERE j.id = pa.parent_id AND j.queue_name = %(queue)s OFFSET 0) p
+  LEFT JOIN LATERAL (SELECT j.status FROM jobq.jobs j WHERE j.id = pa.parent_id AND j.queue_name = %(queue)s OFFSET 0) p
     ON true
 ), recorded AS (
   -- Finished without a record (finished by a previous release's process, or a record lost some other way):
   -- recorded now. One the release holds right now has its row: not recorded twice.
-  INSERT INTO dependency_releases (queue_name, job_id, status)
+  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
   SELECT %(queue)s, f.parent_id, coalesce(f.status, 'completed') FROM found f
   WHERE (f.status IS NULL OR f.status IN {FINISHED_SQL})
-    AND NOT EXISTS (SELECT FROM dependency_releases r WHERE r.queue_name = %(queue)s AND r.job_id = f.parent_id)
+    AND NOT EXISTS (SELECT FROM jobq.dependency_releases r WHERE r.queue_name = %(queue)s AND r.job_id = f.parent_id)
   RETURNING job_id
 )
 SELECT (SELECT count(*) FROM page) AS seen, (SELECT max(parent_id) FROM page) AS last,

@@ -23,7 +23,7 @@ JOB_LAPSED_QUEUES = """
 -- an index-only read of jobs_lease_idx, no lock. A queue done this pass is skipped even when some of its
 -- lapsed jobs are left (locked by a worker finishing them: SKIP LOCKED left them), so a pass always ends.
 SELECT DISTINCT queue_name FROM (
-  SELECT queue_name FROM jobs
+  SELECT queue_name FROM jobq.jobs
   WHERE status = 'running'
     AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
     AND queue_name <> ALL(%(skip)s::text[])
@@ -37,7 +37,7 @@ WITH expired AS (
   -- One queue's leases that lapsed while attempts remain, oldest first through jobs_queue_lease_idx. SKIP
   -- LOCKED: replicas rescuing at once split the work, and a job that a worker is completing right now is
   -- left to that worker.
-  SELECT id FROM jobs
+  SELECT id FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'running'
     AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
     AND attempts < max_attempts
@@ -45,7 +45,7 @@ WITH expired AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 )
-UPDATE jobs AS j
+UPDATE jobq.jobs AS j
 SET status = 'pending', run_at = now(), lease_expires_at = NULL, claim_token = NULL,
     last_error = 'lease expired'
 FROM expired
@@ -56,7 +56,7 @@ RETURNING j.queue_name
 JOB_FAIL_EXHAUSTED = f"""
 WITH exhausted AS (
   -- One queue's lapsed leases on the last attempt: the terminal path, kept separate so it is easy to see.
-  SELECT id FROM jobs
+  SELECT id FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = 'running'
     AND lease_expires_at < coalesce(%(now)s::timestamptz, now())
     AND attempts >= max_attempts
@@ -65,7 +65,7 @@ WITH exhausted AS (
   FOR UPDATE SKIP LOCKED
 ), failed AS (
   -- The jobs waiting for these are released (cancelled) afterwards, by the dependency release (`recorded`).
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'failed', finished_at = now(), lease_expires_at = NULL,
       last_error = 'lease expired on the last attempt'
   FROM exhausted

@@ -12,19 +12,19 @@ from app.db.rows import DatabaseHealthRow, rows_of
 
 # --- retention ----------------------------------------------------------------------------------------------
 
-FINISHED_QUEUES = "SELECT queue_name FROM queue_counts GROUP BY queue_name HAVING sum(n) > 0"
+FINISHED_QUEUES = "SELECT queue_name FROM jobq.queue_counts GROUP BY queue_name HAVING sum(n) > 0"
 
 JOBS_DELETE_FINISHED = f"""
 WITH doomed AS (
   -- Oldest finished jobs of one queue and status past the retention age, via jobs_finished_idx.
-  SELECT id FROM jobs
+  SELECT id FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = %(status)s AND finished_at IS NOT NULL
     AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s)
   ORDER BY finished_at
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), deleted AS (
-  DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
+  DELETE FROM jobq.jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
 ), counted AS ({count_finished("deleted", "status", "-1")}
 )
 SELECT count(*) FROM deleted
@@ -50,7 +50,7 @@ async def jobs_delete_finished(
 
 JOBS_DEAD_ROWS = """
 -- The cumulative statistics PostgreSQL keeps anyway: no scan.
-SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass
 """
 
 
@@ -76,7 +76,7 @@ WITH holders AS (
   UNION ALL
   SELECT age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL
 )
-SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobs'::regclass), 0) AS jobs_dead_rows,
+SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass), 0) AS jobs_dead_rows,
        coalesce(extract(epoch FROM (SELECT max(held) FROM holders))::float8, 0) AS oldest_xmin_age_seconds,
        coalesce((SELECT max(xids) FROM holders), 0) AS oldest_xmin_age_transactions
 """

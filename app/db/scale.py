@@ -25,7 +25,7 @@ from app.db.rows import rows_of
 def _due_in_level(p: str, left: str) -> str:
     """Due jobs of priority level `p`, counted up to `left`: one index range of jobs_claim_idx."""
     return f"""(SELECT count(*) FROM (
-      SELECT 1 FROM jobs
+      SELECT 1 FROM jobq.jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND priority = {p} AND run_at <= stamp.now
       -- In the index's order: with stale statistics, a LIMIT alone may look cheapest as a sequential scan.
       ORDER BY priority DESC, run_at, id
@@ -38,14 +38,14 @@ def _let_through(g: str) -> str:
     group's order; an ordered group only when its first pending job is due (a job waiting for its retry holds
     the group back)."""
     return f"""(SELECT count(*) FILTER (WHERE h.run_at <= stamp.now) FROM (
-      SELECT run_at FROM jobs
+      SELECT run_at FROM jobq.jobs
       WHERE queue_name = %(queue)s AND status = 'pending' AND group_key = {g}
         AND (cfg.ordered OR run_at <= stamp.now)
       ORDER BY priority DESC, id
       LIMIT greatest(0, least(%(cap)s::int,
         cfg.group_concurrency - coalesce((SELECT r.n FROM running r WHERE r.group_key = {g}), 0)::int,
         cfg.group_rate_limit - coalesce((
-          SELECT sum(c.n) FROM queue_claims c
+          SELECT sum(c.n) FROM jobq.queue_claims c
           WHERE c.queue_name = %(queue)s AND c.group_key = {g} AND cfg.group_rate_limit IS NOT NULL
             AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)), 0)::int,
         CASE WHEN cfg.ordered THEN 1 END))) h)"""
@@ -60,12 +60,12 @@ WITH RECURSIVE cfg AS ({QUEUE_LIMITS}), stamp AS (
   -- `cap` in all: within a level the due jobs come first in the index, so each count is one short range.
   SELECT f.priority, f.run_at, 1, {_due_in_level("f.priority", "%(cap)s")}
   FROM stamp CROSS JOIN LATERAL (
-    SELECT priority, run_at FROM jobs WHERE queue_name = %(queue)s AND status = 'pending'
+    SELECT priority, run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
     ORDER BY priority DESC, run_at, id LIMIT 1) f
   UNION ALL
   SELECT x.priority, x.run_at, l.k + 1, l.acc + {_due_in_level("x.priority", "%(cap)s - l.acc")}
   FROM levels l CROSS JOIN stamp CROSS JOIN LATERAL (
-    SELECT priority, run_at FROM jobs WHERE queue_name = %(queue)s AND status = 'pending' AND priority < l.p
+    SELECT priority, run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending' AND priority < l.p
     ORDER BY priority DESC, run_at, id LIMIT 1) x
   WHERE l.k < %(levels)s
 ), ready AS (
@@ -85,7 +85,7 @@ WITH RECURSIVE cfg AS ({QUEUE_LIMITS}), stamp AS (
 ), lane AS (
   -- Group limits: jobs without a group are held back by none; those among the first `bound` ready jobs.
   SELECT count(*) FILTER (WHERE w.group_key IS NULL)::int AS n FROM stamp CROSS JOIN LATERAL (
-    SELECT group_key FROM jobs
+    SELECT group_key FROM jobq.jobs
     WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= stamp.now AND (SELECT grouped FROM cfg)
     ORDER BY priority DESC, run_at, id
     LIMIT (SELECT n FROM bound)) w
@@ -94,14 +94,14 @@ WITH RECURSIVE cfg AS ({QUEUE_LIMITS}), stamp AS (
   -- through, until that covers `bound` (more would change nothing) or %(groups)s groups were seen.
   SELECT f.g, 1, {_let_through("f.g")}
   FROM cfg CROSS JOIN stamp CROSS JOIN LATERAL (
-    SELECT group_key AS g FROM jobs
+    SELECT group_key AS g FROM jobq.jobs
     WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL
     ORDER BY group_key LIMIT 1) f
   WHERE cfg.grouped AND (SELECT n FROM bound) > (SELECT n FROM lane)
   UNION ALL
   SELECT x.g, w.k + 1, w.acc + {_let_through("x.g")}
   FROM walk w CROSS JOIN cfg CROSS JOIN stamp CROSS JOIN LATERAL (
-    SELECT group_key AS g FROM jobs
+    SELECT group_key AS g FROM jobq.jobs
     WHERE queue_name = %(queue)s AND status = 'pending' AND group_key > w.g
     ORDER BY group_key LIMIT 1) x
   WHERE w.k < %(groups)s AND w.acc < (SELECT n FROM bound) - (SELECT n FROM lane)
@@ -109,7 +109,7 @@ WITH RECURSIVE cfg AS ({QUEUE_LIMITS}), stamp AS (
 SELECT cfg.paused, rooms.ready, rooms.capped OR (SELECT count(*) >= %(groups)s FROM walk) AS capped,
        extract(epoch FROM stamp.now - rooms.oldest)::float8 AS oldest_ready_age,
        -- Every running job of the queue (jobs_running_idx), whether or not a limit counts them.
-       (SELECT count(*) FROM jobs WHERE queue_name = %(queue)s AND status = {RUNNING_C})::int AS running,
+       (SELECT count(*) FROM jobq.jobs WHERE queue_name = %(queue)s AND status = {RUNNING_C})::int AS running,
        cfg.concurrency, cfg.rate_limit, cfg.rate_per_seconds,
        rooms.by_concurrency AS room_concurrency, rooms.by_rate AS room_rate,
        CASE WHEN cfg.grouped THEN (SELECT n FROM lane) + coalesce((SELECT max(acc) FROM walk), 0)::int END
@@ -147,7 +147,7 @@ async def queue_scale(conn: psycopg.AsyncConnection[Any], queue: str, cap: int) 
 
 QUEUES_HELD = """
 -- Queues whose claims something may hold back (limits, or paused): the others can claim every ready job.
-SELECT queue_name FROM queue_state WHERE limited OR paused
+SELECT queue_name FROM jobq.queue_state WHERE limited OR paused
 """
 
 

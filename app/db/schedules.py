@@ -58,7 +58,7 @@ class Definition:
 
 
 SCHEDULE_PUT = f"""
-INSERT INTO schedules AS s (name, queue_name, cron, timezone, payload, priority, max_attempts, job_group, missed,
+INSERT INTO jobq.schedules AS s (name, queue_name, cron, timezone, payload, priority, max_attempts, job_group, missed,
                             paused, next_run_at)
 VALUES (%(name)s, %(queue)s, %(cron)s, %(timezone)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s, %(group)s,
         %(missed)s, coalesce(%(paused)s::boolean, false), %(next)s)
@@ -89,10 +89,10 @@ SCHEDULES_LOCK = f"SELECT pg_advisory_xact_lock({SCHEDULES_LOCK_KEY})"
 
 SCHEDULE_HOLDER = f"""
 -- Whether a schedule has this name, and whether the caller may see it (its queue is one of the caller's).
-SELECT {queue_allowed("s.queue_name", "%(allowed)s::text")} AS visible FROM schedules s WHERE s.name = %(name)s
+SELECT {queue_allowed("s.queue_name", "%(allowed)s::text")} AS visible FROM jobq.schedules s WHERE s.name = %(name)s
 """
 
-SCHEDULES_COUNT = "SELECT count(*) FROM schedules"
+SCHEDULES_COUNT = "SELECT count(*) FROM jobq.schedules"
 
 
 async def schedules_lock(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -141,12 +141,12 @@ async def schedule_put(conn: psycopg.AsyncConnection[Any], d: Definition, allowe
 
 
 SCHEDULE_GET = f"""
-SELECT {SCHEDULE_COLUMNS} FROM schedules s
+SELECT {SCHEDULE_COLUMNS} FROM jobq.schedules s
 WHERE s.name = %(name)s AND {queue_allowed("s.queue_name", "%(allowed)s::text")}
 """
 
 SCHEDULES_LIST = f"""
-SELECT {SCHEDULE_COLUMNS} FROM schedules s
+SELECT {SCHEDULE_COLUMNS} FROM jobq.schedules s
 WHERE {queue_allowed("s.queue_name", "%(allowed)s::text")}
 ORDER BY s.name
 """
@@ -165,7 +165,7 @@ async def schedules_list(conn: psycopg.AsyncConnection[Any], allowed: str | None
 
 
 SCHEDULE_DELETE = f"""
-DELETE FROM schedules s WHERE s.name = %(name)s AND {queue_allowed("s.queue_name", "%(allowed)s::text")}
+DELETE FROM jobq.schedules s WHERE s.name = %(name)s AND {queue_allowed("s.queue_name", "%(allowed)s::text")}
 RETURNING s.name
 """
 
@@ -176,7 +176,7 @@ async def schedule_delete(conn: psycopg.AsyncConnection[Any], name: str, allowed
 
 
 SCHEDULE_PAUSE = f"""
-UPDATE schedules s SET paused = true, revision = s.revision + 1, updated_at = now()
+UPDATE jobq.schedules s SET paused = true, revision = s.revision + 1, updated_at = now()
 WHERE s.name = %(name)s AND {queue_allowed("s.queue_name", "%(allowed)s::text")}
 RETURNING {SCHEDULE_COLUMNS}
 """
@@ -184,7 +184,7 @@ RETURNING {SCHEDULE_COLUMNS}
 SCHEDULE_RESUME = f"""
 -- `next`: the first tick after now, computed from the revision read just before: the ticks of the pause
 -- are not fired late. Resuming a schedule that is not paused changes nothing.
-UPDATE schedules s
+UPDATE jobq.schedules s
 SET paused = false, next_run_at = CASE WHEN s.paused THEN %(next)s ELSE s.next_run_at END,
     revision = s.revision + CASE WHEN s.paused THEN 1 ELSE 0 END,
     updated_at = CASE WHEN s.paused THEN now() ELSE s.updated_at END
@@ -222,7 +222,7 @@ SCHEDULES_DUE = f"""
 -- locked: replicas that read the same schedule compute the same ticks, and SCHEDULES_FIRE lets one of
 -- them through.
 SELECT name, cron, timezone, missed, next_run_at, revision, now() AS now
-FROM schedules
+FROM jobq.schedules
 WHERE NOT paused AND next_run_at <= now() AND {NOT_UNREADABLE}
 ORDER BY next_run_at
 LIMIT %(batch)s
@@ -265,7 +265,7 @@ WITH advance AS (
 ), advanced AS (
   -- Only from the state the ticks were computed from. Replicas that fire the same ticks queue on the
   -- row lock; the first moves next_run_at, and the others then match nothing and enqueue nothing.
-  UPDATE schedules AS s
+  UPDATE jobq.schedules AS s
   SET next_run_at = a.next, last_run_at = coalesce(a.last, s.last_run_at)
   FROM advance a
   WHERE s.name = a.name AND s.revision = a.revision AND s.next_run_at = a.due AND NOT s.paused
@@ -273,13 +273,13 @@ WITH advance AS (
 ), ticks AS (
   SELECT * FROM json_to_recordset(%(ticks)s::json) AS t(name text, tick timestamptz)
 )
-INSERT INTO jobs (queue_name, payload, priority, max_attempts, group_key, schedule, scheduled_for)
+INSERT INTO jobq.jobs (queue_name, payload, priority, max_attempts, group_key, schedule, scheduled_for)
 -- What the schedule leaves out comes from the queue's configuration (GET /queues/{queue}/config) as it is
 -- when the job is made, else the service's defaults, as for any enqueue.
 SELECT s.queue_name, s.payload, coalesce(s.priority, q.default_priority, 0),
        coalesce(s.max_attempts, q.max_attempts, %(max_attempts)s), s.job_group, s.name, t.tick
 FROM advanced s JOIN ticks t USING (name)
-LEFT JOIN queue_state q ON q.queue_name = s.queue_name
+LEFT JOIN jobq.queue_state q ON q.queue_name = s.queue_name
 ORDER BY t.tick, s.name
 -- One job per (schedule, tick), whatever else happened: the last word on duplicates.
 ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
@@ -311,7 +311,7 @@ async def schedules_fire(
 
 SCHEDULES_NEXT_DUE = f"""
 -- Seconds until the earliest active schedule is due, by the database clock (NULL: none).
-SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM schedules WHERE NOT paused AND {NOT_UNREADABLE}
+SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM jobq.schedules WHERE NOT paused AND {NOT_UNREADABLE}
 """
 
 

@@ -50,20 +50,20 @@ BY_ID = Listing("(%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)", "j.
 # are few (one per busy worker); a queue whose jobs all finished has its rows in queue_counts.
 QUEUES_WITH_JOBS = """
 RECURSIVE pending_queues(name) AS (
-  (SELECT queue_name FROM jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'pending' AND queue_name > p.name ORDER BY queue_name LIMIT 1)
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' AND queue_name > p.name ORDER BY queue_name LIMIT 1)
   FROM pending_queues p WHERE p.name IS NOT NULL
 ), waiting_queues(name) AS (
-  (SELECT queue_name FROM jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
   UNION ALL
-  SELECT (SELECT queue_name FROM jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1)
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1)
   FROM waiting_queues w WHERE w.name IS NOT NULL
 ), queues AS (
   SELECT name FROM pending_queues WHERE name IS NOT NULL
   UNION SELECT name FROM waiting_queues WHERE name IS NOT NULL
-  UNION SELECT queue_name FROM jobs WHERE status = 'running'
-  UNION SELECT queue_name FROM queue_counts
+  UNION SELECT queue_name FROM jobq.jobs WHERE status = 'running'
+  UNION SELECT queue_name FROM jobq.queue_counts
 ),"""
 
 
@@ -96,13 +96,13 @@ WITH {prefix} examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, {JOB_COLUMNS}
 FROM summary s
-LEFT JOIN (hits h JOIN jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 """
 
 
 def _walk(where: str) -> str:
-    return f"FROM jobs j WHERE {where} AND {VISIBLE}"
+    return f"FROM jobq.jobs j WHERE {where} AND {VISIBLE}"
 
 
 SEARCH_BY_ID = _search(_walk("j.id = %(id)s"), "j.id DESC", ("id",))
@@ -114,7 +114,8 @@ SEARCH_BY_KEY = _search(
 SEARCH_BY_KEY_ANY_QUEUE = _search(
     f"""FROM queues q CROSS JOIN LATERAL (
     -- OFFSET 0: one lookup per queue through jobs_idempotency_idx, never flattened into a join
-    SELECT * FROM jobs j WHERE j.queue_name = q.name AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL
+    SELECT * FROM jobq.jobs j
+    WHERE j.queue_name = q.name AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL
     OFFSET 0
   ) j
   WHERE {queue_allowed("q.name", "%(allowed)s::text")}""",

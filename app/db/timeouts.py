@@ -22,21 +22,21 @@ from app.db.writes import TIMED_OUT_SUFFIX
 
 # How long a running job may run: its own timeout, else its queue's (one lookup by key).
 _TIMEOUT = (
-    "coalesce(j.timeout_seconds, (SELECT q.timeout_seconds FROM queue_state q WHERE q.queue_name = j.queue_name))"
+    "coalesce(j.timeout_seconds, (SELECT q.timeout_seconds FROM jobq.queue_state q WHERE q.queue_name = j.queue_name))"
 )
 
 JOB_FAIL_TIMED_OUT = f"""
 WITH over AS (
   -- Jobs with a timeout of their own, oldest claim first (jobs_timeout_idx: running jobs with a timeout).
-  (SELECT j.id FROM jobs j
+  (SELECT j.id FROM jobq.jobs j
    WHERE j.status = 'running' AND j.timeout_seconds IS NOT NULL
      AND j.claimed_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => j.timeout_seconds)
    ORDER BY j.claimed_at
    LIMIT %(batch)s)
   UNION
   -- Jobs without one, of the queues that have one (jobs_running_idx, per queue).
-  (SELECT r.id FROM queue_state q CROSS JOIN LATERAL (
-     SELECT j.id FROM jobs j
+  (SELECT r.id FROM jobq.queue_state q CROSS JOIN LATERAL (
+     SELECT j.id FROM jobq.jobs j
      WHERE j.queue_name = q.queue_name AND j.status = {RUNNING_C} AND j.timeout_seconds IS NULL
        AND j.claimed_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => q.timeout_seconds)
      LIMIT %(batch)s) r
@@ -44,7 +44,7 @@ WITH over AS (
 ), locked AS (
   -- Locked by primary key; SKIP LOCKED leaves a job its worker is finishing right now to that worker, and
   -- the conditions are checked again on the locked row (it may have been finished and claimed again).
-  SELECT j.id FROM jobs j
+  SELECT j.id FROM jobq.jobs j
   WHERE j.id = ANY(ARRAY(SELECT id FROM over)) AND j.status = {RUNNING}
     AND j.claimed_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => {_TIMEOUT})
   LIMIT %(batch)s
@@ -52,13 +52,15 @@ WITH over AS (
 ), failed AS (
   -- As a worker's fail with retry: back to pending after the queue's backoff (else the global one) while
   -- attempts remain, else failed for good.
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
       run_at = CASE WHEN j.attempts < j.max_attempts
                     THEN clock_timestamp() + make_interval(secs =>
-                         least(coalesce((SELECT backoff_max_seconds FROM queue_state WHERE queue_name = j.queue_name),
+                         least(coalesce((SELECT backoff_max_seconds FROM jobq.queue_state
+                                         WHERE queue_name = j.queue_name),
                                         %(cap)s::float8),
-                               coalesce((SELECT backoff_base_seconds FROM queue_state WHERE queue_name = j.queue_name),
+                               coalesce((SELECT backoff_base_seconds FROM jobq.queue_state
+                                         WHERE queue_name = j.queue_name),
                                         %(base)s::float8) * power(2, least(j.attempts - 1, 60)))
                          * (0.5 + random() / 2))
                     ELSE j.run_at END,

@@ -23,7 +23,7 @@ WITH input AS (
     AS t(name text, queue text, sdk text, version text, host text, seen bool, completed int, failed int)
 ), seen AS (
   -- Stamped with this statement's clock: a flush runs about once a second, so last_seen is that close.
-  INSERT INTO workers AS w (name, queue_name, sdk, version, host, first_seen, last_seen)
+  INSERT INTO jobq.workers AS w (name, queue_name, sdk, version, host, first_seen, last_seen)
   SELECT name, queue, sdk, version, host, now(), now() FROM input WHERE seen
   ON CONFLICT (queue_name, name) DO UPDATE
   SET last_seen = EXCLUDED.last_seen,
@@ -31,7 +31,7 @@ WITH input AS (
       sdk = coalesce(EXCLUDED.sdk, w.sdk), version = coalesce(EXCLUDED.version, w.version),
       host = coalesce(EXCLUDED.host, w.host)
 ), counted AS (
-  INSERT INTO worker_minutes AS m (queue_name, name, minute, completed, failed)
+  INSERT INTO jobq.worker_minutes AS m (queue_name, name, minute, completed, failed)
   SELECT queue, name, date_trunc('minute', now()), completed, failed FROM input WHERE completed > 0 OR failed > 0
   ON CONFLICT (queue_name, name, minute) DO UPDATE
   SET completed = m.completed + EXCLUDED.completed, failed = m.failed + EXCLUDED.failed
@@ -76,19 +76,19 @@ WITH w AS (
          (array_agg(w.version ORDER BY w.last_seen DESC) FILTER (WHERE w.version IS NOT NULL))[1] AS version,
          (array_agg(w.host ORDER BY w.last_seen DESC) FILTER (WHERE w.host IS NOT NULL))[1] AS host,
          min(w.first_seen) AS first_seen, max(w.last_seen) AS last_seen
-  FROM workers w
+  FROM jobq.workers w
   WHERE {where} AND {queue_allowed("w.queue_name", "%(allowed)s::text")}
   GROUP BY w.name
 ), held AS (
   SELECT j.locked_by AS name, count(*) AS n, max(j.lease_expires_at) AS lease_expires_at,
          (array_agg(j.id ORDER BY j.claimed_at, j.id))[1:%(ids)s] AS job_ids
-  FROM jobs j
+  FROM jobq.jobs j
   WHERE j.status = 'running' AND j.locked_by IN (SELECT name FROM w)
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   GROUP BY j.locked_by
 ), done AS (
   SELECT m.name, sum(m.completed) AS completed, sum(m.failed) AS failed
-  FROM worker_minutes m
+  FROM jobq.worker_minutes m
   WHERE m.minute > now() - interval '1 hour' AND m.name IN (SELECT name FROM w)
     AND {queue_allowed("m.queue_name", "%(allowed)s::text")}
   GROUP BY m.name
@@ -147,7 +147,7 @@ WORKER_JOBS = f"""
 -- The jobs a worker holds now (of the caller's queues), oldest claim first.
 SELECT j.id, j.queue_name AS queue, j.attempts, j.max_attempts, j.claimed_at, j.lease_expires_at,
        j.progress::text AS progress
-FROM jobs j
+FROM jobq.jobs j
 WHERE j.status = 'running' AND j.locked_by = %(name)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 ORDER BY j.claimed_at, j.id
 LIMIT %(limit)s
@@ -163,9 +163,9 @@ async def worker_jobs(conn: psycopg.AsyncConnection[Any], name: str, allowed: st
 WORKERS_PRUNE = """
 -- Workers not seen for `keep` seconds, and minutes older than the hour the figures cover.
 WITH gone AS (
-  DELETE FROM workers WHERE last_seen < now() - make_interval(secs => %(keep)s) RETURNING 1
+  DELETE FROM jobq.workers WHERE last_seen < now() - make_interval(secs => %(keep)s) RETURNING 1
 ), old AS (
-  DELETE FROM worker_minutes WHERE minute < now() - interval '65 minutes' RETURNING 1
+  DELETE FROM jobq.worker_minutes WHERE minute < now() - interval '65 minutes' RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM old)
 """

@@ -25,7 +25,7 @@ JOB_RELEASE = f"""
 -- Claimed for a request that went away before it could be answered (timeout, disconnect, shutdown):
 -- hand the job straight back. The attempt is returned too, since no worker ever saw the job.
 WITH r AS (SELECT * FROM json_to_recordset(%(claims)s::json) AS r(id bigint, token text))
-UPDATE jobs AS j
+UPDATE jobq.jobs AS j
 SET status = 'pending', attempts = j.attempts - 1, lease_expires_at = NULL, claim_token = NULL
 FROM r
 WHERE j.id = ANY(ARRAY(SELECT id FROM r)) AND j.id = r.id AND j.claim_token = r.token AND j.status = {RUNNING}
@@ -73,7 +73,7 @@ WITH input AS (
   -- Guarded by id + token + running (a stale claim renews nothing) + the caller's queues. A beat that
   -- carries progress replaces the job's (JSON null clears it); one without leaves it as it is. Beats of
   -- one claim that share this statement write once, through the one that `writes` (see jobs_heartbeat).
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET lease_expires_at = clock_timestamp() + make_interval(secs => coalesce(i.lease, j.lease_seconds)),
       lease_seconds = coalesce(i.lease, j.lease_seconds),
       progress = CASE WHEN i.set_progress THEN i.progress::jsonb ELSE j.progress END
@@ -89,7 +89,7 @@ SELECT i.ord, r.lease_expires_at, c.status, c.claim_token, r.locked_by AS worker
 FROM input i
 LEFT JOIN renewed r ON r.id = i.id AND r.claim_token = i.token
 LEFT JOIN LATERAL (
-  SELECT j.status, j.claim_token FROM jobs j
+  SELECT j.status, j.claim_token FROM jobq.jobs j
   WHERE j.id = i.id AND {queue_allowed("j.queue_name", "i.allowed")}
   OFFSET 0
 ) c ON r.id IS NULL
@@ -168,7 +168,7 @@ UNION ALL
 SELECT i.ord, false, c.*
 FROM input i
 LEFT JOIN LATERAL (
-  SELECT {job_columns(full)} FROM jobs j
+  SELECT {job_columns(full)} FROM jobq.jobs j
   WHERE j.id = i.id AND {queue_allowed("j.queue_name", "i.allowed")}
   OFFSET 0
 ) c ON true
@@ -182,7 +182,7 @@ WITH input AS (
   SELECT * FROM json_to_recordset(%(items)s::json)
     AS t(ord int, id bigint, token text, result jsonb, allowed text)
 ), done AS (
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'completed', finished_at = clock_timestamp(), lease_expires_at = NULL, result = i.result
   -- The same job and token twice in one statement (a retry coalesced with its original): the first
   -- item's result is kept, as for a retry that comes later.
@@ -248,7 +248,7 @@ def _written_one(written: str) -> str:
 SELECT 0 AS ord, true AS written, * FROM {written}
 UNION ALL
 -- Else the row as found (to tell why not); a job outside the caller's queues is not found.
-SELECT 0, false, {JOB_COLUMNS} FROM jobs j
+SELECT 0, false, {JOB_COLUMNS} FROM jobq.jobs j
 WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   AND NOT EXISTS (SELECT FROM {written})
 """
@@ -256,16 +256,18 @@ WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 
 JOB_FAIL = f"""
 WITH failed AS (
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
       -- Retry later: the caller's delay, else exponential backoff with "equal jitter" (half fixed,
       -- half random) so that jobs failed together do not come back together; the queue's backoff
       -- settings (queue_state, one lookup by key) else the global ones.
       run_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts
                     THEN clock_timestamp() + make_interval(secs => coalesce(%(retry_in)s::float8,
-                         least(coalesce((SELECT backoff_max_seconds FROM queue_state WHERE queue_name = j.queue_name),
+                         least(coalesce((SELECT backoff_max_seconds FROM jobq.queue_state
+                                         WHERE queue_name = j.queue_name),
                                         %(cap)s::float8),
-                               coalesce((SELECT backoff_base_seconds FROM queue_state WHERE queue_name = j.queue_name),
+                               coalesce((SELECT backoff_base_seconds FROM jobq.queue_state
+                                         WHERE queue_name = j.queue_name),
                                         %(base)s::float8) * power(2, least(j.attempts - 1, 60)))
                          * (0.5 + random() / 2)))
                     ELSE j.run_at END,
@@ -315,7 +317,7 @@ WITH released AS (
   -- id + token + running + the caller's queues. The claim counted an attempt; untried, it is given
   -- back, so the attempt budget and last_error stay as they were. The token, lease and claimed_at go
   -- with the claim: a repeated release finds no claim (409), as would any other write with it.
-  UPDATE jobs AS j
+  UPDATE jobq.jobs AS j
   SET status = 'pending', attempts = j.attempts - 1,
       run_at = clock_timestamp() + make_interval(secs => %(delay)s::float8),
       claimed_at = NULL, lease_expires_at = NULL, claim_token = NULL

@@ -12,6 +12,7 @@ import time
 import psycopg
 
 from app.db import retention as store_retention
+from app.db import schema
 from app.db.pool import Database
 from app.maintenance.base import Ticking
 from app.observability.metrics import Metrics
@@ -32,7 +33,7 @@ class Vacuum(Ticking):
         self.dead_rows = settings.vacuum_dead_rows
 
     async def run_once(self, force: bool = False) -> bool:
-        """VACUUM jobs if it needs it (or `force`); returns whether it vacuumed. Runs on a connection of
+        """VACUUM jobq.jobs if it needs it (or `force`); returns whether it vacuumed. Runs on a connection of
         its own, without the API's statement timeout."""
         if not force:
             async with self.db.connection() as conn:
@@ -42,13 +43,14 @@ class Vacuum(Ticking):
         maintenance = await psycopg.AsyncConnection.connect(
             self.db.url, autocommit=True, application_name="jobq-vacuum"
         )
+        schema.use(maintenance, self.db.location)
         async with maintenance:
             cur = await maintenance.execute("SELECT pg_try_advisory_lock(%s)", (VACUUM_LOCK_KEY,))
             got = await cur.fetchone()
             if not got or not got[0]:
                 return False
             started = time.monotonic()
-            await maintenance.execute("VACUUM jobs")
+            await maintenance.execute("VACUUM jobq.jobs")
         self.metrics.swept.labels("vacuums").inc()
         log.info("vacuumed jobs", extra={"seconds": round(time.monotonic() - started, 3)})
         return True

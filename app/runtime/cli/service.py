@@ -86,6 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             try:
                 applied = migrate.migrate(
                     url,
+                    schema=settings.db_schema,
                     lock_timeout_ms=settings.migration_lock_timeout_ms,
                     lock_wait_seconds=settings.migration_lock_wait_seconds,
                 )
@@ -143,13 +144,35 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     try:
         applied = migrate.migrate(
             url,
+            schema=settings.db_schema,
             lock_timeout_ms=settings.migration_lock_timeout_ms,
             lock_wait_seconds=settings.migration_lock_wait_seconds,
+        )
+        moved = (
+            migrate.move_into_schema(
+                url,
+                settings.db_schema,
+                lock_timeout_ms=settings.migration_lock_timeout_ms,
+                lock_wait_seconds=settings.migration_lock_wait_seconds,
+            )
+            if args.move_into_schema
+            else []
         )
     except Exception as exc:
         return _fail(f"migration failed: {exc}")
     print("applied: " + ", ".join(applied) if applied else "schema is current")
+    if args.move_into_schema:
+        print(f"moved into schema {settings.db_schema}: " + ", ".join(moved) if moved else "nothing to move")
     return EXIT_OK
+
+
+def _located(conn: psycopg.Connection[Any]) -> None:
+    """Make the connection send app/db's statements for the schema jobq's tables are in (app/db/schema.py)."""
+    from app.db import schema
+
+    location = schema.Location(_settings().db_schema)
+    location.found(schema.where_sync(conn, location.configured))
+    schema.use_sync(conn, location)
 
 
 def _database_url(args: argparse.Namespace, command: str) -> str | None:
@@ -177,6 +200,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
         server_secret = secret.get_secret_value()
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            _located(conn)
             if args.keys_command == "create":
                 return _keys_create(conn, args, server_secret)
             if args.keys_command == "sqs":
@@ -437,6 +461,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         epilog=EXIT_CODES,
     )
     mig.add_argument("--database-url", help="PostgreSQL URL (default: JOBQ_DATABASE_URL)")
+    mig.add_argument(
+        "--move-into-schema",
+        action="store_true",
+        help="then move the tables of an installation made before 1.2.0 from schema public into JOBQ_DB_SCHEMA "
+        "(one short transaction; run it once no process of an older release is left: "
+        "docs/deployment.md#moving-into-a-schema)",
+    )
     mig.set_defaults(func=cmd_migrate)
 
     keys = sub.add_parser(
