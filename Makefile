@@ -49,7 +49,9 @@ CHECK_TESTS := tests/unit tests/test_openapi.py tests/test_docs.py tests/test_re
 	tests/test_flow.py::test_concurrency_caps_running_jobs_and_a_complete_wakes_a_waiting_claim \
 	tests/test_flow.py::test_group_concurrency_holds_a_group_back_not_the_others \
 	tests/test_operations.py::test_cancel_a_running_job_cooperatively \
-	tests/test_schedules.py::test_a_due_tick_makes_one_job_that_names_its_schedule_and_tick
+	tests/test_schedules.py::test_a_due_tick_makes_one_job_that_names_its_schedule_and_tick \
+	tests/test_sql_enqueue.py::test_a_rollback_leaves_no_trace_and_a_savepoint_undoes_only_its_part \
+	tests/test_schema.py::test_another_schema_name_and_no_search_path
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -803,6 +803,8 @@ BEGIN
   LOOP
     EXECUTE format('ALTER FUNCTION %s SET search_path = %s', f, concat_ws(', ', path, 'pg_temp'));
     EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+    -- How `jobq migrate --move-into-schema` tells jobq's functions from an application's (app/db/migrate.py).
+    EXECUTE format('COMMENT ON FUNCTION %s IS %L', f, 'jobq: enqueue from SQL (docs/producers.md)');
   END LOOP;
 END
 $$;

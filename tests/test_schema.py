@@ -117,6 +117,10 @@ def test_an_installation_in_public_is_migrated_in_place_then_moved_by_the_cli(em
         assert conn.execute("SELECT count(*) FROM jobq.jobs").fetchone() == (100,)
         new = conn.execute("INSERT INTO jobq.jobs (queue_name, payload) VALUES ('q', '1') RETURNING id").fetchone()
         assert new == (101,)  # the id sequence moved with its table
+        # Enqueue from SQL moved too, and looks for its tables in the new place.
+        assert conn.execute("SELECT jobq.enqueue('q', '{\"n\": 1}')").fetchone() == (102,)
+        left = "SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'enqueue%'"
+        assert conn.execute(left).fetchone() == (0,)
     r = run_jobq("migrate", "--move-into-schema", env={"JOBQ_DATABASE_URL": url})
     assert (r.returncode, r.stdout.strip()) == (0, "schema is current\nnothing to move"), r.stderr
 

@@ -50,7 +50,20 @@ TABLES = (
     "workers",
     "worker_minutes",
 )
-FUNCTIONS = ("enqueue", "enqueue_batch")
+# migrations/0045_sql_enqueue.sql: enqueue from SQL, and its internal functions.
+FUNCTIONS = (
+    "enqueue",
+    "enqueue_batch",
+    "enqueue_job",
+    "enqueue_queue",
+    "enqueue_item_field",
+    "enqueue_check_quotas",
+    "enqueue_queue_live",
+    "enqueue_deeper_than",
+    "enqueue_check_label",
+    "enqueue_refuse",
+    "enqueue_limit",
+)
 
 
 def valid(name: str) -> str:
