@@ -51,6 +51,8 @@ from jobq_client import (
     ValidationError,
     WaitTimeout,
     Worker,
+    enqueue_batch_in_transaction,
+    enqueue_in_transaction,
 )
 from jobq_client.errors import InvalidState, error_from_response
 
@@ -363,6 +365,43 @@ def test_debounced_jobs(server: LiveServer) -> None:
         assert (again.id, again.payload, again.enqueued) == (first.id, {"rev": 2}, "replaced")
         [a, b] = jobq.enqueue_batch("q", [NewJob(1, debounce=Debounce("k", 60)), NewJob(2, debounce=Debounce("k", 60))])
         assert a.id == b.id and b.payload == 2 and (a.enqueued, b.enqueued) == ("created", "replaced")
+
+
+def test_enqueue_in_the_callers_transaction(server: LiveServer, database_url: str) -> None:
+    """enqueue_in_transaction: the SDK's call of jobq.enqueue through the application's own connection."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        conn.commit()
+        with conn.transaction():
+            conn.execute("INSERT INTO orders VALUES (1)")
+            job_id = enqueue_in_transaction(
+                conn, "emails", {"order": 1}, priority=5, delay_seconds=0.0, max_attempts=3, group="t1",
+                idempotency_key="order-1", timeout_seconds=60,
+            )  # fmt: skip
+            assert server.client.get(f"/jobs/{job_id}").status_code == 404  # not before the commit
+        job = server.client.get(f"/jobs/{job_id}").json()
+        assert (job["payload"], job["priority"], job["max_attempts"], job["group"]) == ({"order": 1}, 5, 3, "t1")
+        assert job["timeout_seconds"] == 60
+        assert enqueue_in_transaction(conn, "emails", {"order": 1}, idempotency_key="order-1") == job_id
+        conn.commit()
+        with pytest.raises(psycopg.errors.UniqueViolation), conn.transaction():
+            conn.execute("INSERT INTO orders VALUES (1)")  # the business write fails: no job either
+            enqueue_in_transaction(conn, "emails", {"order": "dup"})
+        held = enqueue_in_transaction(conn, "emails", 7, unique=Unique(key="u", for_seconds=60))
+        assert enqueue_in_transaction(conn, "emails", 8, unique={"key": "u", "for_seconds": 60}) == held
+        debounced = enqueue_in_transaction(conn, "emails", 1, debounce=Debounce("d", 600, max_wait_seconds=900))
+        assert enqueue_in_transaction(conn, "emails", 2, debounce={"key": "d", "seconds": 600}) == debounced
+        child = enqueue_in_transaction(conn, "emails", 3, depends_on=[job_id], on_dependency_failure="run")
+        ids = enqueue_batch_in_transaction(conn, "emails", [NewJob(10, ref="a"), {"payload": 11, "depends_on": ["a"]}])
+        conn.commit()
+    assert server.client.get(f"/jobs/{debounced}").json()["payload"] == 2
+    assert server.client.get(f"/jobs/{child}").json()["status"] == "waiting"
+    assert [server.client.get(f"/jobs/{i}").json()["status"] for i in ids] == ["pending", "waiting"]
+    assert server.client.get("/queues/emails/stats").json()["counts"]["pending"] == 4  # no trace of "dup"
+    with psycopg.connect(database_url) as conn, pytest.raises(psycopg.errors.InvalidParameterValue, match="priority"):
+        enqueue_in_transaction(conn, "emails", 1, priority=10**6)
+    with pytest.raises(ValueError):
+        enqueue_in_transaction(conn, "emails", 1, schema="jobq; DROP TABLE x")
 
 
 def test_enqueue_and_wait_returns_the_job_a_worker_finished(server: LiveServer) -> None:

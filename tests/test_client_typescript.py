@@ -9,7 +9,9 @@ import json
 import os
 import re
 from pathlib import Path
+from urllib.parse import quote
 
+import psycopg
 import pytest
 
 from tests.node import TYPESCRIPT_SDK, require_npm_packages, run, typescript_sdk
@@ -51,9 +53,22 @@ def quick_server(server_factory) -> LiveServer:  # type: ignore[no-untyped-def]
     )
 
 
+def as_url(conninfo: str) -> str:
+    """A postgresql:// URL for node-postgres, which reads no key=value connection string."""
+    info = psycopg.conninfo.conninfo_to_dict(conninfo)
+    user = quote(str(info.get("user", "postgres")), safe="")
+    password = f":{quote(str(info['password']), safe='')}" if info.get("password") else ""
+    host, port = info.get("host", "127.0.0.1"), info.get("port", 5432)
+    return f"postgresql://{user}{password}@{host}:{port}/{quote(str(info['dbname']), safe='')}"
+
+
 @pytest.mark.slow
 def test_the_sdk_suite_passes_against_a_live_server(quick_server: LiveServer) -> None:
     sdk = typescript_sdk()
-    env = {**os.environ, "JOBQ_URL": quick_server.url}
+    env = {
+        **os.environ,
+        "JOBQ_URL": quick_server.url,
+        "JOBQ_DATABASE_URL": as_url(str(quick_server.settings.database_url)),
+    }
     output = run(["node", "--test", "--test-reporter=tap", "test/"], sdk, timeout=300, env=env)
     assert re.search(r"^# fail 0$", output, re.M) and re.search(r"^# pass [1-9]", output, re.M), output

@@ -41,6 +41,7 @@ from jobq_client.models import (
     Unique,
     UniqueState,
 )
+from jobq_client.sql import enqueue_batch_in_transaction, enqueue_in_transaction
 from jobq_client.worker import JobContext, PermanentFailure, RetryLater, Worker
 
 __all__ = [
@@ -88,4 +89,6 @@ __all__ = [
     "WaitTimeout",
     "Worker",
     "__version__",
+    "enqueue_batch_in_transaction",
+    "enqueue_in_transaction",
 ]

@@ -3,3 +3,4 @@ export * from "./client.js";
 export * from "./errors.js";
 export * from "./worker.js";
 export type { components, operations, paths } from "./openapi.js";
+export * from "./sql.js";

@@ -21,6 +21,8 @@ import {
   ValidationError,
   WaitTimeout,
   Worker,
+  enqueueBatchInTransaction,
+  enqueueInTransaction,
   finished,
 } from "../dist/index.js";
 
@@ -216,6 +218,55 @@ describe("Client against jobq", () => {
     assert.equal(timedOut.job.status, "pending");
     assert.ok(requests.filter(([method]) => method === "GET").length >= 3, "several server waits");
     await assert.rejects(jobq.wait(2 ** 52, { timeoutSeconds: 5 }), JobNotFound);
+  });
+});
+
+// Enqueue from SQL in the application's own transaction, through node-postgres (a dev dependency only):
+// JOBQ_DATABASE_URL is jobq's database (tests/test_client_typescript.py passes it).
+describe("enqueue in the caller's transaction", { skip: !process.env.JOBQ_DATABASE_URL }, () => {
+  const jobq = new Client(URL, { retry: QUICK });
+
+  test("the job exists if and only if the transaction commits, with every option", async () => {
+    const { default: pg } = await import("pg");
+    const db = new pg.Client({ connectionString: process.env.JOBQ_DATABASE_URL });
+    await db.connect();
+    try {
+      const q = queueName("sql");
+      await db.query("BEGIN");
+      const id = await enqueueInTransaction(db, q, { order: 1 }, {
+        priority: 5, delaySeconds: 0, maxAttempts: 3, group: "t1", idempotencyKey: "order-1", timeoutSeconds: 60,
+      });
+      await assert.rejects(jobq.getJob(id), JobNotFound); // not before the commit
+      await db.query("COMMIT");
+      const job = await jobq.getJob(id);
+      assert.deepEqual([job.payload, job.priority, job.max_attempts, job.group], [{ order: 1 }, 5, 3, "t1"]);
+
+      await db.query("BEGIN");
+      const gone = await enqueueInTransaction(db, q, "rolled back");
+      await db.query("ROLLBACK");
+      await assert.rejects(jobq.getJob(gone), JobNotFound);
+
+      await db.query("BEGIN");
+      assert.equal(await enqueueInTransaction(db, q, { order: 1 }, { idempotencyKey: "order-1" }), id);
+      const held = await enqueueInTransaction(db, q, 7, { unique: { key: "u", for_seconds: 60 } });
+      assert.equal(await enqueueInTransaction(db, q, 8, { unique: { key: "u", for_seconds: 60 } }), held);
+      assert.equal(await enqueueInTransaction(db, q, 9, { unique: true }), await enqueueInTransaction(db, q, 9, { unique: true }));
+      const debounced = await enqueueInTransaction(db, q, 1, { debounce: { key: "d", seconds: 600 } });
+      assert.equal(await enqueueInTransaction(db, q, 2, { debounce: { key: "d", seconds: 600 } }), debounced);
+      const child = await enqueueInTransaction(db, q, 3, { dependsOn: [id], onDependencyFailure: "run" });
+      const ids = await enqueueBatchInTransaction(db, q, [{ payload: 10, ref: "a" }, { payload: 11, dependsOn: ["a"] }]);
+      await db.query("COMMIT");
+      assert.deepEqual((await jobq.getJob(debounced)).payload, 2);
+      assert.equal((await jobq.getJob(child)).status, "waiting");
+      assert.deepEqual(await Promise.all(ids.map(async (i) => (await jobq.getJob(i)).status)), ["pending", "waiting"]);
+
+      await db.query("BEGIN");
+      await assert.rejects(enqueueInTransaction(db, q, 1, { priority: 10 ** 6 }), (e) => e.code === "22023" && /priority/.test(e.message));
+      await db.query("ROLLBACK");
+      await assert.rejects(enqueueInTransaction(db, q, 1, { schema: "jobq; DROP TABLE x" }), TypeError);
+    } finally {
+      await db.end();
+    }
   });
 });
 
