@@ -236,7 +236,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     )
     async with db.connection() as conn:
         _log_auth(settings, await store_keys.api_keys_count_live(conn))
-        if missing := await migrate.missing_migrations(conn):
+        if missing := await migrate.missing_migrations(conn, location):
             # `jobq serve --no-migrate` (or JOBQ_MIGRATE_ON_START=false) on a database not migrated yet.
             log.error(migrate.behind(missing))
     return services

@@ -47,9 +47,9 @@ class Settings(BaseSettings):
     db_schema: str = Field(
         "jobq",
         pattern=r"^[a-z_][a-z0-9_]{0,62}$",
-        description="The PostgreSQL schema of jobq's tables and functions (made by `jobq migrate`). Every "
-        "statement names it: an application's own tables in the same database never collide with jobq's, and "
-        "no search_path is needed.",
+        description="The PostgreSQL schema of jobq's tables and functions (made by `jobq migrate`; not `public` "
+        "nor `pg_*`). Every statement names it: an application's own tables in the same database never collide "
+        "with jobq's, and no search_path is needed.",
     )
     pool_min_size: int = Field(2, ge=1, le=100, description="Connections kept open per process.")
     pool_max_size: int = Field(10, ge=1, le=500, description="Most connections per process.")
@@ -407,6 +407,15 @@ class Settings(BaseSettings):
         description="A queue's labelled series leave /metrics after this long without an event, freeing its "
         "place (one process; with --workers N they stay until the process restarts).",
     )
+
+    @field_validator("db_schema")
+    @classmethod
+    def _own_schema(cls, value: str) -> str:
+        # public: many databases let every role create objects there, where jobq's SECURITY DEFINER functions
+        # (enqueue from SQL) must not be; an installation made by 1.1.0 or earlier is found there anyway.
+        if value == "public" or value.startswith("pg_"):
+            raise ValueError("jobq's schema is a schema of its own: not public, and not a pg_ name")
+        return value
 
     @field_validator("allowed_hosts", "trusted_proxies", mode="before")
     @classmethod

@@ -103,7 +103,7 @@ def part_stats(admin_url: str, port: int, finished: int, pending: int) -> dict[s
     finally:
         service.stop()
     with psycopg.connect(url) as conn:
-        size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('jobs'))").fetchone()
+        size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('jobq.jobs'))").fetchone()
         out["table_size"] = size[0] if size else None
     print(f"GET /queues/q/stats: {out['stats']}\nGET /queues: {out['queues']}", flush=True)
     print(f"sample: {out['sample']}", flush=True)
@@ -266,10 +266,10 @@ def part_counters_http(admin_url: str, port: int, rounds: int, seconds: float, c
         for _ in range(rounds):
             for name in ("without", "with"):
                 with psycopg.connect(url, autocommit=True) as conn:
-                    conn.execute("DROP TRIGGER IF EXISTS bench_skip ON queue_counts")
+                    conn.execute("DROP TRIGGER IF EXISTS bench_skip ON jobq.queue_counts")
                     if name == "without":
                         conn.execute(
-                            "CREATE TRIGGER bench_skip BEFORE INSERT ON queue_counts"
+                            "CREATE TRIGGER bench_skip BEFORE INSERT ON jobq.queue_counts"
                             " FOR EACH ROW EXECUTE FUNCTION bench_skip()"
                         )
                 preload(url, 300_000)
@@ -289,8 +289,8 @@ def part_counters_http(admin_url: str, port: int, rounds: int, seconds: float, c
 def table_health(url: str) -> dict[str, Any]:
     with psycopg.connect(url) as conn:
         row = conn.execute(
-            "SELECT pg_total_relation_size('jobs'), n_live_tup, n_dead_tup, autovacuum_count, vacuum_count"
-            " FROM pg_stat_user_tables WHERE relname = 'jobs'"
+            "SELECT pg_total_relation_size('jobq.jobs'), n_live_tup, n_dead_tup, autovacuum_count, vacuum_count"
+            " FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass"
         ).fetchone()
     assert row is not None
     return {"size_mib": round(row[0] / 2**20, 1), "live": row[1], "dead": row[2], "autovacuums": row[3] + row[4]}

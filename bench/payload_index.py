@@ -25,7 +25,7 @@ RICH = {
     "to": "user@example.com", "template": "welcome", "customer_id": 123456, "locale": "en-GB", "tags": ["new", "vip"],
     "order": {"id": "ord_81723", "total": 99.5, "items": [{"sku": "A-1", "qty": 2}, {"sku": "B-7", "qty": 1}]},
 }  # fmt: skip
-INDEX = "CREATE INDEX jobs_payload_idx ON jobs USING gin (payload jsonb_path_ops)"
+INDEX = "CREATE INDEX jobs_payload_idx ON jobq.jobs USING gin (payload jsonb_path_ops)"
 VARIANTS = {  # each applied after dropping the migration's own index
     "no payload index": None,
     "GIN on every job": INDEX,
@@ -53,7 +53,7 @@ def measure(admin_url: str, index: str | None, payload: object, jobs: int) -> tu
     body = orjson.dumps([{"ord": 0, "queue_name": "bench", "payload": payload, "priority": 0, "run_at": None,
                           "delay": None, "max_attempts": 5, "idempotency_key": None}]).decode()  # fmt: skip
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("DROP INDEX jobs_payload_idx")
+        conn.execute("DROP INDEX jobq.jobs_payload_idx")
         if index:
             conn.execute(index)
         conn.execute("SET synchronous_commit = off")  # WAL volume is the same; the run is shorter
@@ -66,7 +66,7 @@ def measure(admin_url: str, index: str | None, payload: object, jobs: int) -> tu
             claimed = conn.execute(CLAIM, prepare=True).fetchone()
             conn.execute(COMPLETE, claimed, prepare=True)
         drain = (wal(conn) - start) / jobs
-        row = conn.execute("SELECT coalesce(pg_relation_size(to_regclass('jobs_payload_idx')), 0)").fetchone()
+        row = conn.execute("SELECT coalesce(pg_relation_size(to_regclass('jobq.jobs_payload_idx')), 0)").fetchone()
     return enqueue, drain, int(row[0]) if row else 0
 
 

@@ -15,6 +15,8 @@
                on as many queues parked (bench/parked.py);
      minimal   single enqueue, batch enqueue and claim 1 + complete with and without `Prefer:
                return=minimal`, alternated, --rounds times each (bench/minimal.py);
+     sdk       the Python SDK's Worker (--sdk-concurrency) draining a queue, beside the raw-HTTP claim 10 +
+               batch complete drain, alternated --rounds times (bench/sdk_drain.py);
   3. PgQueuer 1.6.0 at its best setting (bench/peers/pgqueuer_peer.py) on its own fresh database:
      single-job enqueue, bulk enqueue (1 and 4 clients), drain, wake latency;
   4. a table per topic: jobq, raw SQL, PgQueuer, both ratios, the issue-9 target and whether it was met.
@@ -63,6 +65,7 @@ from bench.parked import WAIT_SECONDS as PARKED_WAIT_SECONDS
 from bench.parked import parked_scaling
 from bench.phases import ClaimComplete, Enqueue, handin_supported, latency_httpx, latency_lean, waiting_rss
 from bench.report import Row, as_json, at_least, at_most, below_peer, render
+from bench.sdk_drain import sdk_vs_raw
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = (
@@ -78,7 +81,9 @@ PHASES = (
     "sqs",
     "parked",
     "minimal",
+    "sdk",
 )
+SDK_PRELOAD = 300_000
 # phase: (label, claim limit, completes handed in on the next claim, default preload = the reference's)
 DRAIN: dict[str, tuple[str, int, bool, int]] = {
     "claim1": ("claim 1 + complete (2 requests a job)", 1, False, 400_000),
@@ -186,6 +191,28 @@ class Bench:
                 max(self.clients),
                 self.args.rounds,
                 rows,
+                lambda n, worker, label: self.measure(service, n, worker, label),
+            )
+        finally:
+            service.stop()
+
+    def sdk(self) -> None:
+        if "sdk" not in self.phases:
+            return
+        url = fresh_database(self.args.admin_url, "jobq_bench_sdk")
+        service = self.service(url)
+        try:
+            self.results["jobq"]["sdk"] = sdk_vs_raw(
+                service,
+                url,
+                self.args.port,
+                self.headers,
+                max(self.clients),
+                self.args.sdk_concurrency,
+                self.args.preload or SDK_PRELOAD,
+                self.args.seconds,
+                self.args.warmup,
+                self.args.rounds,
                 lambda n, worker, label: self.measure(service, n, worker, label),
             )
         finally:
@@ -401,6 +428,13 @@ class Bench:
                 sqs.append(Row(f"jobq: {label.split(' / ')[1]}", str(n), m[b]["rate"], api_us=m[b]["api_us_per_job"]))
                 ratio = Row(label, str(n), m[a]["rate"] / m[b]["rate"], unit="x")
                 sqs.append(ratio.judge(">= 0.8", at_least(0.8, "jobq")) if n == top else ratio)
+        if s := jobq.get("sdk"):
+            concurrency = str(s["sdk"]["concurrency"])
+            sdk_row = Row("SDK drain: Python Worker", concurrency, s["sdk"]["rate"], api_us=s["sdk"]["api_us_per_job"])
+            drain.append(sdk_row)
+            raw_row = Row("raw-HTTP drain beside it: claim 10 + batch complete", str(top), s["raw"]["rate"])
+            drain.append(raw_row)
+            drain.append(Row("SDK drain / raw-HTTP drain", concurrency, s["ratio"], unit="x"))
         parked: list[Row] = []
         if p := jobq.get("parked"):
             for key in ("none", "one_queue", "many_queues"):
@@ -440,7 +474,8 @@ def main() -> None:
     p.add_argument("--latency-samples", type=int, default=1000)
     p.add_argument("--idle-ms", type=float, default=20, help="the consumer idles this long before each sample")
     p.add_argument("--waiters", type=int, default=1000)
-    p.add_argument("--rounds", type=int, default=2, help="minimal: A/B rounds per path (default 2)")
+    p.add_argument("--rounds", type=int, default=2, help="minimal, sdk: A/B rounds per path (default 2)")
+    p.add_argument("--sdk-concurrency", type=int, default=64, help="sdk: the Python Worker's concurrency")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument(
         "--service-log",
@@ -481,6 +516,7 @@ def main() -> None:
     bench.drains()
     bench.sqs()
     bench.minimal()
+    bench.sdk()
     if not args.skip_peer:
         print("== PgQueuer", flush=True)
     bench.peer()

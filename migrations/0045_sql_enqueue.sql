@@ -1,3 +1,4 @@
+-- jobq: own-schema
 -- Enqueue from SQL, in the caller's own transaction (issue 24 item 1; docs/producers.md "Enqueue from SQL, in
 -- your own transaction"): enqueue() and enqueue_batch() make a job, or a batch of them, with every option of
 -- the HTTP enqueue, and the job commits or rolls back with the caller's transaction (River's InsertTx,

@@ -1,10 +1,5 @@
 -- Rendered from app/db/migrate.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
--- name: FUNCTIONS_DDL --
-SELECT format(%(ddl)s, p.oid::regprocedure, %(schema)s::text) FROM pg_proc p
-WHERE p.pronamespace = to_regnamespace(%(namespace)s) AND p.proname = ANY(%(names)s)
-  AND obj_description(p.oid, 'pg_proc') LIKE 'jobq:%%'
-
 -- name: INVALID_INDEX --
 SELECT NOT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)
 

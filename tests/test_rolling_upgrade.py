@@ -159,7 +159,8 @@ def test_a_million_jobs_at_the_previous_schema_migrate_under_load(empty_database
         )
         conn.execute("INSERT INTO public.jobs (queue_name, payload) SELECT 'load', '{}' FROM generate_series(1, 5000)")
         conn.execute("VACUUM ANALYZE public.jobs")
-    pending = [m.name for m in load_migrations() if m.version > LAST_RELEASED]
+    # What waits for the move into a schema of its own is not applied while the tables are in public.
+    pending = [m.name for m in load_migrations() if m.version > LAST_RELEASED and not m.own_schema]
 
     load = Load(url)
     threads = [threading.Thread(target=load.run, args=(kind,)) for kind in ("enqueue", "claim", "claim")]
@@ -190,7 +191,7 @@ def test_a_million_jobs_at_the_previous_schema_migrate_under_load(empty_database
         found = conn.execute("SELECT count(*) FROM public.jobs WHERE id = ANY(%s)", (load.enqueued,)).fetchone()
         assert found == (len(load.enqueued),)  # every acknowledged enqueue is there
         versions = {r[0] for r in conn.execute("SELECT version FROM public.jobq_migrations")}
-        assert versions == {m.version for m in load_migrations()}
+        assert versions == {m.version for m in load_migrations() if not m.own_schema}
     # Then, the previous release's processes gone, the move into schema jobq (catalogue changes only).
     started = time.monotonic()
     moved = move_into_schema(url)
@@ -198,6 +199,8 @@ def test_a_million_jobs_at_the_previous_schema_migrate_under_load(empty_database
     assert "jobs" in moved
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) >= 1000000 FROM jobq.jobs").fetchone() == (True,)
+        versions = {r[0] for r in conn.execute("SELECT version FROM jobq.jobq_migrations")}
+        assert versions == {m.version for m in load_migrations()}
 
 
 # -- the previous release, this one, and the schema between them ---------------------------------------------

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from app.db import schema
-from app.db.migrate import migrate, move_into_schema
+from app.db.migrate import load_migrations, migrate, move_into_schema
 from tests.conftest import make_settings
 from tests.processes import run_jobq
 from tests.support import LiveServer, wait_until
@@ -106,21 +106,26 @@ def test_an_installation_in_public_is_migrated_in_place_then_moved_by_the_cli(em
         conn.execute("INSERT INTO public.jobs (queue_name, payload) SELECT 'q', '1' FROM generate_series(1, 100)")
     r = run_jobq("migrate", env={"JOBQ_DATABASE_URL": url})
     assert (r.returncode, r.stdout.strip()) == (0, "schema is current"), r.stderr
-    assert "--move-into-schema" in r.stderr  # the log says what is left to do
+    assert "--move-into-schema" in r.stderr and "0045_sql_enqueue.sql" in r.stderr  # what is left to do
     assert "jobs" in tables_in(url, "public")
+    with psycopg.connect(url) as conn:  # enqueue from SQL waits for the move: no SECURITY DEFINER in public
+        functions = "SELECT count(*) FROM pg_proc WHERE proname LIKE 'enqueue%' AND prosecdef"
+        assert conn.execute(functions).fetchone() == (0,)
     r = run_jobq("migrate", "--move-into-schema", env={"JOBQ_DATABASE_URL": url})
     assert r.returncode == 0, r.stderr
-    assert "moved into schema jobq: jobq_migrations, jobs," in r.stdout
+    assert "moved into schema jobq: jobq_migrations, jobs," in r.stdout and "0045_sql_enqueue.sql" in r.stdout
     assert tables_in(url, "public") == set()
     assert tables_in(url, "jobq") == set(schema.TABLES)
     with psycopg.connect(url, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM jobq.jobs").fetchone() == (100,)
         new = conn.execute("INSERT INTO jobq.jobs (queue_name, payload) VALUES ('q', '1') RETURNING id").fetchone()
         assert new == (101,)  # the id sequence moved with its table
-        # Enqueue from SQL moved too, and looks for its tables in the new place.
+        # Enqueue from SQL was made by the move, in the new place.
         assert conn.execute("SELECT jobq.enqueue('q', '{\"n\": 1}')").fetchone() == (102,)
         left = "SELECT count(*) FROM pg_proc WHERE pronamespace = 'public'::regnamespace AND proname LIKE 'enqueue%'"
         assert conn.execute(left).fetchone() == (0,)
+        versions = {r[0] for r in conn.execute("SELECT version FROM jobq.jobq_migrations")}
+        assert versions == {m.version for m in load_migrations()}
     r = run_jobq("migrate", "--move-into-schema", env={"JOBQ_DATABASE_URL": url})
     assert (r.returncode, r.stdout.strip()) == (0, "schema is current\nnothing to move"), r.stderr
 
@@ -132,7 +137,9 @@ def test_a_process_started_on_public_follows_a_move(empty_database_url: str) -> 
     try:
         client = server.client
         job = client.post("/queues/q/jobs", json={"payload": 1}).json()["id"]
+        assert client.get("/readyz").status_code == 200  # what waits for the move is not missing
         assert move_into_schema(url)
+        assert client.get("/readyz").status_code == 200  # it looks again, finds them moved, and everything applied
         answers = [client.get(f"/jobs/{job}").status_code for _ in range(3)]
         assert answers[-1] == 200 and set(answers) <= {200, 503}, answers
         assert answers.count(503) <= 1  # one statement named the old place; the next ones the new one
@@ -156,6 +163,11 @@ def test_statements_are_sent_for_the_configured_schema(written: str, sent: str) 
     assert location.rename(written) == sent
     assert schema.Location().rename(written) is written  # the default: sent as written
     assert location.rename(b"CREATE TABLE jobs ()") == b"CREATE TABLE jobs ()"  # a migration file's statement
+
+
+def test_public_is_not_a_schema_of_its_own() -> None:
+    r = run_jobq("migrate", env={"JOBQ_DATABASE_URL": "postgresql://127.0.0.1:1/x", "JOBQ_DB_SCHEMA": "public"})
+    assert r.returncode == 2 and "JOBQ_DB_SCHEMA" in r.stderr and "not public" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("bad", ["", "Jobq", "pg_jobs", "a-b", "x" * 64, '"q"'])

@@ -41,6 +41,11 @@ _WAITS_ITS_TURN = re.compile(
 )
 _FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 _NO_TRANSACTION = "-- jobq: no-transaction"
+# A file that makes objects only jobq's own schema may hold (SECURITY DEFINER functions: in a schema others
+# may create objects in, such as public on many databases, an overload could run as their owner). While an
+# installation made by 1.1.0 or earlier keeps its tables in public, it is not applied (nor counted missing);
+# the move into the schema applies it.
+_OWN_SCHEMA = "-- jobq: own-schema"
 _CONCURRENT_INDEX = re.compile(
     r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\"?[A-Za-z_][A-Za-z0-9_]*\"?)", re.I
 )
@@ -117,6 +122,10 @@ class Migration:
     @property
     def transactional(self) -> bool:
         return not self.sql.startswith(_NO_TRANSACTION)
+
+    @property
+    def own_schema(self) -> bool:
+        return self.sql.startswith(_OWN_SCHEMA)
 
     def recorded_as_applied(self, recorded: str) -> bool:
         """Whether a checksum in jobq_migrations stands for this file's statements: today's form, or the
@@ -272,7 +281,7 @@ def migrate(
     most `lock_timeout_ms` for a lock, and is tried again until `lock_wait_seconds` have passed.
 
     The files name no schema: they run with the session's search_path set to where jobq's tables are, the
-    schema `schema` (JOBQ_SCHEMA), made here on a new installation, or `public` on an installation older than
+    schema `schema` (JOBQ_DB_SCHEMA), made here on a new installation, or `public` on an installation older than
     1.2.0 whose tables were not moved yet (`move_into_schema`)."""
     with psycopg.connect(database_url, autocommit=True, connect_timeout=10) as conn:
         conn.execute("SET statement_timeout = 0")
@@ -286,8 +295,11 @@ def migrate(
                 conn.execute(schemas.create(location.current))
             conn.execute(sql.SQL("SET search_path = {}, pg_temp").format(sql.Identifier(location.current)))
             conn.execute(MIGRATIONS_TABLE)
-            done = []
+            done, deferred = [], []
             for m in pending_migrations(conn, directory):
+                if m.own_schema and location.current == schemas.LEGACY:
+                    deferred.append(m.name)
+                    continue
                 waits = _LockWait(m.name, lock_timeout_ms, lock_wait_seconds)
                 if m.transactional:
                     _apply_in_transaction(conn, m, waits)
@@ -299,35 +311,28 @@ def migrate(
                 log.warning(
                     "jobq's tables are in schema public, where releases up to 1.1.0 made them: once every "
                     "jobq process runs 1.2.0 or later, move them into schema %s with `jobq migrate "
-                    "--move-into-schema` (docs/deployment.md#moving-into-a-schema)",
+                    "--move-into-schema` (docs/deployment.md#moving-into-a-schema), which also applies %s",
                     schema,
+                    ", ".join(deferred) or "nothing more",
                 )
             return done
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
 
 
-# The functions the migrations make beside the tables (COMMENT 'jobq: ...', so that an application's own
-# function of the same name stays where it is): a move carries them along, and pins their search_path to the
-# new schema (they were made with `SET search_path FROM CURRENT`, which named the old one).
-FUNCTIONS_DDL = """
-SELECT format(%(ddl)s, p.oid::regprocedure, %(schema)s::text) FROM pg_proc p
-WHERE p.pronamespace = to_regnamespace(%(namespace)s) AND p.proname = ANY(%(names)s)
-  AND obj_description(p.oid, 'pg_proc') LIKE 'jobq:%%'
-"""
-
-
 def move_into_schema(
     database_url: str,
     schema: str = schemas.DEFAULT,
+    directory: Path | None = None,
     *,
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     lock_wait_seconds: float = LOCK_WAIT_SECONDS,
 ) -> list[str]:
-    """Move the tables (with their indexes, sequences and constraints) and functions of an installation made
-    before 1.2.0 from `public` into `schema`: one transaction of catalogue changes, no table rewritten, each
-    lock waited for at most `lock_timeout_ms` (the transaction is tried again until `lock_wait_seconds` have
-    passed). Returns the names moved; nothing when they are in `schema` already.
+    """Move the tables (with their indexes, sequences and constraints) of an installation made by 1.1.0 or
+    earlier from `public` into `schema`, and apply the migrations that waited for it (own-schema files): one
+    transaction, no table rewritten, each lock waited for at most `lock_timeout_ms` (the transaction is tried
+    again until `lock_wait_seconds` have passed). Returns the tables moved and the files applied; nothing when
+    the tables are in `schema` already.
 
     Processes of 1.2.0 or later that found the tables in public find them again at their next statement
     (app/db/schema.py); processes of an older release cannot: run it once none is left."""
@@ -345,14 +350,14 @@ def move_into_schema(
                 try:
                     with conn.transaction():
                         _set_lock_timeout(conn, waits.timeout_ms, local=True)
-                        return _move(conn, schema)
+                        return _move(conn, schema, directory)
                 except psycopg.errors.LockNotAvailable as exc:
                     waits.failed(conn, exc)
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
 
 
-def _move(conn: psycopg.Connection, schema: str) -> list[str]:
+def _move(conn: psycopg.Connection, schema: str, directory: Path | None) -> list[str]:
     target = sql.Identifier(schema)
     conn.execute(schemas.create(schema))
     moved = []
@@ -360,38 +365,47 @@ def _move(conn: psycopg.Connection, schema: str) -> list[str]:
         if conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"public.{table}",)).fetchone()[0]:  # type: ignore[index]
             conn.execute(sql.SQL("ALTER TABLE public.{} SET SCHEMA {}").format(sql.Identifier(table), target))
             moved.append(table)
-    for ddl, namespace in (
-        ("ALTER FUNCTION %s SET SCHEMA %I", "public"),
-        ("ALTER FUNCTION %s SET search_path = %I, pg_temp", schema),
-    ):
-        arguments = {"ddl": ddl, "schema": schema, "namespace": namespace, "names": list(schemas.FUNCTIONS)}
-        for (statement,) in conn.execute(FUNCTIONS_DDL, arguments).fetchall():
-            conn.execute(statement.encode())
-            if namespace == "public":
-                moved.append(statement.split()[2])  # the function's signature
-    if conn.execute("SELECT to_regrole('jobq_producer') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
-        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO jobq_producer").format(target))
-    log.info("moved %d tables and functions from schema public into %s", len(moved), schema)
+    # What waited for the move (own-schema files), in the same transaction: all of it, or nothing moved.
+    conn.execute(sql.SQL("SET LOCAL search_path = {}, pg_temp").format(target))
+    applied = set(conn.execute(sql.SQL("SELECT version FROM {}.jobq_migrations").format(target)).fetchall())
+    record = sql.SQL("INSERT INTO {}.jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)").format(target)
+    for m in load_migrations(directory):
+        if m.own_schema and (m.version,) not in applied:
+            conn.execute(m.sql.encode())
+            conn.execute(record, (m.version, m.name, m.checksum))
+            moved.append(m.name)
+    log.info("moved %d tables into schema %s and applied what waited for it: %s", len(schemas.TABLES), schema,
+             ", ".join(moved))  # fmt: skip
     return moved
 
 
-async def missing_migrations(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+async def missing_migrations(conn: psycopg.AsyncConnection[Any], location: schemas.Location | None = None) -> list[str]:
     """The migrations this code ships that the database has not applied (by name, in order): each one, not
     only those numbered above the last applied, since migrations are applied by presence and a database may
-    have one of a higher number applied before one of a lower number."""
+    have one of a higher number applied before one of a lower number. `location`: where this process found
+    the tables; while they are in public, the files that wait for the move are not missing, and when they are
+    not there any more (moved since), it looks again."""
     shipped = load_migrations()
     cur = await conn.execute("SELECT to_regclass('jobq.jobq_migrations') IS NOT NULL")
     row = await cur.fetchone()
+    if (not row or not row[0]) and location and location.current != location.configured:
+        found = await schemas.where(conn, location.configured)
+        if found != location.current:
+            log.warning("jobq's tables are in schema %s now (moved from %s)", found, location.current)
+            location.found(found)
+            cur = await conn.execute("SELECT to_regclass('jobq.jobq_migrations') IS NOT NULL")
+            row = await cur.fetchone()
     if not row or not row[0]:
         return [m.name for m in shipped]
     cur = await conn.execute("SELECT version FROM jobq.jobq_migrations")
     applied = {r[0] for r in await cur.fetchall()}
-    return [m.name for m in shipped if m.version not in applied]
+    in_public = location is not None and location.current == schemas.LEGACY
+    return [m.name for m in shipped if m.version not in applied and not (in_public and m.own_schema)]
 
 
-async def schema_is_current(conn: psycopg.AsyncConnection[Any]) -> bool:
+async def schema_is_current(conn: psycopg.AsyncConnection[Any], location: schemas.Location | None = None) -> bool:
     """True when the database has applied every migration this code ships (used by /readyz)."""
-    return not await missing_migrations(conn)
+    return not await missing_migrations(conn, location)
 
 
 def behind(missing: list[str]) -> str:

@@ -1,11 +1,11 @@
-"""Where jobq's tables live: a schema of their own (`jobq` unless JOBQ_SCHEMA names another), so that an
+"""Where jobq's tables live: a schema of their own (`jobq` unless JOBQ_DB_SCHEMA names another), so that an
 application sharing the database keeps its own `jobs` or `workers` table, and never through `search_path`.
 
 Every statement of app/db names its tables schema-qualified, as `jobq.<table>`. A process whose tables are in
 another schema rewrites that qualifier as it sends a statement (`SchemaCursor`, set on each of its connections;
 a process on the default schema sends every statement as written and pays nothing). Two cases need it:
 
-- JOBQ_SCHEMA names another schema;
+- JOBQ_DB_SCHEMA names another schema;
 - an installation older than 1.2.0 keeps its tables in `public` until an operator moves them
   (`jobq migrate --move-into-schema`, docs/deployment.md#moving-into-a-schema): a release that moved them
   itself would break the previous release's processes still serving beside it (a rolling upgrade). Such a
@@ -30,7 +30,7 @@ NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _QUALIFIER = re.compile(r"(?<![\w.\"$])jobq\.(?=[a-z_])")
 
 # Every table jobq makes (migrations/), which a move carries into the schema (with their indexes, sequences
-# and constraints) and the functions the migrations define there.
+# and constraints).
 TABLES = (
     "jobq_migrations",
     "jobs",
@@ -49,20 +49,6 @@ TABLES = (
     "sqs_dedup",
     "workers",
     "worker_minutes",
-)
-# migrations/0045_sql_enqueue.sql: enqueue from SQL, and its internal functions.
-FUNCTIONS = (
-    "enqueue",
-    "enqueue_batch",
-    "enqueue_job",
-    "enqueue_queue",
-    "enqueue_item_field",
-    "enqueue_check_quotas",
-    "enqueue_queue_live",
-    "enqueue_deeper_than",
-    "enqueue_check_label",
-    "enqueue_refuse",
-    "enqueue_limit",
 )
 
 

@@ -36,7 +36,7 @@ def add_health_routes(api: FastAPI) -> None:
             return problem_response(ShuttingDown(), "/readyz")  # a load balancer stops sending work here
         try:
             async with parts.db.connection(timeout=READY_TIMEOUT_SECONDS) as conn:
-                missing = await migrate.missing_migrations(conn)
+                missing = await migrate.missing_migrations(conn, parts.db.location)
         except DatabaseUnavailable as exc:
             return problem_response(exc, "/readyz")
         if missing:
