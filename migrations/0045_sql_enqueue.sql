@@ -1,8 +1,10 @@
+-- jobq: own-schema
 -- Enqueue from SQL, in the caller's own transaction (issue 24 item 1; docs/producers.md "Enqueue from SQL, in
 -- your own transaction"): enqueue() and enqueue_batch() make a job, or a batch of them, with every option of
 -- the HTTP enqueue, and the job commits or rolls back with the caller's transaction (River's InsertTx,
--- graphile-worker's add_job). Names are unqualified: the runner creates them in jobq's schema, and each
--- function pins the search_path it was created with (never its caller's).
+-- graphile-worker's add_job). Names are unqualified: the runner creates them in jobq's own schema (never in public:
+-- the header above; an installation still in public gets them when its tables move), and each function pins
+-- search_path = pg_catalog, <that schema>, pg_temp (never its caller's; see "who may call them" below).
 --
 -- Same rules as POST /queues/{queue}/jobs (app/models/jobs.py, app/core/jobs.py), the same statements' effects
 -- (app/db/jobs.py, app/db/debounce.py, app/db/dependencies.py): the same indexes decide unique and debounce, the
@@ -16,6 +18,43 @@
 -- GET /queues and the stats read the jobs themselves: a queue needs no registration.
 --
 -- Only functions and grants: no table is touched, nothing here locks what enqueues or claims use.
+
+-- --- an application's own functions are never replaced ---------------------------------------------------------
+-- CREATE OR REPLACE below would silently replace a function of the same name and arguments in this schema; one
+-- that is not jobq's (its comment, set at the end of this file, starts 'jobq:') stops the migration instead.
+DO $$
+DECLARE
+  sig text;
+  f regprocedure;
+BEGIN
+  FOREACH sig IN ARRAY ARRAY[
+    'enqueue(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text,
+             boolean, text, integer, text[], text, double precision, double precision, text)',
+    'enqueue_batch(text, jsonb, text)',
+    'enqueue_job(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text,
+                 boolean, text, integer, text[], text, double precision, double precision, text, text, integer,
+                 integer)',
+    'enqueue_queue(text)',
+    'enqueue_item_field(jsonb, text, text, text)',
+    'enqueue_check_quotas(text, boolean)',
+    'enqueue_queue_live(text)',
+    'enqueue_deeper_than(jsonb, integer)',
+    'enqueue_check_label(text, text, bigint)',
+    'enqueue_refuse(text, text, text)',
+    'enqueue_limit(text)'
+  ]
+  LOOP
+    f := to_regprocedure(format('%I.%s', current_schema(), sig));
+    IF f IS NOT NULL AND coalesce(obj_description(f, 'pg_proc'), '') NOT LIKE 'jobq:%' THEN
+      RAISE EXCEPTION USING ERRCODE = '42723',
+        MESSAGE = format('jobq migration 0045: function %s already exists in schema %s and is not jobq''s', f,
+                         current_schema()),
+        HINT = 'jobq makes enqueue() and its helpers in its own schema. Rename or move that function, or give '
+               'jobq a schema of its own (JOBQ_DB_SCHEMA), then migrate again.';
+    END IF;
+  END LOOP;
+END
+$$;
 
 -- --- limits ----------------------------------------------------------------------------------------------------
 -- The settings' defaults (app/settings.py): a process's JOBQ_* environment is not visible from SQL, and a GUC
@@ -786,22 +825,33 @@ END
 $$;
 
 -- --- who may call them -------------------------------------------------------------------------------------------
--- The public functions run as their owner (SECURITY DEFINER), with the search_path they were created with, and
--- pg_temp last: never a table or function a caller brings (a temporary table named jobs, say, would otherwise be
--- found first). Only jobq_producer (and the owner) may execute them; the internal ones nobody else.
+-- The public functions run as their owner (SECURITY DEFINER) with a pinned search_path: pg_catalog first (a
+-- built-in is never looked for after jobq's schema), then jobq's schema, then pg_temp last (a temporary table
+-- named jobs, say, is never found first). Only jobq_producer (and the owner) may execute them; the internal
+-- ones nobody else. Exactly the functions made above, by signature: an application's function of one of these
+-- names with other arguments is left alone (the check at the top of the file refused one of the same).
 DO $$
 DECLARE
   f regprocedure;
-  path text := nullif(current_setting('search_path'), '');
 BEGIN
-  FOR f IN
-    SELECT p.oid::regprocedure FROM pg_proc p
-    WHERE p.pronamespace = current_schema()::regnamespace
-      AND p.proname IN ('enqueue', 'enqueue_batch', 'enqueue_job', 'enqueue_queue', 'enqueue_item_field',
-                        'enqueue_check_quotas', 'enqueue_queue_live', 'enqueue_deeper_than', 'enqueue_check_label',
-                        'enqueue_refuse', 'enqueue_limit')
+  FOREACH f IN ARRAY ARRAY[
+    'enqueue(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text,
+             boolean, text, integer, text[], text, double precision, double precision, text)',
+    'enqueue_batch(text, jsonb, text)',
+    'enqueue_job(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text,
+                 boolean, text, integer, text[], text, double precision, double precision, text, text, integer,
+                 integer)',
+    'enqueue_queue(text)',
+    'enqueue_item_field(jsonb, text, text, text)',
+    'enqueue_check_quotas(text, boolean)',
+    'enqueue_queue_live(text)',
+    'enqueue_deeper_than(jsonb, integer)',
+    'enqueue_check_label(text, text, bigint)',
+    'enqueue_refuse(text, text, text)',
+    'enqueue_limit(text)'
+  ]::regprocedure[]
   LOOP
-    EXECUTE format('ALTER FUNCTION %s SET search_path = %s', f, concat_ws(', ', path, 'pg_temp'));
+    EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', f, current_schema());
     EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
     -- How `jobq migrate --move-into-schema` tells jobq's functions from an application's (app/db/migrate.py).
     EXECUTE format('COMMENT ON FUNCTION %s IS %L', f, 'jobq: enqueue from SQL (docs/producers.md)');

@@ -489,3 +489,98 @@ def test_the_migration_runs_again_unchanged(url: str, conn: psycopg.Connection, 
         again.execute(sql.encode())
     assert enqueue(conn, queue, 1) > 0
     conn.rollback()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=psycopg.errors.RaiseException,
+    reason="pg_catalog first in the pinned path breaks ties only: PostgreSQL takes the better-matching overload "
+    "from any schema of the path, so whoever may CREATE in jobq's schema can still shadow a built-in called "
+    "with a non-exact match (concat_ws, format, polymorphic ones). Closed only by qualifying those calls "
+    "(pg_catalog.x, OPERATOR(pg_catalog.op)) or keeping jobq's schema out of the path; until then: never grant "
+    "CREATE on jobq's schema (docs/producers.md)",
+)
+def test_a_function_created_in_jobqs_schema_never_runs_in_place_of_a_built_in(
+    url: str, shared_db: psycopg.Connection, queue: str
+) -> None:
+    """jobq's functions run as their owner: an overload of a built-in they call, created in jobq's schema by a
+    role that may create there, must not be what they run (concat_ws(text, text, text) matches their
+    concat_ws('.', field, name) better than pg_catalog's concat_ws(text, VARIADIC "any"))."""
+    role = f"jobq_test_shadow_{next(_names)}_{int(time.time() * 1000)}"
+    shared_db.execute(f'CREATE ROLE "{role}" NOLOGIN')
+    try:
+        shared_db.execute(f'GRANT jobq_producer TO "{role}"')
+        shared_db.execute(f'GRANT CREATE ON SCHEMA {SCHEMA} TO "{role}"')
+        with psycopg.connect(url) as c:
+            c.execute(f'SET ROLE "{role}"')
+            c.execute(
+                f"CREATE FUNCTION {SCHEMA}.concat_ws(text, text, text) RETURNS text LANGUAGE plpgsql "
+                "AS $$ BEGIN RAISE EXCEPTION 'the shadow ran as %', current_user; END $$"
+            )
+            c.commit()
+            try:
+                job_id = enqueue(c, queue, "not shadowed")
+                c.commit()
+            finally:
+                c.rollback()
+                c.execute(f"DROP FUNCTION {SCHEMA}.concat_ws(text, text, text)")
+                c.commit()
+        assert shared_db.execute("SELECT payload FROM jobq.jobs WHERE id = %s", (job_id,)).fetchone() == (
+            "not shadowed",
+        )
+    finally:
+        shared_db.execute(f'REVOKE CREATE ON SCHEMA {SCHEMA} FROM "{role}"')
+        shared_db.execute(f'DROP OWNED BY "{role}"')
+        shared_db.execute(f'DROP ROLE "{role}"')
+
+
+FUNCTIONS = [
+    "enqueue(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text, "
+    "boolean, text, integer, text[], text, double precision, double precision, text)",
+    "enqueue_batch(text, jsonb, text)",
+    "enqueue_job(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text, "
+    "boolean, text, integer, text[], text, double precision, double precision, text, text, integer, integer)",
+    "enqueue_queue(text)",
+    "enqueue_item_field(jsonb, text, text, text)",
+    "enqueue_check_quotas(text, boolean)",
+    "enqueue_queue_live(text)",
+    "enqueue_deeper_than(jsonb, integer)",
+    "enqueue_check_label(text, text, bigint)",
+    "enqueue_refuse(text, text, text)",
+    "enqueue_limit(text)",
+]
+
+
+def test_each_function_pins_pg_catalog_first_and_is_marked_as_jobqs(shared_db: psycopg.Connection) -> None:
+    for signature in FUNCTIONS:
+        row = shared_db.execute(
+            "SELECT p.proconfig, obj_description(p.oid, 'pg_proc') FROM pg_proc p WHERE p.oid = %s::regprocedure",
+            (f"{SCHEMA}.{signature}",),
+        ).fetchone()
+        assert row is not None, signature
+        assert row[0][0] == f"search_path=pg_catalog, {SCHEMA}, pg_temp", signature
+        assert row[1] == "jobq: enqueue from SQL (docs/producers.md)", signature
+
+
+def test_the_migration_refuses_to_replace_an_applications_function_and_leaves_other_signatures_alone(
+    url: str,
+) -> None:
+    sql = (Path(__file__).parent.parent / "migrations" / "0045_sql_enqueue.sql").read_text()
+    schema = f"app_{next(_names)}"
+    with psycopg.connect(url) as c:  # one transaction, rolled back: nothing of it stays
+        c.execute(f"CREATE SCHEMA {schema}")
+        c.execute(f"SET LOCAL search_path = {schema}, pg_temp")  # as the migration runner sets it
+        c.execute("SET LOCAL check_function_bodies = off")  # this schema has no jobq tables
+        # The application's own: same name, other arguments (kept), then same name and arguments (refused).
+        c.execute("CREATE FUNCTION enqueue(q text) RETURNS bigint LANGUAGE sql AS 'SELECT 1'")
+        c.execute("SAVEPOINT before")
+        c.execute(sql.encode())
+        assert c.execute(
+            "SELECT obj_description(%s::regprocedure, 'pg_proc'), proconfig FROM pg_proc WHERE oid = %s::regprocedure",
+            (f"{schema}.enqueue(text)", f"{schema}.enqueue(text)"),
+        ).fetchone() == (None, None)
+        c.execute("ROLLBACK TO SAVEPOINT before")
+        c.execute("CREATE FUNCTION enqueue_limit(name text) RETURNS bigint LANGUAGE sql AS 'SELECT 7'")
+        with pytest.raises(psycopg.errors.DuplicateFunction, match="is not jobq's"):
+            c.execute(sql.encode())
+        c.rollback()
