@@ -700,6 +700,18 @@ BEGIN
   IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' OR jsonb_array_length(jobs) NOT BETWEEN 1 AND enqueue_limit('max_batch_jobs') THEN
     PERFORM enqueue_refuse('jobs', format('must be a JSON array of 1 to %s objects', enqueue_limit('max_batch_jobs')));
   END IF;
+  -- Every debounce key of the batch locked now, before any item is written, in one order: the lock of
+  -- app/db/debounce.py JOB_DEBOUNCE_LOCK (an HTTP enqueue of one of these keys waits for this transaction, and
+  -- this one for it), sorted as it sorts. Taken item by item instead, two batches naming keys in different orders
+  -- would each hold one and wait for the other's: a deadlock (40P01). enqueue_job takes an item's lock again,
+  -- which it already holds. A key that is not a string is refused with its item, below.
+  PERFORM count(pg_advisory_xact_lock(l.k)) FROM (
+    SELECT DISTINCT hashtextextended(queue || '/' || (e -> 'debounce' ->> 'key'), 24) AS k
+    FROM jsonb_array_elements(jobs) e
+    WHERE jsonb_typeof(e) = 'object' AND jsonb_typeof(e -> 'debounce') = 'object'
+      AND jsonb_typeof(e -> 'debounce' -> 'key') = 'string'
+    ORDER BY 1
+  ) l;
   -- A batch in which a job depends on others takes no unique or debounced job (as over HTTP).
   dependent := EXISTS (SELECT FROM jsonb_array_elements(jobs) e
                        WHERE jsonb_typeof(e -> 'depends_on') = 'array' AND jsonb_array_length(e -> 'depends_on') > 0);

@@ -534,6 +534,52 @@ def test_a_function_created_in_jobqs_schema_never_runs_in_place_of_a_built_in(
         shared_db.execute(f'DROP ROLE "{role}"')
 
 
+def test_two_batches_naming_debounce_keys_in_crossed_orders_both_go_through(
+    url: str, shared_db: psycopg.Connection, queue: str
+) -> None:
+    """Each batch takes all of its keys' locks first, in one order: no deadlock (40P01), whatever the items'
+    order. Lined up as a reviewer did: a third session holds k3's lock until both batches wait."""
+    errors: list[BaseException] = []
+    made: dict[str, list[int]] = {}
+
+    def batch(name: str, keys: list[str]) -> None:
+        try:
+            with psycopg.connect(url) as c:
+                made[name] = enqueue_batch(
+                    c, queue, [{"payload": f"{name}-{k}", "debounce": {"key": k, "seconds": 60}} for k in keys]
+                )
+                c.commit()
+        except BaseException as exc:
+            errors.append(exc)
+
+    def waiting() -> int:
+        row = shared_db.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    with psycopg.connect(url) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s || '/' || 'k3', 24))", (queue,))
+        threads = [
+            threading.Thread(target=batch, args=("a", ["k1", "k3", "k2"])),
+            threading.Thread(target=batch, args=("b", ["k2", "k3", "k1"])),
+        ]
+        for t in threads:
+            t.start()
+        wait_until(lambda: waiting() == 2, what="both batches waiting for a key's lock")
+        holder.commit()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert len(set(made["a"])) == 3 and set(made["a"]) == set(made["b"])
+    rows = shared_db.execute(
+        "SELECT debounce_key, status FROM jobq.jobs WHERE queue_name = %s ORDER BY debounce_key", (queue,)
+    ).fetchall()
+    assert rows == [("k1", "pending"), ("k2", "pending"), ("k3", "pending")]
+
+
 FUNCTIONS = [
     "enqueue(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text, "
     "boolean, text, integer, text[], text, double precision, double precision, text)",
