@@ -8,13 +8,16 @@
 --
 -- Same rules as POST /queues/{queue}/jobs (app/models/jobs.py, app/core/jobs.py), the same statements' effects
 -- (app/db/jobs.py, app/db/debounce.py, app/db/dependencies.py): the same indexes decide unique and debounce, the
--- same advisory lock key serialises a debounce key between HTTP and SQL, dependencies are written as the HTTP
--- path writes them. A refusal is an exception (SQLSTATE 22023, JQ409, JQ429, 0A000: enqueue_refuse and the
+-- same advisory lock key serialises a debounce key between HTTP and SQL, dependency rows are written as the HTTP
+-- path writes them (the parents are marked by the service after the commit instead: "jobs waiting for
+-- others" below). A refusal is an exception (SQLSTATE 22023, JQ409, JQ429, 0A000: enqueue_refuse and the
 -- docs), which aborts the caller's transaction: never a half-made job.
 --
 -- What the service learns: a job due now is announced by a NOTIFY on jobq_wakeup (app/db/channels.py) in the
--- message grammar of app/core/wakeups.py ("<sender> w <queue>", sender "sql"); PostgreSQL delivers it at
--- commit, never on rollback. A job due later is found by each process's fallback poll, as an HTTP one is.
+-- message grammar of app/core/wakeups.py ("<sender> w <queue>", sender "sql"), and jobs that wait for others by
+-- "sql d <queue> <id> ..." (their parents are marked by the service after the commit: no parent row is written
+-- or locked beyond FOR KEY SHARE in the caller's transaction); PostgreSQL delivers both at commit, never on
+-- rollback. A job due later is found by each process's fallback poll, as an HTTP one is.
 -- GET /queues and the stats read the jobs themselves: a queue needs no registration.
 --
 -- Only functions and grants: no table is touched, nothing here locks what enqueues or claims use.
@@ -35,6 +38,7 @@ BEGIN
                  boolean, text, integer, text[], text, double precision, double precision, text, text, integer,
                  integer)',
     'enqueue_queue(text)',
+    'enqueue_announce_waiting(text, bigint[])',
     'enqueue_item_field(jsonb, text, text, text)',
     'enqueue_check_quotas(text, boolean)',
     'enqueue_queue_live(text)',
@@ -235,7 +239,6 @@ DECLARE
   v_found_status text[];
   v_found_queue text[];
   v_found_depth integer[];
-  v_busy bigint;
   v_status text := 'pending';
   v_pending integer := 0;
   v_depth integer := 0;
@@ -442,39 +445,17 @@ BEGIN
   IF cardinality(p_depends_on) > 0 THEN
     SELECT array_agg(d ORDER BY n) INTO v_ids
     FROM (SELECT d, min(n) AS n FROM unnest(p_depends_on) WITH ORDINALITY u(d, n) GROUP BY d) x;
-    -- Lock the parents free now, marking them has_dependants, in a subtransaction; when one is locked by another
-    -- transaction, roll that back (giving every lock it took back) and wait for that one alone, holding nothing,
-    -- then start again: waiting while holding some would deadlock with a statement finishing jobs, which locks the
-    -- jobs it finishes before their dependants (JOB_LOCK_PARENTS says more). FOR UPDATE reads the newest
-    -- committed version: the status a finish committed, so no dependant waits for a parent already finished.
-    LOOP
-      v_busy := NULL;
-      BEGIN
-        WITH free AS (
-          SELECT j.id FROM jobs j WHERE j.id = ANY(v_ids) ORDER BY j.id FOR UPDATE SKIP LOCKED
-        ), marked AS (
-          UPDATE jobs AS j SET has_dependants = true FROM free f WHERE j.id = f.id
-          RETURNING j.id, j.status, j.queue_name, coalesce(j.dependency_depth, 0) AS depth
-        )
-        SELECT array_agg(m.id), array_agg(m.status), array_agg(m.queue_name), array_agg(m.depth)
-        INTO v_found_ids, v_found_status, v_found_queue, v_found_depth
-        FROM marked m;
-        SELECT min(j.id) INTO v_busy FROM jobs j
-        WHERE j.id = ANY(v_ids) AND j.id <> ALL(coalesce(v_found_ids, '{}'));
-        IF v_busy IS NOT NULL THEN
-          RAISE EXCEPTION USING ERRCODE = 'JQ000';
-        END IF;
-      EXCEPTION WHEN SQLSTATE 'JQ000' THEN
-        NULL;
-      END;
-      EXIT WHEN v_busy IS NULL;
-      BEGIN
-        PERFORM FROM jobs j WHERE j.id = v_busy FOR UPDATE;  -- until its holder ends
-        RAISE EXCEPTION USING ERRCODE = 'JQ000';
-      EXCEPTION WHEN SQLSTATE 'JQ000' THEN
-        NULL;
-      END;
-    END LOOP;
+    -- The parents as they are, under FOR KEY SHARE only: it keeps them from being deleted until this transaction
+    -- ends, and conflicts with no UPDATE of theirs, so a worker's complete or fail of a parent never waits for
+    -- the caller's transaction (nor, through the coalesced statement that completes it, do other queues'
+    -- completes). Nothing is written to a parent: has_dependants is set by the service after the commit, on
+    -- the message enqueue_announce_waiting sends, in its own short transaction; a parent that finished
+    -- meanwhile (unmarked, so its finish recorded nothing) is recorded and released then. A lost message (a
+    -- crash between the commit and the message) is the periodic reconciliation's (JOBQ_DEPENDENCY_RECONCILE_SECONDS).
+    SELECT array_agg(p.id), array_agg(p.status), array_agg(p.queue_name), array_agg(p.depth)
+    INTO v_found_ids, v_found_status, v_found_queue, v_found_depth
+    FROM (SELECT j.id, j.status, j.queue_name, coalesce(j.dependency_depth, 0) AS depth
+          FROM jobs j WHERE j.id = ANY(v_ids) ORDER BY j.id FOR KEY SHARE OF j) p;
     -- The job's status from its parents' (app/db/dependencies.py _settle).
     FOR i IN 1..cardinality(v_ids) LOOP
       k := array_position(v_found_ids, v_ids[i]);
@@ -592,6 +573,34 @@ BEGIN
 END
 $$;
 
+-- --- jobs waiting for others ------------------------------------------------------------------------------------
+-- The dependants among `ids` that wait for parents (status waiting, their job_dependencies rows written), named
+-- to the service at commit: "sql d <queue> <id> ..." on jobq_wakeup (app/core/wakeups.py), under NOTIFY's size
+-- limit. Every process marks their parents has_dependants and records those already finished, each parent in
+-- a short transaction of its own (app/core/dependencies.py enqueued); dropped with a rollback, like any NOTIFY.
+CREATE OR REPLACE FUNCTION enqueue_announce_waiting(queue text, ids bigint[]) RETURNS void
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+#variable_conflict use_variable
+DECLARE
+  message text := '';
+  v_id bigint;
+BEGIN
+  FOR v_id IN SELECT j.id FROM jobs j WHERE j.id = ANY(ids) AND j.queue_name = queue AND j.status = 'waiting'
+              ORDER BY j.id LOOP
+    IF length(message) > 7700 THEN
+      PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || message);
+      message := '';
+    END IF;
+    message := message || ' ' || v_id;
+  END LOOP;
+  IF message <> '' THEN
+    PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || message);
+  END IF;
+END
+$$;
+
 -- --- the public functions --------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION enqueue(
   queue text,
@@ -629,6 +638,9 @@ BEGIN
                       unique_while, debounce_key, debounce_seconds, debounce_max_wait_seconds, traceparent, NULL,
                       q.priority_default, q.max_attempts_default);
   PERFORM enqueue_check_quotas(queue, q.was_live);
+  IF cardinality(depends_on) > 0 THEN
+    PERFORM enqueue_announce_waiting(queue, ARRAY[made.job_id]);
+  END IF;
   IF made.due THEN
     -- app/core/wakeups.py's "jobs arrived on <queue>" from sender "sql", on app/db/channels.py's CHANNEL;
     -- delivered at commit, dropped on rollback. Repeats within one transaction are delivered once.
@@ -829,6 +841,9 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM enqueue_check_quotas(queue, q.was_live);
+  IF dependent THEN
+    PERFORM enqueue_announce_waiting(queue, ids);
+  END IF;
   IF wake THEN
     PERFORM pg_notify('jobq_wakeup', 'sql w ' || queue);
   END IF;
@@ -854,6 +869,7 @@ BEGIN
                  boolean, text, integer, text[], text, double precision, double precision, text, text, integer,
                  integer)',
     'enqueue_queue(text)',
+    'enqueue_announce_waiting(text, bigint[])',
     'enqueue_item_field(jsonb, text, text, text)',
     'enqueue_check_quotas(text, boolean)',
     'enqueue_queue_live(text)',

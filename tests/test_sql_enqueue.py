@@ -587,6 +587,7 @@ FUNCTIONS = [
     "enqueue_job(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text, "
     "boolean, text, integer, text[], text, double precision, double precision, text, text, integer, integer)",
     "enqueue_queue(text)",
+    "enqueue_announce_waiting(text, bigint[])",
     "enqueue_item_field(jsonb, text, text, text)",
     "enqueue_check_quotas(text, boolean)",
     "enqueue_queue_live(text)",
@@ -630,3 +631,50 @@ def test_the_migration_refuses_to_replace_an_applications_function_and_leaves_ot
         with pytest.raises(psycopg.errors.DuplicateFunction, match="is not jobq's"):
             c.execute(sql.encode())
         c.rollback()
+
+
+def test_a_producers_open_transaction_holds_up_no_complete_and_its_dependant_is_released_after_the_commit(
+    server_factory: Any, database_url: str
+) -> None:
+    """The SQL path takes no lock on a parent that a complete waits for: a worker completes the parent while the
+    producer's transaction is still open, and the dependant is released right after the commit (by the
+    "sql d" message), not by the periodic reconciliation, which this server runs once at start only."""
+    server: LiveServer = server_factory(dependency_reconcile_seconds=86400)
+    releaser = server.services.maintenance["releaser"]
+    wait_until(lambda: releaser._reconciled > -1e17, what="the reconciliation at start, before any job is made")
+    queue = "sql-parents"
+
+    def complete(job_id: int, token: str, answers: list[httpx.Response], answered: threading.Event) -> None:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            answers.append(c.post(f"/jobs/{job_id}/complete", json={"claim_token": token}))
+        answered.set()
+
+    # The parent completes before the dependant's commit (its transaction open meanwhile).
+    parent = server.enqueue(queue, "parent")["id"]
+    token = server.claim_one(queue)["claim_token"]
+    answers: list[httpx.Response] = []
+    answered = threading.Event()
+    with psycopg.connect(database_url) as producer:
+        child = enqueue(producer, queue, "child", depends_on=[parent])
+        worker = threading.Thread(target=complete, args=(parent, token, answers, answered))
+        worker.start()
+        try:
+            assert answered.wait(60), "the complete waited for the producer's transaction"
+            assert producer.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        finally:
+            producer.commit()
+            worker.join(60)
+    assert [a.status_code for a in answers] == [200]
+    wait_until(lambda: server.job(child)["status"] == "pending", what="the dependant released after the commit")
+    assert server.claim_one(queue)["id"] == child
+
+    # The parent completes after the dependant's commit.
+    later = server.enqueue(queue, "later parent")["id"]
+    token = server.claim_one(queue)["claim_token"]
+    with psycopg.connect(database_url) as producer:
+        second = enqueue(producer, queue, "second child", depends_on=[later])
+        producer.commit()
+    assert server.job(second)["status"] == "waiting"
+    r = server.client.post(f"/jobs/{later}/complete", json={"claim_token": token})
+    assert r.status_code == 200, r.text
+    wait_until(lambda: server.job(second)["status"] == "pending", what="the dependant released by the complete")
