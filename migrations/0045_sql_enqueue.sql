@@ -9,8 +9,7 @@
 -- Same rules as POST /queues/{queue}/jobs (app/models/jobs.py, app/core/jobs.py), the same statements' effects
 -- (app/db/jobs.py, app/db/debounce.py, app/db/dependencies.py): the same indexes decide unique and debounce, the
 -- same advisory lock key serialises a debounce key between HTTP and SQL, dependency rows are written as the HTTP
--- path writes them (the parents are marked by the service after the commit instead: "jobs waiting for
--- others" below). A refusal is an exception (SQLSTATE 22023, JQ409, JQ429, 0A000: enqueue_refuse and the
+-- path writes them (the parents are marked by the service after the commit instead: enqueue() says how). A refusal is an exception (SQLSTATE 22023, JQ409, JQ429, 0A000: enqueue_refuse and the
 -- docs), which aborts the caller's transaction: never a half-made job.
 --
 -- What the service learns: a job due now is announced by a NOTIFY on jobq_wakeup (app/db/channels.py) in the
@@ -38,7 +37,6 @@ BEGIN
                  boolean, text, integer, text[], text, double precision, double precision, text, text, integer,
                  integer)',
     'enqueue_queue(text)',
-    'enqueue_announce_waiting(text, bigint[])',
     'enqueue_item_field(jsonb, text, text, text)',
     'enqueue_check_quotas(text, boolean)',
     'enqueue_queue_live(text)',
@@ -449,7 +447,7 @@ BEGIN
     -- ends, and conflicts with no UPDATE of theirs, so a worker's complete or fail of a parent never waits for
     -- the caller's transaction (nor, through the coalesced statement that completes it, do other queues'
     -- completes). Nothing is written to a parent: has_dependants is set by the service after the commit, on
-    -- the message enqueue_announce_waiting sends, in its own short transaction; a parent that finished
+    -- the message enqueue() and enqueue_batch() send, in its own short transaction; a parent that finished
     -- meanwhile (unmarked, so its finish recorded nothing) is recorded and released then. A lost message (a
     -- crash between the commit and the message) is the periodic reconciliation's (JOBQ_DEPENDENCY_RECONCILE_SECONDS).
     SELECT array_agg(p.id), array_agg(p.status), array_agg(p.queue_name), array_agg(p.depth)
@@ -573,34 +571,6 @@ BEGIN
 END
 $$;
 
--- --- jobs waiting for others ------------------------------------------------------------------------------------
--- The dependants among `ids` that wait for parents (status waiting, their job_dependencies rows written), named
--- to the service at commit: "sql d <queue> <id> ..." on jobq_wakeup (app/core/wakeups.py), under NOTIFY's size
--- limit. Every process marks their parents has_dependants and records those already finished, each parent in
--- a short transaction of its own (app/core/dependencies.py enqueued); dropped with a rollback, like any NOTIFY.
-CREATE OR REPLACE FUNCTION enqueue_announce_waiting(queue text, ids bigint[]) RETURNS void
-LANGUAGE plpgsql
-SET search_path FROM CURRENT
-AS $$
-#variable_conflict use_variable
-DECLARE
-  message text := '';
-  v_id bigint;
-BEGIN
-  FOR v_id IN SELECT j.id FROM jobs j WHERE j.id = ANY(ids) AND j.queue_name = queue AND j.status = 'waiting'
-              ORDER BY j.id LOOP
-    IF length(message) > 7700 THEN
-      PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || message);
-      message := '';
-    END IF;
-    message := message || ' ' || v_id;
-  END LOOP;
-  IF message <> '' THEN
-    PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || message);
-  END IF;
-END
-$$;
-
 -- --- the public functions --------------------------------------------------------------------------------------
 CREATE OR REPLACE FUNCTION enqueue(
   queue text,
@@ -638,8 +608,12 @@ BEGIN
                       unique_while, debounce_key, debounce_seconds, debounce_max_wait_seconds, traceparent, NULL,
                       q.priority_default, q.max_attempts_default);
   PERFORM enqueue_check_quotas(queue, q.was_live);
-  IF cardinality(depends_on) > 0 THEN
-    PERFORM enqueue_announce_waiting(queue, ARRAY[made.job_id]);
+  -- A job that waits for others, named to the service at commit ("sql d <queue> <id>", app/core/wakeups.py):
+  -- its parents were not touched here; the service marks them has_dependants and releases it if one finished
+  -- meanwhile (app/core/dependencies.py enqueued). Dropped with a rollback, like any NOTIFY.
+  IF cardinality(depends_on) > 0 AND EXISTS (SELECT FROM jobs j WHERE j.id = made.job_id AND j.queue_name = queue
+                                                                  AND j.status = 'waiting') THEN
+    PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || ' ' || made.job_id);
   END IF;
   IF made.due THEN
     -- app/core/wakeups.py's "jobs arrived on <queue>" from sender "sql", on app/db/channels.py's CHANNEL;
@@ -707,6 +681,8 @@ DECLARE
   v_debounce jsonb;
   v_while text[];
   k integer;
+  v_waiting bigint;
+  message text;
 BEGIN
   SELECT * INTO q FROM enqueue_queue(queue);
   IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' OR jsonb_array_length(jobs) NOT BETWEEN 1 AND enqueue_limit('max_batch_jobs') THEN
@@ -841,8 +817,21 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM enqueue_check_quotas(queue, q.was_live);
+  -- The jobs that wait for others, named to the service at commit as enqueue() names one: "sql d <queue> <id>
+  -- ...", each message under NOTIFY's 8000 bytes.
   IF dependent THEN
-    PERFORM enqueue_announce_waiting(queue, ids);
+    message := '';
+    FOR v_waiting IN SELECT j.id FROM jobs j WHERE j.id = ANY(ids) AND j.queue_name = queue AND j.status = 'waiting'
+                     ORDER BY j.id LOOP
+      IF length(message) > 7700 THEN
+        PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || message);
+        message := '';
+      END IF;
+      message := message || ' ' || v_waiting;
+    END LOOP;
+    IF message <> '' THEN
+      PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || message);
+    END IF;
   END IF;
   IF wake THEN
     PERFORM pg_notify('jobq_wakeup', 'sql w ' || queue);
@@ -869,7 +858,6 @@ BEGIN
                  boolean, text, integer, text[], text, double precision, double precision, text, text, integer,
                  integer)',
     'enqueue_queue(text)',
-    'enqueue_announce_waiting(text, bigint[])',
     'enqueue_item_field(jsonb, text, text, text)',
     'enqueue_check_quotas(text, boolean)',
     'enqueue_queue_live(text)',

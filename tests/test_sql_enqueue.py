@@ -587,7 +587,6 @@ FUNCTIONS = [
     "enqueue_job(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text, "
     "boolean, text, integer, text[], text, double precision, double precision, text, text, integer, integer)",
     "enqueue_queue(text)",
-    "enqueue_announce_waiting(text, bigint[])",
     "enqueue_item_field(jsonb, text, text, text)",
     "enqueue_check_quotas(text, boolean)",
     "enqueue_queue_live(text)",
@@ -678,3 +677,27 @@ def test_a_producers_open_transaction_holds_up_no_complete_and_its_dependant_is_
     r = server.client.post(f"/jobs/{later}/complete", json={"claim_token": token})
     assert r.status_code == 200, r.text
     wait_until(lambda: server.job(second)["status"] == "pending", what="the dependant released by the complete")
+    assert server.claim_one(queue)["id"] == second
+
+    # A batch's dependants, on an earlier item and on a job the batch does not make: one message names them.
+    outside = server.enqueue(queue, "outside parent")["id"]
+    with psycopg.connect(database_url) as producer:
+        first, after_first, after_both = enqueue_batch(
+            producer,
+            queue,
+            [
+                {"payload": "first", "ref": "first"},
+                {"payload": "after first", "depends_on": ["first"]},
+                {"payload": "after both", "depends_on": ["first", outside]},
+            ],
+        )
+        producer.commit()
+    claims = server.claim(queue, limit=10)
+    assert {c["id"] for c in claims} == {first, outside}
+    for claim in claims:
+        r = server.client.post(f"/jobs/{claim['id']}/complete", json={"claim_token": claim["claim_token"]})
+        assert r.status_code == 200, r.text
+    wait_until(
+        lambda: [server.job(i)["status"] for i in (after_first, after_both)] == ["pending", "pending"],
+        what="the batch's dependants released",
+    )
