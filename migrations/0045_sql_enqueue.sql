@@ -2,21 +2,61 @@
 -- Enqueue from SQL, in the caller's own transaction (issue 24 item 1; docs/producers.md "Enqueue from SQL, in
 -- your own transaction"): enqueue() and enqueue_batch() make a job, or a batch of them, with every option of
 -- the HTTP enqueue, and the job commits or rolls back with the caller's transaction (River's InsertTx,
--- graphile-worker's add_job). Names are unqualified: the runner creates them in jobq's schema, and each
--- function pins the search_path it was created with (never its caller's).
+-- graphile-worker's add_job). Names are unqualified: the runner creates them in jobq's own schema (never in public:
+-- the header above; an installation still in public gets them when its tables move), and each function pins
+-- search_path = pg_catalog, <that schema>, pg_temp (never its caller's; see "who may call them" below).
 --
 -- Same rules as POST /queues/{queue}/jobs (app/models/jobs.py, app/core/jobs.py), the same statements' effects
 -- (app/db/jobs.py, app/db/debounce.py, app/db/dependencies.py): the same indexes decide unique and debounce, the
--- same advisory lock key serialises a debounce key between HTTP and SQL, dependencies are written as the HTTP
--- path writes them. A refusal is an exception (SQLSTATE 22023, JQ409, JQ429, 0A000: enqueue_refuse and the
+-- same advisory lock key serialises a debounce key between HTTP and SQL, dependency rows are written as the HTTP
+-- path writes them (the parents are marked by the service after the commit instead: enqueue() says how). A refusal is an exception (SQLSTATE 22023, JQ409, JQ429, 0A000: enqueue_refuse and the
 -- docs), which aborts the caller's transaction: never a half-made job.
 --
 -- What the service learns: a job due now is announced by a NOTIFY on jobq_wakeup (app/db/channels.py) in the
--- message grammar of app/core/wakeups.py ("<sender> w <queue>", sender "sql"); PostgreSQL delivers it at
--- commit, never on rollback. A job due later is found by each process's fallback poll, as an HTTP one is.
+-- message grammar of app/core/wakeups.py ("<sender> w <queue>", sender "sql"), and jobs that wait for others by
+-- "sql d <queue> <id> ..." (their parents are marked by the service after the commit: no parent row is written
+-- or locked beyond FOR KEY SHARE in the caller's transaction); PostgreSQL delivers both at commit, never on
+-- rollback. A job due later is found by each process's fallback poll, as an HTTP one is.
 -- GET /queues and the stats read the jobs themselves: a queue needs no registration.
 --
 -- Only functions and grants: no table is touched, nothing here locks what enqueues or claims use.
+
+-- --- an application's own functions are never replaced ---------------------------------------------------------
+-- CREATE OR REPLACE below would silently replace a function of the same name and arguments in this schema; one
+-- that is not jobq's (its comment, set at the end of this file, starts 'jobq:') stops the migration instead.
+DO $$
+DECLARE
+  sig text;
+  f regprocedure;
+BEGIN
+  FOREACH sig IN ARRAY ARRAY[
+    'enqueue(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text,
+             boolean, text, integer, text[], text, double precision, double precision, text)',
+    'enqueue_batch(text, jsonb, text)',
+    'enqueue_job(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text,
+                 boolean, text, integer, text[], text, double precision, double precision, text, text, integer,
+                 integer)',
+    'enqueue_queue(text)',
+    'enqueue_item_field(jsonb, text, text, text)',
+    'enqueue_check_quotas(text, boolean)',
+    'enqueue_queue_live(text)',
+    'enqueue_deeper_than(jsonb, integer)',
+    'enqueue_check_label(text, text, bigint)',
+    'enqueue_refuse(text, text, text)',
+    'enqueue_limit(text)'
+  ]
+  LOOP
+    f := to_regprocedure(format('%I.%s', current_schema(), sig));
+    IF f IS NOT NULL AND coalesce(obj_description(f, 'pg_proc'), '') NOT LIKE 'jobq:%' THEN
+      RAISE EXCEPTION USING ERRCODE = '42723',
+        MESSAGE = format('jobq migration 0045: function %s already exists in schema %s and is not jobq''s', f,
+                         current_schema()),
+        HINT = 'jobq makes enqueue() and its helpers in its own schema. Rename or move that function, or give '
+               'jobq a schema of its own (JOBQ_DB_SCHEMA), then migrate again.';
+    END IF;
+  END LOOP;
+END
+$$;
 
 -- --- limits ----------------------------------------------------------------------------------------------------
 -- The settings' defaults (app/settings.py): a process's JOBQ_* environment is not visible from SQL, and a GUC
@@ -197,7 +237,6 @@ DECLARE
   v_found_status text[];
   v_found_queue text[];
   v_found_depth integer[];
-  v_busy bigint;
   v_status text := 'pending';
   v_pending integer := 0;
   v_depth integer := 0;
@@ -404,39 +443,17 @@ BEGIN
   IF cardinality(p_depends_on) > 0 THEN
     SELECT array_agg(d ORDER BY n) INTO v_ids
     FROM (SELECT d, min(n) AS n FROM unnest(p_depends_on) WITH ORDINALITY u(d, n) GROUP BY d) x;
-    -- Lock the parents free now, marking them has_dependants, in a subtransaction; when one is locked by another
-    -- transaction, roll that back (giving every lock it took back) and wait for that one alone, holding nothing,
-    -- then start again: waiting while holding some would deadlock with a statement finishing jobs, which locks the
-    -- jobs it finishes before their dependants (JOB_LOCK_PARENTS says more). FOR UPDATE reads the newest
-    -- committed version: the status a finish committed, so no dependant waits for a parent already finished.
-    LOOP
-      v_busy := NULL;
-      BEGIN
-        WITH free AS (
-          SELECT j.id FROM jobs j WHERE j.id = ANY(v_ids) ORDER BY j.id FOR UPDATE SKIP LOCKED
-        ), marked AS (
-          UPDATE jobs AS j SET has_dependants = true FROM free f WHERE j.id = f.id
-          RETURNING j.id, j.status, j.queue_name, coalesce(j.dependency_depth, 0) AS depth
-        )
-        SELECT array_agg(m.id), array_agg(m.status), array_agg(m.queue_name), array_agg(m.depth)
-        INTO v_found_ids, v_found_status, v_found_queue, v_found_depth
-        FROM marked m;
-        SELECT min(j.id) INTO v_busy FROM jobs j
-        WHERE j.id = ANY(v_ids) AND j.id <> ALL(coalesce(v_found_ids, '{}'));
-        IF v_busy IS NOT NULL THEN
-          RAISE EXCEPTION USING ERRCODE = 'JQ000';
-        END IF;
-      EXCEPTION WHEN SQLSTATE 'JQ000' THEN
-        NULL;
-      END;
-      EXIT WHEN v_busy IS NULL;
-      BEGIN
-        PERFORM FROM jobs j WHERE j.id = v_busy FOR UPDATE;  -- until its holder ends
-        RAISE EXCEPTION USING ERRCODE = 'JQ000';
-      EXCEPTION WHEN SQLSTATE 'JQ000' THEN
-        NULL;
-      END;
-    END LOOP;
+    -- The parents as they are, under FOR KEY SHARE only: it keeps them from being deleted until this transaction
+    -- ends, and conflicts with no UPDATE of theirs, so a worker's complete or fail of a parent never waits for
+    -- the caller's transaction (nor, through the coalesced statement that completes it, do other queues'
+    -- completes). Nothing is written to a parent: has_dependants is set by the service after the commit, on
+    -- the message enqueue() and enqueue_batch() send, in its own short transaction; a parent that finished
+    -- meanwhile (unmarked, so its finish recorded nothing) is recorded and released then. A lost message (a
+    -- crash between the commit and the message) is the periodic reconciliation's (JOBQ_DEPENDENCY_RECONCILE_SECONDS).
+    SELECT array_agg(p.id), array_agg(p.status), array_agg(p.queue_name), array_agg(p.depth)
+    INTO v_found_ids, v_found_status, v_found_queue, v_found_depth
+    FROM (SELECT j.id, j.status, j.queue_name, coalesce(j.dependency_depth, 0) AS depth
+          FROM jobs j WHERE j.id = ANY(v_ids) ORDER BY j.id FOR KEY SHARE OF j) p;
     -- The job's status from its parents' (app/db/dependencies.py _settle).
     FOR i IN 1..cardinality(v_ids) LOOP
       k := array_position(v_found_ids, v_ids[i]);
@@ -591,6 +608,13 @@ BEGIN
                       unique_while, debounce_key, debounce_seconds, debounce_max_wait_seconds, traceparent, NULL,
                       q.priority_default, q.max_attempts_default);
   PERFORM enqueue_check_quotas(queue, q.was_live);
+  -- A job that waits for others, named to the service at commit ("sql d <queue> <id>", app/core/wakeups.py):
+  -- its parents were not touched here; the service marks them has_dependants and releases it if one finished
+  -- meanwhile (app/core/dependencies.py enqueued). Dropped with a rollback, like any NOTIFY.
+  IF cardinality(depends_on) > 0 AND EXISTS (SELECT FROM jobs j WHERE j.id = made.job_id AND j.queue_name = queue
+                                                                  AND j.status = 'waiting') THEN
+    PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || ' ' || made.job_id);
+  END IF;
   IF made.due THEN
     -- app/core/wakeups.py's "jobs arrived on <queue>" from sender "sql", on app/db/channels.py's CHANNEL;
     -- delivered at commit, dropped on rollback. Repeats within one transaction are delivered once.
@@ -657,11 +681,25 @@ DECLARE
   v_debounce jsonb;
   v_while text[];
   k integer;
+  v_waiting bigint;
+  message text;
 BEGIN
   SELECT * INTO q FROM enqueue_queue(queue);
   IF jobs IS NULL OR jsonb_typeof(jobs) <> 'array' OR jsonb_array_length(jobs) NOT BETWEEN 1 AND enqueue_limit('max_batch_jobs') THEN
     PERFORM enqueue_refuse('jobs', format('must be a JSON array of 1 to %s objects', enqueue_limit('max_batch_jobs')));
   END IF;
+  -- Every debounce key of the batch locked now, before any item is written, in one order: the lock of
+  -- app/db/debounce.py JOB_DEBOUNCE_LOCK (an HTTP enqueue of one of these keys waits for this transaction, and
+  -- this one for it), sorted as it sorts. Taken item by item instead, two batches naming keys in different orders
+  -- would each hold one and wait for the other's: a deadlock (40P01). enqueue_job takes an item's lock again,
+  -- which it already holds. A key that is not a string is refused with its item, below.
+  PERFORM count(pg_advisory_xact_lock(l.k)) FROM (
+    SELECT DISTINCT hashtextextended(queue || '/' || (e -> 'debounce' ->> 'key'), 24) AS k
+    FROM jsonb_array_elements(jobs) e
+    WHERE jsonb_typeof(e) = 'object' AND jsonb_typeof(e -> 'debounce') = 'object'
+      AND jsonb_typeof(e -> 'debounce' -> 'key') = 'string'
+    ORDER BY 1
+  ) l;
   -- A batch in which a job depends on others takes no unique or debounced job (as over HTTP).
   dependent := EXISTS (SELECT FROM jsonb_array_elements(jobs) e
                        WHERE jsonb_typeof(e -> 'depends_on') = 'array' AND jsonb_array_length(e -> 'depends_on') > 0);
@@ -779,6 +817,22 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM enqueue_check_quotas(queue, q.was_live);
+  -- The jobs that wait for others, named to the service at commit as enqueue() names one: "sql d <queue> <id>
+  -- ...", each message under NOTIFY's 8000 bytes.
+  IF dependent THEN
+    message := '';
+    FOR v_waiting IN SELECT j.id FROM jobs j WHERE j.id = ANY(ids) AND j.queue_name = queue AND j.status = 'waiting'
+                     ORDER BY j.id LOOP
+      IF length(message) > 7700 THEN
+        PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || message);
+        message := '';
+      END IF;
+      message := message || ' ' || v_waiting;
+    END LOOP;
+    IF message <> '' THEN
+      PERFORM pg_notify('jobq_wakeup', 'sql d ' || queue || message);
+    END IF;
+  END IF;
   IF wake THEN
     PERFORM pg_notify('jobq_wakeup', 'sql w ' || queue);
   END IF;
@@ -787,22 +841,33 @@ END
 $$;
 
 -- --- who may call them -------------------------------------------------------------------------------------------
--- The public functions run as their owner (SECURITY DEFINER), with the search_path they were created with, and
--- pg_temp last: never a table or function a caller brings (a temporary table named jobs, say, would otherwise be
--- found first). Only jobq_producer (and the owner) may execute them; the internal ones nobody else.
+-- The public functions run as their owner (SECURITY DEFINER) with a pinned search_path: pg_catalog first (a
+-- built-in is never looked for after jobq's schema), then jobq's schema, then pg_temp last (a temporary table
+-- named jobs, say, is never found first). Only jobq_producer (and the owner) may execute them; the internal
+-- ones nobody else. Exactly the functions made above, by signature: an application's function of one of these
+-- names with other arguments is left alone (the check at the top of the file refused one of the same).
 DO $$
 DECLARE
   f regprocedure;
-  path text := nullif(current_setting('search_path'), '');
 BEGIN
-  FOR f IN
-    SELECT p.oid::regprocedure FROM pg_proc p
-    WHERE p.pronamespace = current_schema()::regnamespace
-      AND p.proname IN ('enqueue', 'enqueue_batch', 'enqueue_job', 'enqueue_queue', 'enqueue_item_field',
-                        'enqueue_check_quotas', 'enqueue_queue_live', 'enqueue_deeper_than', 'enqueue_check_label',
-                        'enqueue_refuse', 'enqueue_limit')
+  FOREACH f IN ARRAY ARRAY[
+    'enqueue(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text,
+             boolean, text, integer, text[], text, double precision, double precision, text)',
+    'enqueue_batch(text, jsonb, text)',
+    'enqueue_job(text, jsonb, integer, timestamptz, double precision, integer, text, text, integer, bigint[], text,
+                 boolean, text, integer, text[], text, double precision, double precision, text, text, integer,
+                 integer)',
+    'enqueue_queue(text)',
+    'enqueue_item_field(jsonb, text, text, text)',
+    'enqueue_check_quotas(text, boolean)',
+    'enqueue_queue_live(text)',
+    'enqueue_deeper_than(jsonb, integer)',
+    'enqueue_check_label(text, text, bigint)',
+    'enqueue_refuse(text, text, text)',
+    'enqueue_limit(text)'
+  ]::regprocedure[]
   LOOP
-    EXECUTE format('ALTER FUNCTION %s SET search_path = %s', f, concat_ws(', ', path, 'pg_temp'));
+    EXECUTE format('ALTER FUNCTION %s SET search_path = pg_catalog, %I, pg_temp', f, current_schema());
     EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
     -- How `jobq migrate --move-into-schema` tells jobq's functions from an application's (app/db/migrate.py).
     EXECUTE format('COMMENT ON FUNCTION %s IS %L', f, 'jobq: enqueue from SQL (docs/producers.md)');

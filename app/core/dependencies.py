@@ -18,6 +18,7 @@ the other processes; nothing is sent from inside a statement."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -73,6 +74,51 @@ class DependencyRelease:
         self.batch = settings.dependency_batch_size
         self.budget_ms = settings.maintenance_statement_timeout_ms
         self.backlog: Callable[[], None] = lambda: None
+        self._marking: set[asyncio.Task[None]] = set()
+        effects.wakeups.dependants_enqueued = self.enqueued
+
+    # -- dependants an SQL enqueue committed -------------------------------------------------------------------
+
+    def enqueued(self, queue: str, jobs: list[int]) -> None:
+        """The message of an SQL enqueue that committed dependants (migrations/0045_sql_enqueue.sql): their
+        parents are marked and, finished ones, released, in the background of this process (every process
+        does it; it is idempotent)."""
+        task = asyncio.get_running_loop().create_task(self.mark_parents(queue, jobs))
+        self._marking.add(task)
+        task.add_done_callback(self._marking.discard)
+
+    async def mark_parents(self, queue: str, jobs: Sequence[int]) -> None:
+        """The SQL path writes a dependant and its dependency rows without touching its parents (no lock on
+        them for the caller's transaction); here, right after its commit, each parent is marked has_dependants
+        in a short transaction, so that its finish records it, and one that finished before that (its finish
+        recorded nothing) is recorded here and released at once. A parent locked by a finishing statement is
+        waited for alone, holding nothing (as app/db/dependencies.py does). Never raises: what fails here
+        (and a message never received) is the periodic reconciliation's (JOBQ_DEPENDENCY_RECONCILE_SECONDS)."""
+        try:
+            async with self.db.connection() as conn:
+                async with conn.transaction():
+                    await store.set_budget(conn, self.budget_ms)
+                    marked = await store.parents_mark(conn, queue, jobs)
+                for parent in [m.parent_id for m in marked if m.busy]:
+                    async with conn.transaction():
+                        await store.set_budget(conn, self.budget_ms)
+                        await store.parent_wait_for(conn, parent)  # until the finish holding it commits
+                    async with conn.transaction():
+                        await store.set_budget(conn, self.budget_ms)
+                        again = await store.parents_mark(conn, queue, jobs, only=parent)
+                    if any(m.busy for m in again):
+                        log.warning("parent %d of dependants in %r locked again; left to the reconciliation",
+                                    parent, queue)  # fmt: skip
+                    marked += again
+        except Exception:
+            log.warning("parents of %d dependant(s) in %r left to the reconciliation", len(jobs), queue,
+                        exc_info=True)  # fmt: skip
+            return
+        frontier: dict[str, list[int]] = {}
+        for m in marked:
+            if m.recorded:
+                frontier.setdefault(m.parent_queue, []).append(m.parent_id)
+        await self._release(frontier)
 
     async def after_finish(self, jobs: Iterable[JobRow | None]) -> None:
         """Jobs a write path just finished (its statement committed): the direct dependants of those that
@@ -82,6 +128,10 @@ class DependencyRelease:
         for job in jobs:
             if job is not None and job.has_dependants and job.status in FINISHED:
                 frontier.setdefault(job.queue, []).append(job.id)
+        await self._release(frontier)
+
+    async def _release(self, frontier: dict[str, list[int]]) -> None:
+        """The first steps for finished jobs recorded in the outbox (by queue); the rest to the background."""
         more = False
         edges = 0
         for _ in range(INLINE_LEVELS):

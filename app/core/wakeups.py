@@ -30,11 +30,15 @@ Messages on CHANNEL (its names: app/db/channels.py): "<sender> w q1 q2 ... #id .
 queues q1, q2, job id finished; "<sender> p q1 ... #id ..." I have waiters on these; "<sender> h" I
 (re)started listening, tell me your presence; "keys k" API keys changed (sent by the SQL that changes
 them, app/db/keys.py) and "config <queue>" a queue's configuration changed (app/db/flow.py), both
-handled by the listener.
+handled by the listener; "sql d <queue> id ..." jobs of <queue> that wait for others were committed by an
+SQL enqueue (migrations/0045_sql_enqueue.sql), whose parents the dependency release marks
+(app/core/dependencies.py enqueued). A process of a release before this one ignores "d" messages: the
+periodic reconciliation then releases those jobs.
 
-Every message comes from a process's own session: no statement sends one (the dependency release, which
-once did from a trigger, reports its moves through app/core/effects.py like every write path). A
-previous release's trigger sent "db w ..."; it is taken like any other process's message.
+Every message but the SQL enqueue's ("sql w", "sql d", sent at its caller's commit) comes from a process's
+own session: no statement of the service sends one (the dependency release, which once did from a trigger,
+reports its moves through app/core/effects.py like every write path). A previous release's trigger sent
+"db w ..."; it is taken like any other process's message.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 from app.db.channels import CHANNEL, JOB
@@ -98,6 +102,8 @@ class Wakeups:
         self.min_interval = min_interval_ms / 1000
         self.local: LocalWaiters = _Nobody()
         self.results: LocalResultWaiters = _Nobody()
+        # "d" messages: the dependency release's (app/core/dependencies.py enqueued), set when it is built.
+        self.dependants_enqueued: Callable[[str, list[int]], None] = lambda queue, jobs: None
         self.connected = asyncio.Event()  # the LISTEN connection is up
         self.connections = 0  # LISTEN sessions opened so far (reconnects included)
         self.sent = 0
@@ -269,6 +275,8 @@ class Wakeups:
         elif kind == "h":
             self._present.update(self._waited_here())
             self._kick()
+        elif kind == "d" and listed:
+            self.dependants_enqueued(listed[0], [int(i) for i in listed[1:] if i.isdigit()])
 
     async def aclose(self) -> None:
         if self._sender_task is not None:

@@ -288,6 +288,76 @@ async def edges_finished_parents(
     return int(row[0]), (int(row[1]) if row[1] is not None else None), int(row[2])
 
 
+# --- dependants enqueued from SQL ------------------------------------------------------------------------------
+
+PARENTS_MARK = f"""
+WITH edges AS (
+  -- The dependency rows of dependants an SQL enqueue just committed (migrations/0045_sql_enqueue.sql, which
+  -- writes them without touching the parents), each by its primary key: a dependant's depends_on names its
+  -- parents. `only`: one parent, after waiting for its lock.
+  SELECT DISTINCT d.parent_id, d.parent_queue
+  FROM jobq.jobs c
+  CROSS JOIN LATERAL unnest(c.depends_on) AS u(parent_id)
+  JOIN jobq.job_dependencies d ON d.parent_id = u.parent_id AND d.job_id = c.id
+  WHERE c.queue_name = %(queue)s AND c.id = ANY(%(jobs)s::bigint[]) AND d.parent_queue IS NOT NULL
+    AND (%(only)s::bigint IS NULL OR d.parent_id = %(only)s::bigint)
+), free AS (
+  -- The parents locked free now, in id order (one locked by a finishing statement is waited for alone, holding
+  -- nothing: parents_wait_for). FOR NO KEY UPDATE reads the newest committed version: the status a finish
+  -- that committed meanwhile wrote.
+  SELECT p.id, p.status, p.has_dependants FROM jobq.jobs p
+  WHERE p.id = ANY(ARRAY(SELECT parent_id FROM edges))
+  ORDER BY p.id
+  FOR NO KEY UPDATE SKIP LOCKED
+), marked AS (
+  -- Marked: a finish from now on records the parent in the outbox itself (app/db/jobs.py record_finished).
+  UPDATE jobq.jobs AS p SET has_dependants = true
+  FROM free f WHERE p.id = f.id AND NOT coalesce(f.has_dependants, false)
+), recorded AS (
+  -- Finished before it was marked (its finish recorded nothing, or recorded it and was released before these
+  -- rows were visible), or gone (deleted by retention, so finished): recorded now, released by the caller's
+  -- step. As EDGES_FINISHED_PARENTS records, for these parents only; a second row for one job is consumed
+  -- like the first.
+  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
+  SELECT e.parent_queue, e.parent_id, coalesce(f.status, 'completed')
+  FROM edges e LEFT JOIN free f ON f.id = e.parent_id
+  WHERE f.status IN {FINISHED_SQL}
+     OR (f.id IS NULL AND NOT EXISTS (SELECT FROM jobq.jobs x WHERE x.id = e.parent_id))
+  RETURNING queue_name, job_id
+)
+SELECT e.parent_id, e.parent_queue,
+       f.id IS NULL AND EXISTS (SELECT FROM jobq.jobs x WHERE x.id = e.parent_id) AS busy,
+       EXISTS (SELECT FROM recorded r WHERE r.job_id = e.parent_id) AS recorded
+FROM edges e LEFT JOIN free f ON f.id = e.parent_id
+ORDER BY e.parent_id
+"""
+
+PARENT_WAIT_FOR = "SELECT FROM jobq.jobs WHERE id = %(id)s FOR NO KEY UPDATE"
+
+
+@dataclass(slots=True, frozen=True)
+class MarkedParent:
+    parent_id: int
+    parent_queue: str
+    busy: bool  # locked by another transaction: not marked yet
+    recorded: bool  # finished: recorded in the outbox
+
+
+async def parents_mark(
+    conn: psycopg.AsyncConnection[Any], queue: str, jobs: Sequence[int], only: int | None = None
+) -> list[MarkedParent]:
+    """Within a transaction: the parents of the dependants `jobs` (of `queue`) marked and, finished ones,
+    recorded; those locked by someone else reported busy, not waited for."""
+    cur = conn.cursor(row_factory=rows_of(MarkedParent))
+    await cur.execute(PARENTS_MARK, {"queue": queue, "jobs": sorted(jobs), "only": only})
+    return await cur.fetchall()
+
+
+async def parent_wait_for(conn: psycopg.AsyncConnection[Any], parent: int) -> None:
+    """Within a transaction of its own: until whoever holds the parent's row lock lets it go."""
+    await conn.execute(PARENT_WAIT_FOR, {"id": parent})
+
+
 # --- a step's budget ----------------------------------------------------------------------------------------------
 
 
