@@ -18,5 +18,10 @@ CREATE TABLE IF NOT EXISTS jobq.jobq_migrations (
   applied_at timestamptz NOT NULL DEFAULT now()
 )
 
+-- name: OTHERS_WHO_CREATE --
+SELECT coalesce(string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, ', '), '')
+FROM pg_namespace n, aclexplode(n.nspacl) a
+WHERE n.oid = to_regnamespace(%s) AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner
+
 -- name: RECORD_MIGRATION --
 INSERT INTO jobq.jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)

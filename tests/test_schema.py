@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from app.db import schema
-from app.db.migrate import load_migrations, migrate, move_into_schema
+from app.db.migrate import MigrationError, load_migrations, migrate, move_into_schema
 from tests.conftest import make_settings
 from tests.processes import run_jobq
 from tests.support import LiveServer, wait_until
@@ -163,6 +163,31 @@ def test_statements_are_sent_for_the_configured_schema(written: str, sent: str) 
     assert location.rename(written) == sent
     assert schema.Location().rename(written) is written  # the default: sent as written
     assert location.rename(b"CREATE TABLE jobs ()") == b"CREATE TABLE jobs ()"  # a migration file's statement
+
+
+def test_jobqs_schema_is_its_owners_alone_and_a_grant_of_create_is_refused(
+    empty_database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """jobq's SECURITY DEFINER functions call built-ins: a role that may create in their schema could make a
+    better-matching overload that runs as their owner. The migrations make the schema with CREATE for its owner
+    alone, refuse to make those functions where another role may create, and say so at every run."""
+    url = empty_database_url
+    migrate(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        others = conn.execute(
+            "SELECT count(*) FROM pg_namespace n, aclexplode(n.nspacl) a"
+            " WHERE n.nspname = 'jobq' AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner"
+        ).fetchone()
+        assert others == (0,)
+        conn.execute("GRANT CREATE ON SCHEMA jobq TO PUBLIC")
+        conn.execute("DELETE FROM jobq.jobq_migrations WHERE version = 45")  # as if it were still to come
+    with pytest.raises(MigrationError, match=r"0045_sql_enqueue.sql: roles other than its owner .* \(PUBLIC\)"):
+        migrate(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("REVOKE CREATE ON SCHEMA jobq FROM PUBLIC")
+    caplog.clear()
+    assert migrate(url) == ["0045_sql_enqueue.sql"]
+    assert "may create objects" not in caplog.text
 
 
 def test_public_is_not_a_schema_of_its_own() -> None:

@@ -174,6 +174,15 @@ def pending_migrations(conn: psycopg.Connection, directory: Path | None = None) 
     return todo
 
 
+# Roles other than its owner that may create objects in jobq's schema. jobq's SECURITY DEFINER functions (enqueue
+# from SQL) run as their owner and call built-ins; an overload of one made in the schema by another role could
+# match a call better than the built-in and run in its place, as the owner.
+OTHERS_WHO_CREATE = """
+SELECT coalesce(string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END, ', '), '')
+FROM pg_namespace n, aclexplode(n.nspacl) a
+WHERE n.oid = to_regnamespace(%s) AND a.privilege_type = 'CREATE' AND a.grantee <> n.nspowner
+"""
+
 RECORD_MIGRATION = "INSERT INTO jobq.jobq_migrations (version, name, checksum) VALUES (%s, %s, %s)"
 
 # Who holds what a migration statement could not lock in time: the oldest transactions of the database.
@@ -230,6 +239,23 @@ class _LockWait:
         )  # fmt: skip
         time.sleep(self.pause)
         self.pause = min(self.pause * 2, _RETRY_MAX)
+
+
+def _others_who_create(conn: psycopg.Connection, schema: str) -> str:
+    row = conn.execute(OTHERS_WHO_CREATE, (schema,)).fetchone()
+    others = str(row[0]) if row else ""
+    if others:
+        log.error("%s", _others_may_create(None, schema, others))
+    return others
+
+
+def _others_may_create(name: str | None, schema: str, others: str) -> str:
+    return (
+        f"{name + ': ' if name else ''}roles other than its owner may create objects in jobq's schema {schema} "
+        f"({others}): an overload of a built-in made there could run as the owner of jobq's SECURITY DEFINER "
+        f"functions (enqueue from SQL). REVOKE CREATE ON SCHEMA {schema} FROM {others}"
+        + ("; nothing of this file was applied." if name else ".")
+    )
 
 
 def _set_lock_timeout(conn: psycopg.Connection, ms: int, local: bool = False) -> None:
@@ -295,11 +321,14 @@ def migrate(
                 conn.execute(schemas.create(location.current))
             conn.execute(sql.SQL("SET search_path = {}, pg_temp").format(sql.Identifier(location.current)))
             conn.execute(MIGRATIONS_TABLE)
+            others = "" if location.current == schemas.LEGACY else _others_who_create(conn, location.current)
             done, deferred = [], []
             for m in pending_migrations(conn, directory):
                 if m.own_schema and location.current == schemas.LEGACY:
                     deferred.append(m.name)
                     continue
+                if m.own_schema and others:
+                    raise MigrationError(_others_may_create(m.name, location.current, others))
                 waits = _LockWait(m.name, lock_timeout_ms, lock_wait_seconds)
                 if m.transactional:
                     _apply_in_transaction(conn, m, waits)
