@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
+from tests.conftest import make_settings
 from tests.support import LiveServer, record_messages, report, settle_long_poll, wait_until
 
 SCHEMA = "jobq"  # jobq's schema (JOBQ_DB_SCHEMA), where the migrations made the functions
@@ -460,6 +461,35 @@ def test_a_long_poll_claim_is_woken_by_the_commit_and_a_rollback_wakes_nothing(
     wait_until(lambda: f"sql w {queue}" in messages, what="the wake-up message")
     assert messages.count(f"sql w {queue}") == 1  # the rolled-back enqueue sent none
     report(f"SQL enqueue: commit -> long-poll claim answered in {(when - committed) * 1000:.1f} ms")
+
+
+def test_every_process_hears_the_commit(
+    shared_server: LiveServer, url: str, conn: psycopg.Connection, queue: str
+) -> None:
+    """Two processes (replicas) on the database, a claim parked on each: one commit wakes both, and each
+    claim gets one of the two jobs."""
+    other = LiveServer(make_settings(url)).start()
+    try:
+        answered: list[list[int]] = []
+
+        def long_poll(server: LiveServer) -> None:
+            with httpx.Client(base_url=server.url, timeout=60) as c:
+                r = c.post(f"/queues/{queue}/claim", json={"worker": "w", "wait_seconds": 25})
+                answered.append([j["id"] for j in r.json()["jobs"]])
+
+        threads = [threading.Thread(target=long_poll, args=(s,)) for s in (shared_server, other)]
+        for t in threads:
+            t.start()
+        settle_long_poll(shared_server, queue)
+        settle_long_poll(other, queue)
+        ids = [enqueue(conn, queue, "a"), enqueue(conn, queue, "b")]
+        conn.commit()
+        for t in threads:
+            t.join(60)
+        assert sorted(i for got in answered for i in got) == sorted(ids)
+        assert all(len(got) == 1 for got in answered), answered  # each process's claim was woken
+    finally:
+        other.stop()
 
 
 def test_a_delayed_job_is_claimed_when_due(
