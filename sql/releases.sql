@@ -109,12 +109,19 @@ WITH edges AS (
   -- The dependency rows of dependants an SQL enqueue just committed (migrations/0045_sql_enqueue.sql, which
   -- writes them without touching the parents), each by its primary key: a dependant's depends_on names its
   -- parents. `only`: one parent, after waiting for its lock.
+  -- One primary-key lookup per dependant and per dependency row (OFFSET 0 keeps each a lookup: a join of the
+  -- id list with job_dependencies, whose key starts with the parent, would read it whole).
   SELECT DISTINCT d.parent_id, d.parent_queue
-  FROM jobq.jobs c
+  FROM unnest(%(jobs)s::bigint[]) AS i(id)
+  CROSS JOIN LATERAL (
+    SELECT c.id, c.depends_on FROM jobq.jobs c WHERE c.id = i.id AND c.queue_name = %(queue)s OFFSET 0
+  ) c
   CROSS JOIN LATERAL unnest(c.depends_on) AS u(parent_id)
-  JOIN jobq.job_dependencies d ON d.parent_id = u.parent_id AND d.job_id = c.id
-  WHERE c.queue_name = %(queue)s AND c.id = ANY(%(jobs)s::bigint[]) AND d.parent_queue IS NOT NULL
-    AND (%(only)s::bigint IS NULL OR d.parent_id = %(only)s::bigint)
+  CROSS JOIN LATERAL (
+    SELECT d.parent_id, d.parent_queue FROM jobq.job_dependencies d
+    WHERE d.parent_id = u.parent_id AND d.job_id = c.id AND d.parent_queue IS NOT NULL OFFSET 0
+  ) d
+  WHERE %(only)s::bigint IS NULL OR d.parent_id = %(only)s::bigint
 ), free AS (
   -- The parents locked free now, in id order (one locked by a finishing statement is waited for alone, holding
   -- nothing: parents_wait_for). FOR NO KEY UPDATE reads the newest committed version: the status a finish

@@ -356,6 +356,12 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         {"queue": "q", "after": 0, "limit": 1000},
         BY_ID,
     ),
+    # An SQL enqueue's message naming 1,000 of those dependants: their parents marked (app/core/dependencies.py).
+    "release, parents of 1,000 SQL-enqueued dependants marked": (
+        store_releases.PARENTS_MARK,
+        {"queue": "q", "jobs": list(range(250_001, 251_001)), "only": None},
+        BY_ID,
+    ),
 }
 HOT["stats, top groups"] = (
     store_ops.QUEUE_GROUPS,
@@ -420,6 +426,8 @@ PRELUDE = {
         ],
         WAITING_10K,
     ),
+    "release, parents of 1,000 SQL-enqueued dependants marked": WAITING_10K
+    + ";\nUPDATE jobq.jobs SET depends_on = ARRAY[1501::bigint] WHERE id BETWEEN 250001 AND 260000",
     "stats": store_ops.NO_SEQSCAN,
     "queues": store_ops.NO_SEQSCAN,
     "stats, top groups": store_ops.NO_SEQSCAN,

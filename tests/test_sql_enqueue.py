@@ -492,6 +492,23 @@ def test_every_process_hears_the_commit(
         other.stop()
 
 
+def test_a_malformed_message_on_the_channel_is_dropped_and_the_listener_stays(
+    shared_server: LiveServer, shared_db: psycopg.Connection, queue: str
+) -> None:
+    """Any role that may connect may NOTIFY: ids int() refuses ("²", a digit for str.isdigit) are dropped, and
+    the LISTEN connection (every message after them) stays."""
+    wakeups = shared_server.services.wakeups
+    connections = wakeups.connections
+    messages = record_messages(shared_server)
+    shared_db.execute(
+        "SELECT pg_notify('jobq_wakeup', 'x d q ²'), pg_notify('jobq_wakeup', 'x p #²'),"
+        " pg_notify('jobq_wakeup', 'x d q ' || repeat('9', 5000)), pg_notify('jobq_wakeup', %s)",
+        (f"x w {queue}",),
+    )
+    wait_until(lambda: f"x w {queue}" in messages, what="the message sent after the malformed ones")
+    assert wakeups.connections == connections  # not reconnected: nothing was lost around them
+
+
 def test_a_delayed_job_is_claimed_when_due(
     shared_server: LiveServer, conn: psycopg.Connection, shared_db: psycopg.Connection, queue: str
 ) -> None:

@@ -65,6 +65,11 @@ class _Level:
     exhausted: bool = True
 
 
+# Dependants of SQL enqueues marked per statement, and the most waiting to be marked in a process.
+MARK_CHUNK = 1_000
+MARK_PENDING_MAX = 100_000
+
+
 class DependencyRelease:
     """Built once per process; `backlog` is the background service's poke (set when it is built)."""
 
@@ -74,7 +79,11 @@ class DependencyRelease:
         self.batch = settings.dependency_batch_size
         self.budget_ms = settings.maintenance_statement_timeout_ms
         self.backlog: Callable[[], None] = lambda: None
-        self._marking: set[asyncio.Task[None]] = set()
+        # Dependants named by SQL enqueues' messages, by queue, marked by one task at a time (messages merge):
+        # bounded, so that no flood of messages (anyone who may connect may NOTIFY) makes unbounded work here.
+        self._to_mark: dict[str, set[int]] = {}
+        self._to_mark_count = 0
+        self._marker: asyncio.Task[None] | None = None
         effects.wakeups.dependants_enqueued = self.enqueued
 
     # -- dependants an SQL enqueue committed -------------------------------------------------------------------
@@ -82,10 +91,25 @@ class DependencyRelease:
     def enqueued(self, queue: str, jobs: list[int]) -> None:
         """The message of an SQL enqueue that committed dependants (migrations/0045_sql_enqueue.sql): their
         parents are marked and, finished ones, released, in the background of this process (every process
-        does it; it is idempotent)."""
-        task = asyncio.get_running_loop().create_task(self.mark_parents(queue, jobs))
-        self._marking.add(task)
-        task.add_done_callback(self._marking.discard)
+        does it; it is idempotent). Past MARK_PENDING_MAX ids waiting here, more are left to the reconciliation."""
+        pending = self._to_mark.setdefault(queue, set())
+        for job in jobs:
+            if self._to_mark_count >= MARK_PENDING_MAX:
+                log.warning("dependants of SQL enqueues in %r left to the reconciliation (too many waiting)", queue)
+                break
+            if job not in pending:
+                pending.add(job)
+                self._to_mark_count += 1
+        if self._marker is None or self._marker.done():
+            self._marker = asyncio.get_running_loop().create_task(self._mark_pending())
+
+    async def _mark_pending(self) -> None:
+        while self._to_mark:
+            queue, ids = self._to_mark.popitem()
+            self._to_mark_count -= len(ids)
+            ordered = sorted(ids)
+            for start in range(0, len(ordered), MARK_CHUNK):
+                await self.mark_parents(queue, ordered[start : start + MARK_CHUNK])
 
     async def mark_parents(self, queue: str, jobs: Sequence[int]) -> None:
         """The SQL path writes a dependant and its dependency rows without touching its parents (no lock on

@@ -276,7 +276,7 @@ class Wakeups:
             self._present.update(self._waited_here())
             self._kick()
         elif kind == "d" and listed:
-            self.dependants_enqueued(listed[0], [int(i) for i in listed[1:] if i.isdigit()])
+            self.dependants_enqueued(listed[0], [int(i) for i in listed[1:] if _job_id(i)])
 
     async def aclose(self) -> None:
         if self._sender_task is not None:
@@ -303,9 +303,15 @@ def _split(names: Iterable[str]) -> tuple[list[str], list[int]]:
     for name in names:
         if not name.startswith(JOB):
             queues.append(name)
-        elif name[1:].isdigit():
+        elif _job_id(name[1:]):
             ids.append(int(name[1:]))
     return queues, ids
+
+
+def _job_id(text: str) -> bool:
+    """A job id as a message spells it: ASCII digits of a bigint. (str.isdigit() alone takes "²", which int()
+    refuses: anyone who may connect may NOTIFY on the channel.)"""
+    return 0 < len(text) <= 19 and text.isascii() and text.isdigit() and int(text) < 2**63
 
 
 def _payloads(prefix: str, queues: list[str]) -> list[str]:

@@ -20,6 +20,10 @@ WITH doomed AS (
   SELECT id FROM jobq.jobs
   WHERE queue_name = %(queue)s AND status = %(status)s AND finished_at IS NOT NULL
     AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(age)s)
+    -- A failed or cancelled job that dependants still wait for stays until they are cancelled (or run): a
+    -- parent gone is taken for completed (app/db/releases.py), and an SQL enqueue's dependants may meet their
+    -- parent's failure only after it (PARENTS_MARK). A primary-key prefix probe per candidate.
+    AND (%(status)s = 'completed' OR NOT EXISTS (SELECT FROM jobq.job_dependencies d WHERE d.parent_id = jobs.id))
   ORDER BY finished_at
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED

@@ -126,7 +126,11 @@ class WakeupListener:
         try:
             async with asyncio.timeout(seconds + 1.0):
                 async for note in conn.notifies(timeout=seconds):
-                    self._received(note.payload)
+                    try:
+                        self._received(note.payload)
+                    except Exception:  # any role that may connect may NOTIFY: no message closes the connection
+                        log.warning("a message on the channel was not understood: %r", note.payload[:200],
+                                    exc_info=True)  # fmt: skip
         except TimeoutError:
             pass
 
