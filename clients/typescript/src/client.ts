@@ -252,7 +252,8 @@ function timestamp(value: Date | string): string {
   return value instanceof Date ? value.toISOString() : value;
 }
 
-function jobBody(job: NewJob): EnqueueRequest {
+/** @internal A job as the HTTP enqueue's body (and a batch item: also what `enqueue_batch` reads in SQL). */
+export function jobBody(job: NewJob): EnqueueRequest {
   const body: EnqueueRequest = { payload: job.payload };
   if (job.priority !== undefined) body.priority = job.priority;
   if (job.runAt !== undefined) body.run_at = timestamp(job.runAt);

@@ -2,7 +2,7 @@
 // transaction"): the job commits if and only if your transaction does. These call the SQL functions jobq's
 // migrations install (`jobq.enqueue`, `jobq.enqueue_batch`) through the node-postgres client you already use
 // (a Client, or a PoolClient inside BEGIN ... COMMIT); no HTTP, no dependency of this package.
-import type { NewJob } from "./client.js";
+import { jobBody, type NewJob } from "./client.js";
 
 /** What the functions need of a connection: node-postgres' `Client` or `PoolClient` (or anything alike). */
 export interface Queryable {
@@ -100,27 +100,10 @@ export async function enqueueBatchInTransaction(
   jobs: NewJob[],
   options: { schema?: string } = {},
 ): Promise<number[]> {
-  const items = jobs.map(itemOf);
+  const items = jobs.map(jobBody);
   const { rows } = await db.query(
     `SELECT ${schemaName(options.schema)}.enqueue_batch($1::text, $2::jsonb) AS ids`,
     [queue, JSON.stringify(items)],
   );
   return ((rows[0]?.ids as Array<string | number>) ?? []).map(Number);
-}
-
-// The HTTP batch item's form, which enqueue_batch reads.
-function itemOf(job: NewJob): Record<string, unknown> {
-  const item: Record<string, unknown> = { payload: job.payload };
-  if (job.priority !== undefined) item.priority = job.priority;
-  if (job.runAt !== undefined) item.run_at = job.runAt instanceof Date ? job.runAt.toISOString() : job.runAt;
-  if (job.delaySeconds !== undefined) item.delay_seconds = job.delaySeconds;
-  if (job.maxAttempts !== undefined) item.max_attempts = job.maxAttempts;
-  if (job.idempotencyKey !== undefined) item.idempotency_key = job.idempotencyKey;
-  if (job.dependsOn !== undefined) item.depends_on = job.dependsOn;
-  if (job.onDependencyFailure !== undefined) item.on_dependency_failure = job.onDependencyFailure;
-  if (job.ref !== undefined) item.ref = job.ref;
-  if (job.timeoutSeconds !== undefined) item.timeout_seconds = job.timeoutSeconds;
-  if (job.unique !== undefined) item.unique = job.unique;
-  if (job.debounce !== undefined) item.debounce = job.debounce;
-  return item;
 }
