@@ -13,7 +13,7 @@ NODE_STAMPS := $(if $(NPM),tests/generated_clients/node_modules/.package-lock.js
                           tests/sqs_js/node_modules/.package-lock.json)
 
 .PHONY: run test lint typecheck format openapi bench clean
-.PHONY: sql check
+.PHONY: sql check test-citus
 
 # `make check`, the fast lane: a test or two of each part a change most often breaks (enqueue, claim and
 # long-poll, the worker's writes and the sweeper, release, results, dependencies, keys and scopes, limits
@@ -72,6 +72,12 @@ run: $(STAMP)           ## run the service (embedded PostgreSQL unless JOBQ_DATA
 	$(BIN)/jobq serve $(ARGS)
 
 test: $(STAMP) $(NODE_STAMPS)  ## run the test suite against a real PostgreSQL (see tests/conftest.py)
+	$(BIN)/python -m pytest $(ARGS)
+
+# The suite on a Citus cluster (docs/scale-out.md#testing-on-citus): JOBQ_TEST_CITUS_URL names a database on
+# its coordinator, whose workers are registered there. CI has no Citus: this runs where a cluster is.
+test-citus: $(STAMP) $(NODE_STAMPS)
+	@test -n "$$JOBQ_TEST_CITUS_URL" || { echo "set JOBQ_TEST_CITUS_URL (docs/scale-out.md#testing-on-citus)"; exit 2; }
 	$(BIN)/python -m pytest $(ARGS)
 
 check: lint            ## the fast lane (lint, the unit tests and a test or two of each part; under 2 minutes): see CHECK_TESTS

@@ -25,6 +25,7 @@ from psycopg import sql
 
 from app.db.migrate import migrate
 from app.settings import Settings
+from tests import citus
 from tests.processes import postgres_pids
 from tests.support import MEASURED, LiveServer
 
@@ -106,9 +107,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(scope="session")
 def pg_admin_url() -> Iterator[str]:
     """URL of a database on the test server from which test databases are created."""
-    if url := os.environ.get("JOBQ_TEST_DATABASE_URL"):
-        _server["how"] = "JOBQ_TEST_DATABASE_URL"
+    if url := os.environ.get(citus.URL_VARIABLE):
+        _server["how"] = f"a Citus cluster ({citus.URL_VARIABLE})"
+        _citus.append(citus.Cluster(url))
         source: Iterator[str] = iter([url])
+    elif url := os.environ.get("JOBQ_TEST_DATABASE_URL"):
+        _server["how"] = "JOBQ_TEST_DATABASE_URL"
+        source = iter([url])
     else:
         _server["how"] = "Docker (testcontainers)"
         source = _docker_postgres() or _local_postgres()
@@ -124,6 +129,9 @@ def pg_version(pg_admin_url: str) -> int:
         return conn.info.server_version // 10000
 
 
+# The Citus cluster when the suite runs on one (tests/citus.py): databases are made on every node.
+_citus: list[citus.Cluster] = []
+
 _counter = itertools.count()
 _PREFIX = f"jobq_t{os.getpid()}"
 
@@ -137,17 +145,26 @@ def _with_db(url: str, name: str) -> str:
 @pytest.fixture(scope="session")
 def template_db(pg_admin_url: str) -> Iterator[str]:
     name = f"{_PREFIX}_template"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    _create(pg_admin_url, name)
     migrate(_with_db(pg_admin_url, name))
     yield name
     _drops.shutdown(wait=True)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+    _drop(pg_admin_url, name)
+
+
+def _create(admin_url: str, name: str) -> None:
+    if _citus:
+        _citus[0].create(name)
+        return
+    with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def _drop(admin_url: str, name: str) -> None:
+    if _citus:
+        _citus[0].drop(name)
+        return
     with psycopg.connect(admin_url, autocommit=True) as conn:
         # FORCE (13+) ends sessions a failed test left behind.
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
@@ -169,6 +186,9 @@ def _drop_later(admin_url: str, name: str) -> None:
 
 def _clone(admin_url: str, template: str) -> str:
     name = f"{_PREFIX}_{next(_counter)}"
+    if _citus:
+        _citus[0].clone(template, name)
+        return name
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template)))
     return name
@@ -199,9 +219,7 @@ def database_url(database_factory) -> str:  # type: ignore[no-untyped-def]
 def empty_database_url(pg_admin_url: str) -> Iterator[str]:
     """A database with nothing in it, not even the schema (for migrations)."""
     name = f"{_PREFIX}_empty_{next(_counter)}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    _create(pg_admin_url, name)
     yield _with_db(pg_admin_url, name)
     with contextlib.suppress(psycopg.Error):
         _drop(pg_admin_url, name)

@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from app.db import distribute
 from app.db import schema as schemas
 
 log = logging.getLogger("jobq.migrate")
@@ -336,6 +337,8 @@ def migrate(
                     _apply_without_transaction(conn, m, waits)
                 log.info("applied migration %s", m.name)
                 done.append(m.name)
+            if location.current != schemas.LEGACY:
+                done += [f"distributed {t}" for t in distribute.distribute(conn, location.current)]
             if location.current != schema:
                 log.warning(
                     "jobq's tables are in schema public, where releases up to 1.1.0 made them: once every "

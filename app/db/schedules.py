@@ -282,7 +282,7 @@ FROM advanced s JOIN ticks t USING (name)
 LEFT JOIN jobq.queue_state q ON q.queue_name = s.queue_name
 ORDER BY t.tick, s.name
 -- One job per (schedule, tick), whatever else happened: the last word on duplicates.
-ON CONFLICT (schedule, scheduled_for) WHERE schedule IS NOT NULL DO NOTHING
+ON CONFLICT DO NOTHING  -- jobs_schedule_tick_idx (no arbiter named: its columns differ on Citus, app/db/distribute.py)
 RETURNING id, queue_name AS queue, schedule, scheduled_for
 """
 
