@@ -14,9 +14,14 @@ import base64
 import binascii
 import re
 from functools import lru_cache
+from typing import Any
+
+import psycopg
 
 RANDOM_CHARS = 43
-_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")  # as the CHECK on queue_state.queue_name (migrations/0002_operations.sql)
+_QUEUE = re.compile(
+    r"^[A-Za-z0-9_.:-]{1,128}$"
+)  # as the CHECK on queue_state.queue_name (migrations/0002_operations.sql)
 
 # The longest token: 43 random characters and a 128-character queue name in base64url.
 MAX_CHARS = RANDOM_CHARS + (128 * 4 + 2) // 3
@@ -38,3 +43,14 @@ def queue_of(token: str) -> str | None:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         return None
     return name if _QUEUE.match(name) else None
+
+
+# The queue of a job known by its id alone (a call by bare id, or a token from before 1.2.0): the primary key on
+# plain PostgreSQL; on Citus a read of every shard, once, before the call's own statement goes to one shard.
+JOB_QUEUE = "SELECT queue_name FROM jobq.jobs WHERE id = %(id)s"
+
+
+async def queue_of_job(conn: psycopg.AsyncConnection[Any], job_id: int) -> str | None:
+    cur = await conn.execute(JOB_QUEUE, {"id": job_id})
+    row = await cur.fetchone()
+    return None if row is None else str(row[0])
