@@ -305,7 +305,7 @@ class Done:
 async def jobs_complete(
     conn: psycopg.AsyncConnection[Any], items: Sequence[Completion], *, full: bool = True
 ) -> list[Done]:
-    """Complete jobs in one statement. A retried complete with the token that completed the job is "ok"
+    """Complete jobs in one statement per queue. A retried complete with the token that completed the job is "ok"
     (the first result is kept). With full=False rows carry no payload/result (batch answers)."""
     doc = [
         {"ord": n, "id": c.id, "token": c.token, "result": _fragment(c.result), "allowed": c.allowed}
