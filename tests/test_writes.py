@@ -1,12 +1,10 @@
 """The worker's writes (app/db/writes.py) routed by the queue their claim token names, on jobs made here by SQL
 (not by enqueue and claim), so that these run the same on plain PostgreSQL and on Citus
-(JOBQ_TEST_CITUS_URL), where on Citus each statement must also plan as one task on one shard."""
+(JOBQ_TEST_CITUS_URL). Their plans on Citus: tests/test_citus_plans.py."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -18,8 +16,6 @@ import pytest
 
 from app.db import tokens
 from app.db import writes as w
-from app.db.distribute import has_citus
-from app.db.jobs import as_json
 
 T = TypeVar("T")
 
@@ -185,49 +181,3 @@ def test_claims_handed_back_go_back_per_queue(db: psycopg.Connection, database_u
     assert [(job(db, i)["status"], job(db, i)["attempts"], job(db, i)["claim_token"]) for i, _, _ in held] == [
         ("pending", 0, None)
     ] * 3
-
-
-# --- on Citus: each statement one task on one shard ------------------------------------------------------------
-
-# The complete and the fail count the jobs they finish (queue_counts) and record those with dependants
-# (dependency_releases) with INSERT CTEs (app/db/jobs.py count_finished, record_finished), which Citus's router
-# planner refuses ("Router planner doesn't support INSERT common table expressions"): it plans them as
-# subplans. Until those two are rewritten, these two statements are not one task.
-INSERT_CTES = pytest.mark.xfail(strict=True, reason="count_finished/record_finished: INSERT CTEs, not routable")
-
-
-def _explained(db: psycopg.Connection) -> dict[str, tuple[str, dict[str, Any]]]:
-    ids = [running(db, "q")[0] for _ in range(3)]
-    beats = as_json([{"ord": n, "id": i, "token": "t", "lease": None, "allowed": None, "progress": "1",
-                      "set_progress": True, "writes": True} for n, i in enumerate(ids)])  # fmt: skip
-    items = as_json([{"ord": n, "id": i, "token": "t", "result": None, "allowed": "^q$"} for n, i in enumerate(ids)])
-    fail = {"queue": "q", "id": ids[0], "token": "t", "error": "x", "allowed": None, "retry": True,
-            "retry_in": None, "base": 1.0, "cap": 60.0}  # fmt: skip
-    return {
-        "heartbeat": (w.JOB_HEARTBEAT_MANY, {"queue": "q", "beats": beats}),
-        "complete": (w.JOB_COMPLETE_MANY, {"queue": "q", "items": items, "full": True}),
-        "fail": (w.JOB_FAIL, fail),
-        "release": (w.JOB_RELEASE_CLAIM, {"queue": "q", "id": ids[0], "token": "t", "delay": 1.0, "allowed": None}),
-        "release undelivered": (w.JOB_RELEASE, {"queue": "q", "claims": as_json([{"id": ids[0], "token": "t"}])}),
-    }
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "heartbeat",
-        pytest.param("complete", marks=INSERT_CTES),
-        pytest.param("fail", marks=INSERT_CTES),
-        "release",
-        "release undelivered",
-    ],
-)
-def test_each_write_is_one_task_on_citus(db: psycopg.Connection, name: str) -> None:
-    if not has_citus(db):
-        pytest.skip("plain PostgreSQL: the plans are tests/test_plans.py's")
-    query, params = _explained(db)[name]
-    row = db.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
-    assert row is not None
-    plan = json.dumps(row[0])
-    assert re.findall(r'"Task Count": (\d+)', plan) == ["1"], plan
-    assert "Distributed Subplan" not in plan, plan
