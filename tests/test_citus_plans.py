@@ -28,6 +28,7 @@ pytestmark = [
 # Reads that go to every shard by design: (name in HOT) -> why.
 FAN_OUT = {
     "get": "a job by its id alone: which queue is unknown (calls by bare id resolve the queue first)",
+    "queues of jobs by id": "a worker's write with a token from before 1.2.0 (it names no queue), once per call",
     "jobs waited for": "result waits by id alone",
     "queues with lapsed leases": "the sweeper's one look over all queues per pass, then one queue at a time",
     "queues": "GET /queues lists every queue",
