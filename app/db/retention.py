@@ -12,6 +12,8 @@ from app.db.rows import DatabaseHealthRow, rows_of
 
 # --- retention ----------------------------------------------------------------------------------------------
 
+# The queues with finished jobs (their counters). On Citus a read of every shard, once per retention pass (not
+# a hot path); each queue is then pruned by statements on its own shard.
 FINISHED_QUEUES = "SELECT queue_name FROM jobq.queue_counts GROUP BY queue_name HAVING sum(n) > 0"
 
 JOBS_DELETE_FINISHED = f"""
@@ -28,7 +30,7 @@ WITH doomed AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), deleted AS (
-  DELETE FROM jobq.jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
+  DELETE FROM jobq.jobs j USING doomed WHERE j.queue_name = %(queue)s AND j.id = doomed.id RETURNING j.queue_name AS queue, j.status
 ), counted AS ({count_finished("deleted", "status", "-1")}
 )
 SELECT count(*) FROM deleted
