@@ -36,31 +36,30 @@ def histogram_sum(column: str) -> str:
 
 # --- the backlog sample ----------------------------------------------------------------------------------
 
-BACKLOG_SAMPLE = f"""
-WITH mark AS (
-  -- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing.
-  INSERT INTO jobq.stats_samples (minute) VALUES (date_trunc('minute', {NOW}))
-  ON CONFLICT DO NOTHING
-  RETURNING minute
-), backlog AS (
-  -- Index-only over jobs_claim_idx. Skipped (a one-time filter) once the minute has been sampled, so a
-  -- replica that comes later in the minute reads one row of stats_samples and nothing else.
-  SELECT j.queue_name, count(*) AS ready, min(j.run_at) AS oldest
-  FROM jobq.jobs j
-  WHERE j.status = 'pending' AND j.run_at <= {NOW}
-    AND NOT EXISTS (SELECT FROM jobq.stats_samples s WHERE s.minute = date_trunc('minute', {NOW}))
-  GROUP BY j.queue_name
-), written AS (
-  INSERT INTO jobq.queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
-  SELECT b.queue_name, m.minute, b.ready, extract(epoch FROM {NOW} - b.oldest)::float8
-  FROM mark m CROSS JOIN backlog b
-  -- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
-  ORDER BY b.queue_name COLLATE "C"
-  ON CONFLICT (queue_name, minute) DO UPDATE
-    SET ready = EXCLUDED.ready, oldest_ready_seconds = EXCLUDED.oldest_ready_seconds
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM mark) AS sampled, (SELECT count(*) FROM written) AS queues
+# Two statements in one transaction: the minute claimed, then its samples written. On Citus the claim writes the
+# reference table stats_samples (one statement), and the write is one INSERT ... SELECT that each shard runs on
+# its own queues (grouped by the distribution column: pushed down whole, nothing through the coordinator). It
+# spans queues by design: it is the once-a-minute look at every queue's backlog, taken by one replica.
+BACKLOG_MARK = f"""
+-- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing (and
+-- write no sample).
+INSERT INTO jobq.stats_samples (minute) VALUES (date_trunc('minute', {NOW}))
+ON CONFLICT DO NOTHING
+RETURNING minute
+"""
+
+BACKLOG_WRITE = f"""
+-- Index-only over jobs_claim_idx: each queue's ready jobs and the age of its oldest, filed under the minute
+-- just claimed.
+INSERT INTO jobq.queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
+SELECT j.queue_name, %(minute)s::timestamptz, count(*), extract(epoch FROM {NOW} - min(j.run_at))::float8
+FROM jobq.jobs j
+WHERE j.status = 'pending' AND j.run_at <= {NOW}
+GROUP BY j.queue_name
+-- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
+ORDER BY j.queue_name COLLATE "C"
+ON CONFLICT (queue_name, minute) DO UPDATE
+  SET ready = EXCLUDED.ready, oldest_ready_seconds = EXCLUDED.oldest_ready_seconds
 """
 
 
@@ -73,14 +72,15 @@ class Sampled:
 
 
 async def backlog_sample(conn: psycopg.AsyncConnection[Any], now: datetime | None = None) -> Sampled:
-    cur = conn.cursor(row_factory=rows_of(Sampled))
     async with conn.transaction():
+        cur = await conn.execute(BACKLOG_MARK, {"now": now})
+        mark = await cur.fetchone()
+        if mark is None:
+            return Sampled(0, 0)
         # Counts of live jobs read the partial index, never the table (app/db/operations.py NO_SEQSCAN).
         await conn.execute("SET LOCAL enable_seqscan = off")
-        await cur.execute(BACKLOG_SAMPLE, {"now": now})
-        row = await cur.fetchone()
-    assert row is not None
-    return row
+        cur = await conn.execute(BACKLOG_WRITE, {"now": now, "minute": mark[0]})
+        return Sampled(1, max(cur.rowcount, 0))
 
 
 # --- roll-up and pruning ----------------------------------------------------------------------------------
