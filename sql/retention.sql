@@ -39,7 +39,8 @@ WITH doomed AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), deleted AS (
-  DELETE FROM jobq.jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
+  DELETE FROM jobq.jobs j USING doomed WHERE j.queue_name = %(queue)s AND j.id = doomed.id
+  RETURNING j.queue_name AS queue, j.status
 ), counted AS (
   INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
   SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)

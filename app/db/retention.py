@@ -30,7 +30,8 @@ WITH doomed AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), deleted AS (
-  DELETE FROM jobq.jobs j USING doomed WHERE j.queue_name = %(queue)s AND j.id = doomed.id RETURNING j.queue_name AS queue, j.status
+  DELETE FROM jobq.jobs j USING doomed WHERE j.queue_name = %(queue)s AND j.id = doomed.id
+  RETURNING j.queue_name AS queue, j.status
 ), counted AS ({count_finished("deleted", "status", "-1")}
 )
 SELECT count(*) FROM deleted
