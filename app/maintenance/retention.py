@@ -76,7 +76,10 @@ class Retention(Ticking):
                     await between_batches()
         await self._history(now, result)
         async with self.db.connection() as conn:
-            await store_flow.queue_claims_prune(conn)
+            ledgers = await store_flow.queue_claims_queues(conn)
+        for queue in ledgers:  # the rate limits' ledger, queue by queue
+            async with self.db.connection() as conn:
+                await store_flow.queue_claims_prune(conn, queue)
         while True:  # SQS FIFO deduplication ids past their five minutes (app/core/sqs.py)
             async with self.db.connection() as conn:
                 n = await store_sqs.sqs_dedup_prune(conn, self.batch, now)
