@@ -46,17 +46,8 @@ WITH over AS (
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = l.id
   RETURNING j.id, j.queue_name AS queue, j.status, j.locked_by AS worker,
             coalesce(j.has_dependants, false) AS has_dependants
-), counted AS (
-  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
-  SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
-  FROM failed
-  WHERE status IN ('completed', 'failed', 'cancelled')
-  GROUP BY 1, 2
-  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
-), recorded AS (
-  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
-  SELECT queue, id, status FROM failed
-  WHERE has_dependants AND status IN ('completed', 'failed', 'cancelled')
+  -- Those failed for good are counted, and those with dependants recorded for the dependency release, by
+  -- statements of their own in this transaction (app/db/finishing.py).
 )
 SELECT id, queue, status, worker, has_dependants FROM failed
 

@@ -4,7 +4,7 @@ worker's fail would have them (app/maintenance/timeouts.py runs it).
 
 A job's timeout is its own (`timeout_seconds` on enqueue), else its queue's (queue_state.timeout_seconds),
 read here, so a queue's change applies to its running jobs at once. A job failed for good that other jobs
-depend on is recorded in the dependency release's outbox by the same statement (app/db/releases.py). The
+depend on is recorded in the dependency release's outbox in the same transaction (app/db/finishing.py). The
 claim's token is kept with a suffix (app/db/writes.py TIMED_OUT_SUFFIX): it holds nothing any more, and the
 worker's next heartbeat, complete, fail or release learns why (409 job-timed-out).
 
@@ -21,7 +21,8 @@ from typing import Any
 
 import psycopg
 
-from app.db.jobs import RUNNING, RUNNING_C, count_finished, record_finished
+from app.db.finishing import counts_add, releases_record
+from app.db.jobs import RUNNING, RUNNING_C
 from app.db.rows import rows_of
 from app.db.writes import TIMED_OUT_SUFFIX
 
@@ -97,8 +98,8 @@ WITH over AS (
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM locked)) AND j.id = l.id
   RETURNING j.id, j.queue_name AS queue, j.status, j.locked_by AS worker,
             coalesce(j.has_dependants, false) AS has_dependants
-), counted AS ({count_finished("failed")}
-), recorded AS ({record_finished("failed")}
+  -- Those failed for good are counted, and those with dependants recorded for the dependency release, by
+  -- statements of their own in this transaction (app/db/finishing.py).
 )
 SELECT id, queue, status, worker, has_dependants FROM failed
 """
@@ -133,5 +134,10 @@ async def jobs_fail_timed_out(
     which (tests move time forward instead of sleeping)."""
     cur = conn.cursor(row_factory=rows_of(TimedOut))
     params = {"queue": queue, "now": now, "batch": batch, "base": backoff_base, "cap": backoff_cap}
-    await cur.execute(JOB_FAIL_TIMED_OUT, params)
-    return await cur.fetchall()
+    async with conn.transaction():
+        await cur.execute(JOB_FAIL_TIMED_OUT, params)
+        timed_out = await cur.fetchall()
+        failed = [t for t in timed_out if t.status == "failed"]
+        await counts_add(conn, queue, "failed", len(failed))
+        await releases_record(conn, queue, [t.id for t in failed if t.has_dependants])
+    return timed_out
