@@ -31,6 +31,7 @@ FAN_OUT = {
     "queues of jobs by id": "a worker's write with a token from before 1.2.0 (it names no queue), once per call",
     "jobs waited for": "result waits by id alone",
     "queues with lapsed leases": "the sweeper's one look over all queues per pass, then one queue at a time",
+    "queues with jobs past their timeout": "the timeout sweep's look over all queues, then one queue at a time",
     "queues": "GET /queues lists every queue",
     "workers": "GET /workers lists every queue's workers",
     "a worker's jobs": "a worker may hold jobs of any queue",

@@ -406,9 +406,14 @@ HOT["scale"] = (
 HOT["scale, group limits"] = HOT["scale"]
 HOT["fail timed-out jobs"] = (
     store_timeouts.JOB_FAIL_TIMED_OUT,
-    {"now": "2100-01-01T00:00:00+00:00", "batch": 1000, "base": 1.0, "cap": 60.0},
+    {"queue": "q", "now": "2100-01-01T00:00:00+00:00", "batch": 1000, "base": 1.0, "cap": 60.0},
     # A queue's running jobs, by either index that holds exactly them (jobs_queue_lease_idx: the sweeper's).
     {"jobs_timeout_idx", "jobs_running_idx", "jobs_queue_lease_idx", "jobs_pkey"},
+)
+HOT["queues with jobs past their timeout"] = (
+    store_timeouts.JOB_TIMEOUT_QUEUES,
+    {"now": "2100-01-01T00:00:00+00:00", "skip": ["other"], "scan": 10_000},
+    {"jobs_timeout_idx", "jobs_running_idx", "jobs_queue_lease_idx"},
 )
 HOT["explain"] = (
     store_explain.JOB_EXPLAIN,
@@ -445,8 +450,11 @@ PRELUDE = {
     "claim 10, concurrency limit": "INSERT INTO jobq.queue_state (queue_name, concurrency) VALUES ('q', 6000)",
     "scale, group limits": "INSERT INTO jobq.queue_state (queue_name, concurrency, group_concurrency)"
     " VALUES ('q', 6000, 2)",
-    "fail timed-out jobs": "INSERT INTO jobq.queue_state (queue_name, timeout_seconds) VALUES ('q', 60);\n"
-    "UPDATE jobq.jobs SET timeout_seconds = 30 WHERE id BETWEEN 1001 AND 1500",
+    **dict.fromkeys(
+        ["fail timed-out jobs", "queues with jobs past their timeout"],
+        "INSERT INTO jobq.queue_state (queue_name, timeout_seconds) VALUES ('q', 60);\n"
+        "UPDATE jobq.jobs SET timeout_seconds = 30 WHERE id BETWEEN 1001 AND 1500",
+    ),
     "explain": "INSERT INTO jobq.queue_state (queue_name, concurrency, ordered) VALUES ('q', 6000, true)",
     "workers": "INSERT INTO jobq.workers (name, queue_name, first_seen, last_seen) SELECT 'w' || g, 'q', now(), now()"
     " FROM generate_series(1, 100) g",
