@@ -402,7 +402,7 @@ HOT["fail timed-out jobs"] = (
 )
 HOT["explain"] = (
     store_explain.JOB_EXPLAIN,
-    {"id": 250_000, "queue": "q", "allowed": None},
+    {"id": 250_000, "queue": "q"},
     {"jobs_group_idx", "jobs_running_idx", "jobs_pkey"},
 )
 HOT["workers"] = (
