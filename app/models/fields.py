@@ -17,6 +17,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from app.db.tokens import MAX_CHARS as TOKEN_MAX_CHARS
+
 QUEUE_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 INT64_MAX = 2**63 - 1
 
@@ -57,7 +59,8 @@ Timestamp = Annotated[AwareDatetime, BeforeValidator(_text), AfterValidator(_utc
 # Printable text without control characters; PostgreSQL text cannot hold NUL at all.
 LABEL_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 Label = Annotated[str, Field(min_length=1, max_length=255, pattern=LABEL_PATTERN)]
-ClaimToken = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
+# As the claim makes them (app/db/tokens.py): 43 random characters, then the queue's name in base64url.
+ClaimToken = Annotated[str, Field(min_length=1, max_length=TOKEN_MAX_CHARS, pattern=r"^[A-Za-z0-9_-]+$")]
 ERROR_MAX_CHARS = 65_536  # accepted in a fail request; what is stored is cut to JOBQ_MAX_ERROR_BYTES
 
 # Payloads and results: any JSON value that jsonb can hold. app/http/openapi.py replaces this marker with a
