@@ -181,7 +181,12 @@ class ClaimResult:
 async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]) -> ClaimResult:
     """Claim jobs for several requests in one statement; returns each request's rows, best job first."""
     cur = conn.cursor(row_factory=rows_of(ClaimRow))
-    params = {"queue": queue, "total": sum(s.limit for s in slots), "slots": slots_doc(slots), "suffix": queue_suffix(queue)}
+    params = {
+        "queue": queue,
+        "total": sum(s.limit for s in slots),
+        "slots": slots_doc(slots),
+        "suffix": queue_suffix(queue),
+    }
     await cur.execute(JOB_CLAIM, params)
     rows = await cur.fetchall()
     if len(rows) == 1 and rows[0].marker:
