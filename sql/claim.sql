@@ -8,7 +8,7 @@ SELECT *, NULL::bool AS marker, NULL::bool AS limited, NULL::bool AS ready_left,
 FROM claimed
 
 -- name: FLOW_LOCK --
-SELECT set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_xact_lock(1785684593, hashtext(%(queue)s))
+SELECT set_config('plan_cache_mode', CASE WHEN current_setting('citus.version', true) IS NULL THEN 'force_generic_plan' ELSE 'auto' END, true), pg_advisory_xact_lock(1785684593, hashtext(%(queue)s))
 
 -- name: GROUP_RECENT_CLAIMS --
 SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at

@@ -202,8 +202,14 @@ async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequ
 # to run a 60-job claim), while PostgreSQL keeps re-planning a prepared statement whose generic plan's
 # estimate looks worse than its custom plans', as this one's does on fresh statistics (LIMIT $n is planned
 # as a tenth of the table). The generic plan reads the same indexes (tests/test_plans.py checks both).
+# Not where Citus is loaded (its setting citus.version exists): Citus cannot make a distributed plan of a
+# generic plan whose queue is still a parameter ("could not create distributed plan"), and plans the claim
+# for the queue's shard each time anyway; a prepared statement there runs with custom plans, as by default.
+# On Citus the lock is the coordinator's: a claim's statement reaches the queue's shard after the lock is
+# granted, and the lock is let go after the shard's transaction has committed.
 FLOW_LOCK = (
-    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
+    "SELECT set_config('plan_cache_mode', CASE WHEN current_setting('citus.version', true) IS NULL"
+    " THEN 'force_generic_plan' ELSE 'auto' END, true),"
     f" pg_advisory_xact_lock({FLOW_LOCK_CLASS}, hashtext(%(queue)s))"
 )
 
