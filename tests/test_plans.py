@@ -376,6 +376,8 @@ HOT["queues with ready jobs, 1,000 waited"] = (
     {"queues": ["q", *(f"tenant-{i}" for i in range(999))]},
     {"jobs_claim_idx"},
 )
+# The same look at one queue: on Citus, one such statement per waited queue (app/db/waiting.py).
+HOT["queue with ready jobs, one waited"] = (store_waiting.QUEUE_READY, {"queue": "q"}, {"jobs_claim_idx"})
 # 10,000 dependants of job 1501 (running, so finished as far as the release cares once it is recorded), and its
 # outbox row.
 WAITING_10K = (
