@@ -3,11 +3,12 @@
 -- name: CLAIMED_ROWS --
 SELECT *, NULL::bool AS marker, NULL::bool AS limited, NULL::bool AS ready_left,
        NULL::int AS room_concurrency, NULL::int AS room_rate, NULL::bool AS held_group_concurrency,
-       NULL::bool AS held_group_rate, NULL::bool AS held_ordered, NULL::float8 AS wake_in, NULL::text AS last_group
+       NULL::bool AS held_group_rate, NULL::bool AS held_ordered, NULL::float8 AS wake_in, NULL::text AS last_group,
+       NULL::json AS ledger
 FROM claimed
 
 -- name: FLOW_LOCK --
-SELECT set_config('plan_cache_mode', 'force_generic_plan', true), pg_advisory_xact_lock(1785684593, hashtext(%(queue)s))
+SELECT set_config('plan_cache_mode', CASE WHEN current_setting('citus.version', true) IS NULL THEN 'force_generic_plan' ELSE 'auto' END, true), pg_advisory_xact_lock(1785684593, hashtext(%(queue)s))
 
 -- name: GROUP_RECENT_CLAIMS --
 SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_per_seconds) AS frees_at
@@ -15,8 +16,18 @@ SELECT sum(c.n) AS n, min(c.claimed_at) + make_interval(secs => cfg.group_rate_p
     WHERE c.queue_name = %(queue)s AND c.group_key = w.g AND cfg.group_rate_limit IS NOT NULL
       AND c.claimed_at > stamp.now - make_interval(secs => cfg.group_rate_per_seconds)
 
+-- name: HANDED --
+SELECT c.id, c.rn, s.ord, s.worker, s.lease, st.now,
+         -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
+         st.now + make_interval(secs => s.lease) AS expires,
+         rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()), 'base64'),
+                          '+/', '-_'), '=') || %(suffix)s AS token
+  FROM chosen c JOIN slots s USING (rn) CROSS JOIN stamp st
+
 -- name: JOB_CLAIM --
-WITH candidates AS (
+WITH stamp AS (
+  SELECT clock_timestamp() AS now
+), candidates AS (
   -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY
   -- its key order, so this is an ordered index scan that stops after `total` rows it could lock.
   -- Locked rows are skipped, not waited for. Pending jobs always have an attempt left (CHECK
@@ -39,30 +50,33 @@ WITH candidates AS (
   SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
   FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
   CROSS JOIN LATERAL generate_series(1, r.lim) AS g
+), handed AS (
+  SELECT c.id, c.rn, s.ord, s.worker, s.lease, st.now,
+         -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
+         st.now + make_interval(secs => s.lease) AS expires,
+         rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()), 'base64'),
+                          '+/', '-_'), '=') || %(suffix)s AS token
+  FROM chosen c JOIN slots s USING (rn) CROSS JOIN stamp st
 ), claimed AS (
   UPDATE jobq.jobs AS j
   SET status = 'running',
       attempts = j.attempts + 1,
-      -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
-      claimed_at = stamp.now,
-      lease_seconds = s.lease,
-      lease_expires_at = stamp.now + make_interval(secs => s.lease),
-      locked_by = s.worker,
+      claimed_at = h.now,
+      lease_seconds = h.lease,
+      lease_expires_at = h.expires,
+      locked_by = h.worker,
       progress = NULL,  -- progress belongs to an attempt: a new claim starts without
-      -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
-      claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
-                                           'base64'), '+/', '-_'), '=')
-  FROM chosen
-  JOIN slots s USING (rn)
-  CROSS JOIN (SELECT clock_timestamp() AS now) AS stamp
-  WHERE j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.id = chosen.id
-  RETURNING s.ord AS slot, chosen.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
+      claim_token = h.token
+  FROM handed h
+  WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM candidates)) AND j.id = h.id
+  RETURNING h.ord AS slot, h.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
             j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
             j.traceparent, j.group_key AS "group"
 )
 SELECT *, NULL::bool AS marker, NULL::bool AS limited, NULL::bool AS ready_left,
        NULL::int AS room_concurrency, NULL::int AS room_rate, NULL::bool AS held_group_concurrency,
-       NULL::bool AS held_group_rate, NULL::bool AS held_ordered, NULL::float8 AS wake_in, NULL::text AS last_group
+       NULL::bool AS held_group_rate, NULL::bool AS held_ordered, NULL::float8 AS wake_in, NULL::text AS last_group,
+       NULL::json AS ledger
 FROM claimed
 UNION ALL
 -- Nothing claimed: one marker row telling that ready jobs existed anyway (all locked by other claims, or
@@ -73,7 +87,7 @@ UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        true AS marker, EXISTS (SELECT FROM jobq.queue_state WHERE queue_name = %(queue)s AND limited) AS limited,
        true AS ready_left,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL  -- the limited claim's figures
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL  -- the limited claim's figures
 WHERE NOT EXISTS (SELECT FROM claimed)
   AND (SELECT id FROM jobq.jobs
        WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
@@ -209,7 +223,8 @@ WITH RECURSIVE cfg AS (
   -- no longer pending, or no longer due, when its lock is granted is dropped (READ COMMITTED re-checks the
   -- locked row): a debounce that committed after this statement's snapshot moved its run time later.
   SELECT j.id FROM jobq.jobs j
-  WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = (SELECT 'pending'::text) AND j.run_at <= clock_timestamp()
+  WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = (SELECT 'pending'::text)
+    AND j.run_at <= clock_timestamp()
   FOR UPDATE SKIP LOCKED
 ), chosen AS (
   SELECT p.id, row_number() OVER (ORDER BY p.ord) AS rn FROM picked p WHERE p.id IN (SELECT id FROM locked)
@@ -218,37 +233,33 @@ WITH RECURSIVE cfg AS (
   SELECT row_number() OVER (ORDER BY r.ord, g) AS rn, r.ord, r.worker, r.lease
   FROM json_to_recordset(%(slots)s::json) AS r(ord int, worker text, lease int, lim int)
   CROSS JOIN LATERAL generate_series(1, r.lim) AS g
+), handed AS (
+  SELECT c.id, c.rn, s.ord, s.worker, s.lease, st.now,
+         -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
+         st.now + make_interval(secs => s.lease) AS expires,
+         rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()), 'base64'),
+                          '+/', '-_'), '=') || %(suffix)s AS token
+  FROM chosen c JOIN slots s USING (rn) CROSS JOIN stamp st
 ), claimed AS (
   UPDATE jobq.jobs AS j
   SET status = 'running',
       attempts = j.attempts + 1,
-      -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
-      claimed_at = stamp.now,
-      lease_seconds = s.lease,
-      lease_expires_at = stamp.now + make_interval(secs => s.lease),
-      locked_by = s.worker,
+      claimed_at = h.now,
+      lease_seconds = h.lease,
+      lease_expires_at = h.expires,
+      locked_by = h.worker,
       progress = NULL,  -- progress belongs to an attempt: a new claim starts without
-      -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
-      claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
-                                           'base64'), '+/', '-_'), '=')
-  FROM chosen
-  JOIN slots s USING (rn)
-  CROSS JOIN stamp
-  WHERE j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.id = chosen.id
-  RETURNING s.ord AS slot, chosen.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
+      claim_token = h.token
+  FROM handed h
+  WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM chosen)) AND j.id = h.id
+  RETURNING h.ord AS slot, h.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
             j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
             j.traceparent, j.group_key AS "group"
-), logged AS (
-  -- The ledger that rate limits count: one row per group claimed from, stamped with this claim's time.
-  INSERT INTO jobq.queue_claims (queue_name, group_key, claimed_at, n)
-  SELECT %(queue)s, c."group", stamp.now, count(*)
-  FROM claimed c CROSS JOIN stamp CROSS JOIN cfg
-  WHERE cfg.rate_limit IS NOT NULL OR (cfg.group_rate_limit IS NOT NULL AND c."group" IS NOT NULL)
-  GROUP BY c."group", stamp.now
 )
 SELECT *, NULL::bool AS marker, NULL::bool AS limited, NULL::bool AS ready_left,
        NULL::int AS room_concurrency, NULL::int AS room_rate, NULL::bool AS held_group_concurrency,
-       NULL::bool AS held_group_rate, NULL::bool AS held_ordered, NULL::float8 AS wake_in, NULL::text AS last_group
+       NULL::bool AS held_group_rate, NULL::bool AS held_ordered, NULL::float8 AS wake_in, NULL::text AS last_group,
+       NULL::json AS ledger
 FROM claimed
 UNION ALL
 -- The marker row: which limits held jobs back (a limit "holds back" when ready jobs were left because of
@@ -282,8 +293,20 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
          - stamp.now)::float8 AS wake_in,
        -- '' when the last job had no group: those jobs take their turn where the empty key sorts, and the
        -- next round goes on after them (NULL: nothing was claimed, the round stays where it was).
-       (SELECT coalesce(c."group", '') FROM claimed c ORDER BY c.rank DESC LIMIT 1) AS last_group
+       (SELECT coalesce(c."group", '') FROM claimed c ORDER BY c.rank DESC LIMIT 1) AS last_group,
+       -- What the rate limits are to count of this claim (NULL: nothing): one ledger row per group claimed
+       -- from, stamped with this claim's time, written by jobs_claim_limited (QUEUE_CLAIMS_LOG) before the
+       -- claim lock is let go. Not an INSERT in this statement: on Citus a statement with one is no longer
+       -- planned for one shard.
+       (SELECT json_build_object('at', stamp.now, 'rows', json_agg(json_build_array(l."group", l.n)))
+        FROM (SELECT c."group", count(*) AS n FROM claimed c
+              WHERE cfg.rate_limit IS NOT NULL OR (cfg.group_rate_limit IS NOT NULL AND c."group" IS NOT NULL)
+              GROUP BY c."group") l
+        HAVING count(*) > 0) AS ledger
 FROM cfg, room, stamp
+
+-- name: QUEUE_CLAIMS_LOG --
+INSERT INTO jobq.queue_claims (queue_name, group_key, claimed_at, n) VALUES
 
 -- name: QUEUE_LIMITS --
 -- The queue's limits as they are now: this statement started after the queue's claim lock was taken.

@@ -60,9 +60,12 @@ SELECT cfg.paused, job.run_at > stamp.now AS not_due,
        coalesce((SELECT n FROM group_recent), 0)::int AS group_recent,
        (SELECT frees_at FROM group_recent) AS group_rate_frees_at,
        cfg.ordered, (SELECT id FROM head) AS head_id,
-       -- The jobs it waits for: its parents not finished yet (of the caller's queues).
-       ARRAY(SELECT p.id FROM jobq.jobs p
-             WHERE p.id = ANY(job.depends_on) AND p.status NOT IN ('completed', 'failed', 'cancelled')
-               AND (%(allowed)s::text IS NULL OR p.queue_name ~ %(allowed)s::text)
-             ORDER BY p.id) AS waiting_for
+       -- Its parents: job_explain keeps those not finished yet (JOB_WAITING_FOR).
+       coalesce(job.depends_on, '{}') AS waiting_for
 FROM cfg CROSS JOIN stamp CROSS JOIN job
+
+-- name: JOB_WAITING_FOR --
+SELECT p.id FROM jobq.jobs p
+WHERE p.id = ANY(%(ids)s::bigint[]) AND p.status NOT IN ('completed', 'failed', 'cancelled')
+  AND (%(allowed)s::text IS NULL OR p.queue_name ~ %(allowed)s::text)
+ORDER BY p.id

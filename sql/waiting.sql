@@ -7,14 +7,6 @@
 -- limited queue with ready jobs is named even when its limit holds them back, bounded by the queues that
 -- have ready work. The LATERAL (not EXISTS, which the planner may turn into a hash join reading every
 -- pending job) keeps it one index probe per queue whatever the statistics say.
---
--- Per queue, a loose index scan of jobs_claim_idx (queue_name, priority DESC, run_at, id): the first entry
--- of each priority level is that level's earliest run_at, so a queue has a due job exactly when one of
--- its levels' first entries is due. The recursion steps from level to level, one index descent each, and
--- stops at the first due one. `run_at <= now()` as a plain condition instead would read every delayed
--- entry sorted before the first due one. Measured on 1,000 waited queues over 500,000 jobs, two of the
--- queues holding 100,000 delayed jobs each (one with a ready low-priority job below them): 3-5 ms this
--- way, 64 ms that way. An empty queue is one descent finding nothing (3 buffer hits).
 SELECT q.name
 FROM unnest(%(queues)s::text[]) AS q(name)
 CROSS JOIN LATERAL (
@@ -37,3 +29,26 @@ CROSS JOIN LATERAL (
   SELECT FROM heads WHERE run_at <= now() LIMIT 1
 ) AS ready
 WHERE NOT EXISTS (SELECT FROM jobq.queue_state s WHERE s.queue_name = q.name AND s.paused)
+
+-- name: QUEUE_READY --
+SELECT %(queue)s::text AS name
+FROM (
+  WITH RECURSIVE heads AS (
+    (SELECT priority, run_at FROM jobq.jobs
+     WHERE queue_name = %(queue)s AND status = 'pending'
+     ORDER BY priority DESC, run_at
+     LIMIT 1)
+    UNION ALL
+    SELECT below.priority, below.run_at
+    FROM heads AS h
+    CROSS JOIN LATERAL (
+      SELECT priority, run_at FROM jobq.jobs
+      WHERE queue_name = %(queue)s AND status = 'pending' AND priority < h.priority
+      ORDER BY priority DESC, run_at
+      LIMIT 1
+    ) AS below
+    WHERE h.run_at > now()  -- this level's first job is not due: look at the next level down
+  )
+  SELECT FROM heads WHERE run_at <= now() LIMIT 1
+) AS ready
+WHERE NOT EXISTS (SELECT FROM jobq.queue_state s WHERE s.queue_name = %(queue)s AND s.paused)

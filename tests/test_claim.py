@@ -13,6 +13,7 @@ import httpx
 import psycopg
 import pytest
 
+from app.db import tokens
 from tests.support import LiveServer, leave_while_waiting, problem, wait_until
 
 
@@ -55,6 +56,28 @@ def test_tokens_are_distinct(server: LiveServer) -> None:
         server.enqueue(payload=i)
     tokens = [c["claim_token"] for c in server.claim(limit=50)]
     assert len(set(tokens)) == 50
+
+
+@pytest.mark.parametrize("limits", [{}, {"rate": {"limit": 100, "per_seconds": 60}, "group_concurrency": 1}])
+def test_tokens_name_their_queue(server: LiveServer, limits: dict[str, Any]) -> None:
+    """A claim's token is 43 random characters, then its queue's name (app/db/tokens.py), URL-safe whatever
+    the queue: the longest queue name makes a token that every write takes back (plain and limited claims)."""
+    queue = "Q:" + "x.-_" * 31 + "yz"
+    assert len(queue) == 128
+    if limits:
+        assert server.client.patch(f"/queues/{queue}/config", json=limits).status_code == 200
+    ids = {server.enqueue(queue=queue, payload=i, group=f"g{i}")["id"] for i in range(3)}
+    claimed = server.claim(queue=queue, limit=3)
+    assert {c["id"] for c in claimed} == ids
+    for c in claimed:
+        token = c["claim_token"]
+        assert len(token) == tokens.MAX_CHARS and token.endswith(tokens.queue_suffix(queue))
+        assert tokens.queue_of(token) == queue
+        r = server.client.post(f"/jobs/{c['id']}/heartbeat", json={"claim_token": token})
+        assert r.status_code == 200, r.text
+        r = server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": token, "result": 1})
+        assert r.status_code == 200, r.text
+    assert len({c["claim_token"][: tokens.RANDOM_CHARS] for c in claimed}) == 3
 
 
 def test_claim_respects_limit_and_queue(server: LiveServer) -> None:

@@ -212,7 +212,7 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     "enqueue debounced": (store_debounce.JOB_DEBOUNCE, DEBOUNCE, {"jobs_debounce_idx", "jobs_pkey"}),
     "claim 10": (
         claim.JOB_CLAIM,
-        {"queue": "q", "total": 10, "slots": slots(1)},
+        {"queue": "q", "total": 10, "slots": slots(1), "suffix": "cQ"},  # cQ: tokens.queue_suffix("q")
         {"jobs_claim_idx", "jobs_pkey"},
     ),
     "claim 100, 10 requests": (
@@ -221,17 +221,18 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
             "queue": "q",
             "total": 100,
             "slots": j([{"ord": n, "worker": "w", "lease": 30, "lim": 10} for n in range(10)]),
+            "suffix": "cQ",
         },
         {"jobs_claim_idx", "jobs_pkey"},
     ),
     "claim 10, concurrency limit": (
         claim.JOB_CLAIM_LIMITED,
-        {"queue": "q", "total": 10, "slots": slots(1), "after": None, "window": claim.LANE_WINDOW},
+        {"queue": "q", "total": 10, "slots": slots(1), "suffix": "cQ", "after": None, "window": claim.LANE_WINDOW},
         {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx", "jobs_pkey"},  # the group walk: planned, not run
     ),
     "claim 100, fair groups": (
         claim.JOB_CLAIM_LIMITED,
-        {"queue": "q", "total": 100, "slots": slots(10), "after": "g7", "window": claim.LANE_WINDOW},
+        {"queue": "q", "total": 100, "slots": slots(10), "suffix": "cQ", "after": "g7", "window": claim.LANE_WINDOW},
         {"jobs_claim_idx", "jobs_group_idx", "jobs_running_idx", "jobs_pkey"},
     ),
     "heartbeat": (
@@ -386,6 +387,8 @@ HOT["queues with ready jobs, 1,000 waited"] = (
     {"queues": ["q", *(f"tenant-{i}" for i in range(999))]},
     {"jobs_claim_idx"},
 )
+# The same look at one queue: on Citus, one such statement per waited queue (app/db/waiting.py).
+HOT["queue with ready jobs, one waited"] = (store_waiting.QUEUE_READY, {"queue": "q"}, {"jobs_claim_idx"})
 # 10,000 dependants of job 1501 (running, so finished as far as the release cares once it is recorded), and its
 # outbox row.
 WAITING_10K = (
@@ -417,7 +420,7 @@ HOT["queues with jobs past their timeout"] = (
 )
 HOT["explain"] = (
     store_explain.JOB_EXPLAIN,
-    {"id": 250_000, "queue": "q", "allowed": None},
+    {"id": 250_000, "queue": "q"},
     {"jobs_group_idx", "jobs_running_idx", "jobs_pkey"},
 )
 HOT["workers"] = (

@@ -35,6 +35,7 @@ import psycopg
 
 from app.db.jobs import RUNNING_C, as_json
 from app.db.rows import ClaimRow, rows_of
+from app.db.tokens import queue_suffix
 
 # pg_advisory_xact_lock(FLOW_LOCK_CLASS, hashtext(queue)): the two-key space, apart from the one-key locks
 # of migrations and vacuum. Two queues whose names hash alike share a lock: harmless, rarely slower.
@@ -75,29 +76,43 @@ SLOTS = """
 """
 
 
-def claim_update(locked: str, stamp: str) -> str:
-    """The `claimed` CTE, the claim's one write: the jobs of CTE `chosen` (id, and rn: their rank in claim
-    order) to running, each for the request of its slot (CTE `slots`), under a new token. `locked` is the
-    CTE whose ids lead into jobs by primary key (see app/db/jobs.py), `stamp` the FROM item with the
-    statement's one reading of the clock (`now`). Returns ClaimRow's job columns."""
+# The token of a claim: 244 random bits from the server's strong RNG, URL-safe (43 characters), then the
+# queue's name (%(suffix)s: app/db/tokens.py queue_suffix), so that a worker's writes find the job's shard.
+TOKEN = """rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()), 'base64'),
+                          '+/', '-_'), '=') || %(suffix)s"""
+
+# The `handed` CTE: what each job of CTE `chosen` (id, and rn: its rank in claim order) is handed with: the
+# request of its slot (CTE `slots`), the statement's one reading of the clock (CTE `stamp`: `now`) and the
+# lease's end, and a new token. Computed in a SELECT rather than in the UPDATE's SET, where Citus refuses
+# volatile functions (the clock, the RNG) and stable ones applied to a column (timestamptz + interval);
+# only rows actually claimed pay for a token (`chosen` holds no more rows than there are slots).
+HANDED = f"""
+  SELECT c.id, c.rn, s.ord, s.worker, s.lease, st.now,
+         -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
+         st.now + make_interval(secs => s.lease) AS expires,
+         {TOKEN} AS token
+  FROM chosen c JOIN slots s USING (rn) CROSS JOIN stamp st
+"""
+
+
+def claim_update(locked: str) -> str:
+    """The `claimed` CTE, the claim's one write: the jobs of CTE `handed` to running, each for the request of
+    its slot, under its new token. `locked` is the CTE whose ids lead into jobs by primary key (see
+    app/db/jobs.py). Every column it sets comes from `handed` as computed there, and it names the queue, so
+    that on Citus it is one write on the queue's shard. Returns ClaimRow's job columns."""
     return f"""
   UPDATE jobq.jobs AS j
   SET status = 'running',
       attempts = j.attempts + 1,
-      -- One reading of the clock for the claim and its lease, so the lease is exactly what was asked.
-      claimed_at = stamp.now,
-      lease_seconds = s.lease,
-      lease_expires_at = stamp.now + make_interval(secs => s.lease),
-      locked_by = s.worker,
+      claimed_at = h.now,
+      lease_seconds = h.lease,
+      lease_expires_at = h.expires,
+      locked_by = h.worker,
       progress = NULL,  -- progress belongs to an attempt: a new claim starts without
-      -- 244 random bits from the server's strong RNG, URL-safe; only rows actually claimed pay for one.
-      claim_token = rtrim(translate(encode(uuid_send(gen_random_uuid()) || uuid_send(gen_random_uuid()),
-                                           'base64'), '+/', '-_'), '=')
-  FROM chosen
-  JOIN slots s USING (rn)
-  CROSS JOIN {stamp}
-  WHERE j.id = ANY(ARRAY(SELECT id FROM {locked})) AND j.id = chosen.id
-  RETURNING s.ord AS slot, chosen.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
+      claim_token = h.token
+  FROM handed h
+  WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM {locked})) AND j.id = h.id
+  RETURNING h.ord AS slot, h.rn AS rank, j.id, j.queue_name AS queue, j.payload::text AS payload,
             j.priority, j.attempts, j.max_attempts, j.claim_token, j.lease_expires_at, j.run_at, j.created_at,
             j.traceparent, j.group_key AS "group"
 """
@@ -106,7 +121,8 @@ def claim_update(locked: str, stamp: str) -> str:
 # The claimed jobs' rows: ClaimRow's marker columns are NULL on them.
 CLAIMED_ROWS = """SELECT *, NULL::bool AS marker, NULL::bool AS limited, NULL::bool AS ready_left,
        NULL::int AS room_concurrency, NULL::int AS room_rate, NULL::bool AS held_group_concurrency,
-       NULL::bool AS held_group_rate, NULL::bool AS held_ordered, NULL::float8 AS wake_in, NULL::text AS last_group
+       NULL::bool AS held_group_rate, NULL::bool AS held_ordered, NULL::float8 AS wake_in, NULL::text AS last_group,
+       NULL::json AS ledger
 FROM claimed"""
 
 # The marker row's job columns (ClaimRow's first fourteen): it stands for no job.
@@ -116,7 +132,9 @@ NO_JOB = "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 # --- a queue without limits ---------------------------------------------------------------------------------
 
 JOB_CLAIM = f"""
-WITH candidates AS (
+WITH stamp AS (
+  SELECT clock_timestamp() AS now
+), candidates AS (
   -- The article's claim: the literal 'pending' matches jobs_claim_idx's predicate and the ORDER BY
   -- its key order, so this is an ordered index scan that stops after `total` rows it could lock.
   -- Locked rows are skipped, not waited for. Pending jobs always have an attempt left (CHECK
@@ -134,7 +152,7 @@ WITH candidates AS (
   FOR UPDATE SKIP LOCKED
 ), chosen AS (
   SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rn FROM candidates
-), slots AS ({SLOTS}), claimed AS ({claim_update("candidates", "(SELECT clock_timestamp() AS now) AS stamp")})
+), slots AS ({SLOTS}), handed AS ({HANDED}), claimed AS ({claim_update("candidates")})
 {CLAIMED_ROWS}
 UNION ALL
 -- Nothing claimed: one marker row telling that ready jobs existed anyway (all locked by other claims, or
@@ -145,7 +163,7 @@ UNION ALL
 SELECT {NO_JOB},
        true AS marker, EXISTS (SELECT FROM jobq.queue_state WHERE queue_name = %(queue)s AND limited) AS limited,
        true AS ready_left,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL  -- the limited claim's figures
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL  -- the limited claim's figures
 WHERE NOT EXISTS (SELECT FROM claimed)
   AND (SELECT id FROM jobq.jobs
        WHERE queue_name = %(queue)s AND status = 'pending' AND run_at <= clock_timestamp()
@@ -163,7 +181,13 @@ class ClaimResult:
 async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequence[ClaimSlot]) -> ClaimResult:
     """Claim jobs for several requests in one statement; returns each request's rows, best job first."""
     cur = conn.cursor(row_factory=rows_of(ClaimRow))
-    await cur.execute(JOB_CLAIM, {"queue": queue, "total": sum(s.limit for s in slots), "slots": slots_doc(slots)})
+    params = {
+        "queue": queue,
+        "total": sum(s.limit for s in slots),
+        "slots": slots_doc(slots),
+        "suffix": queue_suffix(queue),
+    }
+    await cur.execute(JOB_CLAIM, params)
     rows = await cur.fetchall()
     if len(rows) == 1 and rows[0].marker:
         marker = rows[0]
@@ -178,8 +202,14 @@ async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequ
 # to run a 60-job claim), while PostgreSQL keeps re-planning a prepared statement whose generic plan's
 # estimate looks worse than its custom plans', as this one's does on fresh statistics (LIMIT $n is planned
 # as a tenth of the table). The generic plan reads the same indexes (tests/test_plans.py checks both).
+# Not where Citus is loaded (its setting citus.version exists): Citus cannot make a distributed plan of a
+# generic plan whose queue is still a parameter ("could not create distributed plan"), and plans the claim
+# for the queue's shard each time anyway; a prepared statement there runs with custom plans, as by default.
+# On Citus the lock is the coordinator's: a claim's statement reaches the queue's shard after the lock is
+# granted, and the lock is let go after the shard's transaction has committed.
 FLOW_LOCK = (
-    "SELECT set_config('plan_cache_mode', 'force_generic_plan', true),"
+    "SELECT set_config('plan_cache_mode', CASE WHEN current_setting('citus.version', true) IS NULL"
+    " THEN 'force_generic_plan' ELSE 'auto' END, true),"
     f" pg_advisory_xact_lock({FLOW_LOCK_CLASS}, hashtext(%(queue)s))"
 )
 
@@ -338,18 +368,12 @@ WITH RECURSIVE cfg AS ({QUEUE_LIMITS}), stamp AS (
   -- no longer pending, or no longer due, when its lock is granted is dropped (READ COMMITTED re-checks the
   -- locked row): a debounce that committed after this statement's snapshot moved its run time later.
   SELECT j.id FROM jobq.jobs j
-  WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = {PENDING} AND j.run_at <= clock_timestamp()
+  WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = {PENDING}
+    AND j.run_at <= clock_timestamp()
   FOR UPDATE SKIP LOCKED
 ), chosen AS (
   SELECT p.id, row_number() OVER (ORDER BY p.ord) AS rn FROM picked p WHERE p.id IN (SELECT id FROM locked)
-), slots AS ({SLOTS}), claimed AS ({claim_update("chosen", "stamp")}), logged AS (
-  -- The ledger that rate limits count: one row per group claimed from, stamped with this claim's time.
-  INSERT INTO jobq.queue_claims (queue_name, group_key, claimed_at, n)
-  SELECT %(queue)s, c."group", stamp.now, count(*)
-  FROM claimed c CROSS JOIN stamp CROSS JOIN cfg
-  WHERE cfg.rate_limit IS NOT NULL OR (cfg.group_rate_limit IS NOT NULL AND c."group" IS NOT NULL)
-  GROUP BY c."group", stamp.now
-)
+), slots AS ({SLOTS}), handed AS ({HANDED}), claimed AS ({claim_update("chosen")})
 {CLAIMED_ROWS}
 UNION ALL
 -- The marker row: which limits held jobs back (a limit "holds back" when ready jobs were left because of
@@ -380,9 +404,34 @@ SELECT {NO_JOB},
          - stamp.now)::float8 AS wake_in,
        -- '' when the last job had no group: those jobs take their turn where the empty key sorts, and the
        -- next round goes on after them (NULL: nothing was claimed, the round stays where it was).
-       (SELECT coalesce(c."group", '') FROM claimed c ORDER BY c.rank DESC LIMIT 1) AS last_group
+       (SELECT coalesce(c."group", '') FROM claimed c ORDER BY c.rank DESC LIMIT 1) AS last_group,
+       -- What the rate limits are to count of this claim (NULL: nothing): one ledger row per group claimed
+       -- from, stamped with this claim's time, written by jobs_claim_limited (QUEUE_CLAIMS_LOG) before the
+       -- claim lock is let go. Not an INSERT in this statement: on Citus a statement with one is no longer
+       -- planned for one shard.
+       (SELECT json_build_object('at', stamp.now, 'rows', json_agg(json_build_array(l."group", l.n)))
+        FROM (SELECT c."group", count(*) AS n FROM claimed c
+              WHERE cfg.rate_limit IS NOT NULL OR (cfg.group_rate_limit IS NOT NULL AND c."group" IS NOT NULL)
+              GROUP BY c."group") l
+        HAVING count(*) > 0) AS ledger
 FROM cfg, room, stamp
 """
+
+# The limited claim's ledger rows (its marker row's `ledger`), one a group, in the claim's transaction: one
+# multi-row INSERT, a single-shard write on Citus (an INSERT ... SELECT from the JSON would be collected on
+# the coordinator first).
+QUEUE_CLAIMS_LOG = "INSERT INTO jobq.queue_claims (queue_name, group_key, claimed_at, n) VALUES "
+QUEUE_CLAIMS_LOG_ROW = "(%s, %s, %s::timestamptz, %s)"
+
+
+def queue_claims_log(queue: str, ledger: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The statement and parameters that write a limited claim's ledger rows."""
+    rows: list[list[Any]] = ledger["rows"]
+    params: list[Any] = []
+    for group, n in rows:
+        params += [queue, group, ledger["at"], n]
+    return QUEUE_CLAIMS_LOG + ", ".join([QUEUE_CLAIMS_LOG_ROW] * len(rows)), params
+
 
 # How deep a grouped queue's claim looks for jobs without a group, in claim order.
 LANE_WINDOW = 100
@@ -403,13 +452,23 @@ async def jobs_claim_limited(
     """Claim from a queue with limits: take the queue's claim lock, then claim within them, in one short
     transaction (see the module docstring). `after`: the group this process served last (fair queues)."""
     total = sum(s.limit for s in slots)
-    params = {"queue": queue, "total": total, "slots": slots_doc(slots), "after": after, "window": LANE_WINDOW}
+    params = {
+        "queue": queue,
+        "total": total,
+        "slots": slots_doc(slots),
+        "suffix": queue_suffix(queue),
+        "after": after,
+        "window": LANE_WINDOW,
+    }
     cur = conn.cursor(row_factory=rows_of(ClaimRow))
-    async with conn.transaction():
+    # Pipelined: the lock, the claim and BEGIN go out together, the ledger's rows and COMMIT together.
+    async with conn.pipeline(), conn.transaction():
         await conn.execute(FLOW_LOCK, {"queue": queue})
         await cur.execute(JOB_CLAIM_LIMITED, params)
         rows = await cur.fetchall()
-    marker = next(r for r in rows if r.marker)
+        marker = next(r for r in rows if r.marker)
+        if marker.ledger is not None:
+            await conn.execute(*queue_claims_log(queue, marker.ledger))
     held: list[str] = []
     if marker.ready_left:
         bound = [v for v in (marker.room_concurrency, marker.room_rate) if v is not None]

@@ -5,6 +5,7 @@ it. app/core/explain.py turns the row into reasons."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -51,12 +52,19 @@ SELECT cfg.paused, job.run_at > stamp.now AS not_due,
        coalesce((SELECT n FROM group_recent), 0)::int AS group_recent,
        (SELECT frees_at FROM group_recent) AS group_rate_frees_at,
        cfg.ordered, (SELECT id FROM head) AS head_id,
-       -- The jobs it waits for: its parents not finished yet (of the caller's queues).
-       ARRAY(SELECT p.id FROM jobq.jobs p
-             WHERE p.id = ANY(job.depends_on) AND p.status NOT IN ('completed', 'failed', 'cancelled')
-               AND {queue_allowed("p.queue_name", "%(allowed)s::text")}
-             ORDER BY p.id) AS waiting_for
+       -- Its parents: job_explain keeps those not finished yet (JOB_WAITING_FOR).
+       coalesce(job.depends_on, '{{}}') AS waiting_for
 FROM cfg CROSS JOIN stamp CROSS JOIN job
+"""
+
+# The jobs a job waits for: its parents not finished yet (of the caller's queues). A statement of its own, run
+# only for a job with parents: they may be in any queue, so on Citus this read goes to every shard (it
+# answers an operator's question, on no hot path), while JOB_EXPLAIN stays on the job's queue's shard.
+JOB_WAITING_FOR = f"""
+SELECT p.id FROM jobq.jobs p
+WHERE p.id = ANY(%(ids)s::bigint[]) AND p.status NOT IN ('completed', 'failed', 'cancelled')
+  AND {queue_allowed("p.queue_name", "%(allowed)s::text")}
+ORDER BY p.id
 """
 
 
@@ -80,7 +88,7 @@ class ExplainRow:
     group_rate_frees_at: datetime | None
     ordered: bool
     head_id: int | None  # the ordered group's first pending job
-    waiting_for: list[int]
+    waiting_for: list[int]  # its parents not finished yet (of the caller's queues)
 
 
 async def job_explain(
@@ -88,5 +96,10 @@ async def job_explain(
 ) -> ExplainRow | None:
     """The claim's rules as they apply to this job now (None: the job is gone, or moved queue)."""
     cur = conn.cursor(row_factory=rows_of(ExplainRow))
-    await cur.execute(JOB_EXPLAIN, {"id": job_id, "queue": queue, "allowed": allowed})
-    return await cur.fetchone()
+    await cur.execute(JOB_EXPLAIN, {"id": job_id, "queue": queue})
+    row = await cur.fetchone()
+    if row is None or not row.waiting_for:
+        return row
+    # The statement's `waiting_for` holds all its parents: keep those not finished.
+    parents = await conn.execute(JOB_WAITING_FOR, {"ids": row.waiting_for, "allowed": allowed})
+    return dataclasses.replace(row, waiting_for=[r[0] for r in await parents.fetchall()])

@@ -169,6 +169,8 @@ class ClaimRow(NamedTuple):
     held_ordered: bool | None
     wake_in: float | None
     last_group: str | None
+    # What the limited claim's rate limits count of it: {"at": its time, "rows": [[group, jobs], ...]}.
+    ledger: dict[str, Any] | None
 
 
 class Inserted(NamedTuple):
