@@ -401,7 +401,9 @@ def test_a_heartbeat_held_up_by_a_cancel_learns_of_the_cancel(
     c = server.claim_one()
     answers: list[httpx.Response] = []
     with psycopg.connect(database_url) as tx:  # the operator's cancel, held open
-        row = tx.execute(store_admin.JOB_CANCEL, {"id": job["id"], "reason": None, "allowed": None}).fetchone()
+        row = tx.execute(
+            store_admin.JOB_CANCEL, {"id": job["id"], "queue": "q", "reason": None, "allowed": None}
+        ).fetchone()
         assert row is not None and row[1] is True  # (ord, written, job...)
         beat = threading.Thread(
             target=lambda: answers.append(

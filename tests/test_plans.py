@@ -269,8 +269,8 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         {"claims": j([{"id": i, "token": f"t{i}"} for i in range(1901, 1911)])},
         BY_ID,
     ),
-    "get": (store.JOB_GET, {"id": 1901, "allowed": None}, BY_ID),
-    "jobs waited for": (store.JOBS_GET_WAITED, {"ids": list(range(1501, 1601))}, BY_ID),
+    "get": (store.JOB_GET, {"id": 1901, "queue": "q", "allowed": None}, BY_ID),
+    "jobs waited for": (store.JOBS_GET_WAITED, {"ids": list(range(1501, 1601)), "queues": ["q"]}, BY_ID),
     # The sweeper (app/db/rescue.py): the queues with lapsed leases (index only), then one queue at a time.
     "queues with lapsed leases": (
         store_rescue.JOB_LAPSED_QUEUES,
