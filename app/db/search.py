@@ -20,8 +20,9 @@ match deep in a big table costs the caller more pages, never the database a long
 
 On Citus (app/db/distribute.py): a search that names a queue is one statement on that queue's one shard (one
 task): its walk and the read of its matches both name the queue (`in_queue`). A search across queues reads
-every shard (a fan-out: not a hot path, bounded as above); by idempotency key across queues, the loose scans
-of QUEUES_WITH_JOBS are recursive CTEs, which Citus refuses without a queue: give a queue there."""
+every shard (a fan-out: not a hot path, bounded as above). By idempotency key across queues, the loose scans of
+QUEUES_WITH_JOBS are recursive CTEs, which Citus refuses without one queue named: there, once refused, a process
+searches every shard's jobs by that key instead (SEARCH_BY_KEY_EVERY_SHARD; PostgreSQL keeps the loose scans)."""
 
 from __future__ import annotations
 
@@ -135,6 +136,14 @@ SEARCH_BY_KEY_ANY_QUEUE = _search(
     ("id",),
     prefix=QUEUES_WITH_JOBS,
 )
+# Where the loose scans above cannot run (Citus: a recursive CTE must name one queue), each shard looks for the key
+# among its own jobs, by jobs_idempotency_idx read whole (the key is its second column) or by its table: bounded
+# by the search's statement timeout; an operator's question, not a hot path. PostgreSQL keeps the loose scans.
+SEARCH_BY_KEY_EVERY_SHARD = _search(
+    _walk("j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL"), "j.id DESC", ("id",)
+)
+_walk_refused = False  # the engine refused SEARCH_BY_KEY_ANY_QUEUE once (Citus): this process searches every shard
+
 # The literal statuses let the planner prove jobs_payload_idx's predicate.
 _BY_PAYLOAD = (
     "j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s)"
@@ -229,10 +238,20 @@ async def jobs_search(
         "budget": budget,
     }
     params.update({f"k{i + 1}": v for i, v in enumerate(keys)})
+    global _walk_refused
+    statement = how.statement
+    if statement is SEARCH_BY_KEY_ANY_QUEUE and _walk_refused:
+        statement = SEARCH_BY_KEY_EVERY_SHARD
     cur = conn.cursor(row_factory=outcome_rows(SearchRow, JobRow))
-    async with conn.transaction():
-        await conn.execute(f"SET LOCAL statement_timeout = {int(timeout_ms)}")
-        if how.bitmap:
-            await conn.execute("SET LOCAL enable_bitmapscan = on")
-        await cur.execute(how.statement, params)
-        return await cur.fetchall()
+    try:
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL statement_timeout = {int(timeout_ms)}")
+            if how.bitmap:
+                await conn.execute("SET LOCAL enable_bitmapscan = on")
+            await cur.execute(statement, params)
+            return await cur.fetchall()
+    except psycopg.errors.FeatureNotSupported:
+        if statement is not SEARCH_BY_KEY_ANY_QUEUE:
+            raise
+        _walk_refused = True
+    return await jobs_search(conn, how, c, allowed, after, limit, budget, timeout_ms)
