@@ -59,13 +59,18 @@ SELECT cfg.paused, job.run_at > stamp.now AS not_due,
        cfg.group_rate_limit, cfg.group_rate_per_seconds,
        coalesce((SELECT n FROM group_recent), 0)::int AS group_recent,
        (SELECT frees_at FROM group_recent) AS group_rate_frees_at,
-       cfg.ordered, (SELECT id FROM head) AS head_id,
-       -- Its parents: job_explain keeps those not finished yet (JOB_WAITING_FOR).
-       coalesce(job.depends_on, '{}') AS waiting_for
+       cfg.ordered, (SELECT id FROM head) AS head_id
 FROM cfg CROSS JOIN stamp CROSS JOIN job
+
+-- name: JOB_PARENT_QUEUES --
+SELECT d.parent_id, d.parent_queue FROM jobq.job_dependencies d
+WHERE d.parent_id = ANY(%(parents)s::bigint[]) AND d.job_id = %(id)s
 
 -- name: JOB_WAITING_FOR --
 SELECT p.id FROM jobq.jobs p
-WHERE p.id = ANY(%(ids)s::bigint[]) AND p.status NOT IN ('completed', 'failed', 'cancelled')
+WHERE p.queue_name = %(queue)s AND p.id = ANY(%(ids)s::bigint[])
+  AND p.status NOT IN ('completed', 'failed', 'cancelled')
   AND (%(allowed)s::text IS NULL OR p.queue_name ~ %(allowed)s::text)
-ORDER BY p.id
+
+-- name: PARENT_QUEUES_BY_ID --
+SELECT id, queue_name FROM jobq.jobs WHERE id = ANY(%(ids)s::bigint[])

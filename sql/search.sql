@@ -54,6 +54,60 @@ FROM summary s
 LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
+-- name: SEARCH_BY_ID_DESC_IN_QUEUE --
+WITH  examined AS MATERIALIZED (
+  SELECT j.id, j.id AS k1, ((%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
+    AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+    AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
+    AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
+    AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  ORDER BY j.id DESC
+  LIMIT %(budget)s
+), numbered AS (
+  SELECT s.id, s.hit, row_number() OVER (ORDER BY s.k1 DESC) AS n,
+         json_build_array(s.k1) AS key
+  FROM examined s
+), summary AS (
+  SELECT count(*) AS examined,
+         (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
+  FROM examined s
+), hits AS (
+  SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
+)
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
+FROM summary s
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
+ORDER BY h.n
+
+-- name: SEARCH_BY_ID_IN_QUEUE --
+WITH  examined AS MATERIALIZED (
+  SELECT j.id, j.id AS k1, ((%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
+    AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+    AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
+    AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
+    AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  ORDER BY j.id DESC
+  LIMIT %(budget)s
+), numbered AS (
+  SELECT s.id, s.hit, row_number() OVER (ORDER BY s.k1 DESC) AS n,
+         json_build_array(s.k1) AS key
+  FROM examined s
+), summary AS (
+  SELECT count(*) AS examined,
+         (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
+  FROM examined s
+), hits AS (
+  SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
+)
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
+FROM summary s
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
+ORDER BY h.n
+
 -- name: SEARCH_BY_KEY --
 WITH  examined AS MATERIALIZED (
   SELECT j.id, j.id AS k1, ((%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
@@ -78,7 +132,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
 ORDER BY h.n
 
 -- name: SEARCH_BY_KEY_ANY_QUEUE --
@@ -130,6 +184,33 @@ FROM summary s
 LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
+-- name: SEARCH_BY_KEY_EVERY_SHARD --
+WITH  examined AS MATERIALIZED (
+  SELECT j.id, j.id AS k1, ((%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
+    AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+    AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
+    AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
+    AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  ORDER BY j.id DESC
+  LIMIT %(budget)s
+), numbered AS (
+  SELECT s.id, s.hit, row_number() OVER (ORDER BY s.k1 DESC) AS n,
+         json_build_array(s.k1) AS key
+  FROM examined s
+), summary AS (
+  SELECT count(*) AS examined,
+         (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
+  FROM examined s
+), hits AS (
+  SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
+)
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
+FROM summary s
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
+ORDER BY h.n
+
 -- name: SEARCH_BY_PAYLOAD --
 WITH  examined AS MATERIALIZED (
   SELECT j.id, j.id AS k1, ((%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
@@ -157,6 +238,33 @@ FROM summary s
 LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
 ORDER BY h.n
 
+-- name: SEARCH_BY_PAYLOAD_IN_QUEUE --
+WITH  examined AS MATERIALIZED (
+  SELECT j.id, j.id AS k1, ((%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
+    AND (%(statuses)s::text[] IS NULL OR j.status = ANY(%(statuses)s::text[]))
+    AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
+    AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
+    AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s) AND ((%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  ORDER BY j.id DESC
+  LIMIT %(budget)s
+), numbered AS (
+  SELECT s.id, s.hit, row_number() OVER (ORDER BY s.k1 DESC) AS n,
+         json_build_array(s.k1) AS key
+  FROM examined s
+), summary AS (
+  SELECT count(*) AS examined,
+         (SELECT key FROM numbered ORDER BY n DESC LIMIT 1) AS last_key
+  FROM examined s
+), hits AS (
+  SELECT id, n FROM numbered WHERE hit ORDER BY n LIMIT %(limit)s
+)
+SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
+FROM summary s
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
+ORDER BY h.n
+
 -- name: SEARCH_LISTING[<Status.cancelled: 'cancelled'>] --
 WITH  examined AS MATERIALIZED (
   SELECT j.id, j.finished_at AS k1, j.id AS k2, ((%(queue)s::text IS NULL OR j.queue_name = %(queue)s)
@@ -182,7 +290,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.completed: 'completed'>] --
@@ -210,7 +318,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.failed: 'failed'>] --
@@ -238,7 +346,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.pending: 'pending'>] --
@@ -268,7 +376,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.running: 'running'>] --
@@ -296,7 +404,7 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
 ORDER BY h.n
 
 -- name: SEARCH_LISTING[<Status.waiting: 'waiting'>] --
@@ -324,5 +432,5 @@ WITH  examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 FROM summary s
-LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id AND j.queue_name = %(queue)s) ON true
 ORDER BY h.n

@@ -6,7 +6,9 @@
 SELECT EXISTS (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status IN ('pending', 'running', 'waiting'))
 
 -- name: JOBS_PURGE --
-WITH target AS (
+WITH stamp AS (
+  SELECT clock_timestamp() AS now  -- here, not in the UPDATE: Citus refuses a VOLATILE function there
+), target AS (
   -- A batch of the queue's unfinished jobs (ready, delayed, waiting, running); SKIP LOCKED: a job a worker
   -- is completing right now is left to it (it finishes, which is what a purge wants too).
   SELECT id, queue_name AS queue, status AS was FROM jobq.jobs
@@ -15,27 +17,17 @@ WITH target AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), purged AS (
-  -- Cancelled, as DELETE /jobs/{id} would: kept for the dashboard until retention removes them; a running
+  -- Cancelled, as DELETE /jobs/{{id}} would: kept for the dashboard until retention removes them; a running
   -- job keeps its token, so that its worker's heartbeat learns of the cancel and its complete is refused.
   UPDATE jobq.jobs AS j
-  SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
+  SET status = 'cancelled', finished_at = st.now, lease_expires_at = NULL,
       last_error = 'purged (SQS PurgeQueue)'
-  FROM target t WHERE j.id = t.id
+  FROM target t CROSS JOIN stamp st WHERE j.queue_name = %(queue)s AND j.id = t.id
   RETURNING t.queue, j.status, j.id, t.was, coalesce(j.has_dependants, false) AS has_dependants
-), counted AS (
-  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
-  SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
-  FROM purged
-  WHERE status IN ('completed', 'failed', 'cancelled')
-  GROUP BY 1, 2
-  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
-), recorded AS (
-  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
-  SELECT queue, id, status FROM purged
-  WHERE has_dependants AND status IN ('completed', 'failed', 'cancelled')
 )
 -- What each job was before (app/core/effects.py: a running or pending job frees its slot or group's turn),
--- and whether jobs depend on it (the release then has work).
+-- and whether jobs depend on it (the release then has work; jobs_purge records them for it and counts the
+-- batch, in the same transaction: app/db/admin.py says why not here).
 SELECT id, was, has_dependants FROM purged
 
 -- name: SQS_DEAD_LETTER_SOURCES --
@@ -52,27 +44,40 @@ UPDATE jobq.sqs_dedup AS d SET job_id = b.job_id
 FROM json_to_recordset(%(binds)s::json) AS b(dedup_id text, job_id bigint)
 WHERE d.queue_name = %(queue)s AND d.dedup_id = b.dedup_id
 
+-- name: SQS_DEDUP_EXPIRED_QUEUES --
+-- The queues with expired deduplication ids (the retention service); on Citus a read of every shard of a small
+-- table (ids live five minutes).
+SELECT DISTINCT queue_name FROM jobq.sqs_dedup WHERE expires_at <= coalesce(%(now)s::timestamptz, now())
+
 -- name: SQS_DEDUP_FOUND --
 -- The jobs the live deduplication ids already name.
 SELECT dedup_id, job_id FROM jobq.sqs_dedup WHERE queue_name = %(queue)s AND dedup_id = ANY(%(ids)s::text[])
 
 -- name: SQS_DEDUP_PRUNE --
--- Expired deduplication ids, a batch at a time (the retention service).
-DELETE FROM jobq.sqs_dedup WHERE ctid = ANY(ARRAY(
-  SELECT ctid FROM jobq.sqs_dedup WHERE expires_at <= coalesce(%(now)s::timestamptz, now()) LIMIT %(batch)s
+-- Expired deduplication ids of one queue, a batch at a time (the retention service).
+DELETE FROM jobq.sqs_dedup WHERE queue_name = %(queue)s AND ctid = ANY(ARRAY(
+  SELECT ctid FROM jobq.sqs_dedup
+  WHERE queue_name = %(queue)s AND expires_at <= coalesce(%(now)s::timestamptz, now())
+  LIMIT %(batch)s
 ))
 
 -- name: SQS_DEDUP_TAKE --
--- Take each deduplication id for five minutes (`window`), in the sending transaction. A live row (another
+-- Take each deduplication id for five minutes (the window), in the sending transaction. A live row (another
 -- send's, committed, or in flight: the unique index makes this wait for it) is left alone and not returned:
 -- that message is a duplicate. An expired row is taken over in place.
 INSERT INTO jobq.sqs_dedup AS d (queue_name, dedup_id, job_id, expires_at)
-SELECT %(queue)s, t.id, 0, now() + make_interval(secs => %(window)s)
+SELECT %(queue)s, t.id, 0, now() + make_interval(secs => 300)
 FROM unnest(%(ids)s::text[]) AS t(id)
 ORDER BY t.id COLLATE "C"  -- keys taken in one order: two batches cannot wait on each other in a cycle
 ON CONFLICT (queue_name, dedup_id) DO UPDATE SET job_id = 0, expires_at = EXCLUDED.expires_at
-  WHERE d.expires_at <= now()
+  -- Expired: d.expires_at <= now(), said with IMMUTABLE functions and no parameter, as Citus requires here:
+  -- EXCLUDED's expiry less the window is now(), and times at a named zone compare exactly as timestamptz do.
+  WHERE (d.expires_at AT TIME ZONE 'UTC')
+        <= (EXCLUDED.expires_at AT TIME ZONE 'UTC') - make_interval(secs => 300)
 RETURNING d.dedup_id
+
+-- name: SQS_MESSAGES_DELETE --
+DELETE FROM jobq.sqs_messages WHERE job_id = ANY(%(ids)s::bigint[])
 
 -- name: SQS_MESSAGES_GET --
 SELECT job_id, attributes::text, dedup_id FROM jobq.sqs_messages WHERE job_id = ANY(%(ids)s::bigint[])
@@ -82,14 +87,11 @@ INSERT INTO jobq.sqs_messages (job_id, attributes, dedup_id)
 SELECT job_id, attributes, dedup_id
 FROM json_to_recordset(%(rows)s::json) AS t(job_id bigint, attributes jsonb, dedup_id text)
 
--- name: SQS_MESSAGES_PRUNE --
--- The rows of jobs that are gone (deleted by retention, or by hand), a batch at a time, oldest ids first: a
--- job id is never reused, so a row without its job is never wanted again.
-DELETE FROM jobq.sqs_messages WHERE job_id = ANY(ARRAY(
-  SELECT m.job_id FROM jobq.sqs_messages m
-  WHERE NOT EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.id = m.job_id)
-  ORDER BY m.job_id LIMIT %(batch)s
-))
+-- name: SQS_MESSAGES_JOBS --
+SELECT id FROM jobq.jobs WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: SQS_MESSAGES_PAGE --
+SELECT job_id FROM jobq.sqs_messages WHERE job_id > %(after)s ORDER BY job_id LIMIT %(batch)s
 
 -- name: SQS_MOVE_TASK_SET --
 UPDATE jobq.sqs_queues SET move_task = %(task)s::jsonb WHERE queue_name = %(queue)s

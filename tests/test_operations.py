@@ -383,9 +383,13 @@ def test_heartbeat_of_a_live_claim_says_not_cancelled(server: LiveServer) -> Non
 
 
 def lock_waiters(db: psycopg.Connection, marker: str) -> int:
-    """Statements of this database waiting for a row lock whose text contains `marker`."""
+    """Statements of this database waiting for a row lock whose text contains `marker`. On Citus a statement waits
+    on the worker node holding its shard, under the shard's query text (CTE names kept): citus_stat_activity shows
+    the backends of every node."""
+    citus = db.execute("SELECT to_regclass('pg_catalog.citus_stat_activity') IS NOT NULL").fetchone()
+    view = "citus_stat_activity" if citus and citus[0] else "pg_stat_activity"
     row = db.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        f"SELECT count(*) FROM {view} WHERE datname = current_database()"
         " AND wait_event_type = 'Lock' AND strpos(query, %s) > 0",
         (marker,),
     ).fetchone()
@@ -401,7 +405,9 @@ def test_a_heartbeat_held_up_by_a_cancel_learns_of_the_cancel(
     c = server.claim_one()
     answers: list[httpx.Response] = []
     with psycopg.connect(database_url) as tx:  # the operator's cancel, held open
-        row = tx.execute(store_admin.JOB_CANCEL, {"id": job["id"], "reason": None, "allowed": None}).fetchone()
+        row = tx.execute(
+            store_admin.JOB_CANCEL, {"id": job["id"], "queue": "q", "reason": None, "allowed": None}
+        ).fetchone()
         assert row is not None and row[1] is True  # (ord, written, job...)
         beat = threading.Thread(
             target=lambda: answers.append(

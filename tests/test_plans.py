@@ -281,8 +281,8 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     ),
     # The queues of the jobs that tokens from before 1.2.0 (which name none) write to: by id, once per call.
     "queues of jobs by id": (store_writes.JOB_QUEUES, {"ids": list(range(1501, 1511))}, BY_ID),
-    "get": (store.JOB_GET, {"id": 1901, "allowed": None}, BY_ID),
-    "jobs waited for": (store.JOBS_GET_WAITED, {"ids": list(range(1501, 1601))}, BY_ID),
+    "get": (store.JOB_GET, {"id": 1901, "queue": "q", "allowed": None}, BY_ID),
+    "jobs waited for": (store.JOBS_GET_WAITED, {"ids": list(range(1501, 1601)), "queues": ["q"]}, BY_ID),
     # The sweeper (app/db/rescue.py): the queues with lapsed leases (index only), then one queue at a time.
     "queues with lapsed leases": (
         store_rescue.JOB_LAPSED_QUEUES,

@@ -20,15 +20,16 @@ from app.errors import JobNotFound
 Doc = dict[str, Any]
 
 
-def reasons_of(job: JobRow, row: store_explain.ExplainRow | None) -> list[Doc]:
+def reasons_of(job: JobRow, row: store_explain.ExplainRow | None, waiting_for: list[int] | None = None) -> list[Doc]:
+    """`row`: the claim's rules, read for a pending job; `waiting_for`: a waiting job's parents not finished."""
     if job.status == Status.running:
         return [{"kind": "running", "worker": job.worker, "lease_expires_at": job.lease_expires_at}]
     if job.status in FINISHED:
         return [{"kind": "finished", "status": job.status}]
+    if job.status == Status.waiting:
+        return [{"kind": "dependencies", "waiting_for": waiting_for or []}]
     if row is None:  # gone between the two reads
         return []
-    if job.status == Status.waiting:
-        return [{"kind": "dependencies", "waiting_for": row.waiting_for}]
     out: list[Doc] = []
     if row.paused:
         out.append({"kind": "paused"})
@@ -68,8 +69,10 @@ class ExplainService:
             job = await job_get(conn, job_id, allowed)
             if job is None:
                 raise JobNotFound()
-            row = None
-            if job.status in (Status.pending, Status.waiting):
+            row, waiting_for = None, None
+            if job.status == Status.pending:
                 row = await store_explain.job_explain(conn, job_id, job.queue, allowed)
-        reasons = reasons_of(job, row)
+            elif job.status == Status.waiting:
+                waiting_for = await store_explain.job_waiting_for(conn, job_id, job.depends_on or [], allowed)
+        reasons = reasons_of(job, row, waiting_for)
         return {"id": job.id, "queue": job.queue, "status": job.status, "runnable": not reasons, "reasons": reasons}

@@ -5,7 +5,8 @@ A waiting request holds no database connection: it is a future parked under its 
 that finishes a job is followed by Wakeups.jobs_finished() (app/core/wakeups.py), which wakes the
 requests parked here and, over NOTIFY, those of the processes that announced a waiter on that very job.
 A wake-up makes one statement read every job woken at once (JOBS_GET_WAITED), however many requests wait
-for each; a job still running (a wake-up that was not for it: a re-announcement, a reconnect) leaves its
+for each (the jobs' queues, known since each wait began, route it: on Citus to those queues' shards only); a
+job still running (a wake-up that was not for it: a re-announcement, a reconnect) leaves its
 waiters parked. The fallback poll (app/maintenance/poll.py) looks at every waited job now and then, for
 finishes whose wake-up was lost.
 
@@ -40,7 +41,9 @@ class ResultWaiters:
         self.cap = cap
         self.closing = False
         self._parked: dict[int, list[Parked]] = {}  # job id -> requests waiting for it
+        self._queues: dict[int, str] = {}  # job id -> its queue (a job never changes queue), while parked
         self._woken: set[int] = set()  # job ids to look at
+        self._early: set[int] = set()  # woken before their first read told their queue: looked at after it
         self._reader: asyncio.Task[None] | None = None
 
     @property
@@ -78,6 +81,10 @@ class ResultWaiters:
             job = await self._read(job_id, allowed)
             if job.status in FINISHED:
                 return job
+            self._queues[job_id] = job.queue
+            if job_id in self._early:  # a finish after that read may have woken it already
+                self._early.discard(job_id)
+                self.wake_jobs([job_id])
             waiters: set[asyncio.Future[Any]] = {parked}
             if disconnected is not None:
                 watch = asyncio.ensure_future(disconnected())
@@ -90,7 +97,8 @@ class ResultWaiters:
                 raise Unauthorized("The API key was revoked while this request waited.", invalid=True)
             if finished is not None:
                 return finished
-            return await self._read(job_id, allowed)  # the deadline (or shutting down): the job as it is
+            # The deadline (or shutting down): the job as it is.
+            return await self._read(job_id, allowed, job.queue)
         finally:
             if watch is not None:
                 watch.cancel()
@@ -99,11 +107,14 @@ class ResultWaiters:
                 waiting.remove(parked)
                 if not waiting:
                     del self._parked[job_id]
+                    self._queues.pop(job_id, None)
+                    self._early.discard(job_id)
             self.cap.give(client)
 
-    async def _read(self, job_id: int, allowed: str | None) -> JobRow:
+    async def _read(self, job_id: int, allowed: str | None, queue: str | None = None) -> JobRow:
+        """The job as it is now; `queue`: its queue when known (otherwise looked up by id first)."""
         async with self.db.connection() as conn:
-            job = await store.job_get(conn, job_id, allowed)
+            job = await store.job_get(conn, job_id, allowed, queue)
         if job is None:
             raise JobNotFound()
         return job
@@ -127,10 +138,15 @@ class ResultWaiters:
 
     async def _read_woken(self) -> None:
         while self._woken:
-            ids, self._woken = sorted(self._woken), set()
+            woken, self._woken = self._woken, set()
+            # A job parked whose first read has not answered yet has no queue known: looked at once it has.
+            self._early.update(i for i in woken if i not in self._queues)
+            ids = sorted(i for i in woken if i in self._queues)
+            if not ids:
+                continue
             try:
                 async with self.db.connection() as conn:
-                    rows = await store.jobs_get_waited(conn, ids)
+                    rows = await store.jobs_get_waited(conn, ids, [self._queues[i] for i in ids])
             except Exception:
                 # The waiters stay parked: the next wake-up, the fallback poll or the deadline answers them.
                 log.warning("could not read %d waited job(s)", len(ids), exc_info=True)

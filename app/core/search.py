@@ -136,6 +136,7 @@ class SearchService:
 
     async def bulk(self, req: BulkRequest, allowed: str | None, client: str | None = None) -> Doc:
         applies = APPLIES_TO[req.action]
+        queues = None  # the jobs' queues: those a search found them in, else looked up by id
         if req.ids is not None:
             ids = list(dict.fromkeys(req.ids))  # each once, in the order given
             found = Found([], None, 0, False)
@@ -149,7 +150,8 @@ class SearchService:
             c = self.criteria(req.filter, statuses, ["body", "filter"])
             found = await self.search(c, allowed, req.limit or BULK_MAX_JOBS, req.cursor, client=client)
             ids = [j.id for j in found.jobs]
-        outcomes = await self._act(req, ids, applies, allowed) if ids else []
+            queues = {j.id: j.queue for j in found.jobs}
+        outcomes = await self._act(req, ids, applies, allowed, queues) if ids else []
         counts = {kind: sum(o["outcome"] == kind for o in outcomes) for kind in ("done", "skipped", "not_found")}
         return {
             "action": req.action,
@@ -160,23 +162,33 @@ class SearchService:
             "partial": found.partial,
         }
 
-    async def _act(self, req: BulkRequest, ids: list[int], applies: tuple[str, ...], allowed: str | None) -> list[Doc]:
+    async def _act(
+        self,
+        req: BulkRequest,
+        ids: list[int],
+        applies: tuple[str, ...],
+        allowed: str | None,
+        queues: dict[int, str] | None,
+    ) -> list[Doc]:
+        """The action on `ids`, one statement per queue of theirs (app/db/admin.py)."""
         moves: Moves | None = None
         finished: list[JobRow] = []
         async with self.db.connection() as conn:
             if req.dry_run:
-                seen = {j.id: (j.status in applies, j) for j in await store_admin.jobs_get_brief(conn, ids, allowed)}
+                seen = {
+                    j.id: (j.status in applies, j) for j in await store_admin.jobs_get_brief(conn, ids, allowed, queues)
+                }
             else:
                 if req.action == "cancel":
                     reason = (
                         sanitise_error(req.reason, self.settings.max_error_bytes) if req.reason is not None else None
                     )
-                    written = await store_admin.jobs_cancel_many(conn, ids, reason, allowed)
+                    written = await store_admin.jobs_cancel_many(conn, ids, reason, allowed, queues)
                     moves = Moves(Path.BULK_CANCEL)
                 else:
                     # By filter, a job whose unique key is held is skipped; by ids, refused (409).
                     skip_held = req.ids is None
-                    written = await store_admin.jobs_retry_many(conn, ids, allowed, skip_held)
+                    written = await store_admin.jobs_retry_many(conn, ids, allowed, skip_held, queues)
                     moves = Moves(Path.BULK_RETRY)
                 seen = {w.job.id: (w.written, w.job) for w in written if w.job is not None}
                 for w in written:

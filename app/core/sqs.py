@@ -26,7 +26,6 @@ from app.models.flow import QueueConfigPatch, RetentionPatch
 from app.models.jobs import Contract, build_contract
 from app.settings import Settings
 
-DEDUP_WINDOW_SECONDS = 300.0  # SQS's FIFO deduplication interval
 # How long this process trusts what it read of an SQS queue's row (existence, default delay and wait, size
 # limit): a change made through another replica shows here within this time.
 QUEUE_CACHE_SECONDS = 5.0
@@ -230,7 +229,7 @@ class SqsService:
             live: dict[str, int] = {}
             if fifo:
                 ids = [m.dedup_id for m in messages if m.dedup_id is not None]
-                taken, live = await store.sqs_dedup_take(conn, queue, sorted(set(ids)), DEDUP_WINDOW_SECONDS)
+                taken, live = await store.sqs_dedup_take(conn, queue, sorted(set(ids)))
             fresh: list[int] = []
             for n, m in enumerate(messages):
                 key = m.dedup_id

@@ -1,18 +1,28 @@
-"""SQL for operators' actions: cancel, retry (one job or many), redrive, pause. Like app/db/writes.py, every
-statement is one autocommit transaction, guarded by the job's status so that it cannot race a worker
-into an impossible state, and keeps queue_counts exact in the same statement."""
+"""SQL for operators' actions: cancel, retry (one job or many), redrive, pause. Every action is guarded by the
+job's status so that it cannot race a worker into an impossible state, and keeps queue_counts exact in the same
+transaction.
+
+One queue per statement: an action addressed by job id finds the job's queue first (app/db/tokens.py
+queue_of_job; for many jobs, JOBS_QUEUES, one read), then names it in every reference to `jobs`, so that on
+Citus the statement runs on that queue's one shard (app/db/distribute.py); a bulk action over jobs of several
+queues runs once per queue. The finished-job counters and the dependency release's outbox rows are written by
+a second statement of the same transaction, from the rows the action returns (COUNT_ADD, RELEASE_RECORD):
+Citus runs an INSERT ... SELECT from a CTE's rows through the coordinator, never as part of a one-shard
+statement."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 
-from app.db.jobs import JOB_COLUMNS, count_finished, job_columns, job_get, record_finished
-from app.db.rows import JobRow, Moved, Status, outcome_rows, rows_of
+from app.db.jobs import JOB_COLUMNS, job_columns, job_get
+from app.db.rows import FINISHED, JobRow, Moved, Status, outcome_rows, rows_of
 from app.db.scope import queue_allowed
+from app.db.tokens import queue_of_job
 from app.errors import InvalidState
 
 # --- admin actions ----------------------------------------------------------------------------------------
@@ -22,9 +32,12 @@ from app.errors import InvalidState
 
 
 def _job_cancel(target: str, columns: str) -> str:
-    """Cancel the jobs `target` (a condition on j.id) names, returning each as changed or as found."""
+    """Cancel the jobs `target` (a condition on j.id, in the queue %(queue)s) names, returning each as changed or
+    as found."""
     return f"""
-WITH target AS (
+WITH stamp AS (
+  SELECT clock_timestamp() AS now  -- here, not in the UPDATE: Citus refuses a VOLATILE function there
+), target AS (
   SELECT j.id, j.status AS was FROM jobq.jobs j
   WHERE {target} AND j.status IN ('pending', 'running', 'waiting')
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}  -- the caller's queues
@@ -33,16 +46,17 @@ WITH target AS (
 ), cancelled AS (
   -- A running job is cancelled at once; its claim token stays so that the worker's next heartbeat
   -- learns of it (cancel_requested) and its complete or fail is refused with job-cancelled. The jobs
-  -- that depend on a cancelled one are cancelled too, by the release (`recorded`, app/db/releases.py).
+  -- that depend on a cancelled one are cancelled too, by the release (RELEASE_RECORD, app/db/releases.py).
   UPDATE jobq.jobs AS j
-  SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
+  SET status = 'cancelled', finished_at = st.now, lease_expires_at = NULL,
       last_error = coalesce(%(reason)s, j.last_error)
-  FROM target t WHERE j.id = t.id
-  RETURNING t.was, {columns}
-), counted AS ({count_finished("cancelled")}
-), recorded AS ({record_finished("cancelled")}
+  FROM target t CROSS JOIN stamp st WHERE j.queue_name = %(queue)s AND j.id = t.id
+  -- The row itself; its columns as the API shows them are computed below (Citus refuses functions that are
+  -- not IMMUTABLE in RETURNING).
+  RETURNING t.was, j.queue_name AS queue, j.*
+  -- Counted and recorded for the release by the caller, in the same transaction (see above).
 )
-SELECT 0 AS ord, true AS written, * FROM cancelled
+SELECT 0 AS ord, true AS written, j.was, {columns} FROM cancelled j
 UNION ALL
 SELECT 0, false, NULL, {columns} FROM jobq.jobs j
 WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
@@ -55,15 +69,17 @@ WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 # is, and the others move.
 _KEY_FREE = """(j.unique_key IS NULL OR NOT EXISTS (
       SELECT FROM jobq.jobs h
-      WHERE h.queue_name = j.queue_name AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
+      WHERE h.queue_name = %(queue)s AND h.queue_name = j.queue_name
+        AND h.unique_key = j.unique_key AND h.unique_from = j.unique_from
         AND coalesce(h.unique_for_seconds, 0) = coalesce(j.unique_for_seconds, 0)
         AND h.unique_key IS NOT NULL AND h.status = ANY(h.unique_states) AND h.id <> j.id))"""
 
 
 def _job_retry(target: str, columns: str, skip_held: bool = False) -> str:
-    """Send the failed, cancelled or completed jobs `target` names back to pending, returning each as changed
-    or as found. `skip_held`: a job whose unique key another job holds is left as it is (found, not changed),
-    and of jobs sharing a key only the first (by id) moves, rather than the whole statement refused."""
+    """Send the failed, cancelled or completed jobs `target` names (all in the queue %(queue)s) back to pending,
+    returning each as changed or as found. `skip_held`: a job whose unique key another job holds is left as it
+    is (found, not changed), and of jobs sharing a key only the first (by id) moves, rather than the whole
+    statement refused."""
     if not skip_held:
         head = f"""
 WITH target AS (
@@ -98,11 +114,10 @@ WITH locked AS (
   UPDATE jobq.jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
       lease_expires_at = NULL, result = NULL
-  FROM target t WHERE j.id = t.id
-  RETURNING t.status AS was, {columns}
-), counted AS ({count_finished("target", "status", "-1")}
+  FROM target t WHERE j.queue_name = %(queue)s AND j.id = t.id
+  RETURNING t.status AS was, j.*  -- its columns computed below, as in _job_cancel; counted by the caller
 )
-SELECT 0 AS ord, true AS written, * FROM retried
+SELECT 0 AS ord, true AS written, j.was, {columns} FROM retried j
 UNION ALL
 SELECT 0, false, NULL, {columns} FROM jobq.jobs j
 WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
@@ -110,7 +125,11 @@ WHERE {target} AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 """
 
 
-ONE, MANY = "j.id = %(id)s", "j.id = ANY(%(ids)s::bigint[])"
+# Every statement addressed by job id names the job's queue too (resolved first by the caller, app/db/tokens.py
+# queue_of_job), so that on Citus it runs on that queue's one shard (app/db/distribute.py); a bulk action runs
+# once per queue of its jobs. On plain PostgreSQL the primary key is still the way in.
+ONE = "j.queue_name = %(queue)s AND j.id = %(id)s"
+MANY = "j.queue_name = %(queue)s AND j.id = ANY(%(ids)s::bigint[])"
 BRIEF = job_columns("false")  # a bulk action's rows: no payload, no result
 JOB_CANCEL, JOB_CANCEL_MANY = _job_cancel(ONE, JOB_COLUMNS), _job_cancel(MANY, BRIEF)
 JOB_RETRY, JOB_RETRY_MANY = _job_retry(ONE, JOB_COLUMNS), _job_retry(MANY, BRIEF)
@@ -122,12 +141,59 @@ RETRYABLE = (Status.failed, Status.cancelled, Status.completed)
 RETRYABLE_BY_DEFAULT = (Status.failed, Status.cancelled)
 
 
+# A finished-job counter moved by an action (as count_finished in app/db/jobs.py: a row per backend, so that
+# concurrent statements do not queue on one row), in the action's transaction; VALUES, which Citus routes to
+# the queue's shard.
+COUNT_ADD = """
+INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
+VALUES (%(queue)s, %(status)s, mod(pg_backend_pid(), 64), %(n)s)
+ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+"""
+
+# A job this action finished while some job depends on it: the dependency release's outbox row (as
+# record_finished in app/db/jobs.py), in the action's transaction, in the finished job's queue.
+RELEASE_RECORD = """
+INSERT INTO jobq.dependency_releases (queue_name, job_id, status) VALUES (%(queue)s, %(id)s, %(status)s)
+"""
+
+# The queues of jobs known by id alone (a bulk action by ids): the primary key on plain PostgreSQL; on Citus a
+# read of every shard, once per action, before each queue's statement goes to its one shard.
+JOBS_QUEUES = "SELECT id, queue_name FROM jobq.jobs WHERE id = ANY(%(ids)s::bigint[])"
+
+
+async def _record(conn: psycopg.AsyncConnection[Any], queue: str, moved: Iterable[Moved], retry: bool) -> None:
+    """What the written rows of an action in `queue` change beside the jobs: a cancel adds its jobs to the
+    cancelled counter and records those some job depends on; a retry takes its jobs off the counter of the
+    status each had (a redrive: see jobs_redrive)."""
+    written = [m for m in moved if m.written and m.job is not None]
+    if retry:
+        counts = Counter(m.was for m in written if m.was in FINISHED)
+        params = [{"queue": queue, "status": status, "n": -n} for status, n in sorted(counts.items())]
+        released = []
+    else:
+        params = [{"queue": queue, "status": str(Status.cancelled), "n": len(written)}] if written else []
+        released = [
+            {"queue": queue, "id": m.job.id, "status": str(m.job.status)}
+            for m in written
+            if m.job is not None and m.job.has_dependants
+        ]
+    async with conn.cursor() as cur:
+        if params:
+            await cur.executemany(COUNT_ADD, params)
+        if released:
+            await cur.executemany(RELEASE_RECORD, released)
+
+
 async def job_cancel(
     conn: psycopg.AsyncConnection[Any], job_id: int, reason: str | None, allowed: str | None = None
 ) -> Moved | None:
     """The outcome; None when there is no such job (or none in the caller's queues, `allowed`). Only
     pending, waiting and running jobs change."""
-    return await _admin_write(conn, JOB_CANCEL, {"id": job_id, "reason": reason, "allowed": allowed}, CANCELLABLE)
+    queue = await queue_of_job(conn, job_id)
+    if queue is None:
+        return None
+    params = {"id": job_id, "queue": queue, "reason": reason, "allowed": allowed}
+    return await _admin_write(conn, JOB_CANCEL, params, CANCELLABLE, retry=False)
 
 
 @contextmanager
@@ -147,43 +213,84 @@ def unique_key_held() -> Iterator[None]:
 
 
 async def job_retry(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> Moved | None:
+    queue = await queue_of_job(conn, job_id)
+    if queue is None:
+        return None
     with unique_key_held():
-        return await _admin_write(conn, JOB_RETRY, {"id": job_id, "allowed": allowed}, RETRYABLE)
+        return await _admin_write(conn, JOB_RETRY, {"id": job_id, "queue": queue, "allowed": allowed}, RETRYABLE)
+
+
+async def jobs_queues(
+    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], known: Mapping[int, str] | None = None
+) -> dict[str, list[int]]:
+    """The jobs among `ids` that exist, by queue (queues in name order, ids in the order given): `known` (the
+    queues a search found them in) or else looked up by id, in one read."""
+    if known is None:
+        cur = await conn.execute(JOBS_QUEUES, {"ids": list(ids)})
+        known = {int(i): str(q) for i, q in await cur.fetchall()}
+    out: dict[str, list[int]] = {}
+    for job_id in ids:
+        if (queue := known.get(job_id)) is not None:
+            out.setdefault(queue, []).append(job_id)
+    return {q: out[q] for q in sorted(out)}
 
 
 async def jobs_cancel_many(
-    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], reason: str | None, allowed: str | None
+    conn: psycopg.AsyncConnection[Any],
+    ids: Sequence[int],
+    reason: str | None,
+    allowed: str | None,
+    queues: Mapping[int, str] | None = None,
 ) -> list[Moved]:
     """One outcome per job found among `ids` (payload and result left out); the others do not exist for
-    the caller."""
-    params = {"ids": list(ids), "reason": reason, "allowed": allowed}
-    return await _admin_write_many(conn, JOB_CANCEL_MANY, params, CANCELLABLE)
+    the caller. `queues`: the jobs' queues when known (else looked up); one statement per queue."""
+    out = []
+    for queue, some in (await jobs_queues(conn, ids, queues)).items():
+        params = {"ids": some, "queue": queue, "reason": reason, "allowed": allowed}
+        out += await _admin_write_many(conn, JOB_CANCEL_MANY, params, CANCELLABLE, retry=False)
+    return out
 
 
 async def jobs_retry_many(
-    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None, skip_held: bool = False
+    conn: psycopg.AsyncConnection[Any],
+    ids: Sequence[int],
+    allowed: str | None,
+    skip_held: bool = False,
+    queues: Mapping[int, str] | None = None,
 ) -> list[Moved]:
     """`skip_held` (a bulk retry by filter): a job whose unique key is held is left as it is, and comes
-    back as found, not changed; otherwise (by ids) it refuses the whole action with 409."""
+    back as found, not changed; otherwise (by ids) it refuses the action with 409 (the jobs of queues done
+    before stay retried). `queues`: as jobs_cancel_many."""
     query = JOB_RETRY_MANY_SKIP_HELD if skip_held else JOB_RETRY_MANY
-    with unique_key_held():
-        return await _admin_write_many(conn, query, {"ids": list(ids), "allowed": allowed}, RETRYABLE)
+    out = []
+    for queue, some in (await jobs_queues(conn, ids, queues)).items():
+        with unique_key_held():
+            params = {"ids": some, "queue": queue, "allowed": allowed}
+            out += await _admin_write_many(conn, query, params, RETRYABLE)
+    return out
 
 
 async def _admin_write(
-    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], could: tuple[str, ...]
+    conn: psycopg.AsyncConnection[Any],
+    query: str,
+    params: dict[str, Any],
+    could: tuple[str, ...],
+    retry: bool = True,
 ) -> Moved | None:
     """The outcome of an admin action on one job (None: no such job). A refused row that still shows a
     status the action takes was read before a concurrent statement changed it (the action waited on the
     row lock, then found it changed): read it again, so that the refusal names the job's real state."""
     cur = conn.cursor(row_factory=outcome_rows(Moved, JobRow))
-    await cur.execute(query, params)
-    row = await cur.fetchone()
+    async with conn.transaction():
+        await cur.execute(query, params)
+        row = await cur.fetchone()
+        if row is not None and row.written:
+            await _record(conn, params["queue"], [row], retry)
     if row is None or row.job is None:
         return None
     if row.written or row.job.status not in could:
         return row
-    now = await job_get(conn, params["id"], params["allowed"])
+    now = await job_get(conn, params["id"], params["allowed"], params["queue"])
     return None if now is None else Moved(0, False, None, now)
 
 
@@ -194,24 +301,37 @@ ORDER BY j.id
 """
 
 
-async def jobs_get_brief(conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None) -> list[JobRow]:
-    """The jobs among `ids` that the caller may see, without payload and result."""
+async def jobs_get_brief(
+    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None, queues: Mapping[int, str] | None = None
+) -> list[JobRow]:
+    """The jobs among `ids` that the caller may see, without payload and result, by queue (then id).
+    `queues`: as jobs_cancel_many."""
     cur = conn.cursor(row_factory=rows_of(JobRow))
-    await cur.execute(JOBS_GET_BRIEF, {"ids": list(ids), "allowed": allowed})
-    return await cur.fetchall()
+    out = []
+    for queue, some in (await jobs_queues(conn, ids, queues)).items():
+        await cur.execute(JOBS_GET_BRIEF, {"ids": some, "queue": queue, "allowed": allowed})
+        out += await cur.fetchall()
+    return out
 
 
 async def _admin_write_many(
-    conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], could: tuple[str, ...]
+    conn: psycopg.AsyncConnection[Any],
+    query: str,
+    params: dict[str, Any],
+    could: tuple[str, ...],
+    retry: bool = True,
 ) -> list[Moved]:
-    """The outcomes of a bulk action, each job's refusal naming its real state as in _admin_write."""
+    """The outcomes of a bulk action in one queue, each job's refusal naming its real state as in _admin_write."""
     cur = conn.cursor(row_factory=outcome_rows(Moved, JobRow))
-    await cur.execute(query, params)
-    rows = [r for r in await cur.fetchall() if r.job is not None]
+    async with conn.transaction():
+        await cur.execute(query, params)
+        rows = [r for r in await cur.fetchall() if r.job is not None]
+        await _record(conn, params["queue"], rows, retry)
     stale = {r.job.id for r in rows if r.job is not None and not r.written and r.job.status in could}
     if not stale:
         return rows
-    fresh = {j.id: j for j in await jobs_get_brief(conn, sorted(stale), params["allowed"])}
+    queue = params["queue"]
+    fresh = {j.id: j for j in await jobs_get_brief(conn, sorted(stale), params["allowed"], dict.fromkeys(stale, queue))}
     out = []
     for r in rows:
         job_id = r.job.id if r.job is not None else 0
@@ -260,9 +380,8 @@ WITH selected AS (
   UPDATE jobq.jobs AS j
   SET status = 'pending', attempts = 0, run_at = now(), finished_at = NULL, claim_token = NULL,
       lease_expires_at = NULL
-  FROM target t WHERE j.id = t.id
-  RETURNING j.id
-), counted AS ({count_finished("target", "status", "-1")}
+  FROM target t WHERE j.queue_name = %(queue)s AND j.id = t.id
+  RETURNING j.id  -- counted by the caller, in the same transaction (all were failed)
 )
 SELECT (SELECT count(*) FROM redriven) AS moved, (SELECT count(*) FROM selected) AS selected
 """
@@ -283,9 +402,12 @@ async def jobs_redrive(
     while limit is None or moved < limit:
         size = batch if limit is None else min(batch, limit - moved)
         with unique_key_held():  # the batches before it stay redriven
-            cur = await conn.execute(REDRIVE_BATCH, {**params, "batch": size})
-        row = await cur.fetchone()
-        n, selected = (int(row[0]), int(row[1])) if row else (0, 0)
+            async with conn.transaction():
+                cur = await conn.execute(REDRIVE_BATCH, {**params, "batch": size})
+                row = await cur.fetchone()
+                n, selected = (int(row[0]), int(row[1])) if row else (0, 0)
+                if n:  # every job redriven was failed
+                    await conn.execute(COUNT_ADD, {"queue": queue, "status": str(Status.failed), "n": -n})
         moved += n
         if selected < size:  # rows selected, not moved: a batch may leave some (a shared key) and go on
             break
@@ -293,8 +415,9 @@ async def jobs_redrive(
 
 
 QUEUE_SET_PAUSED = """
-INSERT INTO jobq.queue_state (queue_name, paused) VALUES (%(queue)s, %(paused)s)
-ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = now()
+-- The time in VALUES, taken over by EXCLUDED: Citus refuses a function that is not IMMUTABLE in DO UPDATE SET.
+INSERT INTO jobq.queue_state (queue_name, paused, changed_at) VALUES (%(queue)s, %(paused)s, now())
+ON CONFLICT (queue_name) DO UPDATE SET paused = EXCLUDED.paused, changed_at = EXCLUDED.changed_at
 RETURNING paused
 """
 

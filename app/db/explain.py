@@ -1,11 +1,15 @@
 """Why a job is not running (GET /jobs/{id}/explain): every rule of the claim that holds it right now, read
 in one statement made of the claim's own fragments (app/db/claim.py QUEUE_LIMITS, RUNNING_BY_GROUP,
 RECENT_CLAIMS, GROUP_RECENT_CLAIMS), so the explanation counts what the claim counts and cannot drift from
-it. app/core/explain.py turns the row into reasons."""
+it. app/core/explain.py turns the row into reasons.
+
+One queue per statement: JOB_EXPLAIN names the job's queue (known from the read of the job) in every reference
+to a table distributed by queue, so that on Citus it runs on that queue's one shard. A waiting job's parents
+may be of other queues: JOB_WAITING_FOR reads them one parent queue at a time, the queues taken from the job's
+dependency rows (a reference table on Citus, read where the statement runs)."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -13,7 +17,7 @@ from typing import Any
 import psycopg
 
 from app.db.claim import GROUP_RECENT_CLAIMS, QUEUE_LIMITS, RECENT_CLAIMS, RUNNING_BY_GROUP
-from app.db.jobs import RUNNING_C
+from app.db.jobs import FINISHED_SQL, RUNNING_C
 from app.db.rows import rows_of
 from app.db.scope import queue_allowed
 
@@ -51,20 +55,8 @@ SELECT cfg.paused, job.run_at > stamp.now AS not_due,
        cfg.group_rate_limit, cfg.group_rate_per_seconds,
        coalesce((SELECT n FROM group_recent), 0)::int AS group_recent,
        (SELECT frees_at FROM group_recent) AS group_rate_frees_at,
-       cfg.ordered, (SELECT id FROM head) AS head_id,
-       -- Its parents: job_explain keeps those not finished yet (JOB_WAITING_FOR).
-       coalesce(job.depends_on, '{{}}') AS waiting_for
+       cfg.ordered, (SELECT id FROM head) AS head_id
 FROM cfg CROSS JOIN stamp CROSS JOIN job
-"""
-
-# The jobs a job waits for: its parents not finished yet (of the caller's queues). A statement of its own, run
-# only for a job with parents: they may be in any queue, so on Citus this read goes to every shard (it
-# answers an operator's question, on no hot path), while JOB_EXPLAIN stays on the job's queue's shard.
-JOB_WAITING_FOR = f"""
-SELECT p.id FROM jobq.jobs p
-WHERE p.id = ANY(%(ids)s::bigint[]) AND p.status NOT IN ('completed', 'failed', 'cancelled')
-  AND {queue_allowed("p.queue_name", "%(allowed)s::text")}
-ORDER BY p.id
 """
 
 
@@ -88,7 +80,6 @@ class ExplainRow:
     group_rate_frees_at: datetime | None
     ordered: bool
     head_id: int | None  # the ordered group's first pending job
-    waiting_for: list[int]  # its parents not finished yet (of the caller's queues)
 
 
 async def job_explain(
@@ -96,10 +87,48 @@ async def job_explain(
 ) -> ExplainRow | None:
     """The claim's rules as they apply to this job now (None: the job is gone, or moved queue)."""
     cur = conn.cursor(row_factory=rows_of(ExplainRow))
-    await cur.execute(JOB_EXPLAIN, {"id": job_id, "queue": queue})
-    row = await cur.fetchone()
-    if row is None or not row.waiting_for:
-        return row
-    # The statement's `waiting_for` holds all its parents: keep those not finished.
-    parents = await conn.execute(JOB_WAITING_FOR, {"ids": row.waiting_for, "allowed": allowed})
-    return dataclasses.replace(row, waiting_for=[r[0] for r in await parents.fetchall()])
+    await cur.execute(JOB_EXPLAIN, {"id": job_id, "queue": queue, "allowed": allowed})
+    return await cur.fetchone()
+
+
+# The queues of a waiting job's parents not released yet: its dependency rows (one per parent not finished when
+# it was enqueued, consumed once that parent's finish is released). A parent finished and released has none, and
+# is not waited for; one finished but not released yet is read, and found finished. Rows a release before
+# 1.1 wrote name no queue (NULL): their parents' queues are looked up by id.
+JOB_PARENT_QUEUES = """
+SELECT d.parent_id, d.parent_queue FROM jobq.job_dependencies d
+WHERE d.parent_id = ANY(%(parents)s::bigint[]) AND d.job_id = %(id)s
+"""
+PARENT_QUEUES_BY_ID = "SELECT id, queue_name FROM jobq.jobs WHERE id = ANY(%(ids)s::bigint[])"
+
+# The jobs it waits for, of one of their queues: its parents not finished yet (of the caller's queues).
+JOB_WAITING_FOR = f"""
+SELECT p.id FROM jobq.jobs p
+WHERE p.queue_name = %(queue)s AND p.id = ANY(%(ids)s::bigint[])
+  AND p.status NOT IN {FINISHED_SQL}
+  AND {queue_allowed("p.queue_name", "%(allowed)s::text")}
+"""
+
+
+async def job_waiting_for(
+    conn: psycopg.AsyncConnection[Any], job_id: int, parents: list[int], allowed: str | None
+) -> list[int]:
+    """The parents among `parents` (the job's depends_on) that are not finished yet, in id order: one statement
+    per queue of theirs (on Citus each goes to that queue's shard)."""
+    if not parents:
+        return []
+    cur = await conn.execute(JOB_PARENT_QUEUES, {"parents": parents, "id": job_id})
+    queues: dict[int, str | None] = {int(i): q for i, q in await cur.fetchall()}
+    legacy = [i for i, q in queues.items() if q is None]
+    if legacy:
+        cur = await conn.execute(PARENT_QUEUES_BY_ID, {"ids": legacy})
+        queues.update({int(i): str(q) for i, q in await cur.fetchall()})
+    by_queue: dict[str, list[int]] = {}
+    for parent, queue in queues.items():
+        if queue is not None:
+            by_queue.setdefault(queue, []).append(parent)
+    out: list[int] = []
+    for queue in sorted(by_queue):
+        cur = await conn.execute(JOB_WAITING_FOR, {"queue": queue, "ids": by_queue[queue], "allowed": allowed})
+        out += [int(r[0]) for r in await cur.fetchall()]
+    return sorted(out)

@@ -34,6 +34,7 @@ from orjson import Fragment
 
 from app.db.rows import FINISHED, Inserted, JobRow, Made, outcome_rows, rows_of
 from app.db.scope import queue_allowed
+from app.db.tokens import queue_of_job
 
 # A status the planner cannot see when it plans (see above): `j.status = RUNNING` proves no partial index.
 RUNNING = "(SELECT 'running'::text)"
@@ -114,26 +115,41 @@ def as_json(doc: Any) -> str:
 
 JOB_GET = f"""
 SELECT {JOB_COLUMNS} FROM jobq.jobs j
-WHERE j.id = %(id)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+WHERE j.id = %(id)s AND j.queue_name = %(queue)s AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
 """
 
 
-async def job_get(conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None) -> JobRow | None:
+async def job_get(
+    conn: psycopg.AsyncConnection[Any], job_id: int, allowed: str | None = None, queue: str | None = None
+) -> JobRow | None:
+    """The job (None: no such job, or none in the caller's queues). `queue`: the job's queue when the caller
+    knows it (a claim token names it); otherwise it is looked up by id first (app/db/tokens.py queue_of_job),
+    so that the read itself goes to the one shard of the job's queue on Citus (app/db/distribute.py)."""
+    if queue is None:
+        queue = await queue_of_job(conn, job_id)
+        if queue is None:
+            return None
     cur = conn.cursor(row_factory=rows_of(JobRow))
-    await cur.execute(JOB_GET, {"id": job_id, "allowed": allowed})
+    await cur.execute(JOB_GET, {"id": job_id, "queue": queue, "allowed": allowed})
     return await cur.fetchone()
 
 
 JOBS_GET_WAITED = f"""
 -- Jobs that requests wait for (app/core/results.py), each as it is now: with payload and result only when
--- it has finished, since only then is it an answer. A job that is gone is not in the result.
-SELECT {job_columns(f"j.status IN {FINISHED_SQL}")} FROM jobq.jobs j WHERE j.id = ANY(%(ids)s)
+-- it has finished, since only then is it an answer. A job that is gone is not in the result. `queues`: the
+-- queues of those jobs, known since each wait began; on Citus the read goes to their shards only (one task
+-- when they are of one queue), still one statement for every job woken at once.
+SELECT {job_columns(f"j.status IN {FINISHED_SQL}")} FROM jobq.jobs j
+WHERE j.id = ANY(%(ids)s) AND j.queue_name = ANY(%(queues)s::text[])
 """
 
 
-async def jobs_get_waited(conn: psycopg.AsyncConnection[Any], ids: Sequence[int]) -> list[JobRow]:
+async def jobs_get_waited(
+    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], queues: Sequence[str]
+) -> list[JobRow]:
+    """The jobs among `ids` (of the queues `queues`), as they are now."""
     cur = conn.cursor(row_factory=rows_of(JobRow))
-    await cur.execute(JOBS_GET_WAITED, {"ids": list(ids)})
+    await cur.execute(JOBS_GET_WAITED, {"ids": list(ids), "queues": sorted(set(queues))})
     return await cur.fetchall()
 
 

@@ -15,7 +15,14 @@ match deep in a big table costs the caller more pages, never the database a long
   * a payload filter on failed or cancelled jobs: jobs_payload_idx (GIN, jsonb_path_ops), which holds
     those jobs only (migrations/0012_history_and_search.sql says why);
   * a queue and one status: that status's listing (app/db/operations.py LISTINGS), in its index order;
-  * anything else: every job by id, newest first, the other conditions checked on each job examined."""
+  * anything else: every job by id, newest first (of the queue, when one is given), the other conditions checked
+    on each job examined.
+
+On Citus (app/db/distribute.py): a search that names a queue is one statement on that queue's one shard (one
+task): its walk and the read of its matches both name the queue (`in_queue`). A search across queues reads
+every shard (a fan-out: not a hot path, bounded as above). By idempotency key across queues, the loose scans of
+QUEUES_WITH_JOBS are recursive CTEs, which Citus refuses without one queue named: there, once refused, a process
+searches every shard's jobs by that key instead (SEARCH_BY_KEY_EVERY_SHARD; PostgreSQL keeps the loose scans)."""
 
 from __future__ import annotations
 
@@ -67,11 +74,13 @@ RECURSIVE pending_queues(name) AS (
 ),"""
 
 
-def _search(walk: str, order: str, keys: Sequence[str], prefix: str = "") -> str:
+def _search(walk: str, order: str, keys: Sequence[str], prefix: str = "", in_queue: bool = False) -> str:
     """A page of a search: `walk` (FROM ... WHERE ... over `jobs j`, the caller's queues only) gives the jobs
     to examine, in `order`, at most %(budget)s of them; the page is the first %(limit)s that match. Every row
     of the answer carries how many jobs were examined and
-    the sort key of the last one (for the next page); with no match, one row carries them alone."""
+    the sort key of the last one (for the next page); with no match, one row carries them alone. `in_queue`:
+    the walk is of the queue %(queue)s only, and the matches are read there too (one shard on Citus)."""
+    read = "j.id = h.id AND j.queue_name = %(queue)s" if in_queue else "j.id = h.id"
     k = [f"k{i + 1}" for i in range(len(keys))]
     selected = ", ".join(f"j.{key} AS {name}" for key, name in zip(keys, k, strict=True))
     ordered = order
@@ -96,7 +105,7 @@ WITH {prefix} examined AS MATERIALIZED (
 )
 SELECT s.examined, s.last_key, {JOB_COLUMNS}
 FROM summary s
-LEFT JOIN (hits h JOIN jobq.jobs j ON j.id = h.id) ON true
+LEFT JOIN (hits h JOIN jobq.jobs j ON {read}) ON true
 ORDER BY h.n
 """
 
@@ -106,10 +115,14 @@ def _walk(where: str) -> str:
 
 
 SEARCH_BY_ID = _search(_walk("j.id = %(id)s"), "j.id DESC", ("id",))
+SEARCH_BY_ID_IN_QUEUE = _search(
+    _walk("j.queue_name = %(queue)s AND j.id = %(id)s"), "j.id DESC", ("id",), in_queue=True
+)
 SEARCH_BY_KEY = _search(
     _walk("j.queue_name = %(queue)s AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL"),
     "j.id DESC",
     ("id",),
+    in_queue=True,
 )
 SEARCH_BY_KEY_ANY_QUEUE = _search(
     f"""FROM queues q CROSS JOIN LATERAL (
@@ -123,19 +136,31 @@ SEARCH_BY_KEY_ANY_QUEUE = _search(
     ("id",),
     prefix=QUEUES_WITH_JOBS,
 )
+# Where the loose scans above cannot run (Citus: a recursive CTE must name one queue), each shard looks for the key
+# among its own jobs, by jobs_idempotency_idx read whole (the key is its second column) or by its table: bounded
+# by the search's statement timeout; an operator's question, not a hot path. PostgreSQL keeps the loose scans.
+SEARCH_BY_KEY_EVERY_SHARD = _search(
+    _walk("j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL"), "j.id DESC", ("id",)
+)
+_walk_refused = False  # the engine refused SEARCH_BY_KEY_ANY_QUEUE once (Citus): this process searches every shard
+
 # The literal statuses let the planner prove jobs_payload_idx's predicate.
-SEARCH_BY_PAYLOAD = _search(
-    _walk(
-        f"j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s)"
-        f" AND ({BY_ID.where})"
-    ),
-    BY_ID.order,
-    BY_ID.keys,
+_BY_PAYLOAD = (
+    "j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s)"
+    f" AND ({BY_ID.where})"
+)
+SEARCH_BY_PAYLOAD = _search(_walk(_BY_PAYLOAD), BY_ID.order, BY_ID.keys)
+SEARCH_BY_PAYLOAD_IN_QUEUE = _search(
+    _walk(f"j.queue_name = %(queue)s AND {_BY_PAYLOAD}"), BY_ID.order, BY_ID.keys, in_queue=True
 )
 SEARCH_LISTING = {
-    status: _search(_walk(listing.where), listing.order, listing.keys) for status, listing in LISTINGS.items() if status
+    status: _search(_walk(listing.where), listing.order, listing.keys, in_queue=True)
+    for status, listing in LISTINGS.items()
+    if status
 }
 SEARCH_BY_ID_DESC = _search(_walk(BY_ID.where), BY_ID.order, BY_ID.keys)
+# A queue's jobs, newest first: its listing of every status (app/db/operations.py), with the same keys as above.
+SEARCH_BY_ID_DESC_IN_QUEUE = _search(_walk(LISTINGS[None].where), BY_ID.order, BY_ID.keys, in_queue=True)
 PAYLOAD_INDEXED = frozenset({Status.failed, Status.cancelled})
 
 
@@ -163,16 +188,17 @@ class Plan:
 
 
 def plan(c: Criteria) -> Plan:
+    in_queue = c.queue is not None  # then every walk is of that queue only: one shard on Citus
     if c.id is not None:
-        return Plan(SEARCH_BY_ID, None, ("id",), False, False)
+        return Plan(SEARCH_BY_ID_IN_QUEUE if in_queue else SEARCH_BY_ID, None, ("id",), False, False)
     if c.idempotency_key is not None:
-        return Plan(SEARCH_BY_KEY if c.queue is not None else SEARCH_BY_KEY_ANY_QUEUE, None, ("id",), False, False)
+        return Plan(SEARCH_BY_KEY if in_queue else SEARCH_BY_KEY_ANY_QUEUE, None, ("id",), False, False)
     if c.payload is not None and c.statuses is not None and set(c.statuses) <= PAYLOAD_INDEXED:
-        return Plan(SEARCH_BY_PAYLOAD, None, BY_ID.keys, True, True)
-    if c.queue is not None and c.statuses is not None and len(c.statuses) == 1:
+        return Plan(SEARCH_BY_PAYLOAD_IN_QUEUE if in_queue else SEARCH_BY_PAYLOAD, None, BY_ID.keys, True, True)
+    if in_queue and c.statuses is not None and len(c.statuses) == 1:
         status = c.statuses[0]
         return Plan(SEARCH_LISTING[status], status, LISTINGS[status].keys, True, False)
-    return Plan(SEARCH_BY_ID_DESC, None, BY_ID.keys, True, False)
+    return Plan(SEARCH_BY_ID_DESC_IN_QUEUE if in_queue else SEARCH_BY_ID_DESC, None, BY_ID.keys, True, False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,10 +238,20 @@ async def jobs_search(
         "budget": budget,
     }
     params.update({f"k{i + 1}": v for i, v in enumerate(keys)})
+    global _walk_refused
+    statement = how.statement
+    if statement is SEARCH_BY_KEY_ANY_QUEUE and _walk_refused:
+        statement = SEARCH_BY_KEY_EVERY_SHARD
     cur = conn.cursor(row_factory=outcome_rows(SearchRow, JobRow))
-    async with conn.transaction():
-        await conn.execute(f"SET LOCAL statement_timeout = {int(timeout_ms)}")
-        if how.bitmap:
-            await conn.execute("SET LOCAL enable_bitmapscan = on")
-        await cur.execute(how.statement, params)
-        return await cur.fetchall()
+    try:
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL statement_timeout = {int(timeout_ms)}")
+            if how.bitmap:
+                await conn.execute("SET LOCAL enable_bitmapscan = on")
+            await cur.execute(statement, params)
+            return await cur.fetchall()
+    except psycopg.errors.FeatureNotSupported:
+        if statement is not SEARCH_BY_KEY_ANY_QUEUE:
+            raise
+        _walk_refused = True
+    return await jobs_search(conn, how, c, allowed, after, limit, budget, timeout_ms)

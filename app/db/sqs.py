@@ -1,6 +1,13 @@
 """The SQL of the SQS API (app/sqs/, app/core/sqs.py): SQS queues and their attributes, message attributes,
 the FIFO deduplication window and PurgeQueue. Everything a message does after it is sent is jobq's own SQL
-(app/db/jobs.py, app/db/writes.py): SQS adds no statement to a claim, a complete or a heartbeat."""
+(app/db/jobs.py, app/db/writes.py): SQS adds no statement to a claim, a complete or a heartbeat.
+
+On Citus (app/db/distribute.py): a message id is a job id, and a receipt handle `<job id>:<claim token>` carries
+the queue in its token, so DeleteMessage and ChangeMessageVisibility are jobq's own writes, routed by the token
+(app/db/writes.py); sqs_messages (message attributes, by job id) is a reference table, read where the statement
+runs. Every statement here about one queue names it (one shard); ListQueues and the dead-letter sources read
+sqs_queues on every shard (rare calls, not hot); the prunes loop over queues (sqs_dedup) or walk the reference
+table a page at a time (sqs_messages)."""
 
 from __future__ import annotations
 
@@ -12,8 +19,9 @@ from typing import Any
 import psycopg
 from orjson import Fragment
 
-from app.db.jobs import as_json, count_finished, record_finished
-from app.db.rows import rows_of
+from app.db.admin import COUNT_ADD, RELEASE_RECORD
+from app.db.jobs import as_json
+from app.db.rows import Status, rows_of
 
 # --- queues -------------------------------------------------------------------------------------------------
 
@@ -159,8 +167,10 @@ async def sqs_move_task_set(conn: psycopg.AsyncConnection[Any], queue: str, task
 
 # --- PurgeQueue ---------------------------------------------------------------------------------------------
 
-JOBS_PURGE = f"""
-WITH target AS (
+JOBS_PURGE = """
+WITH stamp AS (
+  SELECT clock_timestamp() AS now  -- here, not in the UPDATE: Citus refuses a VOLATILE function there
+), target AS (
   -- A batch of the queue's unfinished jobs (ready, delayed, waiting, running); SKIP LOCKED: a job a worker
   -- is completing right now is left to it (it finishes, which is what a purge wants too).
   SELECT id, queue_name AS queue, status AS was FROM jobq.jobs
@@ -172,15 +182,14 @@ WITH target AS (
   -- Cancelled, as DELETE /jobs/{{id}} would: kept for the dashboard until retention removes them; a running
   -- job keeps its token, so that its worker's heartbeat learns of the cancel and its complete is refused.
   UPDATE jobq.jobs AS j
-  SET status = 'cancelled', finished_at = clock_timestamp(), lease_expires_at = NULL,
+  SET status = 'cancelled', finished_at = st.now, lease_expires_at = NULL,
       last_error = 'purged (SQS PurgeQueue)'
-  FROM target t WHERE j.id = t.id
+  FROM target t CROSS JOIN stamp st WHERE j.queue_name = %(queue)s AND j.id = t.id
   RETURNING t.queue, j.status, j.id, t.was, coalesce(j.has_dependants, false) AS has_dependants
-), counted AS ({count_finished("purged")}
-), recorded AS ({record_finished("purged")}
 )
 -- What each job was before (app/core/effects.py: a running or pending job frees its slot or group's turn),
--- and whether jobs depend on it (the release then has work).
+-- and whether jobs depend on it (the release then has work; jobs_purge records them for it and counts the
+-- batch, in the same transaction: app/db/admin.py says why not here).
 SELECT id, was, has_dependants FROM purged
 """
 
@@ -193,8 +202,16 @@ async def jobs_purge(
     purged: dict[str, list[int]] = {}
     parents: list[int] = []
     while True:
-        cur = await conn.execute(JOBS_PURGE, {"queue": queue, "batch": batch})
-        rows = await cur.fetchall()
+        async with conn.transaction():
+            cur = await conn.execute(JOBS_PURGE, {"queue": queue, "batch": batch})
+            rows = await cur.fetchall()
+            if rows:
+                cancelled = str(Status.cancelled)
+                await conn.execute(COUNT_ADD, {"queue": queue, "status": cancelled, "n": len(rows)})
+                recorded = [{"queue": queue, "id": job_id, "status": cancelled} for job_id, _, dep in rows if dep]
+                if recorded:
+                    async with conn.cursor() as rec:
+                        await rec.executemany(RELEASE_RECORD, recorded)
         for job_id, was, has_dependants in rows:
             purged.setdefault(was, []).append(job_id)
             if has_dependants:
@@ -205,16 +222,21 @@ async def jobs_purge(
 
 # --- messages: attributes and the deduplication window -----------------------------------------------------
 
-SQS_DEDUP_TAKE = """
--- Take each deduplication id for five minutes (`window`), in the sending transaction. A live row (another
+DEDUP_WINDOW_SECONDS = 300  # SQS's FIFO deduplication interval
+
+SQS_DEDUP_TAKE = f"""
+-- Take each deduplication id for five minutes (the window), in the sending transaction. A live row (another
 -- send's, committed, or in flight: the unique index makes this wait for it) is left alone and not returned:
 -- that message is a duplicate. An expired row is taken over in place.
 INSERT INTO jobq.sqs_dedup AS d (queue_name, dedup_id, job_id, expires_at)
-SELECT %(queue)s, t.id, 0, now() + make_interval(secs => %(window)s)
+SELECT %(queue)s, t.id, 0, now() + make_interval(secs => {DEDUP_WINDOW_SECONDS})
 FROM unnest(%(ids)s::text[]) AS t(id)
 ORDER BY t.id COLLATE "C"  -- keys taken in one order: two batches cannot wait on each other in a cycle
 ON CONFLICT (queue_name, dedup_id) DO UPDATE SET job_id = 0, expires_at = EXCLUDED.expires_at
-  WHERE d.expires_at <= now()
+  -- Expired: d.expires_at <= now(), said with IMMUTABLE functions and no parameter, as Citus requires here:
+  -- EXCLUDED's expiry less the window is now(), and times at a named zone compare exactly as timestamptz do.
+  WHERE (d.expires_at AT TIME ZONE 'UTC')
+        <= (EXCLUDED.expires_at AT TIME ZONE 'UTC') - make_interval(secs => {DEDUP_WINDOW_SECONDS})
 RETURNING d.dedup_id
 """
 
@@ -230,22 +252,30 @@ FROM json_to_recordset(%(binds)s::json) AS b(dedup_id text, job_id bigint)
 WHERE d.queue_name = %(queue)s AND d.dedup_id = b.dedup_id
 """
 
+SQS_DEDUP_EXPIRED_QUEUES = """
+-- The queues with expired deduplication ids (the retention service); on Citus a read of every shard of a small
+-- table (ids live five minutes).
+SELECT DISTINCT queue_name FROM jobq.sqs_dedup WHERE expires_at <= coalesce(%(now)s::timestamptz, now())
+"""
+
 SQS_DEDUP_PRUNE = """
--- Expired deduplication ids, a batch at a time (the retention service).
-DELETE FROM jobq.sqs_dedup WHERE ctid = ANY(ARRAY(
-  SELECT ctid FROM jobq.sqs_dedup WHERE expires_at <= coalesce(%(now)s::timestamptz, now()) LIMIT %(batch)s
+-- Expired deduplication ids of one queue, a batch at a time (the retention service).
+DELETE FROM jobq.sqs_dedup WHERE queue_name = %(queue)s AND ctid = ANY(ARRAY(
+  SELECT ctid FROM jobq.sqs_dedup
+  WHERE queue_name = %(queue)s AND expires_at <= coalesce(%(now)s::timestamptz, now())
+  LIMIT %(batch)s
 ))
 """
 
-SQS_MESSAGES_PRUNE = """
--- The rows of jobs that are gone (deleted by retention, or by hand), a batch at a time, oldest ids first: a
--- job id is never reused, so a row without its job is never wanted again.
-DELETE FROM jobq.sqs_messages WHERE job_id = ANY(ARRAY(
-  SELECT m.job_id FROM jobq.sqs_messages m
-  WHERE NOT EXISTS (SELECT 1 FROM jobq.jobs j WHERE j.id = m.job_id)
-  ORDER BY m.job_id LIMIT %(batch)s
-))
+# The rows of jobs that are gone (deleted by retention, or by hand), oldest ids first: a job id is never reused,
+# so a row without its job is never wanted again. sqs_messages is a reference table on Citus, which cannot be
+# joined with jobs by a correlated subquery: a page of its rows, then which of their jobs exist (on Citus a read
+# of every shard), then the others deleted.
+SQS_MESSAGES_PAGE = """
+SELECT job_id FROM jobq.sqs_messages WHERE job_id > %(after)s ORDER BY job_id LIMIT %(batch)s
 """
+SQS_MESSAGES_JOBS = "SELECT id FROM jobq.jobs WHERE id = ANY(%(ids)s::bigint[])"
+SQS_MESSAGES_DELETE = "DELETE FROM jobq.sqs_messages WHERE job_id = ANY(%(ids)s::bigint[])"
 
 SQS_MESSAGES_INSERT = """
 INSERT INTO jobq.sqs_messages (job_id, attributes, dedup_id)
@@ -259,14 +289,14 @@ SELECT job_id, attributes::text, dedup_id FROM jobq.sqs_messages WHERE job_id = 
 
 
 async def sqs_dedup_take(
-    conn: psycopg.AsyncConnection[Any], queue: str, ids: Sequence[str], window: float
+    conn: psycopg.AsyncConnection[Any], queue: str, ids: Sequence[str]
 ) -> tuple[set[str], dict[str, int]]:
     """(the ids taken now, the jobs of the ids already live). Run inside the sending transaction."""
     taken: set[str] = set()
     found: dict[str, int] = {}
     wanted = list(ids)
     while wanted:
-        cur = await conn.execute(SQS_DEDUP_TAKE, {"queue": queue, "ids": wanted, "window": window})
+        cur = await conn.execute(SQS_DEDUP_TAKE, {"queue": queue, "ids": wanted})
         taken.update(r[0] for r in await cur.fetchall())
         others = [i for i in wanted if i not in taken]
         if others:
@@ -283,13 +313,36 @@ async def sqs_dedup_bind(conn: psycopg.AsyncConnection[Any], queue: str, binds: 
 
 
 async def sqs_dedup_prune(conn: psycopg.AsyncConnection[Any], batch: int, now: datetime | None = None) -> int:
-    cur = await conn.execute(SQS_DEDUP_PRUNE, {"batch": batch, "now": now})
-    return cur.rowcount
+    """At most `batch` expired ids deleted, one statement per queue; fewer: none is left."""
+    cur = await conn.execute(SQS_DEDUP_EXPIRED_QUEUES, {"now": now})
+    deleted = 0
+    for (queue,) in await cur.fetchall():
+        cur = await conn.execute(SQS_DEDUP_PRUNE, {"queue": queue, "batch": batch - deleted, "now": now})
+        deleted += cur.rowcount
+        if deleted >= batch:
+            break
+    return deleted
 
 
 async def sqs_messages_prune(conn: psycopg.AsyncConnection[Any], batch: int) -> int:
-    cur = await conn.execute(SQS_MESSAGES_PRUNE, {"batch": batch})
-    return cur.rowcount
+    """At most `batch` rows of gone jobs deleted, walking the rows a page at a time until that many are found;
+    fewer: none is left."""
+    deleted, after = 0, 0
+    while deleted < batch:
+        cur = await conn.execute(SQS_MESSAGES_PAGE, {"after": after, "batch": batch})
+        page = [int(r[0]) for r in await cur.fetchall()]
+        if not page:
+            break
+        cur = await conn.execute(SQS_MESSAGES_JOBS, {"ids": page})
+        live = {int(r[0]) for r in await cur.fetchall()}
+        gone = [i for i in page if i not in live][: batch - deleted]
+        if gone:
+            cur = await conn.execute(SQS_MESSAGES_DELETE, {"ids": gone})
+            deleted += cur.rowcount
+        if len(page) < batch:
+            break
+        after = page[-1]
+    return deleted
 
 
 async def sqs_messages_insert(

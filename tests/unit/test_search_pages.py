@@ -66,14 +66,16 @@ def test_lookups_are_one_page() -> None:
 @pytest.mark.parametrize(
     ("criteria", "statement", "bitmap"),
     [
-        (Criteria(id=1, queue="q"), store_search.SEARCH_BY_ID, False),
+        (Criteria(id=1, queue="q"), store_search.SEARCH_BY_ID_IN_QUEUE, False),
+        (Criteria(id=1), store_search.SEARCH_BY_ID, False),
         (Criteria(idempotency_key="k", queue="q"), store_search.SEARCH_BY_KEY, False),
         (Criteria(idempotency_key="k"), store_search.SEARCH_BY_KEY_ANY_QUEUE, False),
         (Criteria(payload="{}", statuses=("failed",)), store_search.SEARCH_BY_PAYLOAD, True),
         (Criteria(payload="{}", statuses=("failed", "cancelled")), store_search.SEARCH_BY_PAYLOAD, True),
         (Criteria(payload="{}", statuses=("pending",), queue="q"), store_search.SEARCH_LISTING["pending"], False),
         (Criteria(payload="{}"), store_search.SEARCH_BY_ID_DESC, False),  # no status: not only indexed ones
-        (Criteria(queue="q", statuses=("pending", "running")), store_search.SEARCH_BY_ID_DESC, False),
+        (Criteria(queue="q", statuses=("pending", "running")), store_search.SEARCH_BY_ID_DESC_IN_QUEUE, False),
+        (Criteria(payload="{}", statuses=("failed",), queue="q"), store_search.SEARCH_BY_PAYLOAD_IN_QUEUE, True),
     ],
 )
 def test_each_search_walks_the_index_that_serves_it(criteria: Criteria, statement: str, bitmap: bool) -> None:
