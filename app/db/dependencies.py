@@ -1,5 +1,6 @@
 """Dependencies between jobs: the enqueue of jobs that run after others (`depends_on`), in one transaction
-of a few statements. Jobs without dependencies never come here: their enqueue is JOB_INSERT_MANY alone.
+of a few statements. Jobs without dependencies never come here: their enqueue is the plain insert alone
+(app/db/jobs.py jobs_insert).
 
 The life of a dependant:
   * enqueued `waiting` with `pending_dependencies` = its parents not finished yet, one job_dependencies row
