@@ -314,12 +314,13 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     # Dependencies (app/db/dependencies.py): the parents locked, the new dependants settled.
     "enqueue with dependencies, parents": (
         deps.JOB_LOCK_PARENTS,
-        {"ids": list(range(1501, 1511)), "allowed": None},
+        {"queue": "q", "ids": list(range(1501, 1511)), "allowed": None},
         BY_ID,
     ),
     "enqueue with dependencies, settle": (
         deps.JOB_SETTLE,
         {
+            "queue": "q",
             "items": j(
                 [
                     {
