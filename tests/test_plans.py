@@ -367,9 +367,14 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         BY_ID,
     ),
     # An SQL enqueue's message naming 1,000 of those dependants: their parents marked (app/core/dependencies.py).
-    "release, parents of 1,000 SQL-enqueued dependants marked": (
-        store_releases.PARENTS_MARK,
+    "release, parents of 1,000 SQL-enqueued dependants found": (
+        store_releases.PARENT_EDGES,
         {"queue": "q", "jobs": list(range(250_001, 251_001)), "only": None},
+        BY_ID,
+    ),
+    "release, parents of SQL-enqueued dependants marked": (
+        store_releases.PARENTS_MARK,
+        {"queue": "q", "parents": [1501, 1502]},
         BY_ID,
     ),
 }
@@ -436,8 +441,13 @@ PRELUDE = {
         ],
         WAITING_10K,
     ),
-    "release, parents of 1,000 SQL-enqueued dependants marked": WAITING_10K
-    + ";\nUPDATE jobq.jobs SET depends_on = ARRAY[1501::bigint] WHERE id BETWEEN 250001 AND 260000",
+    **dict.fromkeys(
+        [
+            "release, parents of 1,000 SQL-enqueued dependants found",
+            "release, parents of SQL-enqueued dependants marked",
+        ],
+        WAITING_10K + ";\nUPDATE jobq.jobs SET depends_on = ARRAY[1501::bigint] WHERE id BETWEEN 250001 AND 260000",
+    ),
     "stats": store_ops.NO_SEQSCAN,
     "queues": store_ops.NO_SEQSCAN,
     "stats, top groups": store_ops.NO_SEQSCAN,
