@@ -162,9 +162,7 @@ def new_jobs(n: int, key: Callable[[int], str | None], full: bool = True) -> tup
                   "max_attempts": 5, "idempotency_key": key(i)} for i in range(n)]  # fmt: skip
         return store.JOB_INSERT_BATCH["full" if full else "brief"], {"batch": j(batch)}
     params: dict[str, Any] = {}
-    rows = [
-        store._insert_row(k, store.NewJob("q", j({"n": k}), 0, None, None, 5, key(k)), None, params) for k in range(n)
-    ]
+    rows = [store._insert_row(k, store.NewJob("q", j({"n": k}), 0, None, None, 5, key(k)), params) for k in range(n)]
     return store.job_insert_values(rows, full), params
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -187,17 +188,16 @@ class NewJob:
 # named (a router INSERT; an INSERT ... SELECT, of json_to_recordset say, goes through the coordinator in several
 # round trips). PostgreSQL initialises every expression of a VALUES list at each execution and plans each row:
 # past a few dozen rows that costs more than json_to_recordset (2-3x at 64-1,000 rows), so larger batches take
-# JOB_INSERT_BATCH. Each row
-# is written for its job: a field the job leaves unset is DEFAULT, not a parameter, and the run time is an
-# expression only for a delay (a plain job is four parameters). The columns, in the order of each row:
+# JOB_INSERT_BATCH. Each row is written for its job: a field the job leaves unset is DEFAULT, not a parameter,
+# and the run time is an expression only for a delay (a plain job is four parameters).
 VALUES_MAX = 32
 _INSERT_COLUMNS = (
-    "id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent, group_key, timeout_seconds"
+    "queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent, group_key, timeout_seconds"
 )
 
 
-def _insert_row(k: int, job: NewJob, job_id: int | None, params: dict[str, Any]) -> str:
-    """Row k of the VALUES list for `job` (its id: drawn by the identity column unless given); adds its
+def _insert_row(k: int, job: NewJob, params: dict[str, Any]) -> str:
+    """Row k of the VALUES list for `job` (its id: drawn by the identity column, in the list's order); adds its
     parameters to `params`."""
     params[f"q{k}"], params[f"p{k}"], params[f"pr{k}"], params[f"m{k}"] = (
         job.queue, job.payload, job.priority, job.max_attempts)  # fmt: skip
@@ -210,15 +210,12 @@ def _insert_row(k: int, job: NewJob, job_id: int | None, params: dict[str, Any])
     else:
         run_at = "DEFAULT"  # now()
     cells = [
-        "DEFAULT" if job_id is None else f"%(i{k})s::bigint",
         f"%(q{k})s::text",
         f"%(p{k})s::jsonb",
         f"%(pr{k})s::int",
         run_at,
         f"%(m{k})s::int",
     ]
-    if job_id is not None:
-        params[f"i{k}"] = job_id
     for name, value, cast in (
         ("k", job.idempotency_key, "text"),
         ("t", job.traceparent, "text"),
@@ -235,12 +232,11 @@ def _insert_row(k: int, job: NewJob, job_id: int | None, params: dict[str, Any])
 
 def job_insert_values(rows: Sequence[str], full: bool = True) -> str:
     """The plain insert of `rows` (VALUES rows from _insert_row, at most VALUES_MAX), in their order: ids
-    drawn in that order, unless given. full = false: for a minimal answer (Prefer: return=minimal), the
-    payload does not travel back. Every RETURNING column is IMMUTABLE, as Citus requires."""
+    drawn in that order. full = false: for a minimal answer (Prefer: return=minimal), the payload does not
+    travel back. Every RETURNING column is IMMUTABLE, as Citus requires."""
     values = ",\n       ".join(rows)
     return f"""
 INSERT INTO jobq.jobs AS j ({_INSERT_COLUMNS})
-OVERRIDING SYSTEM VALUE
 VALUES {values}
 -- A key already taken on this queue: insert nothing, the caller fetches the existing job.
 ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -250,7 +246,7 @@ RETURNING {job_columns("true" if full else "false", keyed=False)}
 
 # The statement for one job with a delay and every other field set (sql/jobs.sql shows it): a batch has a row per
 # job; an unset field is DEFAULT, a run time `%(r0)s::timestamptz`, no delay DEFAULT (now()).
-JOB_INSERT_ONE = job_insert_values([_insert_row(0, NewJob("q", "null", 0, None, 1.0, 1, "k", "t", "g", 1), 1, {})])
+JOB_INSERT_ONE = job_insert_values([_insert_row(0, NewJob("q", "null", 0, None, 1.0, 1, "k", "t", "g", 1), {})])
 
 
 def _job_insert_batch(full: str) -> str:
@@ -289,12 +285,6 @@ RETURNING {job_columns(full, keyed=False)}
 # return=minimal), the payload does not travel back.
 JOB_INSERT_BATCH = {"full": _job_insert_batch("true"), "brief": _job_insert_batch("false")}
 
-
-JOB_DRAW_IDS = """
--- Ids for the jobs of a batch whose keyed jobs are not in key order, in the batch's order (a volatile select-list
--- expression is evaluated after the ORDER BY): the insert then lists them in key order with these ids.
-SELECT nextval(pg_get_serial_sequence('jobq.jobs', 'id')) FROM generate_series(1, %(n)s) g ORDER BY g
-"""
 
 JOB_GET_BY_KEYS = f"""
 -- The jobs of one queue already holding these keys, one lookup each through jobs_idempotency_idx (the
@@ -339,12 +329,21 @@ async def _insert_round(
     The keyed jobs are inserted in key order: every statement then takes the keys it waits on (a key inserted
     by a transaction still in flight) in one global order, so two batches holding the same keys in different
     orders cannot wait on each other in a cycle (a deadlock: one would fail); of equal keys, the first wins.
-    JOB_INSERT_BATCH orders its rows itself. A VALUES list is inserted in its own order: when the keyed jobs
-    already come in key order (no keys, one job, keys in order), its rows are listed in the batch's order and
-    draw their ids as they go (one statement); otherwise the ids are drawn first (JOB_DRAW_IDS) and the rows
-    listed in key order."""
+    A VALUES list is inserted, and draws its ids, in its own order: it serves batches of at most VALUES_MAX
+    jobs whose keyed jobs already come in key order (no keys, one job, keys in order). JOB_INSERT_BATCH, which
+    draws ids in the batch's order and inserts in key order, serves the others."""
     cur = conn.cursor(row_factory=rows_of(JobRow))
-    if len(todo) > VALUES_MAX:
+    keyed = [i for i in todo if jobs[i].idempotency_key is not None] if len(todo) <= VALUES_MAX else []
+    in_order = all(
+        (_c_order(jobs[a].queue), _c_order(jobs[a].idempotency_key))
+        <= (_c_order(jobs[b].queue), _c_order(jobs[b].idempotency_key))
+        for a, b in pairwise(keyed)
+    )
+    if len(todo) <= VALUES_MAX and in_order:
+        params: dict[str, Any] = {}
+        values = [_insert_row(k, jobs[i], params) for k, i in enumerate(todo)]
+        await cur.execute(job_insert_values(values, full), params)
+    else:
         batch = [
             {
                 "ord": n,
@@ -362,18 +361,6 @@ async def _insert_round(
             for n, j in enumerate(jobs[i] for i in todo)
         ]
         await cur.execute(JOB_INSERT_BATCH["full" if full else "brief"], {"batch": as_json(batch)})
-    else:
-        keyed = [i for i in todo if jobs[i].idempotency_key is not None]
-        ordered = sorted(keyed, key=lambda i: (_c_order(jobs[i].queue), _c_order(jobs[i].idempotency_key), i))
-        params: dict[str, Any] = {}
-        if ordered == keyed:
-            listed, ids = todo, dict.fromkeys(todo)
-        else:
-            drawn = await conn.execute(JOB_DRAW_IDS, {"n": len(todo)})
-            ids = dict(zip(todo, [int(r[0]) for r in await drawn.fetchall()], strict=True))
-            listed = ordered + [i for i in todo if jobs[i].idempotency_key is None]
-        values = [_insert_row(k, jobs[i], ids[i], params) for k, i in enumerate(listed)]
-        await cur.execute(job_insert_values(values, full), params)
     rows = await cur.fetchall()
     by_key = {(r.queue, r.idempotency_key): r for r in rows if r.idempotency_key is not None}
     unkeyed = iter(sorted((r for r in rows if r.idempotency_key is None), key=lambda r: r.id))
