@@ -203,7 +203,11 @@ def pgbench_scripts(directory: Path) -> tuple[Path, Path]:
     items = (
         "json_build_array(json_build_object('ord', 0, 'id', :id::bigint, 'token', :claim_token::text, 'result', NULL))"
     )
-    complete = store_writes.JOB_COMPLETE_MANY.replace("%(items)s", items).replace("%(full)s", "true")
+    complete = (
+        store_writes.JOB_COMPLETE_MANY.replace("%(queue)s", "'q'")
+        .replace("%(items)s", items)
+        .replace("%(full)s", "true")
+    )
     counted = re.search(r", counted AS \(.*?\n\)\n", complete, re.S)
     assert counted, "the complete statement lost its counter CTE"
     plain = complete.replace(counted.group(0), "\n")

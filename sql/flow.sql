@@ -1,11 +1,14 @@
 -- Rendered from app/db/flow.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
 -- name: QUEUE_CLAIMS_PRUNE --
--- Ledger rows older than every rate window of their queue (a day when the queue has none any more).
+-- One queue's ledger rows older than every rate window of the queue (a day when it has none any more).
 DELETE FROM jobq.queue_claims c
-WHERE c.claimed_at < now() - make_interval(secs => coalesce(
+WHERE c.queue_name = %(queue)s AND c.claimed_at < now() - make_interval(secs => coalesce(
   (SELECT greatest(coalesce(s.rate_per_seconds, 0), coalesce(s.group_rate_per_seconds, 0))
-   FROM jobq.queue_state s WHERE s.queue_name = c.queue_name), 86400))
+   FROM jobq.queue_state s WHERE s.queue_name = %(queue)s), 86400))
+
+-- name: QUEUE_CLAIMS_QUEUES --
+SELECT queue_name FROM jobq.queue_claims GROUP BY queue_name
 
 -- name: QUEUE_CONFIGS_RETENTION --
 -- Queues whose retention differs from the global setting in some status.

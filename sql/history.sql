@@ -1,36 +1,33 @@
 -- Rendered from app/db/history.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
--- name: BACKLOG_SAMPLE --
-WITH mark AS (
-  -- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing.
-  INSERT INTO jobq.stats_samples (minute) VALUES (date_trunc('minute', coalesce(%(now)s::timestamptz, now())))
-  ON CONFLICT DO NOTHING
-  RETURNING minute
-), backlog AS (
-  -- Index-only over jobs_claim_idx. Skipped (a one-time filter) once the minute has been sampled, so a
-  -- replica that comes later in the minute reads one row of stats_samples and nothing else.
-  SELECT j.queue_name, count(*) AS ready, min(j.run_at) AS oldest
-  FROM jobq.jobs j
-  WHERE j.status = 'pending' AND j.run_at <= coalesce(%(now)s::timestamptz, now())
-    AND NOT EXISTS (SELECT FROM jobq.stats_samples s WHERE s.minute = date_trunc('minute', coalesce(%(now)s::timestamptz, now())))
-  GROUP BY j.queue_name
-), written AS (
-  INSERT INTO jobq.queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
-  SELECT b.queue_name, m.minute, b.ready, extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - b.oldest)::float8
-  FROM mark m CROSS JOIN backlog b
-  -- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
-  ORDER BY b.queue_name COLLATE "C"
-  ON CONFLICT (queue_name, minute) DO UPDATE
-    SET ready = EXCLUDED.ready, oldest_ready_seconds = EXCLUDED.oldest_ready_seconds
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM mark) AS sampled, (SELECT count(*) FROM written) AS queues
+-- name: BACKLOG_MARK --
+-- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing (and
+-- write no sample).
+INSERT INTO jobq.stats_samples (minute) VALUES (date_trunc('minute', coalesce(%(now)s::timestamptz, now())))
+ON CONFLICT DO NOTHING
+RETURNING minute
 
--- name: HISTORY_DELETE_OLD --
-WITH hours AS (
-  DELETE FROM jobq.queue_stats_hourly WHERE hour < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
-)
-DELETE FROM jobq.stats_samples WHERE minute < coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
+-- name: BACKLOG_WRITE --
+-- Index-only over jobs_claim_idx: each queue's ready jobs and the age of its oldest, filed under the minute
+-- just claimed.
+INSERT INTO jobq.queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
+SELECT j.queue_name, %(minute)s::timestamptz, count(*), extract(epoch FROM coalesce(%(now)s::timestamptz, now()) - min(j.run_at))::float8
+FROM jobq.jobs j
+WHERE j.status = 'pending' AND j.run_at <= coalesce(%(now)s::timestamptz, now())
+GROUP BY j.queue_name
+-- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
+ORDER BY j.queue_name COLLATE "C"
+ON CONFLICT (queue_name, minute) DO UPDATE
+  SET ready = EXCLUDED.ready, oldest_ready_seconds = EXCLUDED.oldest_ready_seconds
+
+-- name: HISTORY_CUTOFFS --
+-- Where a retention pass rolls up and deletes, by the database clock, read once per pass: the statements
+-- after it take these as parameters (on Citus, a DELETE takes no now() inside a coalesce).
+SELECT date_trunc('hour', coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(minutes_keep)s)) AS minutes_before,
+       coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(hours_keep)s) AS hours_before
+
+-- name: HOURS_DELETE_OLD --
+DELETE FROM jobq.queue_stats_hourly WHERE queue_name = %(queue)s AND hour < %(before)s
 
 -- name: SAMPLED_MINUTES --
 WITH 
@@ -41,6 +38,9 @@ bounds AS (
 SELECT floor(extract(epoch FROM m.minute - b.since) / %(bucket)s)::int AS bucket, count(m.minute) AS minutes, min(b.since) AS since, min(b.as_of) AS as_of
 FROM bounds b LEFT JOIN jobq.stats_samples m ON m.minute >= b.since
 GROUP BY 1
+
+-- name: SAMPLES_DELETE_OLD --
+DELETE FROM jobq.stats_samples WHERE minute < %(before)s
 
 -- name: SERIES_ALL --
 WITH 
@@ -150,40 +150,51 @@ FROM sources r, bounds b
 GROUP BY 1, 2
 ORDER BY 1, 2
 
--- name: STATS_ROLL_UP --
-WITH old AS (
-  -- Minutes before the hour that began a day ago, oldest first, a batch at a time. SKIP LOCKED: a row
-  -- a late flush is adding to is left for the next pass, which also moves any minute a flush adds
-  -- after its hour was rolled up, so the hours stay exact.
-  SELECT queue_name, minute FROM jobq.queue_stats
-  WHERE minute < date_trunc('hour', coalesce(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s))
+-- name: STATS_HOURS_ADD --
+INSERT INTO jobq.queue_stats_hourly AS h (queue_name, hour, enqueued, claimed, completed, failed, retried, lease_expired, cancelled, released, empty_claims, duration_max_ms, durations_ms,
+                                     ready_sum, oldest_ready_seconds)
+SELECT s.queue_name, date_trunc('hour', s.minute) AS hour, sum(s.enqueued)::bigint, sum(s.claimed)::bigint, sum(s.completed)::bigint, sum(s.failed)::bigint, sum(s.retried)::bigint, sum(s.lease_expired)::bigint, sum(s.cancelled)::bigint, sum(s.released)::bigint, sum(s.empty_claims)::bigint,
+       max(s.duration_max_ms), CASE WHEN max(cardinality(s.durations_ms)) > 0 THEN ARRAY[coalesce(sum(s.durations_ms[1]), 0), coalesce(sum(s.durations_ms[2]), 0), coalesce(sum(s.durations_ms[3]), 0), coalesce(sum(s.durations_ms[4]), 0), coalesce(sum(s.durations_ms[5]), 0), coalesce(sum(s.durations_ms[6]), 0), coalesce(sum(s.durations_ms[7]), 0), coalesce(sum(s.durations_ms[8]), 0), coalesce(sum(s.durations_ms[9]), 0), coalesce(sum(s.durations_ms[10]), 0), coalesce(sum(s.durations_ms[11]), 0), coalesce(sum(s.durations_ms[12]), 0), coalesce(sum(s.durations_ms[13]), 0), coalesce(sum(s.durations_ms[14]), 0), coalesce(sum(s.durations_ms[15]), 0), coalesce(sum(s.durations_ms[16]), 0), coalesce(sum(s.durations_ms[17]), 0), coalesce(sum(s.durations_ms[18]), 0), coalesce(sum(s.durations_ms[19]), 0)]::bigint[] ELSE '{}' END, sum(coalesce(s.ready, 0))::bigint,
+       max(s.oldest_ready_seconds)
+FROM jobq.queue_stats s
+WHERE s.queue_name = %(queue)s AND s.minute = ANY(%(minutes)s::timestamptz[])
+GROUP BY 1, 2
+ORDER BY 2
+ON CONFLICT (queue_name, hour) DO UPDATE SET
+  enqueued = h.enqueued + EXCLUDED.enqueued, claimed = h.claimed + EXCLUDED.claimed, completed = h.completed + EXCLUDED.completed, failed = h.failed + EXCLUDED.failed, retried = h.retried + EXCLUDED.retried, lease_expired = h.lease_expired + EXCLUDED.lease_expired, cancelled = h.cancelled + EXCLUDED.cancelled, released = h.released + EXCLUDED.released, empty_claims = h.empty_claims + EXCLUDED.empty_claims,
+  duration_max_ms = greatest(h.duration_max_ms, EXCLUDED.duration_max_ms),
+  durations_ms = coalesce((SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
+                           FROM unnest(h.durations_ms, EXCLUDED.durations_ms) WITH ORDINALITY AS x(a, b, i)), '{}'),
+  ready_sum = h.ready_sum + EXCLUDED.ready_sum,
+  oldest_ready_seconds = greatest(h.oldest_ready_seconds, EXCLUDED.oldest_ready_seconds)
+
+-- name: STATS_MINUTES_DELETE --
+DELETE FROM jobq.queue_stats WHERE queue_name = %(queue)s AND minute = ANY(%(minutes)s::timestamptz[])
+
+-- name: STATS_MINUTES_TAKE --
+-- The queue's minutes before the hour that began a day ago, oldest first, locked until they are moved. SKIP
+-- LOCKED: a row a late flush is adding to is left for the next pass, which also moves any minute a flush adds
+-- after its hour was rolled up, so the hours stay exact.
+SELECT minute FROM jobq.queue_stats
+WHERE queue_name = %(queue)s AND minute < %(before)s
+ORDER BY minute
+LIMIT %(batch)s
+FOR UPDATE SKIP LOCKED
+
+-- name: STATS_OLD_QUEUES --
+-- The queues with minute rows to roll up (queue_stats_minute_idx) or hour rows to delete, other than those in
+-- `skip` (done in this pass): among the oldest `scan` of each. A read, no lock; on Citus it goes to every shard,
+-- once per look (the retention pass's look over all queues), and each queue is then done on its own shard.
+SELECT queue_name FROM (
+  SELECT queue_name FROM jobq.queue_stats
+  WHERE minute < %(minutes_before)s AND queue_name <> ALL(%(skip)s::text[])
   ORDER BY minute
-  LIMIT %(batch)s
-  FOR UPDATE SKIP LOCKED
-), moved AS (
-  DELETE FROM jobq.queue_stats s USING old
-  WHERE s.queue_name = old.queue_name AND s.minute = old.minute
-  RETURNING s.*
-), hours AS (
-  SELECT queue_name, date_trunc('hour', minute) AS hour,
-         sum(enqueued)::bigint AS enqueued, sum(claimed)::bigint AS claimed, sum(completed)::bigint AS completed, sum(failed)::bigint AS failed, sum(retried)::bigint AS retried, sum(lease_expired)::bigint AS lease_expired, sum(cancelled)::bigint AS cancelled, sum(released)::bigint AS released, sum(empty_claims)::bigint AS empty_claims,
-         max(duration_max_ms) AS duration_max_ms, CASE WHEN max(cardinality(durations_ms)) > 0 THEN ARRAY[coalesce(sum(durations_ms[1]), 0), coalesce(sum(durations_ms[2]), 0), coalesce(sum(durations_ms[3]), 0), coalesce(sum(durations_ms[4]), 0), coalesce(sum(durations_ms[5]), 0), coalesce(sum(durations_ms[6]), 0), coalesce(sum(durations_ms[7]), 0), coalesce(sum(durations_ms[8]), 0), coalesce(sum(durations_ms[9]), 0), coalesce(sum(durations_ms[10]), 0), coalesce(sum(durations_ms[11]), 0), coalesce(sum(durations_ms[12]), 0), coalesce(sum(durations_ms[13]), 0), coalesce(sum(durations_ms[14]), 0), coalesce(sum(durations_ms[15]), 0), coalesce(sum(durations_ms[16]), 0), coalesce(sum(durations_ms[17]), 0), coalesce(sum(durations_ms[18]), 0), coalesce(sum(durations_ms[19]), 0)]::bigint[] ELSE '{}' END AS durations_ms,
-         sum(coalesce(ready, 0))::bigint AS ready_sum, max(oldest_ready_seconds) AS oldest_ready_seconds
-  FROM moved
-  GROUP BY 1, 2
-), added AS (
-  INSERT INTO jobq.queue_stats_hourly AS h (queue_name, hour, enqueued, claimed, completed, failed, retried, lease_expired, cancelled, released, empty_claims, duration_max_ms, durations_ms,
-                                       ready_sum, oldest_ready_seconds)
-  SELECT hs.queue_name, hs.hour, hs.enqueued, hs.claimed, hs.completed, hs.failed, hs.retried, hs.lease_expired, hs.cancelled, hs.released, hs.empty_claims, hs.duration_max_ms, hs.durations_ms,
-         hs.ready_sum, hs.oldest_ready_seconds
-  FROM hours hs
-  ORDER BY hs.queue_name COLLATE "C", hs.hour
-  ON CONFLICT (queue_name, hour) DO UPDATE SET
-    enqueued = h.enqueued + EXCLUDED.enqueued, claimed = h.claimed + EXCLUDED.claimed, completed = h.completed + EXCLUDED.completed, failed = h.failed + EXCLUDED.failed, retried = h.retried + EXCLUDED.retried, lease_expired = h.lease_expired + EXCLUDED.lease_expired, cancelled = h.cancelled + EXCLUDED.cancelled, released = h.released + EXCLUDED.released, empty_claims = h.empty_claims + EXCLUDED.empty_claims,
-    duration_max_ms = greatest(h.duration_max_ms, EXCLUDED.duration_max_ms),
-    durations_ms = coalesce((SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
-                             FROM unnest(h.durations_ms, EXCLUDED.durations_ms) WITH ORDINALITY AS x(a, b, i)), '{}'),
-    ready_sum = h.ready_sum + EXCLUDED.ready_sum,
-    oldest_ready_seconds = greatest(h.oldest_ready_seconds, EXCLUDED.oldest_ready_seconds)
-)
-SELECT count(*) FROM moved
+  LIMIT %(scan)s
+) m
+UNION
+SELECT queue_name FROM (
+  SELECT queue_name FROM jobq.queue_stats_hourly
+  WHERE hour < %(hours_before)s AND queue_name <> ALL(%(skip)s::text[])
+  ORDER BY hour
+  LIMIT %(scan)s
+) h

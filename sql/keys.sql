@@ -32,8 +32,8 @@ WITH created AS (
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s)
   RETURNING id
 )
--- A process may have cached "no such key" for this selector: tell every process to forget it.
-SELECT id, pg_notify('jobq_wakeup', 'keys k') FROM created
+-- A process may have cached "no such key" for this selector: every process is told to forget it (_changed).
+SELECT id FROM created
 
 -- name: API_KEY_INSERT_RATED --
 WITH created AS (
@@ -41,7 +41,7 @@ WITH created AS (
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s, %(rate)s, %(burst)s)
   RETURNING id
 )
-SELECT id, pg_notify('jobq_wakeup', 'keys k') FROM created
+SELECT id FROM created
 
 -- name: API_KEY_REVOKE --
 WITH revoked AS (
@@ -49,8 +49,9 @@ WITH revoked AS (
   WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
   RETURNING id, name
 )
--- Delivered at commit: every process drops its cached keys as soon as the revocation is durable.
-SELECT id, name, pg_notify('jobq_wakeup', 'keys k') FROM revoked
+-- The message (_changed) is delivered at commit: every process drops its cached keys as soon as the revocation
+-- is durable.
+SELECT id, name FROM revoked
 
 -- name: API_KEY_SELECTORS --
 -- Every live key's selector (not secret): whether a selector may be a key, without a lookup per selector.
@@ -62,5 +63,8 @@ WITH changed AS (
   WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
   RETURNING id, name
 )
--- Delivered at commit: every process reads the key again, with its new rate.
-SELECT id, name, pg_notify('jobq_wakeup', 'keys k') FROM changed
+-- The message (_changed) is delivered at commit: every process reads the key again, with its new rate.
+SELECT id, name FROM changed
+
+-- name: KEYS_CHANGED_NOTIFY --
+SELECT pg_notify('jobq_wakeup', 'keys k')

@@ -11,24 +11,14 @@ WITH exhausted AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), failed AS (
-  -- The jobs waiting for these are released (cancelled) afterwards, by the dependency release (`recorded`).
   UPDATE jobq.jobs AS j
   SET status = 'failed', finished_at = now(), lease_expires_at = NULL,
       last_error = 'lease expired on the last attempt'
   FROM exhausted
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM exhausted)) AND j.id = exhausted.id
   RETURNING j.queue_name AS queue, j.status, j.id, coalesce(j.has_dependants, false) AS has_dependants
-), counted AS (
-  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
-  SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
-  FROM failed
-  WHERE status IN ('completed', 'failed', 'cancelled')
-  GROUP BY 1, 2
-  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
-), recorded AS (
-  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
-  SELECT queue, id, status FROM failed
-  WHERE has_dependants AND status IN ('completed', 'failed', 'cancelled')
+  -- The jobs waiting for these are released (cancelled) afterwards, by the dependency release: recorded, and
+  -- counted, by statements of their own in this transaction (app/db/finishing.py).
 )
 SELECT queue, id, has_dependants FROM failed
 

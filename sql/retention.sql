@@ -39,13 +39,7 @@ WITH doomed AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), deleted AS (
-  DELETE FROM jobq.jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
-), counted AS (
-  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
-  SELECT queue, status, mod(pg_backend_pid(), 64), sum(-1)
-  FROM deleted
-  WHERE status IN ('completed', 'failed', 'cancelled')
-  GROUP BY 1, 2
-  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
+  DELETE FROM jobq.jobs j USING doomed WHERE j.queue_name = %(queue)s AND j.id = doomed.id RETURNING 1
 )
+-- Taken off the status's counter by a statement of its own in this transaction (app/db/finishing.py).
 SELECT count(*) FROM deleted

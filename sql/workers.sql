@@ -59,13 +59,34 @@ ORDER BY 2 DESC, w.last_seen DESC, w.name
 LIMIT %(limit)s
 
 -- name: WORKERS_PRUNE --
--- Workers not seen for `keep` seconds, and minutes older than the hour the figures cover.
+-- One queue's workers not seen for `keep` seconds, and its minutes older than the hour the figures cover.
 WITH gone AS (
-  DELETE FROM jobq.workers WHERE last_seen < now() - make_interval(secs => %(keep)s) RETURNING 1
+  DELETE FROM jobq.workers
+  WHERE queue_name = %(queue)s AND last_seen < now() - make_interval(secs => %(keep)s)
+  RETURNING 1
 ), old AS (
-  DELETE FROM jobq.worker_minutes WHERE minute < now() - interval '65 minutes' RETURNING 1
+  DELETE FROM jobq.worker_minutes WHERE queue_name = %(queue)s AND minute < now() - interval '65 minutes' RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone) + (SELECT count(*) FROM old)
+
+-- name: WORKERS_STALE_QUEUES --
+-- The queues with workers not seen for `keep` seconds (workers_last_seen_idx) or minutes older than the hour
+-- the figures cover (worker_minutes_minute_idx), other than those in `skip` (done in this pass), among the
+-- oldest `scan` of each. On Citus a read of every shard, about once a minute; each queue is then pruned on its
+-- own shard.
+SELECT queue_name FROM (
+  SELECT queue_name FROM jobq.workers
+  WHERE last_seen < now() - make_interval(secs => %(keep)s) AND queue_name <> ALL(%(skip)s::text[])
+  ORDER BY last_seen
+  LIMIT %(scan)s
+) w
+UNION
+SELECT queue_name FROM (
+  SELECT queue_name FROM jobq.worker_minutes
+  WHERE minute < now() - interval '65 minutes' AND queue_name <> ALL(%(skip)s::text[])
+  ORDER BY minute
+  LIMIT %(scan)s
+) m
 
 -- name: WORKER_GET --
 WITH w AS (

@@ -38,29 +38,32 @@ class Cluster:
         self.coordinator: tuple[str, int] | None = (str(coordinator[0]), int(coordinator[1])) if coordinator else None
         self._pool = ThreadPoolExecutor(max_workers=len(self.workers) + 1, thread_name_prefix="jobq-test-citus")
 
-    def node_urls(self) -> list[str]:
-        """The coordinator's URL first, then each worker's (same user and database)."""
-        return [self.url] + [_with(self.url, host=h, port=p) for h, p in self.workers]
+    def node_urls(self, workers: int | None = None) -> list[str]:
+        """The coordinator's URL first, then each worker's (same user and database): the first `workers`."""
+        return [self.url] + [_with(self.url, host=h, port=p) for h, p in self.workers[:workers]]
 
-    def _on_every_node(self, statements: list[sql.Composable], dbname: str | None = None) -> None:
+    def _on_every_node(
+        self, statements: list[sql.Composable], dbname: str | None = None, workers: int | None = None
+    ) -> None:
         def run(url: str) -> None:
             with psycopg.connect(_with(url, dbname=dbname) if dbname else url, autocommit=True) as conn:
                 for statement in statements:
                     conn.execute(statement)
 
-        for future in [self._pool.submit(run, url) for url in self.node_urls()]:
+        for future in [self._pool.submit(run, url) for url in self.node_urls(workers)]:
             future.result()
 
-    def create(self, name: str) -> None:
-        """An empty database `name` on every node, citus installed, the workers registered."""
+    def create(self, name: str, workers: int | None = None) -> None:
+        """An empty database `name` on every node (or the coordinator and the first `workers`), citus installed,
+        those workers registered."""
         ident = sql.Identifier(name)
         self._on_every_node([sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident)])
-        self._on_every_node([sql.SQL("CREATE DATABASE {}").format(ident)])
-        self._on_every_node([sql.SQL("CREATE EXTENSION citus")], dbname=name)
+        self._on_every_node([sql.SQL("CREATE DATABASE {}").format(ident)], workers=workers)
+        self._on_every_node([sql.SQL("CREATE EXTENSION citus")], dbname=name, workers=workers)
         with psycopg.connect(_with(self.url, dbname=name), autocommit=True) as conn:
             if self.coordinator:
                 conn.execute("SELECT citus_set_coordinator_host(%s, %s)", self.coordinator)
-            for host, port in self.workers:
+            for host, port in self.workers[:workers]:
                 conn.execute("SELECT citus_add_node(%s, %s)", (host, port))
 
     def clone(self, template: str, name: str) -> None:

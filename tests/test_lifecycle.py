@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from app.db import tokens
 from tests.support import LiveServer, problem, record_wakeups, settle_long_poll
 
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -485,3 +486,95 @@ def test_a_retry_asked_for_now_wakes_a_waiting_long_poll(server_factory) -> None
     r = server.client.post(f"/jobs/{c['id']}/fail", json={"claim_token": c["claim_token"], "error": "boom"})
     assert r.status_code == 200 and r.json()["status"] == "pending"
     assert woken == []
+
+
+# --- claim tokens that name their queue (app/db/tokens.py) ------------------------------------------------------
+
+
+def token_of(db: psycopg.Connection, claim: dict[str, Any], queue: str | None) -> str:
+    """Give the claim's job the token a claim hands out when it names `queue` (None: a token from before 1.2.0,
+    the random part alone), whatever the claim statement handed out; returns it."""
+    token = claim["claim_token"][: tokens.RANDOM_CHARS] + ("" if queue is None else tokens.queue_suffix(queue))
+    db.execute(
+        "UPDATE jobq.jobs SET claim_token = %s WHERE queue_name = %s AND id = %s",
+        (token, claim["queue"], claim["id"]),
+    )
+    return token
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["naming its queue", "without a queue"])
+def test_writes_are_served_with_a_token_that_names_its_queue_or_none(
+    server: LiveServer, db: psycopg.Connection, named: bool
+) -> None:
+    for i in range(3):
+        server.enqueue("mail", payload=i)
+    a, b, c = server.claim("mail", limit=3)
+    ta, tb, tc = (token_of(db, x, "mail" if named else None) for x in (a, b, c))
+    assert (len(ta) > 43) is named
+    beat = post(server, f"/jobs/{a['id']}/heartbeat", {"claim_token": ta, "lease_seconds": 600, "progress": 1})
+    assert beat.status_code == 200, beat.text
+    assert row(db, a["id"])["lease_expires_at"] == datetime.fromisoformat(beat.json()["lease_expires_at"])
+    assert post(server, f"/jobs/{a['id']}/complete", {"claim_token": ta, "result": 1}).json()["status"] == "completed"
+    failed = post(server, f"/jobs/{b['id']}/fail", {"claim_token": tb, "error": "x", "retry": False})
+    assert failed.json()["status"] == "failed"
+    released = post(server, f"/jobs/{c['id']}/release", {"claim_token": tc})
+    assert released.json()["status"] == "pending"
+    assert row(db, c["id"])["attempts"] == 0
+
+
+def test_a_token_edited_to_name_another_queue_is_a_wrong_token(server: LiveServer, db: psycopg.Connection) -> None:
+    """The queue part only routes the statement: a token whose queue part names another queue (one that exists,
+    or not) matches no job there, and is answered as any wrong token (409), the job left as it was."""
+    server.enqueue("mail", payload=1)
+    server.enqueue("other", payload=2)
+    c = server.claim_one("mail")
+    token_of(db, c, "mail")
+    before = row(db, c["id"])
+    edited = ""
+    for queue in ("other", "nowhere"):
+        edited = before["claim_token"][: tokens.RANDOM_CHARS] + tokens.queue_suffix(queue)
+        assert tokens.queue_of(edited) == queue
+        problem(post(server, f"/jobs/{c['id']}/heartbeat", {"claim_token": edited}), 409, "claim-lost")
+        problem(post(server, f"/jobs/{c['id']}/complete", {"claim_token": edited}), 409, "claim-lost")
+        problem(post(server, f"/jobs/{c['id']}/fail", {"claim_token": edited, "error": "x"}), 409, "claim-lost")
+        problem(post(server, f"/jobs/{c['id']}/release", {"claim_token": edited}), 409, "claim-lost")
+        batch = post(server, "/jobs/complete", {"jobs": [{"id": c["id"], "claim_token": edited}]})
+        assert batch.json()["results"] == [{"id": c["id"], "outcome": "claim_lost", "status": "running"}]
+    assert row(db, c["id"]) == before
+    # A job of another queue named by a token's queue part: still a job that is not there.
+    problem(post(server, "/jobs/987654/complete", {"claim_token": edited}), 404, "job-not-found")
+
+
+def test_a_batch_complete_across_queues_answers_in_order(server: LiveServer, db: psycopg.Connection) -> None:
+    """Items whose tokens name several queues (and one that names none) run one statement per queue; the
+    answers keep the items' order."""
+    for queue in ("a", "b"):
+        for i in range(2):
+            server.enqueue(queue, payload=i)
+    a1, a2 = server.claim("a", limit=2)
+    b1, b2 = server.claim("b", limit=2)
+    held = [token_of(db, a1, "a"), token_of(db, b1, "b"), token_of(db, a2, None), token_of(db, b2, "b")]
+    ids = [a1["id"], b1["id"], a2["id"], b2["id"]]
+    items = [{"id": i, "claim_token": t} for i, t in zip(ids, held, strict=True)]
+    items.insert(2, {"id": b2["id"], "claim_token": "stale"})
+    r = post(server, "/jobs/complete", {"jobs": items})
+    assert r.status_code == 200, r.text
+    assert r.json()["results"] == [
+        {"id": ids[0], "outcome": "completed", "status": "completed"},
+        {"id": ids[1], "outcome": "completed", "status": "completed"},
+        {"id": ids[3], "outcome": "claim_lost", "status": "running"},
+        {"id": ids[2], "outcome": "completed", "status": "completed"},
+        {"id": ids[3], "outcome": "completed", "status": "completed"},
+    ]
+
+
+def test_a_token_naming_the_longest_queue_name_is_accepted(server: LiveServer, db: psycopg.Connection) -> None:
+    queue = "q" * 128
+    server.enqueue(queue, payload=1)
+    c = server.claim_one(queue)
+    token = token_of(db, c, queue)
+    assert len(token) == tokens.MAX_CHARS == 214
+    assert post(server, f"/jobs/{c['id']}/heartbeat", {"claim_token": token}).status_code == 200
+    too_long = {"claim_token": token + "x"}
+    problem(post(server, f"/jobs/{c['id']}/heartbeat", too_long), 422, "validation-error")
+    assert post(server, f"/jobs/{c['id']}/complete", {"claim_token": token}).status_code == 200

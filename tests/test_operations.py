@@ -425,7 +425,7 @@ def test_a_cancel_held_up_by_a_complete_names_the_state_it_found(
     answers: list[httpx.Response] = []
     items = orjson.dumps([{"ord": 0, "id": job["id"], "token": c["claim_token"]}]).decode()
     with psycopg.connect(database_url) as tx:  # the worker's complete, held open
-        tx.execute(store_writes.JOB_COMPLETE_MANY, {"items": items, "full": True})
+        tx.execute(store_writes.JOB_COMPLETE_MANY, {"queue": "q", "items": items, "full": True})
         cancel = threading.Thread(target=lambda: answers.append(post(server, f"/jobs/{job['id']}/cancel")))
         cancel.start()
         wait_until(lambda: lock_waiters(db, "target") == 1, what="the cancel to wait on the row")

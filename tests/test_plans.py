@@ -186,8 +186,8 @@ def slots(n: int) -> str:
 
 
 def fail_params(job_id: int, token: str) -> dict[str, Any]:
-    return {"id": job_id, "token": token, "error": "boom", "allowed": None, "retry": True, "retry_in": None,
-            "base": 1.0, "cap": 60.0}  # fmt: skip
+    return {"queue": "q", "id": job_id, "token": token, "error": "boom", "allowed": None, "retry": True,
+            "retry_in": None, "base": 1.0, "cap": 60.0}  # fmt: skip
 
 
 def items(ids: range, token: Callable[[int], str] = lambda i: f"t{i}") -> list[dict[str, Any]]:
@@ -243,39 +243,50 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     ),
     "heartbeat": (
         store_writes.JOB_HEARTBEAT_MANY,
-        {"beats": j([{"ord": 0, "id": 1501, "token": "t1501", "lease": None, "allowed": None}])},
+        {"queue": "q", "beats": j([{"ord": 0, "id": 1501, "token": "t1501", "lease": None, "allowed": None}])},
         BY_ID,
     ),
     "heartbeats, one stale": (
         store_writes.JOB_HEARTBEAT_MANY,
         {
+            "queue": "q",
             "beats": j(
                 [
                     {"ord": n, "id": i, "token": "stale" if n == 0 else f"t{i}", "lease": 60, "allowed": "^q$"}
                     for n, i in enumerate(range(1501, 1511))
                 ]
-            )
+            ),
         },
         BY_ID,
     ),
-    "complete one": (store_writes.JOB_COMPLETE_MANY, {"items": j(items(range(1601, 1602))), "full": True}, BY_ID),
+    "complete one": (
+        store_writes.JOB_COMPLETE_MANY,
+        {"queue": "q", "items": j(items(range(1601, 1602))), "full": True},
+        BY_ID,
+    ),
     "complete 10, one stale": (
         store_writes.JOB_COMPLETE_MANY,
-        {"items": j(items(range(1611, 1621), lambda i: "stale" if i == 1611 else f"t{i}")), "full": False},
+        {
+            "queue": "q",
+            "items": j(items(range(1611, 1621), lambda i: "stale" if i == 1611 else f"t{i}")),
+            "full": False,
+        },
         BY_ID,
     ),
     "fail": (store_writes.JOB_FAIL, fail_params(1701, "t1701"), BY_ID),
     "fail, stale token": (store_writes.JOB_FAIL, fail_params(1702, "stale"), BY_ID),
     "release": (
         store_writes.JOB_RELEASE_CLAIM,
-        {"id": 1801, "token": "t1801", "delay": 0.0, "allowed": None},
+        {"queue": "q", "id": 1801, "token": "t1801", "delay": 0.0, "allowed": None},
         BY_ID,
     ),
     "release undelivered claims": (
         store_writes.JOB_RELEASE,
-        {"claims": j([{"id": i, "token": f"t{i}"} for i in range(1901, 1911)])},
+        {"queue": "q", "claims": j([{"id": i, "token": f"t{i}"} for i in range(1901, 1911)])},
         BY_ID,
     ),
+    # The queues of the jobs that tokens from before 1.2.0 (which name none) write to: by id, once per call.
+    "queues of jobs by id": (store_writes.JOB_QUEUES, {"ids": list(range(1501, 1511))}, BY_ID),
     "get": (store.JOB_GET, {"id": 1901, "allowed": None}, BY_ID),
     "jobs waited for": (store.JOBS_GET_WAITED, {"ids": list(range(1501, 1601))}, BY_ID),
     # The sweeper (app/db/rescue.py): the queues with lapsed leases (index only), then one queue at a time.
@@ -408,9 +419,14 @@ HOT["scale"] = (
 HOT["scale, group limits"] = HOT["scale"]
 HOT["fail timed-out jobs"] = (
     store_timeouts.JOB_FAIL_TIMED_OUT,
-    {"now": "2100-01-01T00:00:00+00:00", "batch": 1000, "base": 1.0, "cap": 60.0},
+    {"queue": "q", "now": "2100-01-01T00:00:00+00:00", "batch": 1000, "base": 1.0, "cap": 60.0},
     # A queue's running jobs, by either index that holds exactly them (jobs_queue_lease_idx: the sweeper's).
     {"jobs_timeout_idx", "jobs_running_idx", "jobs_queue_lease_idx", "jobs_pkey"},
+)
+HOT["queues with jobs past their timeout"] = (
+    store_timeouts.JOB_TIMEOUT_QUEUES,
+    {"now": "2100-01-01T00:00:00+00:00", "skip": ["other"], "scan": 10_000},
+    {"jobs_timeout_idx", "jobs_running_idx", "jobs_queue_lease_idx"},
 )
 HOT["explain"] = (
     store_explain.JOB_EXPLAIN,
@@ -452,8 +468,11 @@ PRELUDE = {
     "claim 10, concurrency limit": "INSERT INTO jobq.queue_state (queue_name, concurrency) VALUES ('q', 6000)",
     "scale, group limits": "INSERT INTO jobq.queue_state (queue_name, concurrency, group_concurrency)"
     " VALUES ('q', 6000, 2)",
-    "fail timed-out jobs": "INSERT INTO jobq.queue_state (queue_name, timeout_seconds) VALUES ('q', 60);\n"
-    "UPDATE jobq.jobs SET timeout_seconds = 30 WHERE id BETWEEN 1001 AND 1500",
+    **dict.fromkeys(
+        ["fail timed-out jobs", "queues with jobs past their timeout"],
+        "INSERT INTO jobq.queue_state (queue_name, timeout_seconds) VALUES ('q', 60);\n"
+        "UPDATE jobq.jobs SET timeout_seconds = 30 WHERE id BETWEEN 1001 AND 1500",
+    ),
     "explain": "INSERT INTO jobq.queue_state (queue_name, concurrency, ordered) VALUES ('q', 6000, true)",
     "workers": "INSERT INTO jobq.workers (name, queue_name, first_seen, last_seen) SELECT 'w' || g, 'q', now(), now()"
     " FROM generate_series(1, 100) g",
@@ -486,7 +505,9 @@ def complete_ten_cost(url: str, first: int) -> tuple[int, float]:
     """(shared buffers touched, ms) of completing ten running jobs in one statement."""
     with session(url) as conn:
         plan = custom_plan(
-            conn, store_writes.JOB_COMPLETE_MANY, {"items": j(items(range(first, first + 10))), "full": False}
+            conn,
+            store_writes.JOB_COMPLETE_MANY,
+            {"queue": "q", "items": j(items(range(first, first + 10))), "full": False},
         )
     top = plan["Plan"]
     return top["Shared Hit Blocks"] + top["Shared Read Blocks"], plan["Execution Time"]

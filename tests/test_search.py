@@ -353,7 +353,7 @@ def test_a_bulk_cancel_held_up_by_a_complete_skips_that_job(
     answers: list[httpx.Response] = []
     items = orjson.dumps([{"ord": 0, "id": c["id"], "token": c["claim_token"]}]).decode()
     with psycopg.connect(database_url) as tx:  # the worker's complete, held open
-        tx.execute(store_writes.JOB_COMPLETE_MANY, {"items": items, "full": True})
+        tx.execute(store_writes.JOB_COMPLETE_MANY, {"queue": "q", "items": items, "full": True})
         body = {"action": "cancel", "ids": [c["id"], *others]}
         action = threading.Thread(target=lambda: answers.append(server.client.post("/jobs/bulk", json=body)))
         action.start()

@@ -127,15 +127,24 @@ async def queue_retention_overrides(conn: psycopg.AsyncConnection[Any]) -> dict[
     return {r[0]: (r[1], r[2], r[3]) for r in await cur.fetchall()}
 
 
+# The ledger's queues. On Citus a read of every shard, once per retention pass (not a hot path); each queue's
+# ledger is then pruned on its own shard.
+QUEUE_CLAIMS_QUEUES = "SELECT queue_name FROM jobq.queue_claims GROUP BY queue_name"
+
 QUEUE_CLAIMS_PRUNE = """
--- Ledger rows older than every rate window of their queue (a day when the queue has none any more).
+-- One queue's ledger rows older than every rate window of the queue (a day when it has none any more).
 DELETE FROM jobq.queue_claims c
-WHERE c.claimed_at < now() - make_interval(secs => coalesce(
+WHERE c.queue_name = %(queue)s AND c.claimed_at < now() - make_interval(secs => coalesce(
   (SELECT greatest(coalesce(s.rate_per_seconds, 0), coalesce(s.group_rate_per_seconds, 0))
-   FROM jobq.queue_state s WHERE s.queue_name = c.queue_name), 86400))
+   FROM jobq.queue_state s WHERE s.queue_name = %(queue)s), 86400))
 """
 
 
-async def queue_claims_prune(conn: psycopg.AsyncConnection[Any]) -> int:
-    cur = await conn.execute(QUEUE_CLAIMS_PRUNE)
+async def queue_claims_queues(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    cur = await conn.execute(QUEUE_CLAIMS_QUEUES)
+    return sorted(str(r[0]) for r in await cur.fetchall())
+
+
+async def queue_claims_prune(conn: psycopg.AsyncConnection[Any], queue: str) -> int:
+    cur = await conn.execute(QUEUE_CLAIMS_PRUNE, {"queue": queue})
     return cur.rowcount

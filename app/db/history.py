@@ -8,6 +8,7 @@ minutes (stats_samples); a bucket with none has no backlog figure rather than a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -35,31 +36,30 @@ def histogram_sum(column: str) -> str:
 
 # --- the backlog sample ----------------------------------------------------------------------------------
 
-BACKLOG_SAMPLE = f"""
-WITH mark AS (
-  -- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing.
-  INSERT INTO jobq.stats_samples (minute) VALUES (date_trunc('minute', {NOW}))
-  ON CONFLICT DO NOTHING
-  RETURNING minute
-), backlog AS (
-  -- Index-only over jobs_claim_idx. Skipped (a one-time filter) once the minute has been sampled, so a
-  -- replica that comes later in the minute reads one row of stats_samples and nothing else.
-  SELECT j.queue_name, count(*) AS ready, min(j.run_at) AS oldest
-  FROM jobq.jobs j
-  WHERE j.status = 'pending' AND j.run_at <= {NOW}
-    AND NOT EXISTS (SELECT FROM jobq.stats_samples s WHERE s.minute = date_trunc('minute', {NOW}))
-  GROUP BY j.queue_name
-), written AS (
-  INSERT INTO jobq.queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
-  SELECT b.queue_name, m.minute, b.ready, extract(epoch FROM {NOW} - b.oldest)::float8
-  FROM mark m CROSS JOIN backlog b
-  -- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
-  ORDER BY b.queue_name COLLATE "C"
-  ON CONFLICT (queue_name, minute) DO UPDATE
-    SET ready = EXCLUDED.ready, oldest_ready_seconds = EXCLUDED.oldest_ready_seconds
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM mark) AS sampled, (SELECT count(*) FROM written) AS queues
+# Two statements in one transaction: the minute claimed, then its samples written. On Citus the claim writes the
+# reference table stats_samples (one statement), and the write is one INSERT ... SELECT that each shard runs on
+# its own queues (grouped by the distribution column: pushed down whole, nothing through the coordinator). It
+# spans queues by design: it is the once-a-minute look at every queue's backlog, taken by one replica.
+BACKLOG_MARK = f"""
+-- The once-per-minute claim: one replica's INSERT wins; the others wait for it, then insert nothing (and
+-- write no sample).
+INSERT INTO jobq.stats_samples (minute) VALUES (date_trunc('minute', {NOW}))
+ON CONFLICT DO NOTHING
+RETURNING minute
+"""
+
+BACKLOG_WRITE = f"""
+-- Index-only over jobs_claim_idx: each queue's ready jobs and the age of its oldest, filed under the minute
+-- just claimed.
+INSERT INTO jobq.queue_stats AS s (queue_name, minute, ready, oldest_ready_seconds)
+SELECT j.queue_name, %(minute)s::timestamptz, count(*), extract(epoch FROM {NOW} - min(j.run_at))::float8
+FROM jobq.jobs j
+WHERE j.status = 'pending' AND j.run_at <= {NOW}
+GROUP BY j.queue_name
+-- Rows in the order the flush takes them (app/db/operations.py STATS_ADD): no deadlock between the two.
+ORDER BY j.queue_name COLLATE "C"
+ON CONFLICT (queue_name, minute) DO UPDATE
+  SET ready = EXCLUDED.ready, oldest_ready_seconds = EXCLUDED.oldest_ready_seconds
 """
 
 
@@ -72,14 +72,15 @@ class Sampled:
 
 
 async def backlog_sample(conn: psycopg.AsyncConnection[Any], now: datetime | None = None) -> Sampled:
-    cur = conn.cursor(row_factory=rows_of(Sampled))
     async with conn.transaction():
+        cur = await conn.execute(BACKLOG_MARK, {"now": now})
+        mark = await cur.fetchone()
+        if mark is None:
+            return Sampled(0, 0)
         # Counts of live jobs read the partial index, never the table (app/db/operations.py NO_SEQSCAN).
         await conn.execute("SET LOCAL enable_seqscan = off")
-        await cur.execute(BACKLOG_SAMPLE, {"now": now})
-        row = await cur.fetchone()
-    assert row is not None
-    return row
+        cur = await conn.execute(BACKLOG_WRITE, {"now": now, "minute": mark[0]})
+        return Sampled(1, max(cur.rowcount, 0))
 
 
 # --- roll-up and pruning ----------------------------------------------------------------------------------
@@ -93,62 +94,121 @@ def _added(column: str) -> str:
     return f"{column} = h.{column} + EXCLUDED.{column}"
 
 
-STATS_ROLL_UP = f"""
-WITH old AS (
-  -- Minutes before the hour that began a day ago, oldest first, a batch at a time. SKIP LOCKED: a row
-  -- a late flush is adding to is left for the next pass, which also moves any minute a flush adds
-  -- after its hour was rolled up, so the hours stay exact.
-  SELECT queue_name, minute FROM jobq.queue_stats
-  WHERE minute < date_trunc('hour', {NOW} - make_interval(secs => %(keep)s))
+HISTORY_CUTOFFS = f"""
+-- Where a retention pass rolls up and deletes, by the database clock, read once per pass: the statements
+-- after it take these as parameters (on Citus, a DELETE takes no now() inside a coalesce).
+SELECT date_trunc('hour', {NOW} - make_interval(secs => %(minutes_keep)s)) AS minutes_before,
+       {NOW} - make_interval(secs => %(hours_keep)s) AS hours_before
+"""
+
+STATS_OLD_QUEUES = """
+-- The queues with minute rows to roll up (queue_stats_minute_idx) or hour rows to delete, other than those in
+-- `skip` (done in this pass): among the oldest `scan` of each. A read, no lock; on Citus it goes to every shard,
+-- once per look (the retention pass's look over all queues), and each queue is then done on its own shard.
+SELECT queue_name FROM (
+  SELECT queue_name FROM jobq.queue_stats
+  WHERE minute < %(minutes_before)s AND queue_name <> ALL(%(skip)s::text[])
   ORDER BY minute
-  LIMIT %(batch)s
-  FOR UPDATE SKIP LOCKED
-), moved AS (
-  DELETE FROM jobq.queue_stats s USING old
-  WHERE s.queue_name = old.queue_name AND s.minute = old.minute
-  RETURNING s.*
-), hours AS (
-  SELECT queue_name, date_trunc('hour', minute) AS hour,
-         {", ".join(f"sum({c})::bigint AS {c}" for c in COUNTERS)},
-         max(duration_max_ms) AS duration_max_ms, {histogram_sum("durations_ms")} AS durations_ms,
-         sum(coalesce(ready, 0))::bigint AS ready_sum, max(oldest_ready_seconds) AS oldest_ready_seconds
-  FROM moved
-  GROUP BY 1, 2
-), added AS (
-  INSERT INTO jobq.queue_stats_hourly AS h (queue_name, hour, {", ".join(COUNTERS)}, duration_max_ms, durations_ms,
-                                       ready_sum, oldest_ready_seconds)
-  SELECT hs.queue_name, hs.hour, {", ".join(f"hs.{c}" for c in COUNTERS)}, hs.duration_max_ms, hs.durations_ms,
-         hs.ready_sum, hs.oldest_ready_seconds
-  FROM hours hs
-  ORDER BY hs.queue_name COLLATE "C", hs.hour
-  ON CONFLICT (queue_name, hour) DO UPDATE SET
-    {", ".join(_added(c) for c in COUNTERS)},
-    duration_max_ms = greatest(h.duration_max_ms, EXCLUDED.duration_max_ms),
-    durations_ms = coalesce((SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
-                             FROM unnest(h.durations_ms, EXCLUDED.durations_ms) WITH ORDINALITY AS x(a, b, i)), '{{}}'),
-    ready_sum = h.ready_sum + EXCLUDED.ready_sum,
-    oldest_ready_seconds = greatest(h.oldest_ready_seconds, EXCLUDED.oldest_ready_seconds)
-)
-SELECT count(*) FROM moved
+  LIMIT %(scan)s
+) m
+UNION
+SELECT queue_name FROM (
+  SELECT queue_name FROM jobq.queue_stats_hourly
+  WHERE hour < %(hours_before)s AND queue_name <> ALL(%(skip)s::text[])
+  ORDER BY hour
+  LIMIT %(scan)s
+) h
 """
 
-HISTORY_DELETE_OLD = f"""
-WITH hours AS (
-  DELETE FROM jobq.queue_stats_hourly WHERE hour < {NOW} - make_interval(secs => %(keep)s)
-)
-DELETE FROM jobq.stats_samples WHERE minute < {NOW} - make_interval(secs => %(keep)s)
+# One queue's roll-up, a batch at a time, three statements in one transaction (each on the queue's shard on
+# Citus, where a modifying CTE feeding an INSERT would go through the coordinator): the minutes taken, added to
+# their hours, deleted.
+STATS_MINUTES_TAKE = """
+-- The queue's minutes before the hour that began a day ago, oldest first, locked until they are moved. SKIP
+-- LOCKED: a row a late flush is adding to is left for the next pass, which also moves any minute a flush adds
+-- after its hour was rolled up, so the hours stay exact.
+SELECT minute FROM jobq.queue_stats
+WHERE queue_name = %(queue)s AND minute < %(before)s
+ORDER BY minute
+LIMIT %(batch)s
+FOR UPDATE SKIP LOCKED
 """
 
+STATS_HOURS_ADD = f"""
+INSERT INTO jobq.queue_stats_hourly AS h (queue_name, hour, {", ".join(COUNTERS)}, duration_max_ms, durations_ms,
+                                     ready_sum, oldest_ready_seconds)
+SELECT s.queue_name, date_trunc('hour', s.minute) AS hour, {", ".join(f"sum(s.{c})::bigint" for c in COUNTERS)},
+       max(s.duration_max_ms), {histogram_sum("s.durations_ms")}, sum(coalesce(s.ready, 0))::bigint,
+       max(s.oldest_ready_seconds)
+FROM jobq.queue_stats s
+WHERE s.queue_name = %(queue)s AND s.minute = ANY(%(minutes)s::timestamptz[])
+GROUP BY 1, 2
+ORDER BY 2
+ON CONFLICT (queue_name, hour) DO UPDATE SET
+  {", ".join(_added(c) for c in COUNTERS)},
+  duration_max_ms = greatest(h.duration_max_ms, EXCLUDED.duration_max_ms),
+  durations_ms = coalesce((SELECT array_agg(coalesce(a, 0) + coalesce(b, 0) ORDER BY i)
+                           FROM unnest(h.durations_ms, EXCLUDED.durations_ms) WITH ORDINALITY AS x(a, b, i)), '{{}}'),
+  ready_sum = h.ready_sum + EXCLUDED.ready_sum,
+  oldest_ready_seconds = greatest(h.oldest_ready_seconds, EXCLUDED.oldest_ready_seconds)
+"""
 
-async def stats_roll_up(conn: psycopg.AsyncConnection[Any], batch: int, now: datetime | None = None) -> int:
-    """Move one batch of minute rows older than a day into hour rows; returns the minutes moved."""
-    cur = await conn.execute(STATS_ROLL_UP, {"now": now, "keep": MINUTES_KEEP_SECONDS, "batch": batch})
+STATS_MINUTES_DELETE = """
+DELETE FROM jobq.queue_stats WHERE queue_name = %(queue)s AND minute = ANY(%(minutes)s::timestamptz[])
+"""
+
+HOURS_DELETE_OLD = "DELETE FROM jobq.queue_stats_hourly WHERE queue_name = %(queue)s AND hour < %(before)s"
+
+# The sampled minutes are one clock for every queue (a reference table on Citus: one statement).
+SAMPLES_DELETE_OLD = "DELETE FROM jobq.stats_samples WHERE minute < %(before)s"
+
+
+@dataclass(slots=True, frozen=True)
+class Cutoffs:
+    minutes_before: datetime  # minute rows before this are rolled up into hours
+    hours_before: datetime  # hour rows and sampled minutes before this are deleted
+
+
+async def history_cutoffs(conn: psycopg.AsyncConnection[Any], now: datetime | None = None) -> Cutoffs:
+    cur = conn.cursor(row_factory=rows_of(Cutoffs))
+    params = {"now": now, "minutes_keep": MINUTES_KEEP_SECONDS, "hours_keep": HOURS_KEEP_SECONDS}
+    await cur.execute(HISTORY_CUTOFFS, params)
     row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    assert row is not None
+    return row
 
 
-async def history_delete_old(conn: psycopg.AsyncConnection[Any], now: datetime | None = None) -> None:
-    await conn.execute(HISTORY_DELETE_OLD, {"now": now, "keep": HOURS_KEEP_SECONDS})
+async def stats_old_queues(
+    conn: psycopg.AsyncConnection[Any], cutoffs: Cutoffs, skip: Sequence[str], scan: int
+) -> list[str]:
+    params = {
+        "minutes_before": cutoffs.minutes_before,
+        "hours_before": cutoffs.hours_before,
+        "skip": list(skip),
+        "scan": scan,
+    }
+    cur = await conn.execute(STATS_OLD_QUEUES, params)
+    return sorted(str(r[0]) for r in await cur.fetchall())
+
+
+async def stats_roll_up(conn: psycopg.AsyncConnection[Any], queue: str, before: datetime, batch: int) -> int:
+    """Move one batch of one queue's minute rows before `before` into hour rows; returns the minutes moved."""
+    async with conn.transaction():
+        cur = await conn.execute(STATS_MINUTES_TAKE, {"queue": queue, "before": before, "batch": batch})
+        minutes = [r[0] for r in await cur.fetchall()]
+        if minutes:
+            await conn.execute(STATS_HOURS_ADD, {"queue": queue, "minutes": minutes})
+            await conn.execute(STATS_MINUTES_DELETE, {"queue": queue, "minutes": minutes})
+    return len(minutes)
+
+
+async def history_delete_old(conn: psycopg.AsyncConnection[Any], queue: str, before: datetime) -> None:
+    """One queue's hour rows before `before` deleted."""
+    await conn.execute(HOURS_DELETE_OLD, {"queue": queue, "before": before})
+
+
+async def samples_delete_old(conn: psycopg.AsyncConnection[Any], before: datetime) -> None:
+    await conn.execute(SAMPLES_DELETE_OLD, {"before": before})
 
 
 # --- series ---------------------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """All SQL on the api_keys table: the server's lookup and lazy last-use stamp, the CLI's create, list and
 revoke. Every change to a key also sends a "keys changed" message on the wake-up channel, in the same
-statement, so that every process drops its cached keys when (and only when) the change commits."""
+transaction, so that every process drops its cached keys when (and only when) the change commits. The message
+is its own statement, on the session's own server: a statement that writes api_keys runs, on Citus, on the
+nodes holding the reference table, and a NOTIFY inside it would be delivered there, not on the coordinator
+where jobq listens (docs/scale-out.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,16 @@ import psycopg
 
 from app.db.channels import CHANNEL, KEYS_CHANGED
 
-_NOTIFY = f"pg_notify('{CHANNEL}', '{KEYS_CHANGED}')"
+KEYS_CHANGED_NOTIFY = f"SELECT pg_notify('{CHANNEL}', '{KEYS_CHANGED}')"
+
+
+def _changed(conn: psycopg.Connection[Any], query: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """Run a change to api_keys and, when it changed a key, the message, in one transaction."""
+    with conn.transaction():
+        rows = conn.execute(query, params).fetchall()
+        if rows:
+            conn.execute(KEYS_CHANGED_NOTIFY)
+    return rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,25 +102,25 @@ async def api_keys_count_live(conn: psycopg.AsyncConnection[Any]) -> int:
 
 # --- the CLI (synchronous) ----------------------------------------------------------------------------------
 
-API_KEY_INSERT = f"""
+API_KEY_INSERT = """
 WITH created AS (
   INSERT INTO jobq.api_keys (name, selector, key_hash, scopes, queue_patterns)
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s)
   RETURNING id
 )
--- A process may have cached "no such key" for this selector: tell every process to forget it.
-SELECT id, {_NOTIFY} FROM created
+-- A process may have cached "no such key" for this selector: every process is told to forget it (_changed).
+SELECT id FROM created
 """
 
 # With a rate of its own (migrations/0020_key_rates.sql); the statement above still works on a schema from
 # before it.
-API_KEY_INSERT_RATED = f"""
+API_KEY_INSERT_RATED = """
 WITH created AS (
   INSERT INTO jobq.api_keys (name, selector, key_hash, scopes, queue_patterns, rate_per_second, rate_burst)
   VALUES (%(name)s, %(selector)s, %(hash)s, %(scopes)s, %(queues)s, %(rate)s, %(burst)s)
   RETURNING id
 )
-SELECT id, {_NOTIFY} FROM created
+SELECT id FROM created
 """
 
 
@@ -122,7 +134,8 @@ def api_key_insert(
     rate: float | None = None,
     burst: int | None = None,
 ) -> int:
-    row = conn.execute(
+    (row,) = _changed(
+        conn,
         API_KEY_INSERT if rate is None and burst is None else API_KEY_INSERT_RATED,
         {
             "name": name,
@@ -133,8 +146,7 @@ def api_key_insert(
             "rate": rate,
             "burst": burst,
         },
-    ).fetchone()
-    assert row is not None
+    )
     return int(row[0])
 
 
@@ -152,14 +164,15 @@ def api_keys_list(conn: psycopg.Connection[Any], *, include_revoked: bool) -> li
     return [KeyInfo(r[0], r[1], r[2], list(r[3]), r[4], r[5], r[6], r[7], r[8], r[9]) for r in rows]
 
 
-API_KEY_REVOKE = f"""
+API_KEY_REVOKE = """
 WITH revoked AS (
   UPDATE jobq.api_keys SET revoked_at = now()
   WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
   RETURNING id, name
 )
--- Delivered at commit: every process drops its cached keys as soon as the revocation is durable.
-SELECT id, name, {_NOTIFY} FROM revoked
+-- The message (_changed) is delivered at commit: every process drops its cached keys as soon as the revocation
+-- is durable.
+SELECT id, name FROM revoked
 """
 
 
@@ -169,18 +182,18 @@ def api_key_revoke(conn: psycopg.Connection[Any], id_or_name: str) -> list[tuple
     if by_id and len(id_or_name) > 18:
         return []  # beyond bigint: no such key
     params = {"id": int(id_or_name) if by_id else None, "name": None if by_id else id_or_name}
-    rows = conn.execute(API_KEY_REVOKE, params).fetchall()
+    rows = _changed(conn, API_KEY_REVOKE, params)
     return [(int(r[0]), str(r[1])) for r in rows]
 
 
-API_KEY_SET_RATE = f"""
+API_KEY_SET_RATE = """
 WITH changed AS (
   UPDATE jobq.api_keys SET rate_per_second = %(rate)s, rate_burst = %(burst)s
   WHERE (id = %(id)s OR name = %(name)s) AND revoked_at IS NULL
   RETURNING id, name
 )
--- Delivered at commit: every process reads the key again, with its new rate.
-SELECT id, name, {_NOTIFY} FROM changed
+-- The message (_changed) is delivered at commit: every process reads the key again, with its new rate.
+SELECT id, name FROM changed
 """
 
 
@@ -192,7 +205,7 @@ def api_key_set_rate(
     if by_id and len(id_or_name) > 18:
         return []
     params = {"id": int(id_or_name) if by_id else None, "name": None if by_id else id_or_name}
-    rows = conn.execute(API_KEY_SET_RATE, {**params, "rate": rate, "burst": burst}).fetchall()
+    rows = _changed(conn, API_KEY_SET_RATE, {**params, "rate": rate, "burst": burst})
     return [(int(r[0]), str(r[1])) for r in rows]
 
 

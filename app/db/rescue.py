@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from app.db.jobs import count_finished, record_finished
+from app.db.finishing import counts_add, releases_record
 
 # --- lease rescue ---------------------------------------------------------------------------------------------
 
@@ -53,7 +53,7 @@ WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM expired)) AND
 RETURNING j.queue_name
 """
 
-JOB_FAIL_EXHAUSTED = f"""
+JOB_FAIL_EXHAUSTED = """
 WITH exhausted AS (
   -- One queue's lapsed leases on the last attempt: the terminal path, kept separate so it is easy to see.
   SELECT id FROM jobq.jobs
@@ -64,15 +64,14 @@ WITH exhausted AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), failed AS (
-  -- The jobs waiting for these are released (cancelled) afterwards, by the dependency release (`recorded`).
   UPDATE jobq.jobs AS j
   SET status = 'failed', finished_at = now(), lease_expires_at = NULL,
       last_error = 'lease expired on the last attempt'
   FROM exhausted
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM exhausted)) AND j.id = exhausted.id
   RETURNING j.queue_name AS queue, j.status, j.id, coalesce(j.has_dependants, false) AS has_dependants
-), counted AS ({count_finished("failed")}
-), recorded AS ({record_finished("failed")}
+  -- The jobs waiting for these are released (cancelled) afterwards, by the dependency release: recorded, and
+  -- counted, by statements of their own in this transaction (app/db/finishing.py).
 )
 SELECT queue, id, has_dependants FROM failed
 """
@@ -110,4 +109,10 @@ async def jobs_fail_exhausted(
     """One batch of one queue's lapsed leases on their last attempt failed; returns (id, has_dependants)
     of each."""
     params = {"queue": queue, "now": now, "batch": batch}
-    return [(int(r[1]), bool(r[2])) for r in await _budgeted(conn, budget_ms, JOB_FAIL_EXHAUSTED, params)]
+    async with conn.transaction():
+        await conn.execute("SELECT set_config('statement_timeout', %s, true)", (str(budget_ms),))
+        cur = await conn.execute(JOB_FAIL_EXHAUSTED, params)
+        gone = [(int(r[1]), bool(r[2])) for r in await cur.fetchall()]
+        await counts_add(conn, queue, "failed", len(gone))
+        await releases_record(conn, queue, [job_id for job_id, parent in gone if parent])
+    return gone

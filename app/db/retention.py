@@ -7,14 +7,16 @@ from typing import Any
 
 import psycopg
 
-from app.db.jobs import count_finished
+from app.db.finishing import counts_add
 from app.db.rows import DatabaseHealthRow, rows_of
 
 # --- retention ----------------------------------------------------------------------------------------------
 
+# The queues with finished jobs (their counters). On Citus a read of every shard, once per retention pass (not
+# a hot path); each queue is then pruned by statements on its own shard.
 FINISHED_QUEUES = "SELECT queue_name FROM jobq.queue_counts GROUP BY queue_name HAVING sum(n) > 0"
 
-JOBS_DELETE_FINISHED = f"""
+JOBS_DELETE_FINISHED = """
 WITH doomed AS (
   -- Oldest finished jobs of one queue and status past the retention age, via jobs_finished_idx.
   SELECT id FROM jobq.jobs
@@ -28,9 +30,9 @@ WITH doomed AS (
   LIMIT %(batch)s
   FOR UPDATE SKIP LOCKED
 ), deleted AS (
-  DELETE FROM jobq.jobs j USING doomed WHERE j.id = doomed.id RETURNING j.queue_name AS queue, j.status
-), counted AS ({count_finished("deleted", "status", "-1")}
+  DELETE FROM jobq.jobs j USING doomed WHERE j.queue_name = %(queue)s AND j.id = doomed.id RETURNING 1
 )
+-- Taken off the status's counter by a statement of its own in this transaction (app/db/finishing.py).
 SELECT count(*) FROM deleted
 """
 
@@ -43,11 +45,13 @@ async def finished_queues(conn: psycopg.AsyncConnection[Any]) -> list[str]:
 async def jobs_delete_finished(
     conn: psycopg.AsyncConnection[Any], queue: str, status: str, age_seconds: float, batch: int, now: datetime | None
 ) -> int:
-    cur = await conn.execute(
-        JOBS_DELETE_FINISHED, {"queue": queue, "status": status, "age": age_seconds, "batch": batch, "now": now}
-    )
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    params = {"queue": queue, "status": status, "age": age_seconds, "batch": batch, "now": now}
+    async with conn.transaction():
+        cur = await conn.execute(JOBS_DELETE_FINISHED, params)
+        row = await cur.fetchone()
+        n = int(row[0]) if row else 0
+        await counts_add(conn, queue, status, -n)
+    return n
 
 
 # --- vacuum ---------------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""All SQL of schedules: their definitions (admin API) and the scheduler's two statements, one that finds
-the due schedules and one that fires their ticks. Like app/db/jobs.py, one autocommit statement each.
+"""All SQL of schedules: their definitions (admin API) and the scheduler's statements, one that finds the due
+schedules and those that fire their ticks (one transaction). Otherwise one autocommit statement each.
 
 Cron and time zones are Python's business (app/cron.py): the next tick is computed there, by the
-database clock read here, and written back. Firing is guarded twice, in one statement: the schedule
+database clock read here, and written back. Firing is guarded twice, in one transaction: the schedule
 advances only from the state its ticks were computed from (a replica that fired them first, or a change
 through the API since, leaves nothing to do), and jobs_schedule_tick_idx admits one job per (schedule,
-tick) whatever happens."""
+tick) whatever happens. The advance is one statement on `schedules` (a reference table on Citus); the ticks'
+jobs are inserted by one statement per queue after it, each on its queue's shard."""
 
 from __future__ import annotations
 
@@ -58,10 +59,11 @@ class Definition:
 
 
 SCHEDULE_PUT = f"""
+-- The clock in VALUES, not in DO UPDATE SET: Citus takes only IMMUTABLE functions there (app/db/distribute.py).
 INSERT INTO jobq.schedules AS s (name, queue_name, cron, timezone, payload, priority, max_attempts, job_group, missed,
-                            paused, next_run_at)
+                            paused, next_run_at, updated_at)
 VALUES (%(name)s, %(queue)s, %(cron)s, %(timezone)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s, %(group)s,
-        %(missed)s, coalesce(%(paused)s::boolean, false), %(next)s)
+        %(missed)s, coalesce(%(paused)s::boolean, false), %(next)s, now())
 ON CONFLICT (name) DO UPDATE SET
   queue_name = EXCLUDED.queue_name, cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
   payload = EXCLUDED.payload, priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
@@ -74,7 +76,7 @@ ON CONFLICT (name) DO UPDATE SET
          AND NOT (s.paused AND NOT coalesce(%(paused)s::boolean, true))
     THEN s.next_run_at ELSE EXCLUDED.next_run_at END,
   revision = s.revision + 1,
-  updated_at = now()
+  updated_at = EXCLUDED.updated_at
 -- A schedule of a queue the caller may not use stays as it is (the caller gets 403).
 WHERE {queue_allowed("s.queue_name", "%(allowed)s::text")}
 -- A row this statement inserted has no xmax; one it updated has this transaction's.
@@ -183,11 +185,12 @@ RETURNING {SCHEDULE_COLUMNS}
 
 SCHEDULE_RESUME = f"""
 -- `next`: the first tick after now, computed from the revision read just before: the ticks of the pause
--- are not fired late. Resuming a schedule that is not paused changes nothing.
+-- are not fired late. Resuming a schedule that is not paused changes nothing. The clock as a subquery: Citus
+-- takes no stable function in a CASE of an UPDATE (app/db/distribute.py).
 UPDATE jobq.schedules s
 SET paused = false, next_run_at = CASE WHEN s.paused THEN %(next)s ELSE s.next_run_at END,
     revision = s.revision + CASE WHEN s.paused THEN 1 ELSE 0 END,
-    updated_at = CASE WHEN s.paused THEN now() ELSE s.updated_at END
+    updated_at = CASE WHEN s.paused THEN (SELECT now()) ELSE s.updated_at END
 WHERE s.name = %(name)s AND s.revision = %(revision)s AND {queue_allowed("s.queue_name", "%(allowed)s::text")}
 RETURNING {SCHEDULE_COLUMNS}
 """
@@ -258,28 +261,35 @@ class Firing:
     next_run_at: datetime | None
 
 
-SCHEDULES_FIRE = """
+SCHEDULES_ADVANCE = """
 WITH advance AS (
   SELECT * FROM json_to_recordset(%(advance)s::json)
     AS a(name text, revision bigint, due timestamptz, next timestamptz, last timestamptz)
-), advanced AS (
-  -- Only from the state the ticks were computed from. Replicas that fire the same ticks queue on the
-  -- row lock; the first moves next_run_at, and the others then match nothing and enqueue nothing.
-  UPDATE jobq.schedules AS s
-  SET next_run_at = a.next, last_run_at = coalesce(a.last, s.last_run_at)
-  FROM advance a
-  WHERE s.name = a.name AND s.revision = a.revision AND s.next_run_at = a.due AND NOT s.paused
-  RETURNING s.name, s.queue_name, s.payload, s.priority, s.max_attempts, s.job_group
-), ticks AS (
+)
+-- Only from the state the ticks were computed from. Replicas that fire the same ticks queue on the row lock
+-- (held until the ticks' jobs are made, in the same transaction); the first moves next_run_at, and the others
+-- then match nothing and enqueue nothing.
+UPDATE jobq.schedules AS s
+SET next_run_at = a.next, last_run_at = coalesce(a.last, s.last_run_at)
+FROM advance a
+WHERE s.name = a.name AND s.revision = a.revision AND s.next_run_at = a.due AND NOT s.paused
+RETURNING s.name, s.queue_name
+"""
+
+SCHEDULE_TICKS_INSERT = """
+-- The ticks of the schedules of one queue that SCHEDULES_ADVANCE advanced, in its transaction: one statement
+-- per queue, so that on Citus each writes the one shard of its queue (app/db/distribute.py). What the schedule
+-- leaves out comes from the queue's configuration (GET /queues/{queue}/config) as it is when the job is made,
+-- else the service's defaults, as for any enqueue.
+WITH ticks AS (
   SELECT * FROM json_to_recordset(%(ticks)s::json) AS t(name text, tick timestamptz)
 )
 INSERT INTO jobq.jobs (queue_name, payload, priority, max_attempts, group_key, schedule, scheduled_for)
--- What the schedule leaves out comes from the queue's configuration (GET /queues/{queue}/config) as it is
--- when the job is made, else the service's defaults, as for any enqueue.
 SELECT s.queue_name, s.payload, coalesce(s.priority, q.default_priority, 0),
        coalesce(s.max_attempts, q.max_attempts, %(max_attempts)s), s.job_group, s.name, t.tick
-FROM advanced s JOIN ticks t USING (name)
-LEFT JOIN jobq.queue_state q ON q.queue_name = s.queue_name
+FROM jobq.schedules s JOIN ticks t USING (name)
+LEFT JOIN jobq.queue_state q ON q.queue_name = s.queue_name AND q.queue_name = %(queue)s
+WHERE s.queue_name = %(queue)s
 ORDER BY t.tick, s.name
 -- One job per (schedule, tick), whatever else happened: the last word on duplicates.
 ON CONFLICT DO NOTHING  -- jobs_schedule_tick_idx (no arbiter named: its columns differ on Citus, app/db/distribute.py)
@@ -290,8 +300,8 @@ RETURNING id, queue_name AS queue, schedule, scheduled_for
 async def schedules_fire(
     conn: psycopg.AsyncConnection[Any], firings: Sequence[Firing], max_attempts: int
 ) -> list[Fired]:
-    """Advance the schedules and enqueue their ticks, in one statement; returns the jobs made.
-    `max_attempts`: for schedules that name none."""
+    """Advance the schedules and enqueue their ticks, in one transaction: the advance, then one insert per queue
+    of the schedules it advanced; returns the jobs made. `max_attempts`: for schedules that name none."""
     advance = [
         {
             "name": f.name,
@@ -302,11 +312,20 @@ async def schedules_fire(
         }
         for f in firings
     ]
-    ticks = [{"name": f.name, "tick": t} for f in firings for t in f.ticks]
+    fired: list[Fired] = []
     cur = conn.cursor(row_factory=rows_of(Fired))
-    params = {"advance": as_json(advance), "ticks": as_json(ticks), "max_attempts": max_attempts}
-    await cur.execute(SCHEDULES_FIRE, params)
-    return await cur.fetchall()
+    async with conn.transaction():
+        advanced = await conn.execute(SCHEDULES_ADVANCE, {"advance": as_json(advance)})
+        queue_of = {str(name): str(queue) for name, queue in await advanced.fetchall()}
+        ticks: dict[str, list[dict[str, Any]]] = {}
+        for f in firings:
+            if f.name in queue_of and f.ticks:
+                ticks.setdefault(queue_of[f.name], []).extend({"name": f.name, "tick": t} for t in f.ticks)
+        for queue in sorted(ticks):
+            params = {"queue": queue, "ticks": as_json(ticks[queue]), "max_attempts": max_attempts}
+            await cur.execute(SCHEDULE_TICKS_INSERT, params)
+            fired += await cur.fetchall()
+    return fired
 
 
 SCHEDULES_NEXT_DUE = f"""

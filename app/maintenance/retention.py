@@ -23,6 +23,8 @@ from app.settings import Settings
 
 log = logging.getLogger("jobq.retention")
 
+SCAN_FACTOR = 10  # the queues with old statistics are looked for among the oldest SCAN_FACTOR x batch rows
+
 
 @dataclass
 class RetentionResult:
@@ -72,16 +74,12 @@ class Retention(Ticking):
                     if n < self.batch:
                         break
                     await between_batches()
-        while True:
-            async with self.db.connection() as conn:
-                n = await store_history.stats_roll_up(conn, self.batch, now)
-            result.minutes_rolled_up += n
-            if n < self.batch:
-                break
-            await between_batches()
+        await self._history(now, result)
         async with self.db.connection() as conn:
-            await store_history.history_delete_old(conn, now)
-            await store_flow.queue_claims_prune(conn)
+            ledgers = await store_flow.queue_claims_queues(conn)
+        for queue in ledgers:  # the rate limits' ledger, queue by queue
+            async with self.db.connection() as conn:
+                await store_flow.queue_claims_prune(conn, queue)
         while True:  # SQS FIFO deduplication ids past their five minutes (app/core/sqs.py)
             async with self.db.connection() as conn:
                 n = await store_sqs.sqs_dedup_prune(conn, self.batch, now)
@@ -99,3 +97,28 @@ class Retention(Ticking):
         if total:
             log.info("finished jobs deleted", extra={"deleted": result.deleted})
         return result
+
+    async def _history(self, now: datetime | None, result: RetentionResult) -> None:
+        """Minute rows older than a day rolled up into hours and hours older than eight days deleted, queue by
+        queue (app/db/history.py), then the sampled minutes as old."""
+        async with self.db.connection() as conn:
+            cutoffs = await store_history.history_cutoffs(conn, now)
+        done: set[str] = set()
+        while True:
+            async with self.db.connection() as conn:
+                queues = await store_history.stats_old_queues(conn, cutoffs, sorted(done), self.batch * SCAN_FACTOR)
+            if not queues:
+                break
+            for queue in queues:
+                while True:
+                    async with self.db.connection() as conn:
+                        n = await store_history.stats_roll_up(conn, queue, cutoffs.minutes_before, self.batch)
+                    result.minutes_rolled_up += n
+                    if n < self.batch:
+                        break
+                    await between_batches()
+                async with self.db.connection() as conn:
+                    await store_history.history_delete_old(conn, queue, cutoffs.hours_before)
+                done.add(queue)
+        async with self.db.connection() as conn:
+            await store_history.samples_delete_old(conn, cutoffs.hours_before)

@@ -17,6 +17,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from app.db import tokens
+
 QUEUE_PATTERN = r"^[A-Za-z0-9_.:-]{1,128}$"
 INT64_MAX = 2**63 - 1
 
@@ -57,7 +59,8 @@ Timestamp = Annotated[AwareDatetime, BeforeValidator(_text), AfterValidator(_utc
 # Printable text without control characters; PostgreSQL text cannot hold NUL at all.
 LABEL_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 Label = Annotated[str, Field(min_length=1, max_length=255, pattern=LABEL_PATTERN)]
-ClaimToken = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_-]+$")]
+# 43 random characters, then (from 1.2.0) the queue's name in base64url (app/db/tokens.py): at most MAX_CHARS.
+ClaimToken = Annotated[str, Field(min_length=1, max_length=tokens.MAX_CHARS, pattern=r"^[A-Za-z0-9_-]+$")]
 ERROR_MAX_CHARS = 65_536  # accepted in a fail request; what is stored is cut to JOBQ_MAX_ERROR_BYTES
 
 # Payloads and results: any JSON value that jsonb can hold. app/http/openapi.py replaces this marker with a

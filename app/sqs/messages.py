@@ -15,6 +15,7 @@ import orjson
 
 from app.core.jobs import Renewal
 from app.core.sqs import Outgoing
+from app.db import tokens
 from app.db.rows import ClaimRow
 from app.db.sqs import SqsQueueRow
 from app.errors import ClaimLost, JobCancelled, JobNotFound
@@ -52,7 +53,7 @@ from app.sqs.queues import READABLE
 
 _ATTRIBUTE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 _DATA_TYPE = re.compile(r"(String|Number|Binary)(\.[^\x00-\x1f]{1,250})?")
-_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")  # a claim token, as app/models/fields.py ClaimToken
+_TOKEN = re.compile(rf"[A-Za-z0-9_-]{{1,{tokens.MAX_CHARS}}}")  # a claim token, as app/models/fields.py ClaimToken
 _GROUP = re.compile(r"[!-~]{1,128}")  # SQS: alphanumerics and punctuation
 # The characters SQS accepts in a body and in string attributes (XML's): #x9 #xA #xD #x20-#xD7FF
 # #xE000-#xFFFD #x10000-#x10FFFF; anything else is refused (jsonb could not hold NUL anyway).

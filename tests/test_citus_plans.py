@@ -1,0 +1,73 @@
+"""On Citus, every statement of a hot or maintenance path runs on one shard: EXPLAIN shows one Citus node with
+one task and no subplans (docs/scale-out.md). Runs only on a Citus cluster (JOBQ_TEST_CITUS_URL, make
+test-citus); the plain-PostgreSQL plans are tests/test_plans.py's, over the same statements.
+
+A statement Citus must split (a subplan through the coordinator) or send to every shard would multiply the
+round trips of each call by the number of nodes or shards; one it cannot plan fails the call. A few reads
+may go to every shard by design (FAN_OUT, each with its reason): none of them is on an enqueue, claim or
+worker write."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests import citus
+from tests.test_plans import HOT, PRELUDE
+
+pytestmark = [
+    pytest.mark.citus,
+    pytest.mark.skipif(not os.environ.get(citus.URL_VARIABLE), reason=f"a Citus cluster only ({citus.URL_VARIABLE})"),
+]
+
+# Reads that go to every shard by design: (name in HOT) -> why.
+FAN_OUT = {
+    "get": "a job by its id alone: which queue is unknown (calls by bare id resolve the queue first)",
+    "queues of jobs by id": "a worker's write with a token from before 1.2.0 (it names no queue), once per call",
+    "jobs waited for": "result waits by id alone",
+    "queues with lapsed leases": "the sweeper's one look over all queues per pass, then one queue at a time",
+    "queues with jobs past their timeout": "the timeout sweep's look over all queues, then one queue at a time",
+    "queues": "GET /queues lists every queue",
+    "workers": "GET /workers lists every queue's workers",
+    "a worker's jobs": "a worker may hold jobs of any queue",
+    "queues with ready jobs, 1,000 waited": "the fallback poll's one look over the waited queues, once a second",
+}
+
+
+def tasks(plan: dict[str, Any]) -> tuple[list[int], bool]:
+    """The task counts of every Citus node in a plan, and whether it has subplans."""
+    text = json.dumps(plan)
+    return [int(n) for n in re.findall(r'"Task Count": (\d+)', text)], '"Subplans"' in text
+
+
+@pytest.fixture
+def citus_url(database_url: str) -> str:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO jobq.jobs (queue_name, payload) SELECT 'q', '{\"n\": 1}' FROM generate_series(1, 200)"
+        )
+    return database_url
+
+
+@pytest.mark.parametrize("name", list(HOT))
+def test_each_hot_statement_runs_on_one_shard(citus_url: str, name: str) -> None:
+    query, params, _ = HOT[name]
+    with psycopg.connect(citus_url, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        try:
+            for statement in filter(None, PRELUDE.get(name, "").split(";\n")):
+                conn.execute(statement)
+            row = conn.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
+        finally:
+            conn.execute("ROLLBACK")
+    assert row is not None
+    counts, subplans = tasks(row[0][0])
+    if name in FAN_OUT:
+        assert counts, f"{name}: not a Citus plan"
+        return
+    assert counts == [1] and not subplans, f"{name}: tasks {counts}, subplans {subplans}"
