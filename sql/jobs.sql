@@ -13,13 +13,14 @@ SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::tex
 WHERE j.id = %(id)s AND j.queue_name = %(queue)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
 
 -- name: JOB_GET_BY_KEYS --
--- The jobs already holding these keys, one lookup each through jobs_idempotency_idx (the restriction
--- `IS NOT NULL` proves its predicate; OFFSET 0 keeps each lookup a lookup).
+-- The jobs of one queue already holding these keys, one lookup each through jobs_idempotency_idx (the
+-- restriction `IS NOT NULL` proves its predicate; OFFSET 0 keeps each lookup a lookup). One queue per
+-- statement: on Citus, a router query on that queue's shard (app/db/distribute.py).
 SELECT j.*
-FROM json_to_recordset(%(keys)s::json) AS k(queue_name text, idempotency_key text)
+FROM json_array_elements_text(%(keys)s::json) AS k(idempotency_key)
 CROSS JOIN LATERAL (
   SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
-  WHERE j.queue_name = k.queue_name AND j.idempotency_key = k.idempotency_key AND j.idempotency_key IS NOT NULL
+  WHERE j.queue_name = %(queue)s AND j.idempotency_key = k.idempotency_key AND j.idempotency_key IS NOT NULL
   OFFSET 0
 ) j
 
@@ -27,7 +28,8 @@ CROSS JOIN LATERAL (
 -- The jobs holding these unique keys in the window that is current now, one lookup each through
 -- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A holder that
 -- finished or was deleted since the insert is not found here: the caller inserts again. (The window cannot turn
--- in between: the caller runs both in one transaction, and the window is taken from its now().)
+-- in between: the caller runs both in one transaction, and the window is taken from its now().) The jobs of
+-- one queue per statement: on Citus, a router query on that queue's shard.
 SELECT t.ord, false AS created, j.*
 FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
@@ -35,15 +37,17 @@ FROM json_to_recordset(%(batch)s::json)
          is_unique bool, unique_key text, unique_for int, unique_states text[])
 CROSS JOIN LATERAL (
   SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM jobq.jobs j
-  WHERE j.queue_name = t.queue_name AND j.unique_key = coalesce(t.unique_key, encode(sha256(convert_to(coalesce(t.payload, 'null')::text, 'UTF8')), 'hex')) AND j.unique_from = CASE WHEN t.unique_for IS NULL THEN '-infinity'::timestamptz ELSE to_timestamp(floor(extract(epoch FROM now())::float8 / t.unique_for) * t.unique_for) END
+  WHERE j.queue_name = %(queue)s AND j.unique_key = coalesce(t.unique_key, encode(sha256(convert_to(coalesce(t.payload, 'null')::text, 'UTF8')), 'hex')) AND j.unique_from = CASE WHEN t.unique_for IS NULL THEN '-infinity'::timestamptz ELSE to_timestamp(floor(extract(epoch FROM now())::float8 / t.unique_for) * t.unique_for) END
     AND coalesce(j.unique_for_seconds, 0) = coalesce(t.unique_for, 0)
     AND j.unique_key IS NOT NULL AND j.status = ANY(j.unique_states)
   OFFSET 0
 ) j
 
--- name: JOB_INSERT_MANY --
+-- name: JOB_INSERT_BATCH['brief'] --
 WITH input AS (
-  -- Ids are drawn in the input's order (a volatile select-list expression is evaluated after the
+  -- A batch of more than VALUES_MAX jobs (see job_insert_values for the others). On Citus an INSERT ... SELECT
+  -- is pulled through the coordinator: the rows are sent to each shard named, then inserted there (a few round
+  -- trips, for many rows). Ids are drawn in the input's order (a volatile select-list expression is evaluated after the
   -- ORDER BY): that is how rows without a key are matched back to their input, and ids are the last
   -- tie-break of claim order, so a batch keeps its order.
   SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id
@@ -66,12 +70,47 @@ FROM input
 ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ord
 -- A key already taken on this queue: insert nothing, the caller fetches the existing job.
 ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
--- full = false: for a minimal answer (Prefer: return=minimal), the payload does not travel back.
-RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN %(full)s THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN %(full)s THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants
+RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN false THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN false THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, NULL::text AS "unique", NULL::text AS debounce, coalesce(j.has_dependants, false) AS has_dependants
+
+-- name: JOB_INSERT_BATCH['full'] --
+WITH input AS (
+  -- A batch of more than VALUES_MAX jobs (see job_insert_values for the others). On Citus an INSERT ... SELECT
+  -- is pulled through the coordinator: the rows are sent to each shard named, then inserted there (a few round
+  -- trips, for many rows). Ids are drawn in the input's order (a volatile select-list expression is evaluated after the
+  -- ORDER BY): that is how rows without a key are matched back to their input, and ids are the last
+  -- tie-break of claim order, so a batch keeps its order.
+  SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id
+  FROM json_to_recordset(%(batch)s::json)
+    AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
+         max_attempts int, idempotency_key text, traceparent text, group_key text, timeout_seconds int)
+  ORDER BY ord
+)
+INSERT INTO jobq.jobs AS j (id, queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent,
+                       group_key, timeout_seconds)
+OVERRIDING SYSTEM VALUE
+SELECT id, queue_name, coalesce(payload, 'null'), priority,  -- json_to_recordset reads JSON null as NULL
+       coalesce(run_at, now() + make_interval(secs => coalesce(delay, 0))),
+       max_attempts, idempotency_key, traceparent, group_key, timeout_seconds
+FROM input
+-- Rows are inserted in key order, not input order: every statement then takes the keys it waits on
+-- (a key inserted by a transaction still in flight) in one global order, so two batches holding the
+-- same keys in different orders cannot wait on each other in a cycle (a deadlock: one would fail).
+-- The first occurrence of a key twice in the input still wins (ord breaks the tie).
+ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ord
+-- A key already taken on this queue: insert nothing, the caller fetches the existing job.
+ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, NULL::text AS "unique", NULL::text AS debounce, coalesce(j.has_dependants, false) AS has_dependants
+
+-- name: JOB_INSERT_ONE --
+INSERT INTO jobq.jobs AS j (queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent, group_key, timeout_seconds)
+VALUES (%(q0)s::text, %(p0)s::jsonb, %(pr0)s::int, now() + make_interval(secs => %(d0)s::float8), %(m0)s::int, %(k0)s::text, %(t0)s::text, %(g0)s::text, %(o0)s::int)
+-- A key already taken on this queue: insert nothing, the caller fetches the existing job.
+ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, NULL::text AS "unique", NULL::text AS debounce, coalesce(j.has_dependants, false) AS has_dependants
 
 -- name: JOB_INSERT_UNIQUE --
 WITH input AS (
-  -- As JOB_INSERT_MANY, for a batch in which some job is unique: its own statement, so that the shared one
+  -- As JOB_INSERT_BATCH, for a batch in which some job is unique: its own statement, so that the shared one
   -- stays as it is for every other enqueue. Ids in input order; each input row keeps its id, and the answer
   -- is one row per input, in order, with the job when this statement inserted it.
   SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id,
@@ -91,7 +130,7 @@ WITH input AS (
          max_attempts, idempotency_key, traceparent, group_key, timeout_seconds,
          ukey, ufrom, CASE WHEN is_unique THEN unique_for END, CASE WHEN is_unique THEN unique_states END
   FROM input
-  -- Keys in one global order (see JOB_INSERT_MANY: no deadlock between batches); the first of equal keys wins.
+  -- Keys in one global order (see JOB_INSERT_BATCH: no deadlock between batches); the first of equal keys wins.
   ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ukey COLLATE "C", ufrom, ord
   -- A key taken (an idempotency key, or a unique key in this window by a job in one of its states): insert
   -- nothing, the caller looks the job up. Without a target, both unique indexes are arbiters; a job has at

@@ -34,6 +34,13 @@ SELECT count(*) FROM (
   LIMIT %(cap)s
 ) q
 
+-- name: QUEUES_LIVE_COUNT_FANOUT --
+SELECT count(*) FROM (
+  SELECT queue_name FROM jobq.jobs WHERE status IN ('pending', 'waiting', 'running') GROUP BY queue_name
+  UNION SELECT queue_name FROM jobq.queue_state
+  LIMIT %(cap)s
+) q
+
 -- name: QUEUE_BACKLOG_COUNT --
 -- Jobs of one queue not yet started, at most %(cap)s of each kind: pending ones (due or delayed) index-only
 -- over jobs_claim_idx, those waiting for dependencies over jobs_waiting_idx, each walk stopping at the cap.

@@ -38,6 +38,18 @@ FAN_OUT = {
     "queues with ready jobs, 1,000 waited": "the fallback poll's one look over the waited queues, once a second",
 }
 
+# Statements Citus still splits, each with its reason: the test expects them split (xfail) until they are not.
+SPLIT = {
+    "enqueue batch": "more than VALUES_MAX jobs: INSERT ... SELECT, which Citus pulls through the coordinator "
+    "(a VALUES list of that size costs 2-3x on PostgreSQL)",
+    "enqueue unique": "its INSERT ... SELECT (the unique key and window computed per row)",
+    "enqueue debounced": "the conditional INSERT ... SELECT of a new job beside the replacing UPDATE",
+    "enqueue with dependencies, settle": "the count of jobs cancelled at enqueue (INSERT in a CTE) and the "
+    "dependency rows (a reference table: written on every node)",
+    "release, 1,000 dependants settled": "the count of cancelled dependants and the cascade's outbox rows "
+    "(INSERTs in CTEs)",
+}
+
 
 def tasks(plan: dict[str, Any]) -> tuple[list[int], bool]:
     """The task counts of every Citus node in a plan, and whether it has subplans."""
@@ -70,4 +82,6 @@ def test_each_hot_statement_runs_on_one_shard(citus_url: str, name: str) -> None
     if name in FAN_OUT:
         assert counts, f"{name}: not a Citus plan"
         return
+    if name in SPLIT and (counts != [1] or subplans):
+        pytest.xfail(SPLIT[name])
     assert counts == [1] and not subplans, f"{name}: tasks {counts}, subplans {subplans}"

@@ -154,14 +154,16 @@ def j(doc: Any) -> str:
     return store.as_json(doc)
 
 
-def new_jobs(n: int, key: Callable[[int], str | None]) -> str:
-    return j(
-        [
-            {"ord": i, "queue_name": "q", "payload": {"n": i}, "priority": 0, "run_at": None, "delay": None,
-             "max_attempts": 5, "idempotency_key": key(i)}
-            for i in range(n)
-        ]
-    )  # fmt: skip
+def new_jobs(n: int, key: Callable[[int], str | None], full: bool = True) -> tuple[str, dict[str, Any]]:
+    """The plain insert of n jobs and its parameters: a VALUES list (store.job_insert_values) up to
+    store.VALUES_MAX jobs, else store.JOB_INSERT_BATCH."""
+    if n > store.VALUES_MAX:
+        batch = [{"ord": i, "queue_name": "q", "payload": {"n": i}, "priority": 0, "run_at": None, "delay": None,
+                  "max_attempts": 5, "idempotency_key": key(i)} for i in range(n)]  # fmt: skip
+        return store.JOB_INSERT_BATCH["full" if full else "brief"], {"batch": j(batch)}
+    params: dict[str, Any] = {}
+    rows = [store._insert_row(k, store.NewJob("q", j({"n": k}), 0, None, None, 5, key(k)), params) for k in range(n)]
+    return store.job_insert_values(rows, full), params
 
 
 def unique_jobs(n: int, for_seconds: int | None = None) -> str:
@@ -197,17 +199,22 @@ INSERT = {"jobs_idempotency_idx"}
 
 # statement, parameters, the ways into `jobs` it may use
 HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
-    "enqueue one": (store.JOB_INSERT_MANY, {"batch": new_jobs(1, lambda i: None), "full": True}, set()),
-    "enqueue one, minimal": (store.JOB_INSERT_MANY, {"batch": new_jobs(1, lambda i: None), "full": False}, set()),
-    "enqueue batch": (store.JOB_INSERT_MANY, {"batch": new_jobs(100, lambda i: f"new{i}"), "full": True}, set()),
+    "enqueue one": (*new_jobs(1, lambda i: None), set()),
+    "enqueue one, minimal": (*new_jobs(1, lambda i: None, full=False), set()),
+    "enqueue 30": (*new_jobs(30, lambda i: f"new{i}"), set()),
+    "enqueue batch": (*new_jobs(100, lambda i: f"new{i}"), set()),
     "enqueue, keys taken": (
         store.JOB_GET_BY_KEYS,
-        {"keys": j([{"queue_name": "q", "idempotency_key": f"k{n}"} for n in range(300, 1300, 100)])},
+        {"queue": "q", "keys": j([f"k{n}" for n in range(300, 1300, 100)])},
         INSERT,
     ),
     # Unique jobs (docs/producers.md): the insert reads nothing, the lookup of held keys only jobs_unique_idx.
     "enqueue unique": (store.JOB_INSERT_UNIQUE, {"batch": unique_jobs(10, 3600)}, set()),
-    "enqueue unique, keys held": (store.JOB_GET_BY_UNIQUE, {"batch": unique_jobs(10)}, {"jobs_unique_idx"}),
+    "enqueue unique, keys held": (
+        store.JOB_GET_BY_UNIQUE,
+        {"queue": "q", "batch": unique_jobs(10)},
+        {"jobs_unique_idx"},
+    ),
     # Debounce: the pending job of the key through jobs_debounce_idx, then by id.
     "enqueue debounced": (store_debounce.JOB_DEBOUNCE, DEBOUNCE, {"jobs_debounce_idx", "jobs_pkey"}),
     "claim 10": (
@@ -317,12 +324,13 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     # Dependencies (app/db/dependencies.py): the parents locked, the new dependants settled.
     "enqueue with dependencies, parents": (
         deps.JOB_LOCK_PARENTS,
-        {"ids": list(range(1501, 1511)), "allowed": None},
+        {"queue": "q", "ids": list(range(1501, 1511)), "allowed": None},
         BY_ID,
     ),
     "enqueue with dependencies, settle": (
         deps.JOB_SETTLE,
         {
+            "queue": "q",
             "items": j(
                 [
                     {
@@ -369,9 +377,14 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         BY_ID,
     ),
     # An SQL enqueue's message naming 1,000 of those dependants: their parents marked (app/core/dependencies.py).
-    "release, parents of 1,000 SQL-enqueued dependants marked": (
-        store_releases.PARENTS_MARK,
+    "release, parents of 1,000 SQL-enqueued dependants found": (
+        store_releases.PARENT_EDGES,
         {"queue": "q", "jobs": list(range(250_001, 251_001)), "only": None},
+        BY_ID,
+    ),
+    "release, parents of SQL-enqueued dependants marked": (
+        store_releases.PARENTS_MARK,
+        {"queue": "q", "parents": [1501, 1502]},
         BY_ID,
     ),
 }
@@ -445,8 +458,13 @@ PRELUDE = {
         ],
         WAITING_10K,
     ),
-    "release, parents of 1,000 SQL-enqueued dependants marked": WAITING_10K
-    + ";\nUPDATE jobq.jobs SET depends_on = ARRAY[1501::bigint] WHERE id BETWEEN 250001 AND 260000",
+    **dict.fromkeys(
+        [
+            "release, parents of 1,000 SQL-enqueued dependants found",
+            "release, parents of SQL-enqueued dependants marked",
+        ],
+        WAITING_10K + ";\nUPDATE jobq.jobs SET depends_on = ARRAY[1501::bigint] WHERE id BETWEEN 250001 AND 260000",
+    ),
     "stats": store_ops.NO_SEQSCAN,
     "queues": store_ops.NO_SEQSCAN,
     "stats, top groups": store_ops.NO_SEQSCAN,

@@ -123,10 +123,10 @@ class DependencyRelease:
                 async with conn.transaction():
                     await store.set_budget(conn, self.budget_ms)
                     marked = await store.parents_mark(conn, queue, jobs)
-                for parent in [m.parent_id for m in marked if m.busy]:
+                for parent, parent_queue in [(m.parent_id, m.parent_queue) for m in marked if m.busy]:
                     async with conn.transaction():
                         await store.set_budget(conn, self.budget_ms)
-                        await store.parent_wait_for(conn, parent)  # until the finish holding it commits
+                        await store.parent_wait_for(conn, parent_queue, parent)  # until the finish holding it commits
                     async with conn.transaction():
                         await store.set_budget(conn, self.budget_ms)
                         again = await store.parents_mark(conn, queue, jobs, only=parent)

@@ -36,7 +36,12 @@ JOB_DEBOUNCE = f"""
 WITH target AS (
   -- The pending job of the key (the newest, should a retried one have come back beside it), through
   -- jobs_debounce_idx. FOR UPDATE: a claim that holds it makes this wait, then find it running: no target.
-  SELECT j.id FROM jobq.jobs j
+  -- Its new run time is computed here, not in the UPDATE (on Citus an UPDATE may not apply a STABLE
+  -- function, such as timestamptz + interval, to a column).
+  SELECT j.id,
+         greatest(j.run_at, least(now() + make_interval(secs => %(seconds)s),
+                                  j.created_at + make_interval(secs => %(max_wait)s))) AS run_at
+  FROM jobq.jobs j
   WHERE j.queue_name = %(queue)s AND j.debounce_key = %(key)s AND j.debounce_key IS NOT NULL AND j.status = 'pending'
   ORDER BY j.id DESC
   LIMIT 1
@@ -44,11 +49,9 @@ WITH target AS (
 ), replaced AS (
   UPDATE jobq.jobs AS j
   SET payload = %(payload)s::jsonb, priority = %(priority)s, debounce_seconds = %(seconds)s,
-      debounce_max_wait_seconds = %(max_wait)s,
-      run_at = greatest(j.run_at, least(now() + make_interval(secs => %(seconds)s),
-                                        j.created_at + make_interval(secs => %(max_wait)s)))
-  FROM target t WHERE j.id = t.id
-  RETURNING {JOB_COLUMNS}
+      debounce_max_wait_seconds = %(max_wait)s, run_at = t.run_at
+  FROM target t WHERE j.queue_name = %(queue)s AND j.id = t.id
+  RETURNING j.*
 ), inserted AS (
   INSERT INTO jobq.jobs AS j (queue_name, payload, priority, run_at, max_attempts, traceparent, group_key,
                          timeout_seconds, debounce_key, debounce_seconds, debounce_max_wait_seconds)
@@ -56,11 +59,13 @@ WITH target AS (
          now() + make_interval(secs => %(seconds)s),  -- max_wait is at least seconds (the API checks)
          %(max_attempts)s, %(traceparent)s, %(group)s, %(timeout)s, %(key)s, %(seconds)s, %(max_wait)s
   WHERE NOT EXISTS (SELECT FROM target)
-  RETURNING {JOB_COLUMNS}
+  RETURNING j.*
 )
-SELECT 0 AS ord, false AS created, * FROM replaced
+-- The answer's columns computed here, not in RETURNING: Citus allows no STABLE function (json_build_object,
+-- timestamptz + interval) in a RETURNING clause.
+SELECT 0 AS ord, false AS created, {JOB_COLUMNS} FROM replaced j
 UNION ALL
-SELECT 0, true, * FROM inserted
+SELECT 0, true, {JOB_COLUMNS} FROM inserted j
 """
 
 

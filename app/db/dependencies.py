@@ -1,5 +1,6 @@
 """Dependencies between jobs: the enqueue of jobs that run after others (`depends_on`), in one transaction
-of a few statements. Jobs without dependencies never come here: their enqueue is JOB_INSERT_MANY alone.
+of a few statements. Jobs without dependencies never come here: their enqueue is the plain insert alone
+(app/db/jobs.py jobs_insert).
 
 The life of a dependant:
   * enqueued `waiting` with `pending_dependencies` = its parents not finished yet, one job_dependencies row
@@ -54,33 +55,45 @@ class UnknownJobs(Exception):
         self.ids = list(ids)
 
 
+_ALLOWED = queue_allowed("j.queue_name", "%(allowed)s::text")
+
 JOB_LOCK_PARENTS = f"""
--- The parents of jobs being enqueued, locked until this enqueue commits (see the module docstring), those
--- free now only: a parent locked by another transaction is reported (locked = false), not waited for;
+-- The parents in one queue of jobs being enqueued, locked until this enqueue commits (see the module docstring),
+-- those free now only: a parent locked by another transaction is reported (locked = false), not waited for;
 -- the enqueue then waits for it holding nothing (jobs_insert_dependent). Waiting while holding some
 -- would deadlock with a statement finishing jobs, which locks the jobs it finishes before their
 -- dependants: holding a waiting parent (a dependant there) and waiting for one that statement finishes
 -- is a cycle; so is holding the parents named by id and waiting for one named by an item's key.
 -- A job outside the caller's queues is not returned, exactly like a missing one. FOR UPDATE reads the
 -- newest committed version, so RETURNING shows the status a statement that finished the job committed.
+-- One queue per statement (on Citus a router query on its shard): the parents in other queues are found by
+-- JOB_PARENT_QUEUES and locked by a statement per queue.
 WITH free AS (
   SELECT j.id FROM jobq.jobs j
-  WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+  WHERE j.queue_name = %(queue)s AND j.id = ANY(%(ids)s::bigint[]) AND {_ALLOWED}
   ORDER BY j.id
   FOR UPDATE SKIP LOCKED
 ), marked AS (
   UPDATE jobq.jobs AS j SET has_dependants = true
-  FROM free WHERE j.id = ANY(ARRAY(SELECT id FROM free)) AND j.id = free.id
+  FROM free WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM free)) AND j.id = free.id
   RETURNING j.id, j.status, j.queue_name, j.dependency_depth
 )
 SELECT id, status, true AS locked, queue_name, coalesce(dependency_depth, 0) AS depth FROM marked
 UNION ALL
 SELECT j.id, j.status, false, j.queue_name, coalesce(j.dependency_depth, 0) FROM jobq.jobs j
-WHERE j.id = ANY(%(ids)s::bigint[]) AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
+WHERE j.queue_name = %(queue)s AND j.id = ANY(%(ids)s::bigint[]) AND {_ALLOWED}
   AND j.id <> ALL(ARRAY(SELECT id FROM free))
 """
 
-JOB_WAIT_FOR = "SELECT FROM jobq.jobs WHERE id = %(id)s FOR UPDATE"
+JOB_PARENT_QUEUES = f"""
+-- The queues of parents named by id that are not in the queue of the jobs being enqueued (the lock found them
+-- not there): one lookup by primary key each; on Citus a read of every shard, once per such enqueue. A job
+-- outside the caller's queues is not returned, exactly like a missing one.
+SELECT j.id, j.queue_name FROM jobq.jobs j
+WHERE j.id = ANY(%(ids)s::bigint[]) AND {_ALLOWED}
+"""
+
+JOB_WAIT_FOR = "SELECT FROM jobq.jobs WHERE queue_name = %(queue)s AND id = %(id)s FOR UPDATE"
 
 
 class TooDeep(Exception):
@@ -105,20 +118,41 @@ class Found:
 class _Busy(Exception):
     """A parent is locked by another transaction: the enqueue gives back everything and waits for it."""
 
-    def __init__(self, job_id: int) -> None:
+    def __init__(self, job_id: int, queue: str) -> None:
         super().__init__(f"job {job_id} is locked")
         self.job_id = job_id
+        self.queue = queue
 
 
 async def _lock_parents(
-    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None
+    conn: psycopg.AsyncConnection[Any], ids: Sequence[int], allowed: str | None, home: dict[int, str] | str
 ) -> dict[int, Found]:
     """Lock the parents `ids` (those the caller may use) and return them as locked, by id; raises _Busy,
-    without waiting, when one of them is locked by another transaction."""
-    cur = await conn.execute(JOB_LOCK_PARENTS, {"ids": sorted(ids), "allowed": allowed})
-    rows = await cur.fetchall()
-    if (busy := min((int(r[0]) for r in rows if not r[2]), default=None)) is not None:
-        raise _Busy(busy)
+    without waiting, when one of them is locked by another transaction. `home`: the queue each is in (a job
+    of this batch), or the queue to look in first (the enqueue's own); those not found there are looked up by
+    id (JOB_PARENT_QUEUES) and locked queue by queue."""
+    by_queue: dict[str, list[int]] = {}
+    if isinstance(home, str):
+        by_queue[home] = sorted(ids)
+    else:
+        for i in ids:
+            by_queue.setdefault(home[i], []).append(i)
+    rows: list[Any] = []
+    for queue, of_queue in sorted(by_queue.items()):
+        cur = await conn.execute(JOB_LOCK_PARENTS, {"queue": queue, "ids": sorted(of_queue), "allowed": allowed})
+        rows += await cur.fetchall()
+    if isinstance(home, str) and (elsewhere := sorted(set(ids) - {int(r[0]) for r in rows})):
+        cur = await conn.execute(JOB_PARENT_QUEUES, {"ids": elsewhere, "allowed": allowed})
+        others: dict[str, list[int]] = {}
+        for job_id, queue in await cur.fetchall():
+            if queue != home:  # in the home queue but not visible to the lock: gone meanwhile
+                others.setdefault(str(queue), []).append(int(job_id))
+        for queue, of_queue in sorted(others.items()):
+            cur = await conn.execute(JOB_LOCK_PARENTS, {"queue": queue, "ids": sorted(of_queue), "allowed": allowed})
+            rows += await cur.fetchall()
+    busy = min(((int(r[0]), str(r[3])) for r in rows if not r[2]), default=None)
+    if busy is not None:
+        raise _Busy(*busy)
     return {int(r[0]): Found(str(r[1]), str(r[3]), int(r[4])) for r in rows}
 
 
@@ -127,21 +161,25 @@ WITH input AS (
   SELECT * FROM json_to_recordset(%(items)s::json)
     AS t(id bigint, status text, pending int, depends_on bigint[], policy text, error text, mark boolean,
          depth int)
+), stamp AS (
+  -- The database's clock, read here: on Citus an UPDATE may not call a VOLATILE function.
+  SELECT clock_timestamp() AS now
 ), settled AS (
-  -- The jobs this transaction inserted a moment ago (invisible to everyone else until it commits): each
-  -- dependant's status and dependencies, and `mark` on those that have a dependant in the same batch.
+  -- The jobs of one queue this transaction inserted a moment ago (invisible to everyone else until it commits):
+  -- each dependant's status and dependencies, and `mark` on those that have a dependant in the same batch.
   UPDATE jobq.jobs AS j
   SET status = coalesce(i.status, j.status),
       pending_dependencies = CASE WHEN i.status IS NULL THEN j.pending_dependencies ELSE i.pending END,
       depends_on = CASE WHEN i.status IS NULL THEN j.depends_on ELSE i.depends_on END,
       on_dependency_failure = CASE WHEN i.status IS NULL THEN j.on_dependency_failure ELSE i.policy END,
-      finished_at = CASE WHEN i.status = 'cancelled' THEN clock_timestamp() ELSE j.finished_at END,
+      finished_at = CASE WHEN i.status = 'cancelled' THEN st.now ELSE j.finished_at END,
       last_error = coalesce(i.error, j.last_error),
       has_dependants = CASE WHEN i.mark THEN true ELSE j.has_dependants END,
       dependency_depth = CASE WHEN i.status IS NULL THEN j.dependency_depth ELSE i.depth END
-  FROM input i
-  WHERE j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
-  RETURNING {JOB_COLUMNS}
+  FROM input i, stamp st
+  WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
+  -- The answer's columns are computed below: Citus allows no STABLE function in RETURNING.
+  RETURNING j.*, j.queue_name AS queue
 ), counted AS ({count_finished("settled")}
 ), edges AS (
   -- With the queue of each end: the release reaches them queue by queue (app/db/releases.py).
@@ -151,7 +189,7 @@ WITH input AS (
   ORDER BY parent_id, job_id
   ON CONFLICT DO NOTHING
 )
-SELECT * FROM settled
+SELECT {JOB_COLUMNS} FROM settled j
 """
 
 
@@ -177,7 +215,7 @@ async def jobs_insert_dependent(
             return await _insert_dependent(conn, jobs, parents, policies, allowed, max_depth)
         except _Busy as busy:
             async with conn.transaction():
-                await conn.execute(JOB_WAIT_FOR, {"id": busy.job_id})  # until its holder commits
+                await conn.execute(JOB_WAIT_FOR, {"queue": busy.queue, "id": busy.job_id})  # until its holder commits
                 raise psycopg.Rollback() from None
 
 
@@ -191,7 +229,7 @@ async def _insert_dependent(
 ) -> list[Inserted]:
     async with conn.transaction():
         named = {p.job_id for ps in parents for p in ps if p.job_id is not None}
-        found = await _lock_parents(conn, list(named), allowed) if named else {}
+        found = await _lock_parents(conn, list(named), allowed, jobs[0].queue) if named else {}
         if missing := sorted(named - found.keys()):
             raise UnknownJobs(missing)
         inserted = await jobs_insert(conn, jobs)
@@ -200,13 +238,21 @@ async def _insert_dependent(
         made = {i.job.id for i in inserted if i.created}
         reused = {inserted[p.item].job.id for ps in parents for p in ps if p.item is not None} - made
         if reused:
-            found |= await _lock_parents(conn, list(reused), None)
+            home = {i.job.id: i.job.queue for i in inserted}
+            found |= await _lock_parents(conn, list(reused), None, home)
         items, edges = _settle(inserted, parents, policies, found, max_depth)  # TooDeep: all rolled back
         if not items:
             return inserted
         cur = conn.cursor(row_factory=rows_of(JobRow))
-        await cur.execute(JOB_SETTLE, {"items": as_json(items), "edges": as_json(edges)})
-        settled = {r.id: r for r in await cur.fetchall()}
+        queue_of = {i.job.id: i.job.queue for i in inserted}
+        by_queue: dict[str, list[dict[str, Any]]] = {}
+        for item in items:
+            by_queue.setdefault(queue_of[item["id"]], []).append(item)
+        settled: dict[int, JobRow] = {}
+        for n, (queue, of_queue) in enumerate(sorted(by_queue.items())):  # one statement per queue (one, in practice)
+            params = {"queue": queue, "items": as_json(of_queue), "edges": as_json(edges if n == 0 else [])}
+            await cur.execute(JOB_SETTLE, params)
+            settled |= {r.id: r for r in await cur.fetchall()}
     return [Inserted(i.created, settled.get(i.job.id, i.job)) for i in inserted]
 
 

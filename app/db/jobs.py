@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from typing import Any
 
 import orjson
@@ -45,8 +46,15 @@ RUNNING_C = "'running' COLLATE \"C\""
 FINISHED_SQL = "(" + ", ".join(f"'{s}'" for s in FINISHED) + ")"
 
 
-def job_columns(full: str = "true") -> str:
-    """The columns of JobRow, in order; `full` is an SQL boolean: false leaves payload and result out."""
+def job_columns(full: str = "true", keyed: bool = True) -> str:
+    """The columns of JobRow, in order; `full` is an SQL boolean: false leaves payload and result out.
+    keyed=False: for rows that have neither a unique key nor a debounce key (a new job of the plain insert),
+    whose `unique` and `debounce` are NULL without json_build_object: every column is then IMMUTABLE, as
+    Citus requires of a RETURNING clause."""
+    if not keyed:
+        columns = job_columns(full)
+        start, end = columns.index("CASE WHEN j.unique_key"), columns.index("coalesce(j.has_dependants")
+        return columns[:start] + 'NULL::text AS "unique", NULL::text AS debounce, ' + columns[end:]
     return (
         "j.id, j.queue_name AS queue, j.status, "
         f"CASE WHEN {full} THEN j.payload::text END AS payload, "
@@ -192,9 +200,77 @@ class NewJob:
     debounce: Debounce | None = None  # inserted or replaced by app/db/debounce.py, never by the shared statement
 
 
-JOB_INSERT_MANY = f"""
+# The plain insert of up to VALUES_MAX jobs is a VALUES list, which Citus runs as one single-shard task per queue
+# named (a router INSERT; an INSERT ... SELECT, of json_to_recordset say, goes through the coordinator in several
+# round trips). PostgreSQL initialises every expression of a VALUES list at each execution and plans each row:
+# past a few dozen rows that costs more than json_to_recordset (2-3x at 64-1,000 rows), so larger batches take
+# JOB_INSERT_BATCH. Each row is written for its job: a field the job leaves unset is DEFAULT, not a parameter,
+# and the run time is an expression only for a delay (a plain job is four parameters).
+VALUES_MAX = 32
+_INSERT_COLUMNS = (
+    "queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent, group_key, timeout_seconds"
+)
+
+
+def _insert_row(k: int, job: NewJob, params: dict[str, Any]) -> str:
+    """Row k of the VALUES list for `job` (its id: drawn by the identity column, in the list's order); adds its
+    parameters to `params`."""
+    params[f"q{k}"], params[f"p{k}"], params[f"pr{k}"], params[f"m{k}"] = (
+        job.queue, job.payload, job.priority, job.max_attempts)  # fmt: skip
+    if job.run_at is not None:
+        params[f"r{k}"] = job.run_at
+        run_at = f"%(r{k})s::timestamptz"
+    elif job.delay_seconds is not None:
+        params[f"d{k}"] = job.delay_seconds
+        run_at = f"now() + make_interval(secs => %(d{k})s::float8)"
+    else:
+        run_at = "DEFAULT"  # now()
+    cells = [
+        f"%(q{k})s::text",
+        f"%(p{k})s::jsonb",
+        f"%(pr{k})s::int",
+        run_at,
+        f"%(m{k})s::int",
+    ]
+    for name, value, cast in (
+        ("k", job.idempotency_key, "text"),
+        ("t", job.traceparent, "text"),
+        ("g", job.group, "text"),
+        ("o", job.timeout_seconds, "int"),
+    ):
+        if value is None:
+            cells.append("DEFAULT")
+        else:
+            params[f"{name}{k}"] = value
+            cells.append(f"%({name}{k})s::{cast}")
+    return "(" + ", ".join(cells) + ")"
+
+
+def job_insert_values(rows: Sequence[str], full: bool = True) -> str:
+    """The plain insert of `rows` (VALUES rows from _insert_row, at most VALUES_MAX), in their order: ids
+    drawn in that order. full = false: for a minimal answer (Prefer: return=minimal), the payload does not
+    travel back. Every RETURNING column is IMMUTABLE, as Citus requires."""
+    values = ",\n       ".join(rows)
+    return f"""
+INSERT INTO jobq.jobs AS j ({_INSERT_COLUMNS})
+VALUES {values}
+-- A key already taken on this queue: insert nothing, the caller fetches the existing job.
+ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING {job_columns("true" if full else "false", keyed=False)}
+"""
+
+
+# The statement for one job with a delay and every other field set (sql/jobs.sql shows it): a batch has a row per
+# job; an unset field is DEFAULT, a run time `%(r0)s::timestamptz`, no delay DEFAULT (now()).
+JOB_INSERT_ONE = job_insert_values([_insert_row(0, NewJob("q", "null", 0, None, 1.0, 1, "k", "t", "g", 1), {})])
+
+
+def _job_insert_batch(full: str) -> str:
+    return f"""
 WITH input AS (
-  -- Ids are drawn in the input's order (a volatile select-list expression is evaluated after the
+  -- A batch of more than VALUES_MAX jobs (see job_insert_values for the others). On Citus an INSERT ... SELECT
+  -- is pulled through the coordinator: the rows are sent to each shard named, then inserted there (a few round
+  -- trips, for many rows). Ids are drawn in the input's order (a volatile select-list expression is evaluated after the
   -- ORDER BY): that is how rows without a key are matched back to their input, and ids are the last
   -- tie-break of claim order, so a batch keeps its order.
   SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id
@@ -217,18 +293,24 @@ FROM input
 ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ord
 -- A key already taken on this queue: insert nothing, the caller fetches the existing job.
 ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
--- full = false: for a minimal answer (Prefer: return=minimal), the payload does not travel back.
-RETURNING {job_columns("%(full)s")}
+RETURNING {job_columns(full, keyed=False)}
 """
 
+
+# The plain insert of a batch of more than VALUES_MAX jobs; "brief": for a minimal answer (Prefer:
+# return=minimal), the payload does not travel back.
+JOB_INSERT_BATCH = {"full": _job_insert_batch("true"), "brief": _job_insert_batch("false")}
+
+
 JOB_GET_BY_KEYS = f"""
--- The jobs already holding these keys, one lookup each through jobs_idempotency_idx (the restriction
--- `IS NOT NULL` proves its predicate; OFFSET 0 keeps each lookup a lookup).
+-- The jobs of one queue already holding these keys, one lookup each through jobs_idempotency_idx (the
+-- restriction `IS NOT NULL` proves its predicate; OFFSET 0 keeps each lookup a lookup). One queue per
+-- statement: on Citus, a router query on that queue's shard (app/db/distribute.py).
 SELECT j.*
-FROM json_to_recordset(%(keys)s::json) AS k(queue_name text, idempotency_key text)
+FROM json_array_elements_text(%(keys)s::json) AS k(idempotency_key)
 CROSS JOIN LATERAL (
   SELECT {JOB_COLUMNS} FROM jobq.jobs j
-  WHERE j.queue_name = k.queue_name AND j.idempotency_key = k.idempotency_key AND j.idempotency_key IS NOT NULL
+  WHERE j.queue_name = %(queue)s AND j.idempotency_key = k.idempotency_key AND j.idempotency_key IS NOT NULL
   OFFSET 0
 ) j
 """
@@ -249,45 +331,67 @@ async def jobs_insert(
     raise RuntimeError("idempotency key kept vanishing between insert and lookup")
 
 
+def _c_order(text: str | None) -> bytes:
+    """A key's place in COLLATE "C" order (its UTF-8 bytes)."""
+    return b"" if text is None else text.encode()
+
+
 async def _insert_round(
     conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], todo: list[int], out: list[Inserted | None], full: bool
 ) -> list[int]:
-    """Insert jobs[todo], fill `out`; returns the indexes still without a row."""
-    batch = [
-        {
-            "ord": n,
-            "queue_name": j.queue,
-            "payload": Fragment(j.payload),
-            "priority": j.priority,
-            "run_at": j.run_at,
-            "delay": j.delay_seconds,
-            "max_attempts": j.max_attempts,
-            "idempotency_key": j.idempotency_key,
-            "traceparent": j.traceparent,
-            "group_key": j.group,
-            "timeout_seconds": j.timeout_seconds,
-        }
-        for n, j in enumerate(jobs[i] for i in todo)
-    ]
+    """Insert jobs[todo], fill `out`; returns the indexes still without a row.
+
+    Ids are the last tie-break of claim order, so a batch keeps its order: they are drawn in the batch's order.
+    The keyed jobs are inserted in key order: every statement then takes the keys it waits on (a key inserted
+    by a transaction still in flight) in one global order, so two batches holding the same keys in different
+    orders cannot wait on each other in a cycle (a deadlock: one would fail); of equal keys, the first wins.
+    A VALUES list is inserted, and draws its ids, in its own order: it serves batches of at most VALUES_MAX
+    jobs whose keyed jobs already come in key order (no keys, one job, keys in order). JOB_INSERT_BATCH, which
+    draws ids in the batch's order and inserts in key order, serves the others."""
     cur = conn.cursor(row_factory=rows_of(JobRow))
-    await cur.execute(JOB_INSERT_MANY, {"batch": as_json(batch), "full": full})
+    keyed = [i for i in todo if jobs[i].idempotency_key is not None] if len(todo) <= VALUES_MAX else []
+    in_order = all(
+        (_c_order(jobs[a].queue), _c_order(jobs[a].idempotency_key))
+        <= (_c_order(jobs[b].queue), _c_order(jobs[b].idempotency_key))
+        for a, b in pairwise(keyed)
+    )
+    if len(todo) <= VALUES_MAX and in_order:
+        params: dict[str, Any] = {}
+        values = [_insert_row(k, jobs[i], params) for k, i in enumerate(todo)]
+        await cur.execute(job_insert_values(values, full), params)
+    else:
+        batch = [
+            {
+                "ord": n,
+                "queue_name": j.queue,
+                "payload": Fragment(j.payload),
+                "priority": j.priority,
+                "run_at": j.run_at,
+                "delay": j.delay_seconds,
+                "max_attempts": j.max_attempts,
+                "idempotency_key": j.idempotency_key,
+                "traceparent": j.traceparent,
+                "group_key": j.group,
+                "timeout_seconds": j.timeout_seconds,
+            }
+            for n, j in enumerate(jobs[i] for i in todo)
+        ]
+        await cur.execute(JOB_INSERT_BATCH["full" if full else "brief"], {"batch": as_json(batch)})
     rows = await cur.fetchall()
-    keyed = {(r.queue, r.idempotency_key): r for r in rows if r.idempotency_key is not None}
+    by_key = {(r.queue, r.idempotency_key): r for r in rows if r.idempotency_key is not None}
     unkeyed = iter(sorted((r for r in rows if r.idempotency_key is None), key=lambda r: r.id))
     taken = []
     for i in todo:
         job = jobs[i]
         if job.idempotency_key is None:
             out[i] = Inserted(True, next(unkeyed))
-        elif (row := keyed.pop((job.queue, job.idempotency_key), None)) is not None:
+        elif (row := by_key.pop((job.queue, job.idempotency_key), None)) is not None:
             out[i] = Inserted(True, row)
         else:
             taken.append(i)
     if not taken:
         return []
-    keys = [{"queue_name": jobs[i].queue, "idempotency_key": jobs[i].idempotency_key} for i in taken]
-    await cur.execute(JOB_GET_BY_KEYS, {"keys": as_json(keys)})
-    existing = {(r.queue, r.idempotency_key): r for r in await cur.fetchall()}
+    existing = {(r.queue, r.idempotency_key): r for r in await _by_keys(conn, [jobs[i] for i in taken])}
     left = []
     for i in taken:
         found = existing.get((jobs[i].queue, jobs[i].idempotency_key))
@@ -317,7 +421,7 @@ _UNIQUE_INPUT = """json_to_recordset(%(batch)s::json)
 
 JOB_INSERT_UNIQUE = f"""
 WITH input AS (
-  -- As JOB_INSERT_MANY, for a batch in which some job is unique: its own statement, so that the shared one
+  -- As JOB_INSERT_BATCH, for a batch in which some job is unique: its own statement, so that the shared one
   -- stays as it is for every other enqueue. Ids in input order; each input row keeps its id, and the answer
   -- is one row per input, in order, with the job when this statement inserted it.
   SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id,
@@ -334,7 +438,7 @@ WITH input AS (
          max_attempts, idempotency_key, traceparent, group_key, timeout_seconds,
          ukey, ufrom, CASE WHEN is_unique THEN unique_for END, CASE WHEN is_unique THEN unique_states END
   FROM input
-  -- Keys in one global order (see JOB_INSERT_MANY: no deadlock between batches); the first of equal keys wins.
+  -- Keys in one global order (see JOB_INSERT_BATCH: no deadlock between batches); the first of equal keys wins.
   ORDER BY queue_name COLLATE "C", idempotency_key COLLATE "C", ukey COLLATE "C", ufrom, ord
   -- A key taken (an idempotency key, or a unique key in this window by a job in one of its states): insert
   -- nothing, the caller looks the job up. Without a target, both unique indexes are arbiters; a job has at
@@ -349,12 +453,13 @@ JOB_GET_BY_UNIQUE = f"""
 -- The jobs holding these unique keys in the window that is current now, one lookup each through
 -- jobs_unique_idx (the restriction repeats its predicate; OFFSET 0 keeps each lookup a lookup). A holder that
 -- finished or was deleted since the insert is not found here: the caller inserts again. (The window cannot turn
--- in between: the caller runs both in one transaction, and the window is taken from its now().)
+-- in between: the caller runs both in one transaction, and the window is taken from its now().) The jobs of
+-- one queue per statement: on Citus, a router query on that queue's shard.
 SELECT t.ord, false AS created, j.*
 FROM {_UNIQUE_INPUT}
 CROSS JOIN LATERAL (
   SELECT {JOB_COLUMNS} FROM jobq.jobs j
-  WHERE j.queue_name = t.queue_name AND j.unique_key = {_UNIQUE_KEY} AND j.unique_from = {_UNIQUE_FROM}
+  WHERE j.queue_name = %(queue)s AND j.unique_key = {_UNIQUE_KEY} AND j.unique_from = {_UNIQUE_FROM}
     AND coalesce(j.unique_for_seconds, 0) = coalesce(t.unique_for, 0)
     AND j.unique_key IS NOT NULL AND j.status = ANY(j.unique_states)
   OFFSET 0
@@ -409,8 +514,9 @@ async def jobs_insert_unique(conn: psycopg.AsyncConnection[Any], jobs: Sequence[
                 if (job := by_key.get((jobs[i].queue, jobs[i].idempotency_key))) is not None:
                     out[i] = Inserted(False, job)
         held = [i for i in taken if jobs[i].unique is not None]
-        if held:
-            await cur.execute(JOB_GET_BY_UNIQUE, {"batch": _unique_batch(jobs, held)})
+        for queue in dict.fromkeys(jobs[i].queue for i in held):  # one statement per queue (in practice one)
+            of_queue = [i for i in held if jobs[i].queue == queue]
+            await cur.execute(JOB_GET_BY_UNIQUE, {"queue": queue, "batch": _unique_batch(jobs, of_queue)})
             for found in await cur.fetchall():
                 if found.job is not None:
                     out[found.ord] = Inserted(False, found.job)
@@ -421,7 +527,14 @@ async def jobs_insert_unique(conn: psycopg.AsyncConnection[Any], jobs: Sequence[
 
 
 async def _by_keys(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[JobRow]:
-    keys = [{"queue_name": j.queue, "idempotency_key": j.idempotency_key} for j in jobs]
+    """The jobs holding the idempotency keys of `jobs`: one statement per queue (in practice one: a request
+    enqueues to one queue, and only batches that share a statement mix queues)."""
+    by_queue: dict[str, list[str | None]] = {}
+    for j in jobs:
+        by_queue.setdefault(j.queue, []).append(j.idempotency_key)
     cur = conn.cursor(row_factory=rows_of(JobRow))
-    await cur.execute(JOB_GET_BY_KEYS, {"keys": as_json(keys)})
-    return await cur.fetchall()
+    found: list[JobRow] = []
+    for queue, keys in by_queue.items():
+        await cur.execute(JOB_GET_BY_KEYS, {"queue": queue, "keys": as_json(keys)})
+        found += await cur.fetchall()
+    return found

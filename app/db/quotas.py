@@ -84,10 +84,33 @@ SELECT count(*) FROM (
 """
 
 
+# Live queues, at most %(cap)s, where the walk above cannot run: on Citus (a recursive CTE must name one value of
+# the distribution column), one read of every shard, each grouping its shard's jobs not yet finished by queue. Not
+# on an enqueue's common path: only when a queue this process has not seen live is enqueued to, at most once per
+# interval (app/core/quotas.py). It reads every job not yet finished, so PostgreSQL keeps the walk.
+QUEUES_LIVE_COUNT_FANOUT = """
+SELECT count(*) FROM (
+  SELECT queue_name FROM jobq.jobs WHERE status IN ('pending', 'waiting', 'running') GROUP BY queue_name
+  UNION SELECT queue_name FROM jobq.queue_state
+  LIMIT %(cap)s
+) q
+"""
+
+_walk_refused = False  # the engine refused QUEUES_LIVE_COUNT once (Citus): this process uses the fan-out
+
+
 async def queues_live_count(conn: psycopg.AsyncConnection[Any], cap: int) -> int:
     """min(live queues, cap)."""
-    async with conn.transaction():
-        await conn.execute(NO_SEQSCAN)
-        cur = await conn.execute(QUEUES_LIVE_COUNT, {"cap": cap})
-        row = await cur.fetchone()
+    global _walk_refused
+    if not _walk_refused:
+        try:
+            async with conn.transaction():
+                await conn.execute(NO_SEQSCAN)
+                cur = await conn.execute(QUEUES_LIVE_COUNT, {"cap": cap})
+                row = await cur.fetchone()
+            return int(row[0]) if row else 0
+        except psycopg.errors.FeatureNotSupported:
+            _walk_refused = True
+    cur = await conn.execute(QUEUES_LIVE_COUNT_FANOUT, {"cap": cap})
+    row = await cur.fetchone()
     return int(row[0]) if row else 0

@@ -23,7 +23,7 @@ One queue per statement: every statement names the queue whose rows it reads or 
 dependency rows by the finished job's queue, the dependants by their own), so each would be a single-shard
 statement with the tables distributed by queue name; no VOLATILE function in an UPDATE (the time comes from
 RELEASES_CLAIM, as a parameter). The statements that span queues only read, without locks, to find work:
-RELEASE_QUEUES and EDGES_PARENT_QUEUES. The one exception is EDGES_FILL_QUEUES, which completes rows written
+RELEASE_QUEUES and EDGES_PARENT_QUEUES. The one exception is JOBS_QUEUES, which finds the queues of rows written
 by a previous release (without queue names) by looking their jobs up by id; a fresh installation never has
 such rows.
 
@@ -122,17 +122,17 @@ async def releases_done(conn: psycopg.AsyncConnection[Any], queue: str, ids: Seq
 # --- the dependency rows --------------------------------------------------------------------------------------
 
 EDGES_TAKE = """
-WITH taken AS (
-  -- At most `limit` dependency rows of the finished jobs `parents` (all in `queue`), in (parent, dependant)
-  -- order, locked; a row a previous release wrote without queue names waits for the reconciliation.
-  SELECT ctid FROM jobq.job_dependencies
+-- At most `limit` dependency rows of the finished jobs `parents` (all in `queue`), in (parent, dependant) order,
+-- locked, consumed; a row a previous release wrote without queue names waits for the reconciliation. By primary
+-- key (on Citus job_dependencies is a reference table, whose copies share no ctid): one task.
+DELETE FROM jobq.job_dependencies d
+WHERE (d.parent_id, d.job_id) IN (
+  SELECT parent_id, job_id FROM jobq.job_dependencies
   WHERE parent_queue = %(queue)s AND parent_id = ANY(%(parents)s::bigint[])
   ORDER BY parent_id, job_id
   LIMIT %(limit)s
   FOR UPDATE
 )
-DELETE FROM jobq.job_dependencies d
-WHERE d.ctid = ANY(ARRAY(SELECT ctid FROM taken))
 RETURNING d.parent_id, d.job_id, d.job_queue
 """
 
@@ -209,32 +209,52 @@ async def dependants_settle(
 
 # --- the reconciliation ------------------------------------------------------------------------------------------
 
+EDGES_LEGACY = """
+-- Dependency rows a previous release wrote (no queue names), a batch at a time, locked.
+SELECT parent_id, job_id FROM jobq.job_dependencies
+WHERE parent_queue IS NULL OR job_queue IS NULL
+ORDER BY parent_id, job_id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+"""
+
+JOBS_QUEUES = """
+-- The queues of jobs known by id alone (the one lookup across queues here, for rows only a previous release
+-- writes): by primary key; on Citus a read of every shard, once per batch.
+SELECT id, queue_name FROM jobq.jobs WHERE id = ANY(%(ids)s::bigint[])
+"""
+
 EDGES_FILL_QUEUES = """
-WITH legacy AS (
-  -- Dependency rows a previous release wrote (no queue names), a batch at a time.
-  SELECT parent_id, job_id FROM jobq.job_dependencies
-  WHERE parent_queue IS NULL OR job_queue IS NULL
-  ORDER BY parent_id, job_id
-  LIMIT %(limit)s
-  FOR UPDATE SKIP LOCKED
-)
--- Their jobs looked up by id (the one lookup across queues here, for rows only a previous release writes).
--- A parent gone (deleted by retention, so finished) files the row under its dependant's queue, where the
--- reconciliation finds no such job, and so releases the dependant as if it had completed; a dependant gone
--- leaves a row that the release consumes and that changes nothing.
-UPDATE jobq.job_dependencies AS d
-SET parent_queue = coalesce((SELECT p.queue_name FROM jobq.jobs p WHERE p.id = l.parent_id),
-                            (SELECT c.queue_name FROM jobq.jobs c WHERE c.id = l.job_id), ''),
-    job_queue = coalesce((SELECT c.queue_name FROM jobq.jobs c WHERE c.id = l.job_id), '')
-FROM legacy l
-WHERE d.parent_id = l.parent_id AND d.job_id = l.job_id
-RETURNING d.parent_id
+-- Those rows given their queue names (a reference table on Citus: its rows are joined only with the input).
+UPDATE jobq.job_dependencies AS d SET parent_queue = f.parent_queue, job_queue = f.job_queue
+FROM unnest(%(parents)s::bigint[], %(jobs)s::bigint[], %(parent_queues)s::text[], %(job_queues)s::text[])
+  AS f(parent_id, job_id, parent_queue, job_queue)
+WHERE d.parent_id = f.parent_id AND d.job_id = f.job_id
 """
 
 
 async def edges_fill_queues(conn: psycopg.AsyncConnection[Any], limit: int) -> int:
-    cur = await conn.execute(EDGES_FILL_QUEUES, {"limit": limit})
-    return len(await cur.fetchall())
+    """Within a transaction: one batch of legacy dependency rows given their queue names. A parent gone (deleted
+    by retention, so finished) files the row under its dependant's queue, where the reconciliation finds no such
+    job, and so releases the dependant as if it had completed; a dependant gone leaves a row that the release
+    consumes and that changes nothing."""
+    cur = await conn.execute(EDGES_LEGACY, {"limit": limit})
+    rows = [(int(r[0]), int(r[1])) for r in await cur.fetchall()]
+    if not rows:
+        return 0
+    cur = await conn.execute(JOBS_QUEUES, {"ids": sorted({i for r in rows for i in r})})
+    queue = {int(r[0]): str(r[1]) for r in await cur.fetchall()}
+    parent_queues = [queue.get(p, queue.get(j, "")) for p, j in rows]
+    await conn.execute(
+        EDGES_FILL_QUEUES,
+        {
+            "parents": [p for p, _ in rows],
+            "jobs": [j for _, j in rows],
+            "parent_queues": parent_queues,
+            "job_queues": [queue.get(j, "") for _, j in rows],
+        },
+    )
+    return len(rows)
 
 
 EDGES_PARENT_QUEUES = """
@@ -249,6 +269,13 @@ async def edges_next_queue(conn: psycopg.AsyncConnection[Any], after: str) -> st
     return None if row is None or row[0] is None else str(row[0])
 
 
+# Finished (or gone: deleted by retention) and without a record: one the release holds right now has its row,
+# and is not recorded twice.
+_UNRECORDED = (
+    f"(f.status IS NULL OR f.status IN {FINISHED_SQL}) AND NOT EXISTS "
+    "(SELECT FROM jobq.dependency_releases r WHERE r.queue_name = %(queue)s AND r.job_id = f.parent_id)"
+)
+
 EDGES_FINISHED_PARENTS = f"""
 WITH page AS (
   -- A page of one queue's dependency rows, in parent order after `after`.
@@ -256,90 +283,96 @@ WITH page AS (
   WHERE parent_queue = %(queue)s AND parent_id > %(after)s
   ORDER BY parent_id
   LIMIT %(limit)s
-), parents AS (
-  SELECT DISTINCT parent_id FROM page
 ), found AS (
   -- Each parent as it is now (one lookup by primary key each); gone: deleted by retention, so finished.
   SELECT pa.parent_id, p.status
-  FROM parents pa
-  LEFT JOIN LATERAL (SELECT j.status FROM jobq.jobs j WHERE j.id = pa.parent_id AND j.queue_name = %(queue)s OFFSET 0) p
+  FROM (SELECT DISTINCT parent_id FROM page) pa
+  LEFT JOIN LATERAL (SELECT j.status FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.id = pa.parent_id OFFSET 0) p
     ON true
-), recorded AS (
-  -- Finished without a record (finished by a previous release's process, or a record lost some other way):
-  -- recorded now. One the release holds right now has its row: not recorded twice.
-  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
-  SELECT %(queue)s, f.parent_id, coalesce(f.status, 'completed') FROM found f
-  WHERE (f.status IS NULL OR f.status IN {FINISHED_SQL})
-    AND NOT EXISTS (SELECT FROM jobq.dependency_releases r WHERE r.queue_name = %(queue)s AND r.job_id = f.parent_id)
-  RETURNING job_id
 )
+-- The finished (or gone) ones without a record, for RELEASES_RECORD. A read of one queue's shard
+-- (job_dependencies is a reference table, on every node): one task on Citus.
 SELECT (SELECT count(*) FROM page) AS seen, (SELECT max(parent_id) FROM page) AS last,
-       (SELECT count(*) FROM recorded) AS recorded
+       ARRAY(SELECT f.parent_id FROM found f WHERE {_UNRECORDED} ORDER BY f.parent_id) AS ids,
+       ARRAY(SELECT coalesce(f.status, 'completed') FROM found f WHERE {_UNRECORDED} ORDER BY f.parent_id) AS statuses
+"""
+
+RELEASES_RECORD = """
+-- Parents finished without a record (finished by a previous release's process, or a record lost some other way),
+-- as EDGES_FINISHED_PARENTS found them: recorded now. (One recorded meanwhile by the release gets a second row,
+-- which is consumed like the first.)
+INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
+SELECT %(queue)s::text, f.id, f.status FROM unnest(%(ids)s::bigint[], %(statuses)s::text[]) AS f(id, status)
+RETURNING job_id
 """
 
 
 async def edges_finished_parents(
     conn: psycopg.AsyncConnection[Any], queue: str, after: int, limit: int
 ) -> tuple[int, int | None, int]:
-    """(dependency rows read, the last parent id read, outbox rows written) for one page of `queue`."""
+    """(dependency rows read, the last parent id read, outbox rows written) for one page of `queue`. Within a
+    transaction: a read, then (when a parent has finished) the records."""
     cur = await conn.execute(EDGES_FINISHED_PARENTS, {"queue": queue, "after": after, "limit": limit})
     row = await cur.fetchone()
     assert row is not None
-    return int(row[0]), (int(row[1]) if row[1] is not None else None), int(row[2])
+    seen, last, ids, statuses = int(row[0]), (int(row[1]) if row[1] is not None else None), row[2], row[3]
+    recorded = 0
+    if ids:
+        cur = await conn.execute(RELEASES_RECORD, {"queue": queue, "ids": ids, "statuses": statuses})
+        recorded = len(await cur.fetchall())
+    return seen, last, recorded
 
 
 # --- dependants enqueued from SQL ------------------------------------------------------------------------------
 
+PARENT_EDGES = """
+-- The dependency rows of dependants of one queue that an SQL enqueue just committed (migrations/0045_sql_enqueue.sql,
+-- which writes them without touching the parents), each by its primary key: a dependant's depends_on names its
+-- parents. `only`: one parent, after waiting for its lock. One primary-key lookup per dependant and per dependency
+-- row (OFFSET 0 keeps each a lookup: a join of the id list with job_dependencies, whose key starts with the
+-- parent, would read it whole). A read of the dependants' shard (job_dependencies is a reference table).
+SELECT DISTINCT d.parent_id, d.parent_queue
+FROM unnest(%(jobs)s::bigint[]) AS i(id)
+CROSS JOIN LATERAL (
+  SELECT c.id, c.depends_on FROM jobq.jobs c WHERE c.queue_name = %(queue)s AND c.id = i.id OFFSET 0
+) c
+CROSS JOIN LATERAL unnest(c.depends_on) AS u(parent_id)
+CROSS JOIN LATERAL (
+  SELECT d.parent_id, d.parent_queue FROM jobq.job_dependencies d
+  WHERE d.parent_id = u.parent_id AND d.job_id = c.id AND d.parent_queue IS NOT NULL OFFSET 0
+) d
+WHERE %(only)s::bigint IS NULL OR d.parent_id = %(only)s::bigint
+ORDER BY d.parent_id
+"""
+
 PARENTS_MARK = f"""
-WITH edges AS (
-  -- The dependency rows of dependants an SQL enqueue just committed (migrations/0045_sql_enqueue.sql, which
-  -- writes them without touching the parents), each by its primary key: a dependant's depends_on names its
-  -- parents. `only`: one parent, after waiting for its lock.
-  -- One primary-key lookup per dependant and per dependency row (OFFSET 0 keeps each a lookup: a join of the
-  -- id list with job_dependencies, whose key starts with the parent, would read it whole).
-  SELECT DISTINCT d.parent_id, d.parent_queue
-  FROM unnest(%(jobs)s::bigint[]) AS i(id)
-  CROSS JOIN LATERAL (
-    SELECT c.id, c.depends_on FROM jobq.jobs c WHERE c.id = i.id AND c.queue_name = %(queue)s OFFSET 0
-  ) c
-  CROSS JOIN LATERAL unnest(c.depends_on) AS u(parent_id)
-  CROSS JOIN LATERAL (
-    SELECT d.parent_id, d.parent_queue FROM jobq.job_dependencies d
-    WHERE d.parent_id = u.parent_id AND d.job_id = c.id AND d.parent_queue IS NOT NULL OFFSET 0
-  ) d
-  WHERE %(only)s::bigint IS NULL OR d.parent_id = %(only)s::bigint
-), free AS (
-  -- The parents locked free now, in id order (one locked by a finishing statement is waited for alone, holding
-  -- nothing: parents_wait_for). FOR NO KEY UPDATE reads the newest committed version: the status a finish
-  -- that committed meanwhile wrote.
+WITH free AS (
+  -- The parents (all in `queue`) locked free now, in id order (one locked by a finishing statement is waited for
+  -- alone, holding nothing: parent_wait_for). FOR NO KEY UPDATE reads the newest committed version: the status a
+  -- finish that committed meanwhile wrote.
   SELECT p.id, p.status, p.has_dependants FROM jobq.jobs p
-  WHERE p.id = ANY(ARRAY(SELECT parent_id FROM edges))
+  WHERE p.queue_name = %(queue)s AND p.id = ANY(%(parents)s::bigint[])
   ORDER BY p.id
   FOR NO KEY UPDATE SKIP LOCKED
 ), marked AS (
   -- Marked: a finish from now on records the parent in the outbox itself (app/db/jobs.py record_finished).
   UPDATE jobq.jobs AS p SET has_dependants = true
-  FROM free f WHERE p.id = f.id AND NOT coalesce(f.has_dependants, false)
-), recorded AS (
-  -- Finished before it was marked (its finish recorded nothing, or recorded it and was released before these
-  -- rows were visible), or gone (deleted by retention, so finished): recorded now, released by the caller's
-  -- step. As EDGES_FINISHED_PARENTS records, for these parents only; a second row for one job is consumed
-  -- like the first.
-  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
-  SELECT e.parent_queue, e.parent_id, coalesce(f.status, 'completed')
-  FROM edges e LEFT JOIN free f ON f.id = e.parent_id
-  WHERE f.status IN {FINISHED_SQL}
-     OR (f.id IS NULL AND NOT EXISTS (SELECT FROM jobq.jobs x WHERE x.id = e.parent_id))
-  RETURNING queue_name, job_id
+  FROM free f WHERE p.queue_name = %(queue)s AND p.id = f.id AND NOT coalesce(f.has_dependants, false)
 )
-SELECT e.parent_id, e.parent_queue,
-       f.id IS NULL AND EXISTS (SELECT FROM jobq.jobs x WHERE x.id = e.parent_id) AS busy,
-       EXISTS (SELECT FROM recorded r WHERE r.job_id = e.parent_id) AS recorded
-FROM edges e LEFT JOIN free f ON f.id = e.parent_id
-ORDER BY e.parent_id
+-- Each parent: busy (locked by someone else: not marked yet), or finished before it was marked (its finish recorded
+-- nothing, or recorded it and was released before these rows were visible), or gone (deleted by retention, so
+-- finished: as completed): the caller records those (RELEASES_RECORD) and releases them. One task on Citus.
+SELECT e.id AS parent_id,
+       f.id IS NULL AND EXISTS (SELECT FROM jobq.jobs x WHERE x.queue_name = %(queue)s AND x.id = e.id) AS busy,
+       CASE WHEN f.status IN {FINISHED_SQL} THEN f.status
+            WHEN f.id IS NULL AND NOT EXISTS (SELECT FROM jobq.jobs x WHERE x.queue_name = %(queue)s AND x.id = e.id)
+            THEN 'completed' END AS finished
+FROM unnest(%(parents)s::bigint[]) AS e(id)
+LEFT JOIN free f ON f.id = e.id
+ORDER BY e.id
 """
 
-PARENT_WAIT_FOR = "SELECT FROM jobq.jobs WHERE id = %(id)s FOR NO KEY UPDATE"
+PARENT_WAIT_FOR = "SELECT FROM jobq.jobs WHERE queue_name = %(queue)s AND id = %(id)s FOR NO KEY UPDATE"
 
 
 @dataclass(slots=True, frozen=True)
@@ -354,15 +387,26 @@ async def parents_mark(
     conn: psycopg.AsyncConnection[Any], queue: str, jobs: Sequence[int], only: int | None = None
 ) -> list[MarkedParent]:
     """Within a transaction: the parents of the dependants `jobs` (of `queue`) marked and, finished ones,
-    recorded; those locked by someone else reported busy, not waited for."""
-    cur = conn.cursor(row_factory=rows_of(MarkedParent))
-    await cur.execute(PARENTS_MARK, {"queue": queue, "jobs": sorted(jobs), "only": only})
-    return await cur.fetchall()
+    recorded; those locked by someone else reported busy, not waited for. A statement per parents' queue."""
+    cur = await conn.execute(PARENT_EDGES, {"queue": queue, "jobs": sorted(jobs), "only": only})
+    by_queue: dict[str, list[int]] = {}
+    for parent_id, parent_queue in await cur.fetchall():
+        by_queue.setdefault(str(parent_queue), []).append(int(parent_id))
+    out: list[MarkedParent] = []
+    for parent_queue, parents in sorted(by_queue.items()):
+        cur = await conn.execute(PARENTS_MARK, {"queue": parent_queue, "parents": sorted(parents)})
+        rows = await cur.fetchall()
+        finished = [(int(r[0]), str(r[2])) for r in rows if r[2] is not None]
+        if finished:
+            ids, statuses = [f[0] for f in finished], [f[1] for f in finished]
+            await conn.execute(RELEASES_RECORD, {"queue": parent_queue, "ids": ids, "statuses": statuses})
+        out += [MarkedParent(int(r[0]), parent_queue, bool(r[1]), r[2] is not None) for r in rows]
+    return sorted(out, key=lambda m: m.parent_id)
 
 
-async def parent_wait_for(conn: psycopg.AsyncConnection[Any], parent: int) -> None:
+async def parent_wait_for(conn: psycopg.AsyncConnection[Any], queue: str, parent: int) -> None:
     """Within a transaction of its own: until whoever holds the parent's row lock lets it go."""
-    await conn.execute(PARENT_WAIT_FOR, {"id": parent})
+    await conn.execute(PARENT_WAIT_FOR, {"queue": queue, "id": parent})
 
 
 # --- a step's budget ----------------------------------------------------------------------------------------------
