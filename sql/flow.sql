@@ -17,6 +17,9 @@ FROM jobq.queue_state
 WHERE retention_completed_seconds IS NOT NULL OR retention_failed_seconds IS NOT NULL
    OR retention_cancelled_seconds IS NOT NULL
 
+-- name: QUEUE_CONFIG_CHANGED --
+SELECT pg_notify('jobq_wakeup', 'config ' || %(queue)s::text)
+
 -- name: QUEUE_CONFIG_GET --
 SELECT queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, limited, grouped, changed_at FROM jobq.queue_state WHERE queue_name = %(queue)s
 
@@ -28,11 +31,6 @@ ON CONFLICT (queue_name) DO UPDATE SET queue_name = s.queue_name
 RETURNING queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, limited, grouped, changed_at
 
 -- name: QUEUE_CONFIG_SET --
--- Delivered at commit: every process drops its cached configuration of this queue as soon as the change
--- is durable (app/maintenance/listener.py).
-WITH changed AS (
-  UPDATE jobq.queue_state SET max_attempts = %(max_attempts)s, backoff_base_seconds = %(backoff_base_seconds)s, backoff_max_seconds = %(backoff_max_seconds)s, lease_seconds = %(lease_seconds)s, default_priority = %(default_priority)s, retention_completed_seconds = %(retention_completed_seconds)s, retention_failed_seconds = %(retention_failed_seconds)s, retention_cancelled_seconds = %(retention_cancelled_seconds)s, concurrency = %(concurrency)s, rate_limit = %(rate_limit)s, rate_per_seconds = %(rate_per_seconds)s, group_concurrency = %(group_concurrency)s, group_rate_limit = %(group_rate_limit)s, group_rate_per_seconds = %(group_rate_per_seconds)s, fair = %(fair)s, ordered = %(ordered)s, max_pending = %(max_pending)s, timeout_seconds = %(timeout_seconds)s, changed_at = now()
-  WHERE queue_name = %(queue)s
-  RETURNING queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, limited, grouped, changed_at
-)
-SELECT c.*, pg_notify('jobq_wakeup', 'config ' || c.queue) IS NULL AS notified FROM changed c
+UPDATE jobq.queue_state SET max_attempts = %(max_attempts)s, backoff_base_seconds = %(backoff_base_seconds)s, backoff_max_seconds = %(backoff_max_seconds)s, lease_seconds = %(lease_seconds)s, default_priority = %(default_priority)s, retention_completed_seconds = %(retention_completed_seconds)s, retention_failed_seconds = %(retention_failed_seconds)s, retention_cancelled_seconds = %(retention_cancelled_seconds)s, concurrency = %(concurrency)s, rate_limit = %(rate_limit)s, rate_per_seconds = %(rate_per_seconds)s, group_concurrency = %(group_concurrency)s, group_rate_limit = %(group_rate_limit)s, group_rate_per_seconds = %(group_rate_per_seconds)s, fair = %(fair)s, ordered = %(ordered)s, max_pending = %(max_pending)s, timeout_seconds = %(timeout_seconds)s, changed_at = now()
+WHERE queue_name = %(queue)s
+RETURNING queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, limited, grouped, changed_at

@@ -85,15 +85,15 @@ RETURNING {_COLUMNS}
 """
 
 QUEUE_CONFIG_SET = f"""
--- Delivered at commit: every process drops its cached configuration of this queue as soon as the change
--- is durable (app/maintenance/listener.py).
-WITH changed AS (
-  UPDATE jobq.queue_state SET {", ".join(f"{f} = %({f})s" for f in CONFIG_FIELDS)}, changed_at = now()
-  WHERE queue_name = %(queue)s
-  RETURNING {_COLUMNS}
-)
-SELECT c.*, pg_notify('{CHANNEL}', '{CONFIG_CHANGED} ' || c.queue) IS NULL AS notified FROM changed c
+UPDATE jobq.queue_state SET {", ".join(f"{f} = %({f})s" for f in CONFIG_FIELDS)}, changed_at = now()
+WHERE queue_name = %(queue)s
+RETURNING {_COLUMNS}
 """
+
+# Delivered at commit: every process drops its cached configuration of this queue as soon as the change is
+# durable (app/maintenance/listener.py). A statement of its own, on the session's own server: on Citus the
+# change above runs on the node holding the queue's shard, where a NOTIFY inside it would reach nobody.
+QUEUE_CONFIG_CHANGED = f"SELECT pg_notify('{CHANNEL}', '{CONFIG_CHANGED} ' || %(queue)s::text)"
 
 
 async def queue_config_lock(conn: psycopg.AsyncConnection[Any], queue: str) -> QueueConfigRow:
@@ -107,10 +107,12 @@ async def queue_config_lock(conn: psycopg.AsyncConnection[Any], queue: str) -> Q
 
 async def queue_config_set(conn: psycopg.AsyncConnection[Any], queue: str, values: dict[str, Any]) -> QueueConfigRow:
     """In the transaction of queue_config_lock: write every field (None clears it) and tell every process."""
-    cur = await conn.execute(QUEUE_CONFIG_SET, {"queue": queue, **{f: values.get(f) for f in CONFIG_FIELDS}})
+    cur = conn.cursor(row_factory=rows_of(QueueConfigRow))
+    await cur.execute(QUEUE_CONFIG_SET, {"queue": queue, **{f: values.get(f) for f in CONFIG_FIELDS}})
     row = await cur.fetchone()
     assert row is not None
-    return QueueConfigRow(*row[:-1])
+    await conn.execute(QUEUE_CONFIG_CHANGED, {"queue": queue})
+    return row
 
 
 QUEUE_CONFIGS_RETENTION = """
