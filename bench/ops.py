@@ -198,6 +198,7 @@ def pgbench_scripts(directory: Path) -> tuple[Path, Path]:
         store_claim.JOB_CLAIM.replace("%(queue)s", "'q'")
         .replace("%(total)s", "1")
         .replace("%(slots)s", """'[{"ord":0,"worker":"w","lease":60,"lim":1}]'""")
+        .replace("%(suffix)s", "'cQ'")  # app/db/tokens.py queue_suffix("q")
     )
     claim = one_line(claim) + " \\gset\n"
     items = (

@@ -17,7 +17,7 @@ import orjson
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from app.db.jobs import JOB_INSERT_MANY
+from app.db.jobs import JOB_INSERT_BATCH
 from app.db.migrate import migrate
 from bench.harness import PAYLOAD, fresh_database
 
@@ -59,7 +59,7 @@ def measure(admin_url: str, index: str | None, payload: object, jobs: int) -> tu
         conn.execute("SET synchronous_commit = off")  # WAL volume is the same; the run is shorter
         start = wal(conn)
         for _ in range(jobs):
-            conn.execute(JOB_INSERT_MANY, {"batch": body}, prepare=True).fetchall()
+            conn.execute(JOB_INSERT_BATCH["full"], {"batch": body}, prepare=True).fetchall()
         enqueue = (wal(conn) - start) / jobs
         start = wal(conn)
         for _ in range(jobs):

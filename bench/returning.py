@@ -1,4 +1,4 @@
-"""The database side of `Prefer: return=minimal` on enqueue: JOB_INSERT_MANY with the payload in its
+"""The database side of `Prefer: return=minimal` on enqueue: the insert (app/db/jobs.py) with the payload in its
 RETURNING (the full answer) and without it (the minimal one), alternated on one connection, no HTTP and
 no document. Each statement's wall time, median over --reps, on a fresh migrated database.
 

@@ -95,7 +95,7 @@ def p99(values: list[float]) -> float:
 def claim_buffers(url: str, queue: str) -> int:
     """Shared buffers one claim of 100 touches (EXPLAIN ANALYZE in a transaction rolled back, on a session
     set up like the pool's): the claim's work, counted the same whatever else the machine does."""
-    from app.db import claim
+    from app.db import claim, tokens
     from app.db.jobs import as_json
     from app.db.pool import SESSION_SETTINGS
 
@@ -105,7 +105,7 @@ def claim_buffers(url: str, queue: str) -> int:
         conn.execute("BEGIN")
         row = conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + claim.JOB_CLAIM,
-            {"queue": queue, "total": 100, "slots": slots},
+            {"queue": queue, "total": 100, "slots": slots, "suffix": tokens.queue_suffix(queue)},
         ).fetchone()
         conn.execute("ROLLBACK")
     assert row is not None

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from app.db import tokens
 from tests.support import LiveServer, problem
 
 JSON = {"content-type": "application/json"}
@@ -127,8 +128,12 @@ def test_worker_length(server_factory, db: psycopg.Connection, fast_path: bool) 
 def test_claim_token_length(server: LiveServer) -> None:
     server.enqueue(payload=1)
     c = server.claim_one()
-    problem(server.client.post(f"/jobs/{c['id']}/heartbeat", json={"claim_token": "x" * 128}), 409, "claim-lost")
-    problem(server.client.post(f"/jobs/{c['id']}/heartbeat", json={"claim_token": "x" * 129}), 422, "validation-error")
+    # 43 random characters and a queue name of up to 128 in base64url (app/db/tokens.py): 214 at most.
+    longest = "x" * tokens.MAX_CHARS
+    problem(server.client.post(f"/jobs/{c['id']}/heartbeat", json={"claim_token": longest}), 409, "claim-lost")
+    problem(
+        server.client.post(f"/jobs/{c['id']}/heartbeat", json={"claim_token": longest + "x"}), 422, "validation-error"
+    )
 
 
 def test_error_text_is_stored_whole_at_the_limit_and_cut_past_it(server_factory, db: psycopg.Connection) -> None:  # type: ignore[no-untyped-def]
