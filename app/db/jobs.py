@@ -331,6 +331,23 @@ async def jobs_insert(
     raise RuntimeError("idempotency key kept vanishing between insert and lookup")
 
 
+def _job_doc(ord_: int, j: NewJob) -> dict[str, Any]:
+    """A job as the json_to_recordset inserts read it (JOB_INSERT_BATCH, JOB_INSERT_UNIQUE)."""
+    return {
+        "ord": ord_,
+        "queue_name": j.queue,
+        "payload": Fragment(j.payload),
+        "priority": j.priority,
+        "run_at": j.run_at,
+        "delay": j.delay_seconds,
+        "max_attempts": j.max_attempts,
+        "idempotency_key": j.idempotency_key,
+        "traceparent": j.traceparent,
+        "group_key": j.group,
+        "timeout_seconds": j.timeout_seconds,
+    }
+
+
 def _c_order(text: str | None) -> bytes:
     """A key's place in COLLATE "C" order (its UTF-8 bytes)."""
     return b"" if text is None else text.encode()
@@ -360,22 +377,7 @@ async def _insert_round(
         values = [_insert_row(k, jobs[i], params) for k, i in enumerate(todo)]
         await cur.execute(job_insert_values(values, full), params)
     else:
-        batch = [
-            {
-                "ord": n,
-                "queue_name": j.queue,
-                "payload": Fragment(j.payload),
-                "priority": j.priority,
-                "run_at": j.run_at,
-                "delay": j.delay_seconds,
-                "max_attempts": j.max_attempts,
-                "idempotency_key": j.idempotency_key,
-                "traceparent": j.traceparent,
-                "group_key": j.group,
-                "timeout_seconds": j.timeout_seconds,
-            }
-            for n, j in enumerate(jobs[i] for i in todo)
-        ]
+        batch = [_job_doc(n, jobs[i]) for n, i in enumerate(todo)]
         await cur.execute(JOB_INSERT_BATCH["full" if full else "brief"], {"batch": as_json(batch)})
     rows = await cur.fetchall()
     by_key = {(r.queue, r.idempotency_key): r for r in rows if r.idempotency_key is not None}
@@ -471,17 +473,7 @@ def _unique_batch(jobs: Sequence[NewJob], todo: Sequence[int]) -> str:
     return as_json(
         [
             {
-                "ord": i,
-                "queue_name": j.queue,
-                "payload": Fragment(j.payload),
-                "priority": j.priority,
-                "run_at": j.run_at,
-                "delay": j.delay_seconds,
-                "max_attempts": j.max_attempts,
-                "idempotency_key": j.idempotency_key,
-                "traceparent": j.traceparent,
-                "group_key": j.group,
-                "timeout_seconds": j.timeout_seconds,
+                **_job_doc(i, j),
                 "is_unique": j.unique is not None,
                 "unique_key": j.unique.key if j.unique else None,
                 "unique_for": j.unique.for_seconds if j.unique else None,
