@@ -251,6 +251,21 @@ def test_ten_thousand_dependants_are_released_after_one_complete(server_factory:
     assert len(server.claim("fan", limit=100)) == 100
 
 
+def test_the_answer_comes_after_the_first_batch_even_when_the_background_looks_at_once(
+    server_factory: Callable[..., LiveServer],
+) -> None:
+    """The background pass takes any queue's outbox rows (SKIP LOCKED); one that takes a row right after the
+    complete commits must not make the request skip its own step and answer before any dependant is
+    released: the request waits for that row instead. The background looks every millisecond here, so that it meets
+    the request's step often (CI saw it once with the default 1 s)."""
+    server = server_factory(dependency_batch_size=10, dependency_interval_seconds=0.001)
+    for round_ in range(40):
+        parent = server.enqueue("parent", payload=round_)
+        batch(server, [{"payload": i, "depends_on": [parent["id"]]} for i in range(11)], queue=f"fan{round_}")
+        complete(server, server.claim_one("parent"))
+        assert counts(server, f"fan{round_}")["ready"] >= 10, f"round {round_}: answered before the first batch"
+
+
 def test_a_dependant_enqueued_while_its_parent_completes_is_released(server: LiveServer, database_url: str) -> None:
     """The enqueue holds the parent's row lock; the complete waits for it, and must then see the new
     dependency (a CTE in the complete statement, on the statement's snapshot, would not)."""

@@ -357,6 +357,11 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         {"queue": "q", "jobs": None, "limit": 1000},
         BY_ID,
     ),
+    "release, the request's own outbox rows": (
+        store_releases.RELEASES_CLAIM_OWN,
+        {"queue": "q", "jobs": [1, 2], "limit": 1000},
+        BY_ID,
+    ),
     "release, dependency rows": (
         store_releases.EDGES_TAKE,
         {"queue": "q", "parents": [1501], "limit": 1000},

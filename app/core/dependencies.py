@@ -193,7 +193,9 @@ class DependencyRelease:
             await store.set_budget(conn, self.budget_ms)
             level = 0
             while True:
-                if level >= levels or out.edges >= room or time.monotonic() > deadline:
+                # The first level always runs (a slow connection or a busy machine must not make a request
+                # answer with nothing released); the deadline bounds the levels after it.
+                if level >= levels or out.edges >= room or (level > 0 and time.monotonic() > deadline):
                     out.more = level < levels or out.edges >= room
                     break
                 claimed = await store.releases_claim(conn, queue, jobs if level == 0 else None, self.batch)

@@ -67,7 +67,8 @@ async def release_queues(conn: psycopg.AsyncConnection[Any], after: str, limit: 
 
 RELEASES_CLAIM = """
 -- A batch of one queue's outbox rows, oldest first (or those of the jobs `jobs`: the ones a request just
--- finished), locked until the step commits; rows another step holds are skipped. With each, the job as it
+-- finished), locked until the step commits; rows another step holds are skipped (by the background; the
+-- request's own step waits for them instead: RELEASES_CLAIM_OWN). With each, the job as it
 -- is now: finished (its dependants are released by how it finished), not finished (retried since: its
 -- rows wait for its next finish), or gone (deleted by retention: as recorded). And the database's clock,
 -- which the step's writes use.
@@ -86,6 +87,12 @@ LEFT JOIN LATERAL (
 ORDER BY r.id
 """
 
+# The request's own step (the jobs it just finished): a row the background holds is waited for, not skipped,
+# so that the answer still comes after the first batch of dependants is released, by one or the other (the
+# background's step is one transaction under the statement budget; a row it consumed is gone, not returned).
+RELEASES_CLAIM_OWN = RELEASES_CLAIM.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
+assert RELEASES_CLAIM_OWN != RELEASES_CLAIM
+
 
 @dataclass(slots=True, frozen=True)
 class Release:
@@ -103,7 +110,8 @@ async def releases_claim(
 ) -> list[Release]:
     cur = conn.cursor(row_factory=rows_of(Release))
     await cur.execute(
-        RELEASES_CLAIM, {"queue": queue, "jobs": list(jobs) if jobs is not None else None, "limit": limit}
+        RELEASES_CLAIM if jobs is None else RELEASES_CLAIM_OWN,
+        {"queue": queue, "jobs": list(jobs) if jobs is not None else None, "limit": limit}
     )
     return await cur.fetchall()
 
