@@ -146,7 +146,8 @@ SELECT FROM jobq.jobs WHERE queue_name = %(queue)s AND id = %(id)s FOR NO KEY UP
 
 -- name: RELEASES_CLAIM --
 -- A batch of one queue's outbox rows, oldest first (or those of the jobs `jobs`: the ones a request just
--- finished), locked until the step commits; rows another step holds are skipped. With each, the job as it
+-- finished), locked until the step commits; rows another step holds are skipped (by the background; the
+-- request's own step waits for them instead: RELEASES_CLAIM_OWN). With each, the job as it
 -- is now: finished (its dependants are released by how it finished), not finished (retried since: its
 -- rows wait for its next finish), or gone (deleted by retention: as recorded). And the database's clock,
 -- which the step's writes use.
@@ -157,6 +158,27 @@ FROM (
   ORDER BY d.id
   LIMIT %(limit)s
   FOR UPDATE SKIP LOCKED
+) r
+LEFT JOIN LATERAL (
+  -- One lookup by primary key per row (OFFSET 0: kept a lookup whatever the statistics say).
+  SELECT j.status FROM jobq.jobs j WHERE j.id = r.job_id AND j.queue_name = %(queue)s OFFSET 0
+) p ON true
+ORDER BY r.id
+
+-- name: RELEASES_CLAIM_OWN --
+-- A batch of one queue's outbox rows, oldest first (or those of the jobs `jobs`: the ones a request just
+-- finished), locked until the step commits; rows another step holds are skipped (by the background; the
+-- request's own step waits for them instead: RELEASES_CLAIM_OWN). With each, the job as it
+-- is now: finished (its dependants are released by how it finished), not finished (retried since: its
+-- rows wait for its next finish), or gone (deleted by retention: as recorded). And the database's clock,
+-- which the step's writes use.
+SELECT r.id, r.job_id, r.status AS recorded, p.status AS status, clock_timestamp() AS now
+FROM (
+  SELECT d.id, d.job_id, d.status FROM jobq.dependency_releases d
+  WHERE d.queue_name = %(queue)s AND (%(jobs)s::bigint[] IS NULL OR d.job_id = ANY(%(jobs)s::bigint[]))
+  ORDER BY d.id
+  LIMIT %(limit)s
+  FOR UPDATE
 ) r
 LEFT JOIN LATERAL (
   -- One lookup by primary key per row (OFFSET 0: kept a lookup whatever the statistics say).

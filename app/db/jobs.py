@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
@@ -212,38 +213,63 @@ _INSERT_COLUMNS = (
 )
 
 
-def _insert_row(k: int, job: NewJob, params: dict[str, Any]) -> str:
-    """Row k of the VALUES list for `job` (its id: drawn by the identity column, in the list's order); adds its
-    parameters to `params`."""
-    params[f"q{k}"], params[f"p{k}"], params[f"pr{k}"], params[f"m{k}"] = (
-        job.queue, job.payload, job.priority, job.max_attempts)  # fmt: skip
-    if job.run_at is not None:
-        params[f"r{k}"] = job.run_at
-        run_at = f"%(r{k})s::timestamptz"
-    elif job.delay_seconds is not None:
-        params[f"d{k}"] = job.delay_seconds
-        run_at = f"now() + make_interval(secs => %(d{k})s::float8)"
-    else:
-        run_at = "DEFAULT"  # now()
-    cells = [
-        f"%(q{k})s::text",
-        f"%(p{k})s::jsonb",
-        f"%(pr{k})s::int",
-        run_at,
-        f"%(m{k})s::int",
-    ]
-    for name, value, cast in (
-        ("k", job.idempotency_key, "text"),
-        ("t", job.traceparent, "text"),
-        ("g", job.group, "text"),
-        ("o", job.timeout_seconds, "int"),
-    ):
-        if value is None:
-            cells.append("DEFAULT")
-        else:
-            params[f"{name}{k}"] = value
-            cells.append(f"%({name}{k})s::{cast}")
+# A row's shape: how its run time is written (0: DEFAULT, 1: a time, 2: a delay) and which of the optional
+# fields are set. The statement's text depends on the shapes only, so it is built once per list of shapes
+# (_values_sql) and a request only fills in its parameters: building the text per request cost several
+# microseconds of the API's CPU per enqueue (BENCHMARKS.md, "Citus, first part").
+_Shape = tuple[int, bool, bool, bool, bool]
+_OPTIONAL = (("k", "text"), ("t", "text"), ("g", "text"), ("o", "int"))
+
+
+def _shape(job: NewJob) -> _Shape:
+    run = 1 if job.run_at is not None else 2 if job.delay_seconds is not None else 0
+    return (run, job.idempotency_key is not None, job.traceparent is not None, job.group is not None,
+            job.timeout_seconds is not None)  # fmt: skip
+
+
+def _row_sql(k: int, shape: _Shape) -> str:
+    """Row k of a VALUES list for a job of this shape (its id: drawn by the identity column, in the list's
+    order). A field the job leaves unset is DEFAULT, not a parameter."""
+    run_at = ("DEFAULT", f"%(r{k})s::timestamptz", f"now() + make_interval(secs => %(d{k})s::float8)")[shape[0]]
+    cells = [f"%(q{k})s::text", f"%(p{k})s::jsonb", f"%(pr{k})s::int", run_at, f"%(m{k})s::int"]
+    for (name, cast), present in zip(_OPTIONAL, shape[1:], strict=True):
+        cells.append(f"%({name}{k})s::{cast}" if present else "DEFAULT")
     return "(" + ", ".join(cells) + ")"
+
+
+# The parameter names of row k, made once.
+_NAMES = [tuple(f"{n}{k}" for n in ("q", "p", "pr", "m", "r", "d", "k", "t", "g", "o")) for k in range(VALUES_MAX)]
+
+
+def _row_params(k: int, job: NewJob, params: dict[str, Any]) -> None:
+    """Row k's parameters (as _row_sql names them for the job's shape), added to `params`."""
+    q, p, pr, m, r, d, key, t, g, o = _NAMES[k]
+    params[q], params[p], params[pr], params[m] = job.queue, job.payload, job.priority, job.max_attempts
+    if job.run_at is not None:
+        params[r] = job.run_at
+    elif job.delay_seconds is not None:
+        params[d] = job.delay_seconds
+    if job.idempotency_key is not None:
+        params[key] = job.idempotency_key
+    if job.traceparent is not None:
+        params[t] = job.traceparent
+    if job.group is not None:
+        params[g] = job.group
+    if job.timeout_seconds is not None:
+        params[o] = job.timeout_seconds
+
+
+def _insert_row(k: int, job: NewJob, params: dict[str, Any]) -> str:
+    """Row k of the VALUES list for `job`; adds its parameters to `params`."""
+    _row_params(k, job, params)
+    return _row_sql(k, _shape(job))
+
+
+@lru_cache(maxsize=1024)
+def _values_sql(shapes: tuple[_Shape, ...], full: bool) -> str:
+    """The plain insert of jobs of these shapes (job_insert_values), made once per list of shapes: a single
+    job has 48 shapes, and the batches a producer sends mostly repeat."""
+    return job_insert_values([_row_sql(k, shape) for k, shape in enumerate(shapes)], full)
 
 
 def job_insert_values(rows: Sequence[str], full: bool = True) -> str:
@@ -374,8 +400,9 @@ async def _insert_round(
     )
     if len(todo) <= VALUES_MAX and in_order:
         params: dict[str, Any] = {}
-        values = [_insert_row(k, jobs[i], params) for k, i in enumerate(todo)]
-        await cur.execute(job_insert_values(values, full), params)
+        for k, i in enumerate(todo):
+            _row_params(k, jobs[i], params)
+        await cur.execute(_values_sql(tuple(_shape(jobs[i]) for i in todo), full), params)
     else:
         batch = [_job_doc(n, jobs[i]) for n, i in enumerate(todo)]
         await cur.execute(JOB_INSERT_BATCH["full" if full else "brief"], {"batch": as_json(batch)})

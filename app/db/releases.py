@@ -111,7 +111,7 @@ async def releases_claim(
     cur = conn.cursor(row_factory=rows_of(Release))
     await cur.execute(
         RELEASES_CLAIM if jobs is None else RELEASES_CLAIM_OWN,
-        {"queue": queue, "jobs": list(jobs) if jobs is not None else None, "limit": limit}
+        {"queue": queue, "jobs": list(jobs) if jobs is not None else None, "limit": limit},
     )
     return await cur.fetchall()
 
