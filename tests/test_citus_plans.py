@@ -39,6 +39,12 @@ FAN_OUT = {
 PLAIN_ONLY = {
     "queues with ready jobs, 1,000 waited": "a recursive walk over many queues, which Citus refuses: on Citus the "
     "fallback poll sends QUEUE_READY once per waited queue, pipelined (app/db/waiting.py)",
+    **dict.fromkeys(
+        ["complete one", "complete 10, one stale", "fail", "fail, stale token"],
+        "its finished-job count and dependency outbox are INSERTs in CTEs, which Citus runs as subplans: on "
+        "Citus the service sends the Citus form and writes those two by statements of their own in the same "
+        "transaction (app/db/finishing.py)",
+    ),
 }
 
 # Statements Citus still splits, each with its reason: the test expects them split (xfail) until they are not.
@@ -51,11 +57,6 @@ SPLIT = {
     "dependency rows (a reference table: written on every node)",
     "release, 1,000 dependants settled": "the count of cancelled dependants and the cascade's outbox rows "
     "(INSERTs in CTEs)",
-    **dict.fromkeys(
-        ["complete one", "complete 10, one stale", "fail", "fail, stale token"],
-        "the finished-job count (queue_counts) and the dependency outbox (dependency_releases) written by INSERTs "
-        "in CTEs of the same statement, which Citus runs as subplans: correct, with more round trips",
-    ),
 }
 
 

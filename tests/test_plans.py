@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from app.db import claim
+from app.db import claim, finishing
 from app.db import debounce as store_debounce
 from app.db import dependencies as deps
 from app.db import explain as store_explain
@@ -276,6 +276,29 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     ),
     "fail": (store_writes.JOB_FAIL, fail_params(1701, "t1701"), BY_ID),
     "fail, stale token": (store_writes.JOB_FAIL, fail_params(1702, "stale"), BY_ID),
+    # The same on Citus (app/db/finishing.py): without the counter and outbox CTEs, which follow as statements
+    # of their own in the same transaction (below, "a finish's counter" and "a finish's outbox rows").
+    "complete one, Citus form": (
+        store_writes.JOB_COMPLETE_MANY_CITUS,
+        {"queue": "q", "items": j(items(range(1621, 1622))), "full": True},
+        BY_ID,
+    ),
+    "complete 10, one stale, Citus form": (
+        store_writes.JOB_COMPLETE_MANY_CITUS,
+        {
+            "queue": "q",
+            "items": j(items(range(1631, 1641), lambda i: "stale" if i == 1631 else f"t{i}")),
+            "full": False,
+        },
+        BY_ID,
+    ),
+    "fail, Citus form": (store_writes.JOB_FAIL_CITUS, fail_params(1703, "t1703"), BY_ID),
+    "a finish's counter": (finishing.COUNTS_ADD, {"queue": "q", "status": "completed", "n": 10}, set()),
+    "a finish's outbox rows": (
+        finishing.releases_record_values(2),
+        {"queue": "q", "i0": 1641, "s0": "completed", "i1": 1642, "s1": "failed"},
+        set(),
+    ),
     "release": (
         store_writes.JOB_RELEASE_CLAIM,
         {"queue": "q", "id": 1801, "token": "t1801", "delay": 0.0, "allowed": None},

@@ -14,12 +14,12 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import psycopg_pool
 
-from app.db import schema
+from app.db import finishing, schema
 from app.db.replication import Replication, replication_state
 from app.errors import AppError, DatabaseUnavailable, StatementTimeout, ValidationFailed
 from app.settings import Settings
@@ -77,7 +77,10 @@ SESSION_SETTINGS = (
     " set_config('idle_in_transaction_session_timeout', '60s', false),"
     " set_config('synchronous_commit', 'on', false),"
     " set_config('enable_bitmapscan', 'off', false),"
-    " set_config('jit', 'off', false)"
+    " set_config('jit', 'off', false),"
+    # Citus: the request paths' finishes write their counters and records by statements of their own
+    # (app/db/finishing.py).
+    " EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus') AS citus"
 )
 
 
@@ -164,7 +167,9 @@ class Database:
 
     async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
         schema.use(conn, self.location)
-        await conn.execute(SESSION_SETTINGS, (str(self.settings.statement_timeout_ms),))
+        cur = await conn.execute(SESSION_SETTINGS, (str(self.settings.statement_timeout_ms),))
+        row = await cur.fetchone()
+        finishing.mark_citus(conn, row is not None and bool(cast(tuple[Any, ...], row)[-1]))
         if not self.replica:
             self._replication_seen(await replication_state(conn))
 

@@ -21,9 +21,9 @@ from typing import Any, Literal, TypeVar
 import psycopg
 from orjson import Fragment
 
-from app.db import tokens
+from app.db import finishing, tokens
 from app.db.jobs import JOB_COLUMNS, RUNNING, as_json, count_finished, job_columns, job_get, record_finished
-from app.db.rows import Beat, ClaimRow, JobRow, Status, Written, outcome_rows, rows_of
+from app.db.rows import FINISHED, Beat, ClaimRow, JobRow, Status, Written, outcome_rows, rows_of
 from app.db.scope import queue_allowed
 
 
@@ -45,6 +45,14 @@ JOB_QUEUES = "SELECT id, queue_name FROM jobq.jobs WHERE id = ANY(%(ids)s)"
 # count_finished and record_finished read it. Not job_columns itself: Citus allows only IMMUTABLE functions in
 # RETURNING, and job_columns builds JSON and adds intervals to times (STABLE).
 RETURNED = "j.*, j.queue_name AS queue"
+
+
+def _side(source: str, status: str = "status") -> str:
+    """The CTEs of a finishing statement that count and record the jobs it finished (plain PostgreSQL)."""
+    return f""", counted AS ({count_finished(source, status)}
+), recorded AS ({record_finished(source)}
+)"""
+
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -266,7 +274,10 @@ ORDER BY 1
 """
 
 
-JOB_COMPLETE_MANY = f"""
+def _job_complete_many(side: str) -> str:
+    """`side`: the CTEs that count and record what the statement finished (empty on Citus: see
+    app/db/finishing.py)."""
+    return f"""
 WITH input AS (
   SELECT * FROM json_to_recordset(%(items)s::json)
     AS t(ord int, id bigint, token text, result jsonb, allowed text)
@@ -280,11 +291,14 @@ WITH input AS (
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
     AND j.status = {RUNNING} AND j.claim_token = i.token AND {queue_allowed("j.queue_name", "i.allowed")}
   RETURNING {RETURNED}
-), counted AS ({count_finished("done", "'completed'")}
-), recorded AS ({record_finished("done")}
-)
+){side}
 {_written_many("done", "%(full)s")}
 """
+
+
+JOB_COMPLETE_MANY = _job_complete_many(_side("done", "'completed'"))
+# On Citus: the finished-job counter and the outbox written by statements of their own (app/db/finishing.py).
+JOB_COMPLETE_MANY_CITUS = _job_complete_many("")
 
 
 @dataclass(slots=True, frozen=True)
@@ -313,10 +327,19 @@ async def jobs_complete(
     ]
     routed = await route(conn, [(c.id, c.token) for c in items])
 
+    citus = finishing.on_citus(conn)
+
     async def run(queue: str, part: list[dict[str, Any]]) -> list[Written]:
         cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
-        await cur.execute(JOB_COMPLETE_MANY, {"queue": queue, "items": as_json(part), "full": full})
-        return await cur.fetchall()
+        params = {"queue": queue, "items": as_json(part), "full": full}
+        if not citus:
+            await cur.execute(JOB_COMPLETE_MANY, params)
+            return await cur.fetchall()
+        async with conn.transaction():
+            await cur.execute(JOB_COMPLETE_MANY_CITUS, params)
+            rows = await cur.fetchall()
+            await _finished(conn, queue, [r.job for r in rows if r.written])
+        return rows
 
     out: list[Done] = []
     recheck = []
@@ -355,7 +378,8 @@ WHERE j.queue_name = %(queue)s AND j.id = %(id)s AND {queue_allowed("j.queue_nam
 """
 
 
-JOB_FAIL = f"""
+def _job_fail(side: str) -> str:
+    return f"""
 WITH stamp AS (
   -- The clock, a random draw, and the queue's backoff settings (queue_state, one lookup by key) else the
   -- global ones.
@@ -381,11 +405,13 @@ WITH stamp AS (
   WHERE j.queue_name = %(queue)s AND j.id = %(id)s AND j.status = {RUNNING} AND j.claim_token = %(token)s
     AND {queue_allowed("j.queue_name", "%(allowed)s::text")}
   RETURNING {RETURNED}
-), counted AS ({count_finished("failed")}
-), recorded AS ({record_finished("failed")}
-)
+){side}
 {_written_one("failed")}
 """
+
+
+JOB_FAIL = _job_fail(_side("failed"))
+JOB_FAIL_CITUS = _job_fail("")  # as JOB_COMPLETE_MANY_CITUS
 
 
 async def job_fail(
@@ -444,6 +470,24 @@ async def job_release_claim(
     return await _guarded_write(conn, JOB_RELEASE_CLAIM, params, ())
 
 
+# The statements whose Citus form leaves the counter and the record to _finished.
+CITUS_FORMS = {JOB_FAIL: JOB_FAIL_CITUS}
+
+
+async def _finished(conn: psycopg.AsyncConnection[Any], queue: str, jobs: Sequence[JobRow | None]) -> None:
+    """On Citus, in the finishing statement's transaction: what its plain form's CTEs write (count_finished,
+    record_finished) for the jobs of `queue` it wrote, once each; those it finished are counted by status."""
+    seen: dict[int, JobRow] = {j.id: j for j in jobs if j is not None and j.status in FINISHED}
+    by_status: dict[str, int] = {}
+    for j in seen.values():
+        by_status[str(j.status)] = by_status.get(str(j.status), 0) + 1
+    for status, n in sorted(by_status.items()):
+        await finishing.counts_add(conn, queue, status, n)
+    await finishing.releases_written(
+        conn, queue, [(i, str(j.status)) for i, j in sorted(seen.items()) if j.has_dependants]
+    )
+
+
 async def _guarded_write(
     conn: psycopg.AsyncConnection[Any], query: str, params: dict[str, Any], done: tuple[str, ...]
 ) -> Done:
@@ -456,8 +500,15 @@ async def _guarded_write(
     if queue is None:
         return Done("not_found", None, False)  # known by id alone, and no such job
     cur = conn.cursor(row_factory=outcome_rows(Written, JobRow))
-    await cur.execute(query, {**params, "queue": queue})
-    row = await cur.fetchone()
+    citus = CITUS_FORMS.get(query) if finishing.on_citus(conn) else None
+    if citus is None:
+        await cur.execute(query, {**params, "queue": queue})
+        row = await cur.fetchone()
+    else:
+        async with conn.transaction():
+            await cur.execute(citus, {**params, "queue": queue})
+            row = await cur.fetchone()
+            await _finished(conn, queue, [row.job] if row is not None and row.written else [])
     job: JobRow | None = None if row is None else row.job
     if row is not None and row.written:
         return Done("ok", job, True)
