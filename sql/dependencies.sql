@@ -1,5 +1,14 @@
 -- Rendered from app/db/dependencies.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
+-- name: JOB_EDGES_ADD --
+-- A batch's dependency rows, with the queue of each end: the release reaches them queue by queue
+-- (app/db/releases.py). On Citus job_dependencies is a reference table: written on every node.
+INSERT INTO jobq.job_dependencies (parent_id, job_id, parent_queue, job_queue)
+SELECT parent_id, job_id, parent_queue, job_queue
+FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint, parent_queue text, job_queue text)
+ORDER BY parent_id, job_id
+ON CONFLICT DO NOTHING
+
 -- name: JOB_LOCK_PARENTS --
 -- The parents in one queue of jobs being enqueued, locked until this enqueue commits (see the module docstring),
 -- those free now only: a parent locked by another transaction is reported (locked = false), not waited for;
@@ -58,21 +67,9 @@ WITH input AS (
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
   -- The answer's columns are computed below: Citus allows no STABLE function in RETURNING.
   RETURNING j.*, j.queue_name AS queue
-), counted AS (
-  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
-  SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
-  FROM settled
-  WHERE status IN ('completed', 'failed', 'cancelled')
-  GROUP BY 1, 2
-  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
-), edges AS (
-  -- With the queue of each end: the release reaches them queue by queue (app/db/releases.py).
-  INSERT INTO jobq.job_dependencies (parent_id, job_id, parent_queue, job_queue)
-  SELECT parent_id, job_id, parent_queue, job_queue
-  FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint, parent_queue text, job_queue text)
-  ORDER BY parent_id, job_id
-  ON CONFLICT DO NOTHING
 )
+-- The dependency rows (JOB_EDGES_ADD) and the count of jobs cancelled here (a parent had already failed) follow
+-- as statements of their own: INSERTs in CTEs would make Citus split this one, which stays on one shard.
 SELECT j.id, j.queue_name AS queue, j.status, CASE WHEN true THEN j.payload::text END AS payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at, j.claimed_at, j.lease_expires_at, j.finished_at, j.locked_by AS worker, j.last_error, CASE WHEN true THEN j.result::text END AS result, j.idempotency_key, j.claim_token, j.traceparent, j.schedule, j.scheduled_for, j.group_key AS "group", j.progress::text AS progress, j.depends_on, CASE WHEN j.depends_on IS NOT NULL THEN coalesce(j.on_dependency_failure, 'cancel') END AS on_dependency_failure, CASE WHEN j.status = 'waiting' THEN j.pending_dependencies END AS pending_dependencies, j.timeout_seconds, CASE WHEN j.unique_key IS NOT NULL THEN json_build_object('key', j.unique_key, 'for_seconds', j.unique_for_seconds, 'while', j.unique_states, 'window_start', CASE WHEN j.unique_for_seconds IS NOT NULL THEN j.unique_from END, 'window_end', j.unique_from + make_interval(secs => j.unique_for_seconds))::text END AS "unique", CASE WHEN j.debounce_key IS NOT NULL THEN json_build_object('key', j.debounce_key, 'seconds', j.debounce_seconds, 'max_wait_seconds', j.debounce_max_wait_seconds, 'run_by', j.created_at + make_interval(secs => j.debounce_max_wait_seconds))::text END AS debounce, coalesce(j.has_dependants, false) AS has_dependants FROM settled j
 
 -- name: JOB_WAIT_FOR --

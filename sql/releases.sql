@@ -19,23 +19,17 @@ WITH input AS (
       run_at = CASE WHEN i.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run' OR j.pending_dependencies > i.n THEN j.run_at
                     ELSE greatest(j.run_at, %(now)s::timestamptz) END,
       finished_at = CASE WHEN i.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run' THEN %(now)s::timestamptz END,
-      last_error = CASE WHEN i.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run' THEN 'dependency ' || i.bad_id || ' ' || i.bad_status ELSE j.last_error END
+      -- bad_id cast to text: text || bigint is STABLE (any type's output function), and Citus would then
+      -- read the input through the coordinator.
+      last_error = CASE WHEN i.bad_id IS NOT NULL AND j.on_dependency_failure IS DISTINCT FROM 'run' THEN 'dependency ' || i.bad_id::text || ' ' || i.bad_status ELSE j.last_error END
   FROM input i
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
     AND j.status = (SELECT 'waiting'::text)
-  RETURNING j.id, j.queue_name AS queue, j.status, coalesce(j.has_dependants, false) AS has_dependants
-), counted AS (
-  INSERT INTO jobq.queue_counts AS c (queue_name, status, shard, n)
-  SELECT queue, status, mod(pg_backend_pid(), 64), sum(1)
-  FROM changed
-  WHERE status IN ('completed', 'failed', 'cancelled')
-  GROUP BY 1, 2
-  ON CONFLICT (queue_name, status, shard) DO UPDATE SET n = c.n + EXCLUDED.n
-), recorded AS (
-  -- The cascade's next level: a cancelled dependant that others depend on, released by a later step.
-  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
-  SELECT queue, id, status FROM changed WHERE status = 'cancelled' AND has_dependants
+  RETURNING j.id, j.status, coalesce(j.has_dependants, false) AS has_dependants
 )
+-- The ones it cancelled are counted, and those others depend on recorded (the cascade's next level, released
+-- by a later step), by dependants_settle's own statements in the same transaction (app/db/finishing.py): an
+-- INSERT in a CTE would make Citus split this statement. Most settles cancel nothing and send neither.
 SELECT id, status, has_dependants FROM changed
 
 -- name: EDGES_FILL_QUEUES --

@@ -53,10 +53,6 @@ SPLIT = {
     "(a VALUES list of that size costs 2-3x on PostgreSQL)",
     "enqueue unique": "its INSERT ... SELECT (the unique key and window computed per row)",
     "enqueue debounced": "the conditional INSERT ... SELECT of a new job beside the replacing UPDATE",
-    "enqueue with dependencies, settle": "the count of jobs cancelled at enqueue (INSERT in a CTE) and the "
-    "dependency rows (a reference table: written on every node)",
-    "release, 1,000 dependants settled": "the count of cancelled dependants and the cascade's outbox rows "
-    "(INSERTs in CTEs)",
 }
 
 

@@ -369,7 +369,6 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
                 ]
                 + [{"id": 1501, "mark": True}]
             ),
-            "edges": j([{"parent_id": 1501, "job_id": i} for i in range(250_001, 250_101)]),
         },
         BY_ID,
     ),

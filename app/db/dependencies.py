@@ -34,7 +34,8 @@ from typing import Any
 
 import psycopg
 
-from app.db.jobs import JOB_COLUMNS, NewJob, as_json, count_finished, jobs_insert
+from app.db import finishing
+from app.db.jobs import JOB_COLUMNS, NewJob, as_json, jobs_insert
 from app.db.rows import FINISHED, Inserted, JobRow, Status, rows_of
 from app.db.scope import queue_allowed
 
@@ -180,16 +181,20 @@ WITH input AS (
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
   -- The answer's columns are computed below: Citus allows no STABLE function in RETURNING.
   RETURNING j.*, j.queue_name AS queue
-), counted AS ({count_finished("settled")}
-), edges AS (
-  -- With the queue of each end: the release reaches them queue by queue (app/db/releases.py).
-  INSERT INTO jobq.job_dependencies (parent_id, job_id, parent_queue, job_queue)
-  SELECT parent_id, job_id, parent_queue, job_queue
-  FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint, parent_queue text, job_queue text)
-  ORDER BY parent_id, job_id
-  ON CONFLICT DO NOTHING
 )
+-- The dependency rows (JOB_EDGES_ADD) and the count of jobs cancelled here (a parent had already failed) follow
+-- as statements of their own: INSERTs in CTEs would make Citus split this one, which stays on one shard.
 SELECT {JOB_COLUMNS} FROM settled j
+"""
+
+JOB_EDGES_ADD = """
+-- A batch's dependency rows, with the queue of each end: the release reaches them queue by queue
+-- (app/db/releases.py). On Citus job_dependencies is a reference table: written on every node.
+INSERT INTO jobq.job_dependencies (parent_id, job_id, parent_queue, job_queue)
+SELECT parent_id, job_id, parent_queue, job_queue
+FROM json_to_recordset(%(edges)s::json) AS e(parent_id bigint, job_id bigint, parent_queue text, job_queue text)
+ORDER BY parent_id, job_id
+ON CONFLICT DO NOTHING
 """
 
 
@@ -249,10 +254,13 @@ async def _insert_dependent(
         for item in items:
             by_queue.setdefault(queue_of[item["id"]], []).append(item)
         settled: dict[int, JobRow] = {}
-        for n, (queue, of_queue) in enumerate(sorted(by_queue.items())):  # one statement per queue (one, in practice)
-            params = {"queue": queue, "items": as_json(of_queue), "edges": as_json(edges if n == 0 else [])}
-            await cur.execute(JOB_SETTLE, params)
-            settled |= {r.id: r for r in await cur.fetchall()}
+        for queue, of_queue in sorted(by_queue.items()):  # one statement per queue (one, in practice)
+            await cur.execute(JOB_SETTLE, {"queue": queue, "items": as_json(of_queue)})
+            rows = await cur.fetchall()
+            settled |= {r.id: r for r in rows}
+            await finishing.counts_add(conn, queue, "cancelled", sum(r.status == Status.cancelled for r in rows))
+        if edges:
+            await conn.execute(JOB_EDGES_ADD, {"edges": as_json(edges)})
     return [Inserted(i.created, settled.get(i.job.id, i.job)) for i in inserted]
 
 

@@ -45,7 +45,8 @@ from typing import Any
 
 import psycopg
 
-from app.db.jobs import FINISHED_SQL, as_json, count_finished
+from app.db import finishing
+from app.db.jobs import FINISHED_SQL, as_json
 from app.db.rows import rows_of
 
 # --- the outbox ----------------------------------------------------------------------------------------------
@@ -183,17 +184,17 @@ WITH input AS (
       run_at = CASE WHEN {_CANCEL} OR j.pending_dependencies > i.n THEN j.run_at
                     ELSE greatest(j.run_at, %(now)s::timestamptz) END,
       finished_at = CASE WHEN {_CANCEL} THEN %(now)s::timestamptz END,
-      last_error = CASE WHEN {_CANCEL} THEN 'dependency ' || i.bad_id || ' ' || i.bad_status ELSE j.last_error END
+      -- bad_id cast to text: text || bigint is STABLE (any type's output function), and Citus would then
+      -- read the input through the coordinator.
+      last_error = CASE WHEN {_CANCEL} THEN 'dependency ' || i.bad_id::text || ' ' || i.bad_status ELSE j.last_error END
   FROM input i
   WHERE j.queue_name = %(queue)s AND j.id = ANY(ARRAY(SELECT id FROM input)) AND j.id = i.id
     AND j.status = (SELECT 'waiting'::text)
-  RETURNING j.id, j.queue_name AS queue, j.status, coalesce(j.has_dependants, false) AS has_dependants
-), counted AS ({count_finished("changed")}
-), recorded AS (
-  -- The cascade's next level: a cancelled dependant that others depend on, released by a later step.
-  INSERT INTO jobq.dependency_releases (queue_name, job_id, status)
-  SELECT queue, id, status FROM changed WHERE status = 'cancelled' AND has_dependants
+  RETURNING j.id, j.status, coalesce(j.has_dependants, false) AS has_dependants
 )
+-- The ones it cancelled are counted, and those others depend on recorded (the cascade's next level, released
+-- by a later step), by dependants_settle's own statements in the same transaction (app/db/finishing.py): an
+-- INSERT in a CTE would make Citus split this statement. Most settles cancel nothing and send neither.
 SELECT id, status, has_dependants FROM changed
 """
 
@@ -212,7 +213,11 @@ async def dependants_settle(
     that changed (still waiting, pending, or cancelled)."""
     cur = conn.cursor(row_factory=rows_of(Settled))
     await cur.execute(DEPENDANTS_SETTLE, {"queue": queue, "items": as_json(list(items)), "now": now})
-    return await cur.fetchall()
+    settled = await cur.fetchall()
+    cancelled = [s for s in settled if s.status == "cancelled"]
+    await finishing.counts_add(conn, queue, "cancelled", len(cancelled))
+    await finishing.releases_written(conn, queue, [(s.id, s.status) for s in cancelled if s.has_dependants])
+    return settled
 
 
 # --- the reconciliation ------------------------------------------------------------------------------------------
