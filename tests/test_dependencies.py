@@ -338,7 +338,7 @@ def test_batch_completes_sharing_dependants_in_crossed_order_do_not_deadlock(
             answers[name] = client.post("/jobs/complete", json=body)
 
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (z["id"],))
+        holder.execute("SELECT FROM jobq.jobs WHERE queue_name = 'q' AND id = %s FOR UPDATE", (z["id"],))
         # (c, d) releases y, then waits for z; (a, b) then takes x and waits for y. Once z is free, the
         # first goes on to x: in the old order, held by the second, which waits for it (a cycle).
         late = threading.Thread(target=complete_many, args=("cd", c, d))
@@ -347,13 +347,7 @@ def test_batch_completes_sharing_dependants_in_crossed_order_do_not_deadlock(
         early = threading.Thread(target=complete_many, args=("ab", a, b))
         early.start()
         wait_until(
-            lambda: (
-                holder.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock'"
-                ).fetchone()
-                == (2,)
-            ),
+            lambda: lock_waiters(holder) == 2,
             what="both completes waiting",
         )
     late.join(60)
@@ -381,7 +375,7 @@ def test_an_enqueue_after_a_waiting_job_and_a_running_one_does_not_deadlock_with
             answers[name] = client.post(path, json=body)
 
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (a["id"],))
+        holder.execute("SELECT FROM jobq.jobs WHERE queue_name = 'p' AND id = %s FOR UPDATE", (a["id"],))
         body = {"jobs": [{"id": j["id"], "claim_token": tokens[j["id"]]} for j in (b, a)]}
         completing = threading.Thread(target=post, args=("complete", "/jobs/complete", body))
         completing.start()
@@ -390,13 +384,7 @@ def test_an_enqueue_after_a_waiting_job_and_a_running_one_does_not_deadlock_with
         enqueueing = threading.Thread(target=post, args=("enqueue", "/queues/q/jobs", body))
         enqueueing.start()
         wait_until(
-            lambda: (
-                holder.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock'"
-                ).fetchone()
-                == (2,)
-            ),
+            lambda: lock_waiters(holder) == 2,
             what="the complete and the enqueue waiting",
         )
     completing.join(60)
@@ -427,7 +415,7 @@ def test_a_batch_naming_a_keyed_job_and_its_dependant_does_not_deadlock_with_its
             answers[name] = client.post(path, json=body)
 
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (r["id"],))
+        holder.execute("SELECT FROM jobq.jobs WHERE queue_name = 'q' AND id = %s FOR UPDATE", (r["id"],))
         completing = threading.Thread(
             target=post, args=("complete", f"/jobs/{r['id']}/complete", {"claim_token": claim["claim_token"]})
         )
@@ -442,13 +430,7 @@ def test_a_batch_naming_a_keyed_job_and_its_dependant_does_not_deadlock_with_its
         enqueueing = threading.Thread(target=post, args=("enqueue", "/queues/q/jobs/batch", body))
         enqueueing.start()
         wait_until(
-            lambda: (
-                holder.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock'"
-                ).fetchone()
-                == (2,)
-            ),
+            lambda: lock_waiters(holder) == 2,
             what="the complete and the enqueue waiting",
         )
     completing.join(60)
@@ -461,17 +443,25 @@ def test_a_batch_naming_a_keyed_job_and_its_dependant_does_not_deadlock_with_its
     assert statuses(server, w) == ["pending"]
 
 
+# A statement of this database waiting for a lock, by a fragment of its text. On Citus the wait is on the worker
+# node holding the shard: citus_lock_waits shows it with the statement as the coordinator was sent it.
+WAITING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+    " AND wait_event_type = 'Lock' AND strpos(query, %s) > 0"
+)
+WAITING_CITUS = "SELECT count(DISTINCT waiting_gpid) FROM citus_lock_waits WHERE strpos(blocked_statement, %s) > 0"
+
+
+def lock_waiters(conn: psycopg.Connection[Any], text: str = "") -> int:
+    citus = conn.execute("SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')").fetchone() == (True,)
+    row = conn.execute(WAITING_CITUS if citus else WAITING, (text,)).fetchone()
+    return int(row[0]) if row else 0
+
+
 def blocked_on_a_lock(database_url: str, text: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         wait_until(
-            lambda: (
-                conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock' AND strpos(query, %s) > 0",
-                    (text,),
-                ).fetchone()
-                == (1,)
-            ),
+            lambda: lock_waiters(conn, text) == 1,
             what="a statement waiting for a row lock",
         )
 
