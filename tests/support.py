@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import orjson
+import psycopg
 import uvicorn
 
 from app.main import JobqApp, create_app
@@ -297,3 +298,18 @@ class TcpProxy:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+# A statement of this database waiting for a lock, by a fragment of its text. On Citus the wait is on the worker
+# node holding the shard: citus_lock_waits shows it with the statement as the coordinator was sent it.
+WAITING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+    " AND wait_event_type = 'Lock' AND strpos(query, %s) > 0"
+)
+WAITING_CITUS = "SELECT count(DISTINCT waiting_gpid) FROM citus_lock_waits WHERE strpos(blocked_statement, %s) > 0"
+
+
+def lock_waiters(conn: psycopg.Connection[Any], text: str = "") -> int:
+    citus = conn.execute("SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')").fetchone() == (True,)
+    row = conn.execute(WAITING_CITUS if citus else WAITING, (text,)).fetchone()
+    return int(row[0]) if row else 0

@@ -16,7 +16,7 @@ import pytest
 
 from app.core.dependencies import INLINE_LEVELS
 from tests.processes import ServeProcess
-from tests.support import LiveServer, wait_until
+from tests.support import LiveServer, lock_waiters, wait_until
 
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
 
@@ -201,7 +201,7 @@ def test_a_lapsed_last_attempt_in_another_queue_is_failed_while_a_big_cascade_is
     _lapse(db, root["id"], other["id"])
     held = jobs[500]
     with psycopg.connect(database_url) as holder:
-        holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (held["id"],))
+        holder.execute("SELECT FROM jobq.jobs WHERE queue_name = 'a1' AND id = %s FOR UPDATE", (held["id"],))
         result = server.run(lambda: server.services.maintenance["rescuer"].run_once())
         assert (result.failed, result.errors) == (2, 0)
         assert server.job(other["id"])["status"] == "failed"
@@ -217,16 +217,20 @@ def test_a_lapsed_last_attempt_in_another_queue_is_failed_while_a_big_cascade_is
 
 @contextlib.contextmanager
 def slow_updates_of(db: psycopg.Connection, queue: str) -> Iterator[None]:
-    """Every UPDATE of a job of `queue` sleeps 30 s first (a queue in trouble), until the block ends."""
+    """Every UPDATE of a job of `queue` sleeps 30 s first (a queue in trouble), until the block ends. (On Citus a
+    trigger on a distributed table is allowed by citus.enable_unsafe_triggers; it is created on every shard.)"""
+    if db.execute("SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')").fetchone() == (True,):
+        db.execute("SET citus.enable_unsafe_triggers = on")
     db.execute(f"""
         CREATE FUNCTION slow_queue() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN IF NEW.queue_name = '{queue}' THEN PERFORM pg_sleep(30); END IF; RETURN NEW; END $$;
-        CREATE TRIGGER slow_queue BEFORE UPDATE ON jobs FOR EACH ROW EXECUTE FUNCTION slow_queue();
+        BEGIN IF NEW.queue_name = '{queue}' THEN PERFORM pg_sleep(30); END IF; RETURN NEW; END $$
     """)  # fmt: skip
+    db.execute("CREATE TRIGGER slow_queue BEFORE UPDATE ON jobq.jobs FOR EACH ROW EXECUTE FUNCTION slow_queue()")
     try:
         yield
     finally:
-        db.execute("DROP TRIGGER slow_queue ON jobs; DROP FUNCTION slow_queue()")
+        db.execute("DROP TRIGGER slow_queue ON jobq.jobs")
+        db.execute("DROP FUNCTION slow_queue()")
 
 
 def test_a_queue_whose_sweep_runs_past_its_budget_stops_no_other_queue(
@@ -278,18 +282,14 @@ def test_a_cascade_a_killed_process_was_doing_is_finished_by_another(database_ur
             previous = ids[-1]
         with psycopg.connect(database_url, autocommit=True) as db, psycopg.connect(database_url) as holder:
             # The first process's background release, mid-cascade, waits for a job held here; then it dies.
-            holder.execute("SELECT FROM jobq.jobs WHERE id = %s FOR UPDATE", (ids[150],))
+            holder.execute("SELECT FROM jobq.jobs WHERE queue_name = 'a1' AND id = %s FOR UPDATE", (ids[150],))
             r = first.client.post(f"/jobs/{root['id']}/cancel", json={})
             assert r.status_code == 200
 
-            def release_waits() -> bool:
-                row = db.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock' AND strpos(query, 'j.pending_dependencies > i.n') > 0"
-                ).fetchone()
-                return row == (1,)
-
-            wait_until(release_waits, what="the first process's release waiting mid-cascade")
+            wait_until(
+                lambda: lock_waiters(db, "j.pending_dependencies > i.n") == 1,
+                what="the first process's release waiting mid-cascade",
+            )
             first.kill()
             holder.rollback()
             second = ServeProcess(env=env, log=tmp_path / "second.log").wait_ready()

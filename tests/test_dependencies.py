@@ -17,7 +17,7 @@ from app.auth.keys import new_key
 from app.db import keys as store_keys
 from app.db.dependencies import Parent, jobs_insert_dependent
 from app.db.jobs import NewJob
-from tests.support import LiveServer, problem, record_finishes, record_messages, wait_until
+from tests.support import LiveServer, lock_waiters, problem, record_finishes, record_messages, wait_until
 
 
 def batch(server: LiveServer, jobs: list[dict[str, Any]], queue: str = "q") -> list[dict[str, Any]]:
@@ -441,21 +441,6 @@ def test_a_batch_naming_a_keyed_job_and_its_dependant_does_not_deadlock_with_its
     assert again["id"] == r["id"]
     assert (e["status"], e["pending_dependencies"]) == ("waiting", 1)  # r completed, w released
     assert statuses(server, w) == ["pending"]
-
-
-# A statement of this database waiting for a lock, by a fragment of its text. On Citus the wait is on the worker
-# node holding the shard: citus_lock_waits shows it with the statement as the coordinator was sent it.
-WAITING = (
-    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-    " AND wait_event_type = 'Lock' AND strpos(query, %s) > 0"
-)
-WAITING_CITUS = "SELECT count(DISTINCT waiting_gpid) FROM citus_lock_waits WHERE strpos(blocked_statement, %s) > 0"
-
-
-def lock_waiters(conn: psycopg.Connection[Any], text: str = "") -> int:
-    citus = conn.execute("SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')").fetchone() == (True,)
-    row = conn.execute(WAITING_CITUS if citus else WAITING, (text,)).fetchone()
-    return int(row[0]) if row else 0
 
 
 def blocked_on_a_lock(database_url: str, text: str) -> None:
