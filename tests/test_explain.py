@@ -107,7 +107,9 @@ def test_rate(server: LiveServer, db: psycopg.Connection) -> None:
     assert (reason["kind"], reason["limit"], reason["per_seconds"]) == ("rate", 2, 3600)
     assert datetime.fromisoformat(reason["until"]) > datetime.now(UTC) + timedelta(minutes=50)
     assert not agree(server, job["id"])
-    db.execute("UPDATE jobq.queue_claims SET claimed_at = claimed_at - interval '2 hours'")  # the window moves on
+    db.execute(
+        "UPDATE jobq.queue_claims SET claimed_at = now() - interval '2 hours' WHERE queue_name = 'q'"
+    )  # the window moves on
     assert agree(server, job["id"])
 
 
@@ -137,7 +139,7 @@ def test_group_rate(server: LiveServer, db: psycopg.Connection) -> None:
     assert (reason["kind"], reason["group"], reason["limit"], reason["per_seconds"]) == ("group_rate", "acme", 1, 3600)
     assert reason["until"] is not None
     assert not agree(server, job["id"])
-    db.execute("UPDATE jobq.queue_claims SET claimed_at = claimed_at - interval '2 hours'")
+    db.execute("UPDATE jobq.queue_claims SET claimed_at = now() - interval '2 hours' WHERE queue_name = 'q'")
     assert agree(server, job["id"])
 
 

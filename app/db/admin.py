@@ -12,6 +12,7 @@ statement."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -204,7 +205,10 @@ def unique_key_held() -> Iterator[None]:
     try:
         yield
     except psycopg.errors.UniqueViolation as exc:
-        if exc.diag.constraint_name != "jobs_unique_idx":
+        # On Citus the error comes from a shard and names the shard's index, jobs_unique_idx_<shard id>, in its
+        # message only (the coordinator passes no constraint name on).
+        name = exc.diag.constraint_name or ""
+        if name != "jobs_unique_idx" and not re.search(r'"jobs_unique_idx_\d+"', exc.diag.message_primary or ""):
             raise
         raise InvalidState(
             "Another job holds this job's unique key (in its window) now; the job is left as it was. Cancel "
