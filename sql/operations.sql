@@ -149,6 +149,47 @@ LEFT JOIN LATERAL (
 ) f ON true
 ORDER BY n.name
 
+-- name: QUEUES_PAGE_FANOUT --
+WITH names AS (
+  SELECT name FROM (
+    SELECT queue_name AS name FROM jobq.jobs
+    WHERE status IN ('pending', 'waiting', 'running') AND queue_name > %(after)s::text GROUP BY queue_name
+    UNION SELECT queue_name FROM jobq.queue_counts WHERE queue_name > %(after)s::text GROUP BY queue_name
+    UNION SELECT queue_name FROM jobq.queue_state WHERE queue_name > %(after)s::text
+  ) u
+  WHERE %(allowed)s::text IS NULL OR name ~ %(allowed)s::text
+  ORDER BY name
+  LIMIT %(n)s
+), pending AS (
+  SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now()) AS scheduled,
+         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
+  FROM jobq.jobs WHERE status = 'pending' AND queue_name IN (SELECT name FROM names) GROUP BY queue_name
+), running AS (
+  SELECT queue_name, count(*) AS running FROM jobq.jobs
+  WHERE status = 'running' COLLATE "C" AND queue_name IN (SELECT name FROM names) GROUP BY queue_name
+), waiting AS (
+  SELECT queue_name, count(*) AS waiting FROM jobq.jobs
+  WHERE status = 'waiting' AND queue_name IN (SELECT name FROM names) GROUP BY queue_name
+), finished AS (
+  SELECT queue_name, sum(n) FILTER (WHERE status = 'completed') AS completed,
+         sum(n) FILTER (WHERE status = 'failed') AS failed,
+         sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
+  FROM jobq.queue_counts WHERE queue_name IN (SELECT name FROM names) GROUP BY queue_name
+)
+SELECT n.name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
+       coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
+       coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
+       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting
+FROM names n
+LEFT JOIN pending p ON p.queue_name = n.name
+LEFT JOIN running r ON r.queue_name = n.name
+LEFT JOIN waiting w ON w.queue_name = n.name
+LEFT JOIN finished f ON f.queue_name = n.name
+LEFT JOIN jobq.queue_state s ON s.queue_name = n.name
+ORDER BY n.name
+
 -- name: QUEUE_GROUPS --
 -- The groups with the most ready jobs (index-only over jobs_group_idx, whose last key is run_at), with
 -- their running jobs (jobs_running_idx).

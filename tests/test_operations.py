@@ -256,6 +256,20 @@ def test_the_queue_list_pages(server_factory: Any, db: psycopg.Connection) -> No
     assert first["queues"][2]["counts"]["running"] == 1 and first["queues"][1]["counts"]["waiting"] == 0
     for bad in ({"limit": 0}, {"limit": 1001}, {"cursor": "nope"}, {"cursor": first["next_cursor"] + "x"}):
         problem(root.get("/queues", params=bad), 422, "validation-error")
+    # Where the walks are refused (Citus), a page is QUEUES_PAGE_FANOUT's: the same rows as the walks', checked
+    # here where both run (plain PostgreSQL), in one transaction so that both read the same now().
+    for params in (
+        {"after": "", "allowed": None, "n": 4},
+        {"after": "a-3", "allowed": None, "n": 20},
+        {"after": "a-9", "allowed": "^b-", "n": 3},
+    ):
+        with db.transaction():
+            try:
+                with db.transaction():
+                    walked = db.execute(store_ops.QUEUES_PAGE, params).fetchall()
+            except psycopg.errors.FeatureNotSupported:
+                continue
+            assert db.execute(store_ops.QUEUES_PAGE_FANOUT, params).fetchall() == walked, params
 
 
 # --- listing -------------------------------------------------------------------------------------------------
