@@ -97,6 +97,9 @@ def test_payload_search_on_failed_jobs_reads_the_gin_index(server: LiveServer, d
     params |= {"status": "failed", "statuses": ["failed"], "payload": c.payload, "after": False, "limit": 51,
                "budget": 10_000}  # fmt: skip
     with db.transaction():
+        if db.execute("SELECT current_setting('citus.version', true) IS NOT NULL").fetchone() == (True,):
+            db.execute("SET LOCAL citus.propagate_set_commands = 'local'")  # the SET below reaches the shards
+            db.execute("SET LOCAL citus.explain_all_tasks = on")  # the shard holding queue q among them
         db.execute("SET LOCAL enable_bitmapscan = on")
         plan = "\n".join(r[0] for r in db.execute(f"EXPLAIN {how.statement}", params).fetchall())
     assert "jobs_payload_idx" in plan, plan
