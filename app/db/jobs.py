@@ -34,6 +34,7 @@ import orjson
 import psycopg
 from orjson import Fragment
 
+from app.db import finishing
 from app.db.rows import FINISHED, Inserted, JobRow, Made, outcome_rows, rows_of
 from app.db.scope import queue_allowed
 from app.db.tokens import queue_of_job
@@ -206,7 +207,9 @@ class NewJob:
 # round trips). PostgreSQL initialises every expression of a VALUES list at each execution and plans each row:
 # past a few dozen rows that costs more than json_to_recordset (2-3x at 64-1,000 rows), so larger batches take
 # JOB_INSERT_BATCH. Each row is written for its job: a field the job leaves unset is DEFAULT, not a parameter,
-# and the run time is an expression only for a delay (a plain job is four parameters).
+# and the run time is an expression only for a delay (a plain job is four parameters). On Citus only: on plain
+# PostgreSQL JOB_INSERT_BATCH serves every enqueue, as before Citus, since the VALUES list cost about 10% of
+# single-enqueue throughput there (15-20 us more API CPU per job: BENCHMARKS.md, "Citus, first part").
 VALUES_MAX = 32
 _INSERT_COLUMNS = (
     "queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent, group_key, timeout_seconds"
@@ -388,9 +391,10 @@ async def _insert_round(
     The keyed jobs are inserted in key order: every statement then takes the keys it waits on (a key inserted
     by a transaction still in flight) in one global order, so two batches holding the same keys in different
     orders cannot wait on each other in a cycle (a deadlock: one would fail); of equal keys, the first wins.
-    A VALUES list is inserted, and draws its ids, in its own order: it serves batches of at most VALUES_MAX
-    jobs whose keyed jobs already come in key order (no keys, one job, keys in order). JOB_INSERT_BATCH, which
-    draws ids in the batch's order and inserts in key order, serves the others."""
+    On Citus a VALUES list is inserted, and draws its ids, in its own order: it serves batches of at most
+    VALUES_MAX jobs whose keyed jobs already come in key order (no keys, one job, keys in order).
+    JOB_INSERT_BATCH, which draws ids in the batch's order and inserts in key order, serves the others, and
+    every enqueue on plain PostgreSQL."""
     cur = conn.cursor(row_factory=rows_of(JobRow))
     keyed = [i for i in todo if jobs[i].idempotency_key is not None] if len(todo) <= VALUES_MAX else []
     in_order = all(
@@ -398,7 +402,7 @@ async def _insert_round(
         <= (_c_order(jobs[b].queue), _c_order(jobs[b].idempotency_key))
         for a, b in pairwise(keyed)
     )
-    if len(todo) <= VALUES_MAX and in_order:
+    if len(todo) <= VALUES_MAX and in_order and finishing.on_citus(conn):
         params: dict[str, Any] = {}
         for k, i in enumerate(todo):
             _row_params(k, jobs[i], params)
