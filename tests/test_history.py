@@ -4,6 +4,7 @@ cluster, minutes rolled up into hours after a day, and the series and sparklines
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 from app.db.history import HOURS_KEEP_SECONDS
 from app.observability.metrics import DURATION_BOUNDS_MS, percentile_ms
+from tests import citus
 from tests.support import LiveServer, problem
 from tests.test_operations import complete, fail, flush
 from tests.test_security import as_key, create_key
@@ -296,6 +298,11 @@ def test_history_older_than_eight_days_is_deleted(server: LiveServer, db: psycop
     assert sum(p["enqueued"] for p in series(server, "q", "week")["points"]) == 1
 
 
+@pytest.mark.skipif(
+    bool(os.environ.get(citus.URL_VARIABLE)),
+    reason="a figure of plain PostgreSQL: on Citus each table is 32 shards on the worker nodes, whose empty "
+    "relations alone weigh more than a week of one queue's history",
+)
 def test_what_a_week_of_history_costs(database_url: str) -> None:
     """A queue busy every minute of a week: a day of minute rows and a week of hour rows. The figure in
     docs/operations.md (History) comes from here (0.98 MB, indexes included); this keeps it honest within
@@ -317,9 +324,9 @@ def test_what_a_week_of_history_costs(database_url: str) -> None:
                       7200, 3.5
                FROM generate_series(0, 167) i"""
         )
-        conn.execute("VACUUM ANALYZE jobq.queue_stats, queue_stats_hourly")
+        conn.execute("VACUUM ANALYZE jobq.queue_stats, jobq.queue_stats_hourly")
         row = conn.execute(
-            "SELECT pg_total_relation_size('queue_stats'), pg_total_relation_size('queue_stats_hourly')"
+            "SELECT pg_total_relation_size('jobq.queue_stats'), pg_total_relation_size('jobq.queue_stats_hourly')"
         ).fetchone()
     assert row is not None
     total = row[0] + row[1]
