@@ -12,7 +12,6 @@ statement."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from typing import Any
 
 import psycopg
 
+from app.db.constraints import constraint_of
 from app.db.jobs import JOB_COLUMNS, job_columns, job_get
 from app.db.rows import FINISHED, JobRow, Moved, Status, outcome_rows, rows_of
 from app.db.scope import queue_allowed
@@ -205,10 +205,7 @@ def unique_key_held() -> Iterator[None]:
     try:
         yield
     except psycopg.errors.UniqueViolation as exc:
-        # On Citus the error comes from a shard and names the shard's index, jobs_unique_idx_<shard id>, in its
-        # message only (the coordinator passes no constraint name on).
-        name = exc.diag.constraint_name or ""
-        if name != "jobs_unique_idx" and not re.search(r'"jobs_unique_idx_\d+"', exc.diag.message_primary or ""):
+        if constraint_of(exc, ("jobs_unique_idx",)) != "jobs_unique_idx":  # on Citus, from the message
             raise
         raise InvalidState(
             "Another job holds this job's unique key (in its window) now; the job is left as it was. Cancel "

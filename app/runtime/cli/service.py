@@ -241,6 +241,7 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace, server
     from app.auth import keys as auth_keys
     from app.auth import policy as auth
     from app.db import keys as store_keys
+    from app.db.constraints import constraint_of
 
     scopes = sorted(set(args.scope), key=auth.SCOPES.index)
     try:
@@ -262,15 +263,16 @@ def _keys_create(conn: psycopg.Connection[Any], args: argparse.Namespace, server
             key_id = store_keys.api_key_insert(conn, args.name, selector, key_hash, scopes, args.queue or None, *rates)
             break
         except psycopg.errors.UniqueViolation as exc:
-            if "name" in (exc.diag.constraint_name or ""):
+            if "name" in constraint_of(exc):  # the name's unique index (on Citus named in the message only)
                 print(f"jobq keys create: a live key is already named {args.name!r}", file=sys.stderr)
                 return EXIT_USAGE
         except psycopg.errors.CheckViolation as exc:
-            if exc.diag.constraint_name == "api_keys_scopes_check":  # valid here: a schema from before 0006
+            constraint = constraint_of(exc, ("api_keys_scopes_check", "api_keys_name_check"))
+            if constraint == "api_keys_scopes_check":  # valid here: a schema from before 0006
                 print(f"jobq keys create: the database does not accept the scopes {', '.join(scopes)} yet "
                       "(its schema is older than this jobq); run `jobq migrate` first", file=sys.stderr)  # fmt: skip
                 return EXIT_FAILURE
-            if exc.diag.constraint_name != "api_keys_name_check":
+            if constraint != "api_keys_name_check":
                 raise  # the checks above cover the other constraints
             print(f"jobq keys create: invalid name {args.name!r}: a letter, then [A-Za-z0-9_.:@-], at most 64",
                   file=sys.stderr)  # fmt: skip
