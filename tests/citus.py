@@ -10,9 +10,11 @@ coordinator's shard metadata and the workers' shards, cloned together, agree."""
 from __future__ import annotations
 
 import contextlib
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
+import pytest
 from psycopg import sql
 
 URL_VARIABLE = "JOBQ_TEST_CITUS_URL"
@@ -91,3 +93,8 @@ class Cluster:
     def drop(self, name: str) -> None:
         with contextlib.suppress(psycopg.Error):
             self._on_every_node([sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))])
+
+
+def plain_only(reason: str) -> pytest.MarkDecorator:
+    """Skip a test when the suite runs on Citus, saying why it holds on plain PostgreSQL only."""
+    return pytest.mark.skipif(bool(os.environ.get(URL_VARIABLE)), reason=f"plain PostgreSQL only: {reason}")

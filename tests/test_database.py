@@ -16,6 +16,7 @@ from app.db import keys as store_keys
 from app.db.migrate import MigrationError, load_migrations, migrate, statements
 from app.db.operations import stats_writer
 from app.runtime.cli import main as jobq
+from tests import citus
 from tests.conftest import _with_db, make_settings
 from tests.support import LiveServer, TcpProxy, problem
 
@@ -80,6 +81,7 @@ def test_a_migration_whose_comments_changed_is_still_applied(empty_database: str
     )
 
 
+@citus.plain_only("it reads the index's validity in the coordinator's catalogue, where Citus keeps no shard")
 def test_a_no_transaction_migration_builds_an_index_concurrently_and_rebuilds_an_invalid_one(
     empty_database: str, tmp_path: Path
 ) -> None:
@@ -170,6 +172,7 @@ def test_the_metrics_scope_migrates_a_database_that_has_keys(  # type: ignore[no
     assert server.client.get("/metrics", headers=auth["scraper"]).status_code == 200
 
 
+@citus.plain_only("it compares the table's file on the coordinator, where Citus keeps no rows")
 def test_released_stats_migrate_a_database_that_has_stats(  # type: ignore[no-untyped-def]
     empty_database: str, tmp_path: Path, server_factory
 ) -> None:
