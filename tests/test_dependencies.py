@@ -14,6 +14,7 @@ import httpx
 import psycopg
 
 from app.auth.keys import new_key
+from app.db import finishing
 from app.db import keys as store_keys
 from app.db.dependencies import Parent, jobs_insert_dependent
 from app.db.jobs import NewJob
@@ -596,3 +597,19 @@ def test_waiting_jobs_are_listed_and_searched(server: LiveServer) -> None:
     r = server.client.post("/jobs/search", json={"status": "waiting"})
     assert r.status_code == 200, r.text
     assert sorted(j["id"] for j in r.json()["jobs"]) == sorted(j["id"] for j in waiting)
+
+
+def test_outbox_records_of_a_settle_go_in_statements_of_bounded_size(database_url: str) -> None:
+    """A settle may cancel up to JOBQ_DEPENDENCY_BATCH_SIZE (100,000) dependants at once; a statement takes at
+    most 65,535 parameters, so their records go in chunks (finishing.RECORD_CHUNK), every one of them."""
+    n = 2 * finishing.RECORD_CHUNK + 1
+
+    async def recorded() -> int:
+        connect = psycopg.AsyncConnection.connect(database_url, autocommit=True)
+        async with await connect as conn, conn.transaction():
+            await finishing.releases_written(conn, "q", [(i, "cancelled") for i in range(1, n + 1)])
+            cur = await conn.execute("SELECT count(DISTINCT job_id) FROM jobq.dependency_releases")
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    assert asyncio.run(recorded()) == n

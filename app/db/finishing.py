@@ -64,7 +64,7 @@ async def releases_record(conn: psycopg.AsyncConnection[Any], queue: str, ids: S
         await conn.execute(RELEASES_RECORD, {"queue": queue, "ids": list(ids)})
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=32)
 def releases_record_values(n: int) -> str:
     """The outbox rows of `n` jobs of one queue that a request path just finished, as its statement returned
     them: a VALUES list, which Citus runs as one task on the queue's shard (RELEASES_RECORD, an INSERT ...
@@ -78,10 +78,16 @@ VALUES {rows}
 """
 
 
+# Rows of one such statement: a settle may cancel up to JOBQ_DEPENDENCY_BATCH_SIZE (100,000) jobs, and a statement
+# takes at most 65,535 parameters; the cached texts stay small.
+RECORD_CHUNK = 500
+
+
 async def releases_written(conn: psycopg.AsyncConnection[Any], queue: str, jobs: Sequence[tuple[int, str]]) -> None:
     """Record (job id, status) of jobs of `queue` just finished, whose finishing statement returned them."""
-    if jobs:
+    for start in range(0, len(jobs), RECORD_CHUNK):
+        chunk = jobs[start : start + RECORD_CHUNK]
         params: dict[str, Any] = {"queue": queue}
-        for k, (job_id, status) in enumerate(jobs):
+        for k, (job_id, status) in enumerate(chunk):
             params[f"i{k}"], params[f"s{k}"] = job_id, status
-        await conn.execute(releases_record_values(len(jobs)), params)
+        await conn.execute(releases_record_values(len(chunk)), params)

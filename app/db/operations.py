@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 
+from app.db import finishing
 from app.db.jobs import JOB_COLUMNS, RUNNING_C, as_json
 from app.db.pool import Database
 from app.db.rows import (
@@ -338,6 +339,8 @@ async def queues_page(
                 await cur.execute(QUEUES_PAGE, params)
                 rows = await cur.fetchall()
         except psycopg.errors.FeatureNotSupported:
+            if not finishing.on_citus(conn):  # 0A000 has other causes on plain PostgreSQL: not a refusal
+                raise
             _walks_refused = True
     if rows is None:
         await cur.execute(QUEUES_PAGE_FANOUT, params)

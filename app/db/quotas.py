@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 
+from app.db import finishing
 from app.db.jobs import RUNNING_C
 from app.db.operations import NO_SEQSCAN
 
@@ -110,6 +111,8 @@ async def queues_live_count(conn: psycopg.AsyncConnection[Any], cap: int) -> int
                 row = await cur.fetchone()
             return int(row[0]) if row else 0
         except psycopg.errors.FeatureNotSupported:
+            if not finishing.on_citus(conn):  # 0A000 has other causes on plain PostgreSQL: not a refusal
+                raise
             _walk_refused = True
     cur = await conn.execute(QUEUES_LIVE_COUNT_FANOUT, {"cap": cap})
     row = await cur.fetchone()

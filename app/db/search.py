@@ -32,6 +32,7 @@ from typing import Any
 
 import psycopg
 
+from app.db import finishing
 from app.db.jobs import JOB_COLUMNS
 from app.db.operations import LISTINGS, Listing
 from app.db.rows import JobRow, Status, outcome_rows
@@ -251,7 +252,8 @@ async def jobs_search(
             await cur.execute(statement, params)
             return await cur.fetchall()
     except psycopg.errors.FeatureNotSupported:
-        if statement is not SEARCH_BY_KEY_ANY_QUEUE:
+        # Citus refusing the walk; 0A000 has other causes on plain PostgreSQL, which are not a refusal.
+        if statement is not SEARCH_BY_KEY_ANY_QUEUE or not finishing.on_citus(conn):
             raise
         _walk_refused = True
     return await jobs_search(conn, how, c, allowed, after, limit, budget, timeout_ms)
