@@ -173,7 +173,17 @@ async def queue_stats(
     return row, top
 
 
-QUEUES_LIST = """
+# A row of a queue listing (QueueRow) from the CTEs pending, running, waiting, finished, queue_state s and the
+# names n: the columns QUEUES_LIST and QUEUES_PAGE_FANOUT share.
+def _queue_row(name: str) -> str:
+    return f"""SELECT n.{name} AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
+       coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
+       coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
+       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting"""
+
+
+QUEUES_LIST = f"""
 WITH pending AS (
   SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now()) AS scheduled,
@@ -192,11 +202,7 @@ WITH pending AS (
   SELECT queue_name FROM pending UNION SELECT queue_name FROM running UNION SELECT queue_name FROM waiting
   UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM jobq.queue_state
 )
-SELECT n.queue_name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
-       coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
-       coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
-       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting
+{_queue_row("queue_name")}
 FROM names n
 LEFT JOIN pending p USING (queue_name)
 LEFT JOIN running r USING (queue_name)
@@ -306,11 +312,7 @@ WITH names AS (
          sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
   FROM jobq.queue_counts WHERE queue_name IN (SELECT name FROM names) GROUP BY queue_name
 )
-SELECT n.name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
-       coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
-       coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
-       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting
+{_queue_row("name")}
 FROM names n
 LEFT JOIN pending p ON p.queue_name = n.name
 LEFT JOIN running r ON r.queue_name = n.name
