@@ -45,6 +45,7 @@ from app.db import migrate, schema
 from app.db.pool import Database
 from app.db.replica import Reads
 from app.maintenance.base import Supervisor
+from app.maintenance.counts import LiveCounts
 from app.maintenance.gauges import Gauges
 from app.maintenance.keys import KeyUse
 from app.maintenance.listener import WakeupListener
@@ -201,8 +202,9 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
             scheduler,
             Retention(settings, db, metrics, effects),
             Vacuum(settings, db, metrics),
-            Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds),
+            Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds, settings.stats_exact_max),
             BacklogSampler(db, metrics),
+            LiveCounts(db, metrics, settings.live_counts_interval_seconds),
             StatsFlush(metrics, db),
             WorkersFlush(settings, activity, db, metrics),
             KeyUse(keys, metrics),

@@ -234,6 +234,22 @@ class Settings(BaseSettings):
     stats_window_seconds: int = Field(
         300, ge=60, le=3600, description="Default window of the windowed figures in /queues/{queue}/stats."
     )
+    stats_exact_max: int = Field(
+        10_000,
+        ge=10,
+        le=10_000_000,
+        description="Live jobs of one kind (pending, running, waiting, on their last attempts) a queue's stats "
+        "count themselves (a page of GET /queues and the depth gauges share it among the page's queues, at least "
+        "10 each); past it they answer from the background's count "
+        "(marked `counts_estimated`), so that what a request reads does not grow with the backlog.",
+    )
+    live_counts_interval_seconds: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="How often one replica counts every queue's live jobs for the figures past stats_exact_max "
+        "(0: this process never counts).",
+    )
     gauges_interval_seconds: float = Field(
         15.0, ge=1, le=3600, description="How often queue depth gauges for /metrics are refreshed."
     )

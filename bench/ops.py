@@ -6,11 +6,13 @@ counters costs, and whether claim throughput holds after a million jobs have pas
   counters-http  the same A/B through the service (the counter upsert disabled by a harness trigger).
   retention  claim + complete on a fresh table, then after 1,000,000 jobs went through the service with
              retention deleting behind them, same pending backlog, same clients.
+  backlog    GET /queues/q0/stats and GET /queues at 100k, 1M and 3M pending jobs in one queue, then over 1,000
+             queues, on the freshly loaded table and after VACUUM (issue 22: p50 under 10 ms, flat).
   scale      GET /queues/{queue}/scale (issue 25) on 1,000,000 pending jobs of a queue without limits (three
              priority levels, a tenth scheduled later), and of a queue with concurrency and group limits
              (1,000 groups); the target: p50 under 10 ms.
 
-usage: python bench/ops.py [--part stats,counters,retention,scale] [--admin-url URL] [--json FILE]
+usage: python bench/ops.py [--part stats,counters,retention,scale,backlog] [--admin-url URL] [--json FILE]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.db import claim as store_claim
+from app.db import live_counts as store_live
 from app.db import writes as store_writes
 from app.db.migrate import migrate
 from bench.harness import HOST, Service, fresh_database, preload, timed
@@ -117,6 +120,78 @@ async def _get_json(port: int, path: str) -> Any:
         return orjson.loads(body)
     finally:
         await conn.close()
+
+
+# --- backlog: stats and GET /queues as the backlog grows (issue 22) ------------------------------------------
+
+
+def load_spread(url: str, queues: int, first: int, n: int) -> None:
+    """`n` more pending jobs, numbered from `first`, spread round-robin over `queues` queues q0, q1, ... (their
+    rows interleaved in the heap): three priority levels, a tenth due in an hour."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO jobq.jobs (queue_name, payload, priority, run_at)
+            SELECT 'q' || mod(i, %s), %s::jsonb, mod(i / %s, 3) * 5,
+                   CASE WHEN mod(i / %s, 10) = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END
+            FROM generate_series(%s, %s) i
+            """,
+            (queues, PAYLOAD, queues, queues, first, first + n - 1),
+        )
+
+
+def time_full_count(url: str) -> float:
+    """ms of the background's count of every queue (app/db/live_counts.py LIVE_COUNTS_WRITE), rolled back: what
+    one stats call cost per queue before issue 22's bound, paid once per interval for the whole cluster now."""
+    with psycopg.connect(url) as conn:
+        conn.execute("SET enable_seqscan = off")
+        t0 = time.perf_counter()
+        conn.execute(store_live.LIVE_COUNTS_WRITE)
+        ms = (time.perf_counter() - t0) * 1000
+        conn.rollback()
+    return ms
+
+
+def part_backlog(admin_url: str, port: int, steps: list[int], layouts: list[int], n: int = 50) -> dict[str, Any]:
+    """GET /queues/q0/stats and GET /queues at each backlog of `steps`, for each number of queues in `layouts`,
+    on the freshly loaded table (autovacuum off, not vacuumed since the load: index-only scans visit the heap)
+    and again after VACUUM; the service as shipped (JOBQ_STATS_EXACT_MAX 10,000, a count every 10 s)."""
+    out: dict[str, Any] = {}
+    for queues in layouts:
+        url = fresh_database(admin_url, "jobq_ops")
+        migrate(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE jobq.jobs SET (autovacuum_enabled = false)")
+        service = Service(url, 1, port, extra_env={"JOBQ_ACCESS_LOG": "false", "JOBQ_VACUUM_INTERVAL_SECONDS": "0"})
+        service.start()
+        loaded = 0
+        try:
+            for total in steps:
+                t0 = time.monotonic()
+                load_spread(url, queues, loaded + 1, total - loaded)
+                loaded = total
+                print(f"{queues} queue(s): {total:,} pending loaded in {time.monotonic() - t0:.0f}s", flush=True)
+                for state in ("fresh", "vacuumed"):
+                    if state == "vacuumed":
+                        with psycopg.connect(url, autocommit=True) as conn:
+                            conn.execute("VACUUM ANALYZE jobq.jobs")
+                    asyncio.run(time_get(port, "/queues/q0/stats", 3))  # warm
+                    row = {
+                        "stats": asyncio.run(time_get(port, "/queues/q0/stats", n)),
+                        "queues": asyncio.run(time_get(port, "/queues", max(n // 2, 5))),
+                        "full_count_ms": time_full_count(url),
+                        "sample": asyncio.run(_get_json(port, "/queues/q0/stats"))["counts"],
+                    }
+                    out[f"{queues}q/{total}/{state}"] = row
+                    print(
+                        f"  {state:8} stats p50 {row['stats']['p50_ms']:.1f} ms p95 {row['stats']['p95_ms']:.1f};"
+                        f" GET /queues p50 {row['queues']['p50_ms']:.1f} ms p95 {row['queues']['p95_ms']:.1f};"
+                        f" the background's full count {row['full_count_ms']:.0f} ms; q0 {row['sample']}",
+                        flush=True,
+                    )
+        finally:
+            service.stop()
+    return out
 
 
 # --- scale: the autoscaling signal on a big backlog -------------------------------------------------------------
@@ -370,6 +445,8 @@ def main() -> None:
     p.add_argument("--finished", type=int, default=1_000_000, help="stats: finished jobs in the table")
     p.add_argument("--pending", type=int, default=100_000, help="stats: pending jobs in the table")
     p.add_argument("--scale-pending", type=int, default=1_000_000, help="scale: pending jobs in each queue")
+    p.add_argument("--backlog-steps", default="100000,1000000,3000000", help="backlog: pending jobs at each step")
+    p.add_argument("--backlog-queues", default="1,1000", help="backlog: the queues they are spread over, per run")
     p.add_argument("--json")
     args = p.parse_args()
     try:
@@ -390,6 +467,10 @@ def main() -> None:
         )
     if "scale" in parts:
         results["scale"] = part_scale(args.admin_url, args.port, args.scale_pending)
+    if "backlog" in parts:
+        steps = [int(x) for x in args.backlog_steps.split(",")]
+        layouts = [int(x) for x in args.backlog_queues.split(",")]
+        results["backlog"] = part_backlog(args.admin_url, args.port, steps, layouts)
     if "retention" in parts:
         results["retention"] = part_retention(args.admin_url, args.port, args.clients, args.seconds, args.through)
     if args.json:

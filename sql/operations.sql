@@ -53,38 +53,6 @@ LIMIT %(limit)s
 -- name: NO_SEQSCAN --
 SET LOCAL enable_seqscan = off
 
--- name: QUEUES_LIST --
-WITH pending AS (
-  SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
-         count(*) FILTER (WHERE run_at > now()) AS scheduled,
-         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
-  FROM jobq.jobs WHERE status = 'pending' GROUP BY queue_name
-), running AS (
-  SELECT queue_name, count(*) AS running FROM jobq.jobs WHERE status = 'running' GROUP BY queue_name
-), waiting AS (
-  SELECT queue_name, count(*) AS waiting FROM jobq.jobs WHERE status = 'waiting' GROUP BY queue_name
-), finished AS (
-  SELECT queue_name, sum(n) FILTER (WHERE status = 'completed') AS completed,
-         sum(n) FILTER (WHERE status = 'failed') AS failed,
-         sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
-  FROM jobq.queue_counts GROUP BY queue_name
-), names AS (
-  SELECT queue_name FROM pending UNION SELECT queue_name FROM running UNION SELECT queue_name FROM waiting
-  UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM jobq.queue_state
-)
-SELECT n.queue_name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
-       coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
-       coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
-       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting
-FROM names n
-LEFT JOIN pending p USING (queue_name)
-LEFT JOIN running r USING (queue_name)
-LEFT JOIN waiting w USING (queue_name)
-LEFT JOIN finished f USING (queue_name)
-LEFT JOIN jobq.queue_state s USING (queue_name)
-ORDER BY n.queue_name
-
 -- name: QUEUES_PAGE --
 WITH RECURSIVE
   pending_walk(name, seen) AS (
@@ -127,20 +95,43 @@ WITH RECURSIVE
     ORDER BY name
     LIMIT %(n)s
   )
-SELECT n.name AS queue, p.ready, p.scheduled,
-       (SELECT count(*) FROM jobq.jobs r WHERE r.queue_name = n.name AND r.status = 'running' COLLATE "C") AS running,
+SELECT n.name AS queue,
+       CASE WHEN p.big THEN e.ready WHEN p.n < %(over)s THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
+       CASE WHEN p.big THEN e.scheduled WHEN p.n < %(over)s THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled)
+       END AS scheduled,
+       CASE WHEN r.big THEN e.running WHEN r.n < %(over)s THEN r.n ELSE greatest(e.running, r.n) END AS running,
        coalesce(f.completed, 0)::bigint AS completed, coalesce(f.failed, 0)::bigint AS failed,
        coalesce(f.cancelled, 0)::bigint AS cancelled,
-       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       extract(epoch FROM now() - CASE WHEN p.big OR p.n >= %(over)s THEN least(e.oldest_ready, p.oldest_ready)
+                                       ELSE p.oldest_ready END)::float8 AS oldest_ready_age,
        coalesce((SELECT s.paused FROM jobq.queue_state s WHERE s.queue_name = n.name), false) AS paused,
-       (SELECT count(*) FROM jobq.jobs w WHERE w.queue_name = n.name AND w.status = 'waiting') AS waiting
+       CASE WHEN w.big THEN e.waiting WHEN w.n < %(over)s THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
+       p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= %(over)s AS estimated,
+       CASE WHEN p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= %(over)s THEN e.counted_at END AS counted_at
 FROM names n
+-- The background's count of the queue (app/db/live_counts.py): a kind it found past the exact maximum is not
+-- read again here (each such read would stop at the maximum anyway); the others are counted up to it.
+LEFT JOIN jobq.queue_live_counts e ON e.queue_name = n.name
 CROSS JOIN LATERAL (
-  -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
-  SELECT count(*) FILTER (WHERE j.run_at <= now()) AS ready, count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
-         min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready
-  FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
+  -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first %(over)s pending jobs.
+  SELECT count(*) AS n, count(*) FILTER (WHERE j.run_at <= now()) AS ready,
+         count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
+         min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready,
+         coalesce(e.ready + e.scheduled > %(over)s - 1, false) AS big
+  FROM (SELECT j.run_at FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
+          AND coalesce(e.ready + e.scheduled <= %(over)s - 1, true)
+        ORDER BY j.priority DESC, j.run_at, j.id LIMIT %(over)s) j
 ) p
+CROSS JOIN LATERAL (
+  SELECT count(*) AS n, coalesce(e.running > %(over)s - 1, false) AS big
+  FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'running' COLLATE "C"
+          AND coalesce(e.running <= %(over)s - 1, true) LIMIT %(over)s) j
+) r
+CROSS JOIN LATERAL (
+  SELECT count(*) AS n, coalesce(e.waiting > %(over)s - 1, false) AS big
+  FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'waiting'
+          AND coalesce(e.waiting <= %(over)s - 1, true) ORDER BY j.id LIMIT %(over)s) j
+) w
 LEFT JOIN LATERAL (
   SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
          sum(c.n) FILTER (WHERE c.status = 'failed') AS failed,
@@ -181,7 +172,8 @@ SELECT n.name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) 
        coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
        coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
        extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting
+       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting,
+       false AS estimated, NULL::timestamptz AS counted_at
 FROM names n
 LEFT JOIN pending p ON p.queue_name = n.name
 LEFT JOIN running r ON r.queue_name = n.name
@@ -206,29 +198,62 @@ FROM (
 ORDER BY t.ready DESC, t.group_key
 
 -- name: QUEUE_STATS --
-WITH pending AS (
-  -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
-  SELECT count(*) FILTER (WHERE run_at <= now()) AS ready,
-         count(*) FILTER (WHERE run_at > now()) AS scheduled,
-         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
-  FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
+WITH RECURSIVE 
+pending AS (
+  -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first %(over)s pending jobs.
+  SELECT count(*) AS n, count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now()) AS scheduled
+  FROM (SELECT run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
+        ORDER BY priority DESC, run_at, id LIMIT %(over)s) s
+), levels(p, first_run, k) AS (
+  SELECT f.priority, f.run_at, 1 FROM (
+    SELECT priority, run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
+    ORDER BY priority DESC, run_at, id LIMIT 1) f
+  UNION ALL
+  SELECT x.priority, x.run_at, l.k + 1 FROM levels l CROSS JOIN LATERAL (
+    SELECT priority, run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending' AND priority < l.p
+    ORDER BY priority DESC, run_at, id LIMIT 1) x
+  WHERE l.k < 100
+), oldest AS (
+  -- Past 100 levels, the background's figure may be older still.
+  SELECT min(first_run) FILTER (WHERE first_run <= now()) AS ready_at, count(*) >= 100 AS partial FROM levels
 ), running AS (
-  SELECT count(*) AS running FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running'
+  SELECT count(*) AS n FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
+                             LIMIT %(over)s) s
 ), waiting AS (
   -- Index-only over jobs_waiting_idx: jobs waiting for their dependencies.
-  SELECT count(*) AS waiting FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
+  SELECT count(*) AS n FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
+                             ORDER BY id LIMIT %(over)s) s
+), last_attempts AS (
+  -- jobs_last_attempts_idx holds exactly these rows.
+  SELECT count(*) AS n, count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
+         count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left
+  FROM (SELECT attempts, max_attempts FROM jobq.jobs
+        WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
+        LIMIT %(over)s) s
+), estimate AS (
+  -- The background's count (one row or none: max() makes it one row of nulls).
+  SELECT max(ready) AS ready, max(scheduled) AS scheduled, max(running) AS running, max(waiting) AS waiting,
+         max(on_last) AS on_last, max(one_left) AS one_left, max(oldest_ready) AS oldest_ready,
+         max(counted_at) AS counted_at
+  FROM jobq.queue_live_counts WHERE queue_name = %(queue)s
+), live AS (
+  SELECT CASE WHEN p.n < %(over)s THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
+         CASE WHEN p.n < %(over)s THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled) END AS scheduled,
+         CASE WHEN o.partial THEN least(o.ready_at, e.oldest_ready) ELSE o.ready_at END AS oldest_ready,
+         CASE WHEN r.n < %(over)s THEN r.n ELSE greatest(e.running, r.n) END AS running,
+         CASE WHEN w.n < %(over)s THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
+         CASE WHEN l.n < %(over)s THEN l.on_last ELSE greatest(e.on_last, l.on_last) END AS on_last,
+         CASE WHEN l.n < %(over)s THEN l.one_left ELSE greatest(e.one_left, l.one_left) END AS one_left,
+         greatest(p.n, r.n, w.n, l.n) >= %(over)s OR o.partial AS estimated,
+         e.counted_at
+  FROM pending p, oldest o, running r, waiting w, last_attempts l, estimate e
 ), finished AS (
   -- Kept exact by the statements that finish jobs (see app/db/jobs.py count_finished): no scan of history.
   SELECT coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
          coalesce(sum(n) FILTER (WHERE status = 'failed'), 0) AS failed,
          coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0) AS cancelled
   FROM jobq.queue_counts WHERE queue_name = %(queue)s
-), last_attempts AS (
-  -- jobs_last_attempts_idx holds exactly these rows.
-  SELECT count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
-         count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left
-  FROM jobq.jobs
-  WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
 ), window_ AS (
   SELECT coalesce(sum(enqueued), 0) AS enqueued, coalesce(sum(claimed), 0) AS claimed,
          coalesce(sum(completed), 0) AS completed, coalesce(sum(failed), 0) AS failed,
@@ -247,8 +272,8 @@ WITH pending AS (
   FROM jobq.queue_stats
   WHERE queue_name = %(queue)s AND minute > now() - make_interval(secs => %(window)s)
 )
-SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       r.running, f.completed::bigint, f.failed::bigint, f.cancelled::bigint, l.on_last, l.one_left,
+SELECT v.ready, v.scheduled, extract(epoch FROM now() - v.oldest_ready)::float8 AS oldest_ready_age,
+       v.running, f.completed::bigint, f.failed::bigint, f.cancelled::bigint, v.on_last, v.one_left,
        w.enqueued::bigint AS w_enqueued, w.claimed::bigint AS w_claimed, w.completed::bigint AS w_completed,
        w.failed::bigint AS w_failed, w.retried::bigint AS w_retried, w.lease_expired::bigint AS w_lease_expired,
        w.cancelled::bigint AS w_cancelled, w.released::bigint AS w_released,
@@ -259,8 +284,8 @@ SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 
        w.held_concurrency::bigint AS w_held_concurrency, w.held_rate::bigint AS w_held_rate,
        w.held_group_concurrency::bigint AS w_held_group_concurrency,
        w.held_group_rate::bigint AS w_held_group_rate, w.held_ordered::bigint AS w_held_ordered,
-       wt.waiting
-FROM pending p, running r, finished f, last_attempts l, window_ w, waiting wt
+       v.waiting, v.estimated, v.counted_at
+FROM live v, finished f, window_ w
 
 -- name: STATS_ADD --
 -- Add one process's counts since its last flush (a second ago) to the current minute; concurrent flushes

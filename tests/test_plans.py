@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from app.db import claim, finishing
+from app.db import claim, finishing, live_counts
 from app.db import debounce as store_debounce
 from app.db import dependencies as deps
 from app.db import explain as store_explain
@@ -336,13 +336,19 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     ),
     "stats": (
         store_ops.QUEUE_STATS,
-        {"queue": "q", "window": 300},
-        {"jobs_claim_idx", "jobs_lease_idx", "jobs_queue_lease_idx", "jobs_last_attempts_idx", "jobs_waiting_idx"},
+        {"queue": "q", "window": 300, "over": 10_001},
+        {"jobs_claim_idx", "jobs_running_idx", "jobs_last_attempts_idx", "jobs_waiting_idx"},
     ),
     "queues": (
-        store_ops.QUEUES_LIST,
+        store_ops.QUEUES_PAGE,
+        {"after": "", "allowed": None, "n": 1001, "over": 10_001},
+        {"jobs_claim_idx", "jobs_running_idx", "jobs_waiting_idx"},
+    ),
+    # The background's count of every queue's live jobs (app/db/live_counts.py), once per interval.
+    "live counts": (
+        live_counts.LIVE_COUNTS_WRITE,
         {},
-        {"jobs_claim_idx", "jobs_lease_idx", "jobs_queue_lease_idx", "jobs_waiting_idx"},
+        {"jobs_claim_idx", "jobs_running_idx", "jobs_waiting_idx", "jobs_last_attempts_idx"},
     ),
     # Dependencies (app/db/dependencies.py): the parents locked, the new dependants settled.
     "enqueue with dependencies, parents": (
@@ -494,6 +500,7 @@ PRELUDE = {
     ),
     "stats": store_ops.NO_SEQSCAN,
     "queues": store_ops.NO_SEQSCAN,
+    "live counts": store_ops.NO_SEQSCAN,
     "stats, top groups": store_ops.NO_SEQSCAN,
     "claim 10, concurrency limit": "INSERT INTO jobq.queue_state (queue_name, concurrency) VALUES ('q', 6000)",
     "scale, group limits": "INSERT INTO jobq.queue_state (queue_name, concurrency, group_concurrency)"
@@ -529,6 +536,29 @@ def test_hot_statements_keep_their_plans_on_stale_statistics(stale_url: str, nam
         top = plans["custom"]["Plan"]
         assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] <= 50 * 1000, top["Shared Hit Blocks"]
         assert top["Actual Rows"] == 1000, top["Actual Rows"]
+
+
+def rows_read_from_jobs(node: dict[str, Any]) -> int:
+    """Rows the plan's scans of `jobs` returned, over all their loops."""
+    n = 0
+    if node.get("Relation Name") == "jobs" or node.get("Index Name", "").startswith("jobs_"):
+        n += int(node.get("Actual Rows", 0)) * int(node.get("Actual Loops", 1))
+    for child in node.get("Plans", []):
+        n += rows_read_from_jobs(child)
+    return n
+
+
+@pytest.mark.parametrize("name", ["stats", "queues"])
+def test_live_counts_read_at_most_the_exact_maximum_of_a_big_queue(stale_url: str, name: str) -> None:
+    """Issue 22: a queue's stats and GET /queues read each kind of live job up to JOBQ_STATS_EXACT_MAX (here
+    1,000), however many there are (300,000 pending here); past it they answer from the background's count
+    (app/db/live_counts.py)."""
+    query, params, _ = HOT[name]
+    with session(stale_url) as conn:
+        plan = custom_plan(conn, query, {**params, "over": 1001}, PRELUDE[name])
+    read = rows_read_from_jobs(plan["Plan"])
+    # pending, running, waiting and last attempts, up to 1,001 each, and one probe per priority level
+    assert read <= 4 * 1001 + 2 * store_scale.LEVELS, read
 
 
 def complete_ten_cost(url: str, first: int) -> tuple[int, float]:

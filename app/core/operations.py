@@ -4,6 +4,7 @@ is decided by the guarded SQL (a worker finishing the job at the same moment win
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from app.core.cursors import QUEUES, BadCursor, decode_cursor, encode_cursor
@@ -47,6 +48,10 @@ def _counts(ready: int, scheduled: int, running: int, completed: int, failed: in
     }
 
 
+def _estimated(estimated: bool, counted_at: datetime | None) -> Doc:
+    return {"counts_estimated": estimated, "counts_counted_at": counted_at if estimated else None}
+
+
 def _moved(path: Path, job: JobRow, was: str | None, to: str) -> Moves:
     assert was is not None  # written: the statement reports the status it found
     moves = Moves(path)
@@ -77,7 +82,7 @@ class OpsService:
         seconds = window or self.settings.stats_window_seconds
 
         async def read(conn: Conn) -> tuple[Any, Any, QueueConfigRow | None]:
-            r, groups = await store_ops.queue_stats(conn, queue, seconds)
+            r, groups = await store_ops.queue_stats(conn, queue, seconds, self.settings.stats_exact_max)
             return r, groups, await store_flow.queue_config_get(conn, queue)
 
         r, groups, config = await self.reads.run(read)
@@ -90,6 +95,7 @@ class OpsService:
             "paused": r.paused,
             "counts": _counts(r.ready, r.scheduled, r.running, r.completed, r.failed, r.cancelled, r.waiting),
             "oldest_ready_age_seconds": r.oldest_ready_age,
+            **_estimated(r.estimated, r.counted_at),
             "jobs_on_last_attempt": r.on_last,
             "jobs_one_attempt_left": r.one_left,
             "window": {
@@ -138,7 +144,7 @@ class OpsService:
             raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one") from None
 
         async def read(conn: Conn) -> tuple[Any, Any]:
-            return await store_ops.queues_page(conn, allowed, after, limit)
+            return await store_ops.queues_page(conn, allowed, after, limit, self.settings.stats_exact_max)
 
         rows, last = await self.reads.run(read)
         docs = [
@@ -147,6 +153,7 @@ class OpsService:
                 "paused": q.paused,
                 "counts": _counts(q.ready, q.scheduled, q.running, q.completed, q.failed, q.cancelled, q.waiting),
                 "oldest_ready_age_seconds": q.oldest_ready_age,
+                **_estimated(q.estimated, q.counted_at),
             }
             for q in rows
         ]

@@ -42,10 +42,11 @@ BY_QUEUE = (
     "sqs_dedup",
     "workers",
     "worker_minutes",
+    "queue_live_counts",
 )
 
 # A copy on every node.
-REFERENCE = ("api_keys", "schedules", "job_dependencies", "stats_samples", "sqs_messages")
+REFERENCE = ("api_keys", "schedules", "job_dependencies", "stats_samples", "sqs_messages", "live_counts_clock")
 
 # jobq_migrations stays a local table on the coordinator: only `jobq migrate` reads it.
 

@@ -21,6 +21,7 @@ from app.db.rows import (
     Status,
     rows_of,
 )
+from app.db.scale import LEVELS
 
 # --- statistics -------------------------------------------------------------------------------------------
 
@@ -77,30 +78,69 @@ def stats_writer(db: Database) -> Callable[[list[dict[str, Any]]], Awaitable[Non
     return write
 
 
-QUEUE_STATS = """
-WITH pending AS (
-  -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
-  SELECT count(*) FILTER (WHERE run_at <= now()) AS ready,
-         count(*) FILTER (WHERE run_at > now()) AS scheduled,
-         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
-  FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
+# The live counts of one queue, each read up to %(over)s rows (JOBQ_STATS_EXACT_MAX + 1), so that what a request
+# reads does not grow with the backlog (app/db/live_counts.py): a kind that reaches it is answered from the
+# background's count, never below what was seen. The oldest ready job is exact whatever the backlog: the first
+# job of each priority level (a loose scan of jobs_claim_idx, one probe per level) is that level's earliest.
+_LIVE_ONE_QUEUE = f"""
+pending AS (
+  -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first %(over)s pending jobs.
+  SELECT count(*) AS n, count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now()) AS scheduled
+  FROM (SELECT run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
+        ORDER BY priority DESC, run_at, id LIMIT %(over)s) s
+), levels(p, first_run, k) AS (
+  SELECT f.priority, f.run_at, 1 FROM (
+    SELECT priority, run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
+    ORDER BY priority DESC, run_at, id LIMIT 1) f
+  UNION ALL
+  SELECT x.priority, x.run_at, l.k + 1 FROM levels l CROSS JOIN LATERAL (
+    SELECT priority, run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending' AND priority < l.p
+    ORDER BY priority DESC, run_at, id LIMIT 1) x
+  WHERE l.k < {LEVELS}
+), oldest AS (
+  -- Past {LEVELS} levels, the background's figure may be older still.
+  SELECT min(first_run) FILTER (WHERE first_run <= now()) AS ready_at, count(*) >= {LEVELS} AS partial FROM levels
 ), running AS (
-  SELECT count(*) AS running FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running'
+  SELECT count(*) AS n FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = {RUNNING_C}
+                             LIMIT %(over)s) s
 ), waiting AS (
   -- Index-only over jobs_waiting_idx: jobs waiting for their dependencies.
-  SELECT count(*) AS waiting FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
-), finished AS (
+  SELECT count(*) AS n FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
+                             ORDER BY id LIMIT %(over)s) s
+), last_attempts AS (
+  -- jobs_last_attempts_idx holds exactly these rows.
+  SELECT count(*) AS n, count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
+         count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left
+  FROM (SELECT attempts, max_attempts FROM jobq.jobs
+        WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
+        LIMIT %(over)s) s
+), estimate AS (
+  -- The background's count (one row or none: max() makes it one row of nulls).
+  SELECT max(ready) AS ready, max(scheduled) AS scheduled, max(running) AS running, max(waiting) AS waiting,
+         max(on_last) AS on_last, max(one_left) AS one_left, max(oldest_ready) AS oldest_ready,
+         max(counted_at) AS counted_at
+  FROM jobq.queue_live_counts WHERE queue_name = %(queue)s
+), live AS (
+  SELECT CASE WHEN p.n < %(over)s THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
+         CASE WHEN p.n < %(over)s THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled) END AS scheduled,
+         CASE WHEN o.partial THEN least(o.ready_at, e.oldest_ready) ELSE o.ready_at END AS oldest_ready,
+         CASE WHEN r.n < %(over)s THEN r.n ELSE greatest(e.running, r.n) END AS running,
+         CASE WHEN w.n < %(over)s THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
+         CASE WHEN l.n < %(over)s THEN l.on_last ELSE greatest(e.on_last, l.on_last) END AS on_last,
+         CASE WHEN l.n < %(over)s THEN l.one_left ELSE greatest(e.one_left, l.one_left) END AS one_left,
+         greatest(p.n, r.n, w.n, l.n) >= %(over)s OR o.partial AS estimated,
+         e.counted_at
+  FROM pending p, oldest o, running r, waiting w, last_attempts l, estimate e
+)"""
+
+QUEUE_STATS = f"""
+WITH RECURSIVE {_LIVE_ONE_QUEUE}, finished AS (
   -- Kept exact by the statements that finish jobs (see app/db/jobs.py count_finished): no scan of history.
   SELECT coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
          coalesce(sum(n) FILTER (WHERE status = 'failed'), 0) AS failed,
          coalesce(sum(n) FILTER (WHERE status = 'cancelled'), 0) AS cancelled
   FROM jobq.queue_counts WHERE queue_name = %(queue)s
-), last_attempts AS (
-  -- jobs_last_attempts_idx holds exactly these rows.
-  SELECT count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
-         count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left
-  FROM jobq.jobs
-  WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
 ), window_ AS (
   SELECT coalesce(sum(enqueued), 0) AS enqueued, coalesce(sum(claimed), 0) AS claimed,
          coalesce(sum(completed), 0) AS completed, coalesce(sum(failed), 0) AS failed,
@@ -119,8 +159,8 @@ WITH pending AS (
   FROM jobq.queue_stats
   WHERE queue_name = %(queue)s AND minute > now() - make_interval(secs => %(window)s)
 )
-SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       r.running, f.completed::bigint, f.failed::bigint, f.cancelled::bigint, l.on_last, l.one_left,
+SELECT v.ready, v.scheduled, extract(epoch FROM now() - v.oldest_ready)::float8 AS oldest_ready_age,
+       v.running, f.completed::bigint, f.failed::bigint, f.cancelled::bigint, v.on_last, v.one_left,
        w.enqueued::bigint AS w_enqueued, w.claimed::bigint AS w_claimed, w.completed::bigint AS w_completed,
        w.failed::bigint AS w_failed, w.retried::bigint AS w_retried, w.lease_expired::bigint AS w_lease_expired,
        w.cancelled::bigint AS w_cancelled, w.released::bigint AS w_released,
@@ -131,8 +171,8 @@ SELECT p.ready, p.scheduled, extract(epoch FROM now() - p.oldest_ready)::float8 
        w.held_concurrency::bigint AS w_held_concurrency, w.held_rate::bigint AS w_held_rate,
        w.held_group_concurrency::bigint AS w_held_group_concurrency,
        w.held_group_rate::bigint AS w_held_group_rate, w.held_ordered::bigint AS w_held_ordered,
-       wt.waiting
-FROM pending p, running r, finished f, last_attempts l, window_ w, waiting wt
+       v.waiting, v.estimated, v.counted_at
+FROM live v, finished f, window_ w
 """
 
 QUEUE_GROUPS = f"""
@@ -159,13 +199,14 @@ NO_SEQSCAN = "SET LOCAL enable_seqscan = off"
 
 
 async def queue_stats(
-    conn: psycopg.AsyncConnection[Any], queue: str, window_seconds: int, top_groups: int = 20
+    conn: psycopg.AsyncConnection[Any], queue: str, window_seconds: int, exact_max: int, top_groups: int = 20
 ) -> tuple[QueueStatsRow, list[GroupRow]]:
+    """A queue's stats; its live jobs counted up to `exact_max` of each kind (past it: the background's count)."""
     cur = conn.cursor(row_factory=rows_of(QueueStatsRow))
     groups = conn.cursor(row_factory=rows_of(GroupRow))
     async with conn.transaction():
         await conn.execute(NO_SEQSCAN)
-        await cur.execute(QUEUE_STATS, {"queue": queue, "window": window_seconds})
+        await cur.execute(QUEUE_STATS, {"queue": queue, "window": window_seconds, "over": exact_max + 1})
         row = await cur.fetchone()
         await groups.execute(QUEUE_GROUPS, {"queue": queue, "top": top_groups})
         top = await groups.fetchall()
@@ -174,51 +215,14 @@ async def queue_stats(
 
 
 # A row of a queue listing (QueueRow) from the CTEs pending, running, waiting, finished, queue_state s and the
-# names n: the columns QUEUES_LIST and QUEUES_PAGE_FANOUT share.
+# names n, every count exact (QUEUES_PAGE_FANOUT).
 def _queue_row(name: str) -> str:
     return f"""SELECT n.{name} AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
        coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
        coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
        extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
-       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting"""
-
-
-QUEUES_LIST = f"""
-WITH pending AS (
-  SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
-         count(*) FILTER (WHERE run_at > now()) AS scheduled,
-         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
-  FROM jobq.jobs WHERE status = 'pending' GROUP BY queue_name
-), running AS (
-  SELECT queue_name, count(*) AS running FROM jobq.jobs WHERE status = 'running' GROUP BY queue_name
-), waiting AS (
-  SELECT queue_name, count(*) AS waiting FROM jobq.jobs WHERE status = 'waiting' GROUP BY queue_name
-), finished AS (
-  SELECT queue_name, sum(n) FILTER (WHERE status = 'completed') AS completed,
-         sum(n) FILTER (WHERE status = 'failed') AS failed,
-         sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
-  FROM jobq.queue_counts GROUP BY queue_name
-), names AS (
-  SELECT queue_name FROM pending UNION SELECT queue_name FROM running UNION SELECT queue_name FROM waiting
-  UNION SELECT queue_name FROM finished UNION SELECT queue_name FROM jobq.queue_state
-)
-{_queue_row("queue_name")}
-FROM names n
-LEFT JOIN pending p USING (queue_name)
-LEFT JOIN running r USING (queue_name)
-LEFT JOIN waiting w USING (queue_name)
-LEFT JOIN finished f USING (queue_name)
-LEFT JOIN jobq.queue_state s USING (queue_name)
-ORDER BY n.queue_name
-"""
-
-
-async def queues_list(conn: psycopg.AsyncConnection[Any]) -> list[QueueRow]:
-    cur = conn.cursor(row_factory=rows_of(QueueRow))
-    async with conn.transaction():
-        await conn.execute(NO_SEQSCAN)
-        await cur.execute(QUEUES_LIST)
-        return await cur.fetchall()
+       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting,
+       false AS estimated, NULL::timestamptz AS counted_at"""
 
 
 def _names(walk: str, source: str, where: str, column: str = "queue_name") -> str:
@@ -256,20 +260,43 @@ WITH RECURSIVE
     ORDER BY name
     LIMIT %(n)s
   )
-SELECT n.name AS queue, p.ready, p.scheduled,
-       (SELECT count(*) FROM jobq.jobs r WHERE r.queue_name = n.name AND r.status = {RUNNING_C}) AS running,
+SELECT n.name AS queue,
+       CASE WHEN p.big THEN e.ready WHEN p.n < %(over)s THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
+       CASE WHEN p.big THEN e.scheduled WHEN p.n < %(over)s THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled)
+       END AS scheduled,
+       CASE WHEN r.big THEN e.running WHEN r.n < %(over)s THEN r.n ELSE greatest(e.running, r.n) END AS running,
        coalesce(f.completed, 0)::bigint AS completed, coalesce(f.failed, 0)::bigint AS failed,
        coalesce(f.cancelled, 0)::bigint AS cancelled,
-       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       extract(epoch FROM now() - CASE WHEN p.big OR p.n >= %(over)s THEN least(e.oldest_ready, p.oldest_ready)
+                                       ELSE p.oldest_ready END)::float8 AS oldest_ready_age,
        coalesce((SELECT s.paused FROM jobq.queue_state s WHERE s.queue_name = n.name), false) AS paused,
-       (SELECT count(*) FROM jobq.jobs w WHERE w.queue_name = n.name AND w.status = 'waiting') AS waiting
+       CASE WHEN w.big THEN e.waiting WHEN w.n < %(over)s THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
+       p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= %(over)s AS estimated,
+       CASE WHEN p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= %(over)s THEN e.counted_at END AS counted_at
 FROM names n
+-- The background's count of the queue (app/db/live_counts.py): a kind it found past the exact maximum is not
+-- read again here (each such read would stop at the maximum anyway); the others are counted up to it.
+LEFT JOIN jobq.queue_live_counts e ON e.queue_name = n.name
 CROSS JOIN LATERAL (
-  -- Index-only over jobs_claim_idx: ready vs scheduled, and the oldest ready job.
-  SELECT count(*) FILTER (WHERE j.run_at <= now()) AS ready, count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
-         min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready
-  FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
+  -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first %(over)s pending jobs.
+  SELECT count(*) AS n, count(*) FILTER (WHERE j.run_at <= now()) AS ready,
+         count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
+         min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready,
+         coalesce(e.ready + e.scheduled > %(over)s - 1, false) AS big
+  FROM (SELECT j.run_at FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
+          AND coalesce(e.ready + e.scheduled <= %(over)s - 1, true)
+        ORDER BY j.priority DESC, j.run_at, j.id LIMIT %(over)s) j
 ) p
+CROSS JOIN LATERAL (
+  SELECT count(*) AS n, coalesce(e.running > %(over)s - 1, false) AS big
+  FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = {RUNNING_C}
+          AND coalesce(e.running <= %(over)s - 1, true) LIMIT %(over)s) j
+) r
+CROSS JOIN LATERAL (
+  SELECT count(*) AS n, coalesce(e.waiting > %(over)s - 1, false) AS big
+  FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'waiting'
+          AND coalesce(e.waiting <= %(over)s - 1, true) ORDER BY j.id LIMIT %(over)s) j
+) w
 LEFT JOIN LATERAL (
   SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
          sum(c.n) FILTER (WHERE c.status = 'failed') AS failed,
@@ -325,14 +352,22 @@ ORDER BY n.name
 _walks_refused = False  # the engine refused QUEUES_PAGE once (Citus): this process uses the fan-out
 
 
+def page_exact_max(exact_max: int, limit: int) -> int:
+    """Live jobs of a kind a page of `limit` queues counts per queue: `exact_max` shared among the page's queues, so
+    that a page reads about `exact_max` of each kind in all however many queues it holds (1,000 queues of 3,000
+    jobs are 3,000,000 otherwise), and at least 10 per queue unless `exact_max` is less."""
+    return min(exact_max, max(10, exact_max // max(limit, 1)))
+
+
 async def queues_page(
-    conn: psycopg.AsyncConnection[Any], allowed: str | None, after: str | None, limit: int
+    conn: psycopg.AsyncConnection[Any], allowed: str | None, after: str | None, limit: int, exact_max: int
 ) -> tuple[list[QueueRow], str | None]:
     """At most `limit` queues the caller may see, by name, after `after`; and the last name when there are
-    more."""
+    more. Each queue's live jobs are counted up to page_exact_max() of each kind (past it: the background's
+    count)."""
     global _walks_refused
     cur = conn.cursor(row_factory=rows_of(QueueRow))
-    params = {"after": after or "", "allowed": allowed, "n": limit + 1}
+    params = {"after": after or "", "allowed": allowed, "n": limit + 1, "over": page_exact_max(exact_max, limit) + 1}
     rows: list[QueueRow] | None = None
     if not _walks_refused:
         try:
@@ -350,6 +385,18 @@ async def queues_page(
     if len(rows) > limit:
         return rows[:limit], rows[limit - 1].queue
     return rows, None
+
+
+async def all_queues(conn: psycopg.AsyncConnection[Any], exact_max: int, page: int = 1000) -> list[QueueRow]:
+    """Every queue, as GET /queues's pages give them (the depth gauges)."""
+    rows: list[QueueRow] = []
+    after: str | None = None
+    while True:
+        got, last = await queues_page(conn, None, after, page, exact_max)
+        rows.extend(got)
+        if last is None:
+            return rows
+        after = last
 
 
 # --- listing (keyset pagination: a cursor, never an offset) ------------------------------------------------

@@ -283,6 +283,8 @@ class QueueRow:
     oldest_ready_age: float | None
     paused: bool
     waiting: int
+    estimated: bool
+    counted_at: datetime | None
 
 
 @dataclass(slots=True, frozen=True)
@@ -317,6 +319,8 @@ class QueueStatsRow:
     w_held_group_rate: int
     w_held_ordered: int
     waiting: int
+    estimated: bool  # a count past the exact maximum comes from queue_live_counts (app/db/live_counts.py)
+    counted_at: datetime | None  # when the background counted this queue (None: not yet, or no live job then)
 
 
 @dataclass(slots=True, frozen=True)

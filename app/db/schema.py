@@ -49,6 +49,8 @@ TABLES = (
     "sqs_dedup",
     "workers",
     "worker_minutes",
+    "queue_live_counts",
+    "live_counts_clock",
 )
 
 

@@ -207,7 +207,14 @@ _HEALTH = {
     "replication": _REPLICATION,
     "read_replica": _READ_REPLICA,
 }
-_SUMMARY = {"queue": "emails", "paused": False, "counts": _COUNTS, "oldest_ready_age_seconds": 2.4}
+_SUMMARY = {
+    "queue": "emails",
+    "paused": False,
+    "counts": _COUNTS,
+    "oldest_ready_age_seconds": 2.4,
+    "counts_estimated": False,
+    "counts_counted_at": None,
+}
 _POINT = {
     "at": "2026-11-29T12:00:00+00:00",
     "enqueued": 1810,
@@ -393,6 +400,8 @@ SCHEMAS: dict[str, list[Any]] = {
             "paused": False,
             "counts": _COUNTS,
             "oldest_ready_age_seconds": 2.4,
+            "counts_estimated": False,
+            "counts_counted_at": None,
             "jobs_on_last_attempt": 1,
             "jobs_one_attempt_left": 2,
             "window": _WINDOW,

@@ -1,8 +1,9 @@
 """Gauges for /metrics: pool, waiting claims and waits for results every second, queue depths every
-JOBQ_GAUGES_INTERVAL_SECONDS from the same index-only aggregation as GET /queues (never a count per
-scrape), and with them the scaling signal (claimable jobs, jobs in flight): for a queue without limits its
-ready jobs, for one with limits or paused the statement of GET /queues/{queue}/scale. A scrape only reads
-what the last refresh left, so scraping often costs PostgreSQL nothing."""
+JOBQ_GAUGES_INTERVAL_SECONDS from GET /queues's pages (each queue's live jobs counted up to
+JOBQ_STATS_EXACT_MAX, past it the background's count: app/db/live_counts.py; never a count per scrape), and
+with them the scaling signal (claimable jobs, jobs in flight): for a queue without limits its ready jobs, for
+one with limits or paused the statement of GET /queues/{queue}/scale. A scrape only reads what the last
+refresh left, so scraping often costs PostgreSQL nothing."""
 
 from __future__ import annotations
 
@@ -23,13 +24,20 @@ class Gauges(Ticking):
     name = "gauges"
 
     def __init__(
-        self, metrics: Metrics, db: Database, dispatcher: ClaimDispatcher, results: ResultWaiters, depth_interval: float
+        self,
+        metrics: Metrics,
+        db: Database,
+        dispatcher: ClaimDispatcher,
+        results: ResultWaiters,
+        depth_interval: float,
+        exact_max: int,
     ) -> None:
         super().__init__(1.0, metrics, first_delay=0.0)
         self.db = db
         self.dispatcher = dispatcher
         self.results = results
         self.depth_interval = depth_interval
+        self.exact_max = exact_max  # live jobs of a kind counted per queue; past it the background's count
         self._next_depth = 0.0
 
     async def run_once(self) -> None:
@@ -42,7 +50,7 @@ class Gauges(Ticking):
         if time.monotonic() >= self._next_depth:
             self._next_depth = time.monotonic() + self.depth_interval
             async with self.db.connection() as conn:
-                queues = await store_ops.queues_list(conn)
+                queues = await store_ops.all_queues(conn, self.exact_max)
                 health = await store_retention.database_health(conn)
                 held = await store_scale.queues_held(conn)
                 scale: list[tuple[str, float, float]] = []

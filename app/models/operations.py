@@ -98,6 +98,16 @@ class QueueStats(BaseModel):
     oldest_ready_age_seconds: float | None = Field(
         description="How long the oldest ready job has been due; null when none is ready."
     )
+    counts_estimated: bool = Field(
+        description="True when a count of live jobs (ready, scheduled, running, waiting, and the jobs on their last "
+        "attempts) passed JOBQ_STATS_EXACT_MAX: that figure is then the background's count of `counts_counted_at` "
+        "(refreshed every JOBQ_LIVE_COUNTS_INTERVAL_SECONDS), never below what this answer saw itself. False: "
+        "every count is exact as of the answer."
+    )
+    counts_counted_at: datetime | None = Field(
+        description="When the background counted the estimated figures; null when none is estimated, or when the "
+        "queue has not been counted yet (the figures are then at least JOBQ_STATS_EXACT_MAX)."
+    )
     jobs_on_last_attempt: int = Field(description="Pending or running jobs with no attempt left after this one.")
     jobs_one_attempt_left: int = Field(description="Pending or running jobs one attempt short of max_attempts.")
     window: WindowStats
@@ -112,6 +122,16 @@ class QueueSummary(BaseModel):
     paused: bool
     counts: QueueCounts
     oldest_ready_age_seconds: float | None
+    counts_estimated: bool = Field(
+        description="True when a count of live jobs (ready, scheduled, running, waiting, and the jobs on their last "
+        "attempts) passed JOBQ_STATS_EXACT_MAX: that figure is then the background's count of `counts_counted_at` "
+        "(refreshed every JOBQ_LIVE_COUNTS_INTERVAL_SECONDS), never below what this answer saw itself. False: "
+        "every count is exact as of the answer."
+    )
+    counts_counted_at: datetime | None = Field(
+        description="When the background counted the estimated figures; null when none is estimated, or when the "
+        "queue has not been counted yet (the figures are then at least JOBQ_STATS_EXACT_MAX)."
+    )
 
 
 QUEUES_PAGE_DEFAULT = 1000  # GET /queues without `limit`: every queue of a service with up to this many

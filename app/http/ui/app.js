@@ -73,6 +73,10 @@
     return Number.isInteger(n) ? String(n) : n.toFixed(1);
   }
 
+  // Live counts past JOBQ_STATS_EXACT_MAX are the background's count (counts_estimated): shown with "≈".
+  const LIVE = new Set(["ready", "scheduled", "pending", "waiting", "running"]);
+  const liveCount = (doc, name) => (doc.counts_estimated && LIVE.has(name) ? `≈${doc.counts[name]}` : doc.counts[name]);
+
   const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
   // --- charts: plain SVG built here, coloured by app.css (no inline style, no markup parsed) -----------------
@@ -691,7 +695,7 @@
                   el("td", {}, el("a", { href: queueHref(item.queue) }, item.queue)),
                   el("td", { "data-col": "state" }, item.paused ? badge("paused") : badge("active")),
                   el("td", { "data-col": "sparkline" }, sparkline(lines.get(item.queue))),
-                  cols.map((c) => el("td", { class: "num", "data-col": c }, item.counts[c])),
+                  cols.map((c) => el("td", { class: "num", "data-col": c }, liveCount(item, c))),
                   el("td", { class: "num", "data-col": "oldest" }, fmtAge(item.oldest_ready_age_seconds)),
                 ),
               ),
@@ -770,15 +774,15 @@
       const c = s.counts;
       stats.replaceChildren(
         kvTable(
-          [["ready", c.ready], ["scheduled", c.scheduled], ["pending", c.pending], ["waiting", c.waiting],
-            ["running", c.running],
+          [...["ready", "scheduled", "pending", "waiting", "running"].map((k) => [k, liveCount(s, k)]),
             ["completed", c.completed], ["failed", c.failed], ["cancelled", c.cancelled]],
           "Jobs by status",
         ),
         kvTable(
           [["oldest ready job waiting", fmtAge(s.oldest_ready_age_seconds)],
             ["jobs on their last attempt", s.jobs_on_last_attempt],
-            ["jobs one attempt short", s.jobs_one_attempt_left], ["as of", fmtTime(s.as_of)]],
+            ["jobs one attempt short", s.jobs_one_attempt_left], ["as of", fmtTime(s.as_of)],
+            ...(s.counts_estimated ? [["≈ counted at", s.counts_counted_at ? fmtTime(s.counts_counted_at) : "not yet"]] : [])],
           "Health",
         ),
         kvTable(

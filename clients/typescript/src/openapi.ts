@@ -2901,6 +2901,8 @@ export interface components {
          *             "scheduled": 8,
          *             "waiting": 0
          *           },
+         *           "counts_counted_at": null,
+         *           "counts_estimated": false,
          *           "oldest_ready_age_seconds": 2.4,
          *           "paused": false,
          *           "queue": "emails"
@@ -2916,6 +2918,8 @@ export interface components {
          *             "scheduled": 8,
          *             "waiting": 0
          *           },
+         *           "counts_counted_at": null,
+         *           "counts_estimated": false,
          *           "oldest_ready_age_seconds": 2.4,
          *           "paused": true,
          *           "queue": "reports"
@@ -2936,6 +2940,8 @@ export interface components {
          *             "scheduled": 8,
          *             "waiting": 0
          *           },
+         *           "counts_counted_at": null,
+         *           "counts_estimated": false,
          *           "oldest_ready_age_seconds": 2.4,
          *           "paused": false,
          *           "queue": "emails"
@@ -3110,6 +3116,8 @@ export interface components {
          *         "scheduled": 8,
          *         "waiting": 0
          *       },
+         *       "counts_counted_at": null,
+         *       "counts_estimated": false,
          *       "database": {
          *         "jobs_dead_rows": 1840,
          *         "oldest_xmin_age_seconds": 0,
@@ -3184,6 +3192,16 @@ export interface components {
             /** @description The queue's configuration: its defaults and limits. */
             config: components["schemas"]["QueueConfig"];
             counts: components["schemas"]["QueueCounts"];
+            /**
+             * Counts Counted At
+             * @description When the background counted the estimated figures; null when none is estimated, or when the queue has not been counted yet (the figures are then at least JOBQ_STATS_EXACT_MAX).
+             */
+            counts_counted_at: string | null;
+            /**
+             * Counts Estimated
+             * @description True when a count of live jobs (ready, scheduled, running, waiting, and the jobs on their last attempts) passed JOBQ_STATS_EXACT_MAX: that figure is then the background's count of `counts_counted_at` (refreshed every JOBQ_LIVE_COUNTS_INTERVAL_SECONDS), never below what this answer saw itself. False: every count is exact as of the answer.
+             */
+            counts_estimated: boolean;
             database: components["schemas"]["DatabaseHealth"];
             /**
              * Groups
@@ -3227,6 +3245,8 @@ export interface components {
          *         "scheduled": 8,
          *         "waiting": 0
          *       },
+         *       "counts_counted_at": null,
+         *       "counts_estimated": false,
          *       "oldest_ready_age_seconds": 2.4,
          *       "paused": false,
          *       "queue": "emails"
@@ -3234,6 +3254,16 @@ export interface components {
          */
         QueueSummary: {
             counts: components["schemas"]["QueueCounts"];
+            /**
+             * Counts Counted At
+             * @description When the background counted the estimated figures; null when none is estimated, or when the queue has not been counted yet (the figures are then at least JOBQ_STATS_EXACT_MAX).
+             */
+            counts_counted_at: string | null;
+            /**
+             * Counts Estimated
+             * @description True when a count of live jobs (ready, scheduled, running, waiting, and the jobs on their last attempts) passed JOBQ_STATS_EXACT_MAX: that figure is then the background's count of `counts_counted_at` (refreshed every JOBQ_LIVE_COUNTS_INTERVAL_SECONDS), never below what this answer saw itself. False: every count is exact as of the answer.
+             */
+            counts_estimated: boolean;
             /** Oldest Ready Age Seconds */
             oldest_ready_age_seconds: number | null;
             /** Paused */
@@ -6267,6 +6297,8 @@ export interface operations {
                      *             "scheduled": 8,
                      *             "waiting": 0
                      *           },
+                     *           "counts_counted_at": null,
+                     *           "counts_estimated": false,
                      *           "oldest_ready_age_seconds": 2.4,
                      *           "paused": false,
                      *           "queue": "emails"
@@ -6282,6 +6314,8 @@ export interface operations {
                      *             "scheduled": 8,
                      *             "waiting": 0
                      *           },
+                     *           "counts_counted_at": null,
+                     *           "counts_estimated": false,
                      *           "oldest_ready_age_seconds": 2.4,
                      *           "paused": true,
                      *           "queue": "reports"
@@ -7732,6 +7766,8 @@ export interface operations {
                      *         "scheduled": 8,
                      *         "waiting": 0
                      *       },
+                     *       "counts_counted_at": null,
+                     *       "counts_estimated": false,
                      *       "database": {
                      *         "jobs_dead_rows": 1840,
                      *         "oldest_xmin_age_seconds": 0,

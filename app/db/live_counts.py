@@ -1,0 +1,98 @@
+"""Counts of live jobs that do not grow with the backlog (issue 22): what GET /queues/{queue}/stats, GET /queues
+and the depth gauges read.
+
+A request counts a queue's live jobs itself, through their partial indexes, but only up to JOBQ_STATS_EXACT_MAX
+of each kind (pending, running, waiting, on their last attempts): below it the figures are exact and current. A
+kind past it is answered from queue_live_counts, which one replica refreshes for every queue every
+JOBQ_LIVE_COUNTS_INTERVAL_SECONDS (app/maintenance/counts.py), and the answer says it is estimated. What the
+request reads is then bounded by the cap, whatever the backlog, on a freshly loaded table too (an index-only
+scan that must visit the heap visits at most the cap's worth); the full count is the background's, once per
+interval for the whole cluster, instead of once per request and per process.
+
+An estimated figure is never below what the request itself saw: its capped read is a lower bound (a queue that
+grew past the cap since the last refresh shows at least the cap, not the older, smaller count)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+
+from app.db.jobs import RUNNING_C
+
+# The live jobs of every queue by kind, each leg over its own partial index (index-only), added up per queue:
+# one GROUP BY on the distribution column, which Citus runs on each shard for its own queues.
+_LIVE_BY_QUEUE = f"""
+SELECT queue_name, sum(ready)::bigint AS ready, sum(scheduled)::bigint AS scheduled, sum(running)::bigint AS running,
+       sum(waiting)::bigint AS waiting, sum(on_last)::bigint AS on_last, sum(one_left)::bigint AS one_left,
+       min(oldest_ready) AS oldest_ready
+FROM (
+  SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now()) AS scheduled, 0 AS running, 0 AS waiting, 0 AS on_last,
+         0 AS one_left, min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
+  FROM jobq.jobs WHERE status = 'pending' GROUP BY queue_name
+  UNION ALL
+  SELECT queue_name, 0, 0, count(*), 0, 0, 0, NULL FROM jobq.jobs WHERE status = {RUNNING_C} GROUP BY queue_name
+  UNION ALL
+  SELECT queue_name, 0, 0, 0, count(*), 0, 0, NULL FROM jobq.jobs WHERE status = 'waiting' GROUP BY queue_name
+  UNION ALL
+  -- jobs_last_attempts_idx holds exactly these rows.
+  SELECT queue_name, 0, 0, 0, 0, count(*) FILTER (WHERE attempts >= max_attempts),
+         count(*) FILTER (WHERE attempts = max_attempts - 1), NULL
+  FROM jobq.jobs WHERE status IN ('pending', 'running') AND attempts >= max_attempts - 1 GROUP BY queue_name
+) k
+GROUP BY queue_name
+"""
+
+LIVE_COUNTS_TAKE = """
+-- This replica's turn to count: the clock's row, when the last count is older than the interval (or than ten times
+-- that count's duration: counting takes at most about a tenth of one core) and no other replica is counting now
+-- (SKIP LOCKED: none waits for another's count).
+UPDATE jobq.live_counts_clock c SET counted_at = now()
+WHERE c.id AND c.counted_at <= now() - make_interval(secs => greatest(%(interval)s, 10 * c.took_seconds))
+  AND c.id IN (SELECT id FROM jobq.live_counts_clock FOR UPDATE SKIP LOCKED)
+RETURNING c.counted_at
+"""
+
+LIVE_COUNTS_TOOK = "UPDATE jobq.live_counts_clock SET took_seconds = %(took)s WHERE id"
+
+LIVE_COUNTS_WRITE = f"""
+-- Every queue's live jobs, as of this transaction's now().
+INSERT INTO jobq.queue_live_counts AS l (queue_name, ready, scheduled, running, waiting, on_last, one_left,
+                                         oldest_ready, counted_at)
+SELECT queue_name, ready, scheduled, running, waiting, on_last, one_left, oldest_ready, now()
+FROM ({_LIVE_BY_QUEUE}) v
+ON CONFLICT (queue_name) DO UPDATE SET
+  ready = EXCLUDED.ready, scheduled = EXCLUDED.scheduled, running = EXCLUDED.running, waiting = EXCLUDED.waiting,
+  on_last = EXCLUDED.on_last, one_left = EXCLUDED.one_left, oldest_ready = EXCLUDED.oldest_ready,
+  counted_at = EXCLUDED.counted_at
+"""
+
+LIVE_COUNTS_PRUNE = """
+-- Queues the count just made found without a live job.
+DELETE FROM jobq.queue_live_counts WHERE counted_at < now()
+"""
+
+# A full count of a big backlog may take longer than a request's statement budget; it runs once per interval for
+# the whole cluster.
+REFRESH_TIMEOUT = "SET LOCAL statement_timeout = 60000"
+NO_SEQSCAN = "SET LOCAL enable_seqscan = off"  # the legs read the partial indexes, never the table's history
+
+
+async def refresh(conn: psycopg.AsyncConnection[Any], interval: float) -> int | None:
+    """Count every queue's live jobs into queue_live_counts, unless another pass (here or on another replica)
+    did within `interval` seconds (or ten times as long as that count took) or is counting now. Returns the
+    queues counted, or None when it was not this pass's turn."""
+    async with conn.transaction():
+        cur = await conn.execute(LIVE_COUNTS_TAKE, {"interval": interval})
+        if await cur.fetchone() is None:
+            return None
+        await conn.execute(REFRESH_TIMEOUT)
+        await conn.execute(NO_SEQSCAN)
+        started = time.monotonic()
+        cur = await conn.execute(LIVE_COUNTS_WRITE)
+        counted = cur.rowcount
+        await conn.execute(LIVE_COUNTS_PRUNE)
+        await conn.execute(LIVE_COUNTS_TOOK, {"took": time.monotonic() - started})
+    return counted

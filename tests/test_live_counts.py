@@ -1,0 +1,172 @@
+"""Counts of live jobs past JOBQ_STATS_EXACT_MAX (app/db/live_counts.py): a queue's stats, GET /queues and the
+gauges count each kind of live job themselves up to the maximum, and past it answer from the background's count,
+marked as estimated and never below what the request saw. A small maximum stands in for a big backlog here; the
+reads' bound on a big table is tests/test_plans.py's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from app.db import live_counts as store_live
+from tests.support import LiveServer, wait_until
+
+MAX = 10  # JOBQ_STATS_EXACT_MAX in these tests
+
+
+def stats(server: LiveServer, queue: str = "q") -> dict[str, Any]:
+    r = server.client.get(f"/queues/{queue}/stats")
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def listed(server: LiveServer) -> dict[str, dict[str, Any]]:
+    r = server.client.get("/queues")
+    assert r.status_code == 200, r.text
+    return {q["queue"]: q for q in r.json()["queues"]}
+
+
+def count_now(server: LiveServer, interval: float = 0) -> int | None:
+    """The background's count, run now (interval 0: whatever the clock says)."""
+
+    async def run() -> int | None:
+        async with server.services.db.connection() as conn:
+            return await store_live.refresh(conn, interval)
+
+    return server.run(run)
+
+
+def enqueue_many(server: LiveServer, queue: str, n: int, **fields: Any) -> None:
+    r = server.client.post(f"/queues/{queue}/jobs/batch", json={"jobs": [{"payload": i, **fields} for i in range(n)]})
+    assert r.status_code in (200, 201), r.text
+
+
+def test_a_queue_under_the_maximum_is_counted_exactly_and_says_so(server_factory: Any) -> None:
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    enqueue_many(server, "q", MAX - 3)
+    enqueue_many(server, "q", 3, delay_seconds=3600)
+    s = stats(server)
+    assert s["counts"]["ready"] == MAX - 3 and s["counts"]["scheduled"] == 3
+    assert s["counts_estimated"] is False and s["counts_counted_at"] is None
+    q = listed(server)["q"]
+    assert q["counts"]["pending"] == MAX and q["counts_estimated"] is False
+
+
+def test_counts_past_the_maximum_come_from_the_background_count(server_factory: Any, db: psycopg.Connection) -> None:
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    enqueue_many(server, "q", 20)
+    enqueue_many(server, "q", 10, delay_seconds=3600)
+    db.execute(
+        "UPDATE jobq.jobs SET run_at = now() - interval '1 hour'"
+        " WHERE queue_name = 'q' AND payload = '7' AND run_at <= now()"
+    )
+    enqueue_many(server, "small", 3)
+
+    # Not counted by the background yet: at least what the request read (the first MAX + 1 pending jobs, the
+    # due ones first), marked estimated; the oldest ready job is exact whatever the backlog.
+    s = stats(server)
+    assert s["counts_estimated"] is True and s["counts_counted_at"] is None
+    assert s["counts"]["pending"] >= MAX + 1 and s["counts"]["ready"] >= MAX + 1
+    assert 3600 <= s["oldest_ready_age_seconds"] < 3700
+    assert listed(server)["small"]["counts"]["ready"] == 3  # a small queue beside it stays exact
+    assert listed(server)["small"]["counts_estimated"] is False
+
+    assert count_now(server) == 2  # two queues with live jobs
+    s = stats(server)
+    assert (s["counts"]["ready"], s["counts"]["scheduled"], s["counts"]["pending"]) == (20, 10, 30)
+    assert s["counts_estimated"] is True and s["counts_counted_at"] is not None
+    q = listed(server)["q"]
+    assert (q["counts"]["ready"], q["counts"]["scheduled"], q["counts_estimated"]) == (20, 10, True)
+    assert 3600 <= q["oldest_ready_age_seconds"] < 3700
+
+    # Kinds under the maximum stay exact beside an estimated one: 5 running.
+    claims = server.claim(limit=5)
+    assert len(claims) == 5
+    s = stats(server)
+    assert s["counts"]["running"] == 5
+    assert s["counts"]["ready"] == 20  # the background's count until its next pass
+    count_now(server)
+    assert stats(server)["counts"]["ready"] == 15
+
+    # Back under the maximum: exact again at once in the stats (their reads saw fewer than MAX + 1).
+    for c in claims + server.claim(limit=15):
+        r = server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"]})
+        assert r.status_code == 200, r.text
+    s = stats(server)
+    assert (s["counts"]["ready"], s["counts"]["scheduled"], s["counts"]["running"]) == (0, 10, 0)
+    assert s["counts_estimated"] is False
+    # GET /queues does not read again a kind the background found past the maximum: it follows the next count.
+    assert listed(server)["q"]["counts_estimated"] is True
+    count_now(server)
+    q = listed(server)["q"]
+    assert (q["counts"]["ready"], q["counts"]["scheduled"], q["counts_estimated"]) == (0, 10, False)
+
+
+def test_a_kind_that_grew_past_the_last_count_shows_at_least_the_maximum(
+    server_factory: Any, db: psycopg.Connection
+) -> None:
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    enqueue_many(server, "q", 2)
+    count_now(server)  # counted 2
+    enqueue_many(server, "q", 40)
+    s = stats(server)
+    assert s["counts_estimated"] is True
+    assert s["counts"]["ready"] >= MAX + 1  # never the older, smaller count
+    q = listed(server)["q"]
+    assert q["counts"]["ready"] >= MAX + 1 and q["counts_estimated"] is True
+
+
+def test_waiting_and_running_past_the_maximum(server_factory: Any) -> None:
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    parent = server.enqueue(queue="p", payload="parent")
+    enqueue_many(server, "q", 15, depends_on=[parent["id"]])
+    enqueue_many(server, "q", 12)
+    claims = server.claim(limit=12)
+    assert len(claims) == 12
+    count_now(server)
+    s = stats(server)
+    assert (s["counts"]["waiting"], s["counts"]["running"], s["counts"]["ready"]) == (15, 12, 0)
+    assert s["counts_estimated"] is True
+    q = listed(server)["q"]
+    assert (q["counts"]["waiting"], q["counts"]["running"], q["counts"]["ready"]) == (15, 12, 0)
+
+
+def test_one_replica_counts_per_interval_and_a_drained_queue_loses_its_row(
+    server_factory: Any, db: psycopg.Connection, database_url: str
+) -> None:
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    enqueue_many(server, "a", 2)
+    enqueue_many(server, "b", 2)
+    assert count_now(server) == 2
+    assert count_now(server, interval=3600) is None  # counted within the interval: not this pass's turn
+    rows = db.execute("SELECT queue_name, ready FROM jobq.queue_live_counts ORDER BY 1").fetchall()
+    assert rows == [("a", 2), ("b", 2)]
+
+    # Another replica counting now (it holds the clock's row): a pass skips it rather than waiting for it.
+    with psycopg.connect(database_url) as other:
+        other.execute("SELECT * FROM jobq.live_counts_clock FOR UPDATE")
+        assert count_now(server) is None
+    for c in server.claim(queue="a", limit=2):
+        server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"]})
+    assert count_now(server) == 1
+    assert db.execute("SELECT queue_name FROM jobq.queue_live_counts").fetchall() == [("b",)]
+
+    # A count that took long stretches the interval to ten times its duration (at most a tenth of a core).
+    db.execute("UPDATE jobq.live_counts_clock SET counted_at = now() - interval '60 seconds', took_seconds = 30")
+    assert count_now(server, interval=10) is None  # 300 s must pass, not 10
+    db.execute("UPDATE jobq.live_counts_clock SET took_seconds = 0.5")
+    assert count_now(server, interval=10) == 1
+    took = db.execute("SELECT took_seconds FROM jobq.live_counts_clock").fetchone()
+    assert took is not None and 0 < took[0] < 30
+
+
+def test_the_background_counts_on_its_own(server_factory: Any, db: psycopg.Connection) -> None:
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=1)
+    enqueue_many(server, "q", 25)
+
+    def counted() -> bool:
+        s = stats(server)
+        return s["counts_counted_at"] is not None and s["counts"]["ready"] == 25
+
+    wait_until(counted, what="the background's count of q")
