@@ -22,6 +22,11 @@ waits (holding no parent: JOB_LOCK_PARENTS), then locks and reads the status the
 counts that parent as done (or failed). Either way no dependant waits for a parent that has already
 finished.
 
+On Citus the enqueue first takes the lock by which Citus serialises writes to job_dependencies (a reference
+table), before any job's row lock, as the release does (app/db/releases.py, lock order): an enqueue holding a
+parent while it waited for that lock at JOB_EDGES_ADD made a cycle with a release holding it while it waited
+for that parent, one of its dependants.
+
 Depth: a job's `dependency_depth` is 1 + the deepest of its dependencies (0 without any); an enqueue that
 would make one deeper than the limit (JOBQ_MAX_DEPENDENCY_DEPTH) raises TooDeep and writes nothing. It
 bounds how many levels a cancellation cascades through, one release step each."""
@@ -233,6 +238,15 @@ async def _insert_dependent(
     max_depth: int,
 ) -> list[Inserted]:
     async with conn.transaction():
+        if finishing.on_citus(conn):
+            # On Citus first of all, before any job's row lock: the lock on job_dependencies that JOB_EDGES_ADD takes
+            # (a reference table: Citus serialises its writers by a lock on its one shard, until commit; the
+            # release's EDGES_TAKE holds it in a mode that excludes ours). Taken at JOB_EDGES_ADD only, it was
+            # waited for while this enqueue held its parents: a release holding it and waiting for one of them
+            # (a dependant it counts down) made a cycle across nodes, which Citus's deadlock detection breaks by
+            # cancelling one side. The same statement with no rows takes the same lock (not one that excludes other
+            # enqueues). Plain PostgreSQL locks the dependency rows one by one: nothing to take there.
+            await conn.execute(JOB_EDGES_ADD, {"edges": as_json([])})
         named = {p.job_id for ps in parents for p in ps if p.job_id is not None}
         found = await _lock_parents(conn, list(named), allowed, jobs[0].queue) if named else {}
         if missing := sorted(named - found.keys()):

@@ -30,7 +30,11 @@ such rows.
 Lock order (no deadlock): an outbox row, then its job's dependency rows, then dependants in id order across
 queues (app/core/dependencies.py runs DEPENDANTS_SETTLE per run of consecutive ids in one queue), then the
 outbox rows it inserts (new rows). Statements finishing jobs lock only the jobs they finish, and an enqueue
-waits for a locked parent holding nothing (app/db/dependencies.py): no cycle.
+waits for a locked parent holding nothing (app/db/dependencies.py): no cycle. On Citus EDGES_TAKE also takes
+the lock by which Citus serialises the writers of job_dependencies, a reference table (one shard: in effect a
+lock on the whole table, on the first worker node, until commit); an enqueue with dependencies takes its own
+mode of that lock before any job's row lock (app/db/dependencies.py _insert_dependent), so the same order
+holds: that lock, then jobs.
 
 The same reconciliation also releases what a process of the previous release left: its finishes record
 nothing, so EDGES_FINISHED_PARENTS, a bounded walk of each queue's dependency rows, records every finished
