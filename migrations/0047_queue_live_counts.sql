@@ -15,9 +15,10 @@ CREATE TABLE queue_live_counts (
   counted_at   timestamptz NOT NULL
 ) WITH (fillfactor = 70);  -- rewritten whole at every refresh: room for HOT updates
 
--- One row: when the counts were last refreshed, and how long that count took. A replica refreshes only by taking
--- this row (SKIP LOCKED) when it is older than the interval (or ten times the last count's duration, whichever is
--- longer: counting takes at most about a tenth of one core), so one replica counts per interval however many run.
+-- One row: when the counts were last refreshed, and how long that count took. A replica refreshes only when it is
+-- older than the interval (or ten times the last count's duration, whichever is longer: counting takes at most
+-- about a tenth of one core) and no other replica is counting (an advisory lock, tried), so one replica counts per
+-- interval however many run.
 CREATE TABLE live_counts_clock (
   id           boolean     PRIMARY KEY DEFAULT true CHECK (id),
   counted_at   timestamptz NOT NULL,

@@ -1,20 +1,20 @@
 -- Rendered from app/db/live_counts.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
+-- name: LIVE_COUNTS_CLOCK --
+UPDATE jobq.live_counts_clock SET counted_at = now(), took_seconds = %(took)s WHERE id
+
+-- name: LIVE_COUNTS_DUE --
+-- Whether a count is due: the last one is older than the interval, or than ten times that count's duration
+-- (counting takes at most about a tenth of one core, a count that failed included).
+SELECT counted_at <= now() - make_interval(secs => greatest(%(interval)s, 10 * took_seconds))
+FROM jobq.live_counts_clock WHERE id
+
+-- name: LIVE_COUNTS_LOCK --
+SELECT pg_try_advisory_xact_lock(1785684588)
+
 -- name: LIVE_COUNTS_PRUNE --
 -- Queues the count just made found without a live job.
 DELETE FROM jobq.queue_live_counts WHERE counted_at < now()
-
--- name: LIVE_COUNTS_TAKE --
--- This replica's turn to count: the clock's row, when the last count is older than the interval (or than ten times
--- that count's duration: counting takes at most about a tenth of one core) and no other replica is counting now
--- (SKIP LOCKED: none waits for another's count).
-UPDATE jobq.live_counts_clock c SET counted_at = now()
-WHERE c.id AND c.counted_at <= now() - make_interval(secs => greatest(%(interval)s, 10 * c.took_seconds))
-  AND c.id IN (SELECT id FROM jobq.live_counts_clock FOR UPDATE SKIP LOCKED)
-RETURNING c.counted_at
-
--- name: LIVE_COUNTS_TOOK --
-UPDATE jobq.live_counts_clock SET took_seconds = %(took)s WHERE id
 
 -- name: LIVE_COUNTS_WRITE --
 -- Every queue's live jobs, as of this transaction's now().

@@ -5,14 +5,20 @@ reads' bound on a big table is tests/test_plans.py's."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import psycopg
 
 from app.db import live_counts as store_live
+from app.errors import StatementTimeout
+from tests import citus
 from tests.support import LiveServer, wait_until
 
 MAX = 10  # JOBQ_STATS_EXACT_MAX in these tests
+# On Citus GET /queues counts every queue's live jobs through every shard (app/db/operations.py
+# QUEUES_PAGE_FANOUT): exact, never estimated. The stats are bounded there too.
+PAGES_ESTIMATE = not os.environ.get(citus.URL_VARIABLE)
 
 
 def stats(server: LiveServer, queue: str = "q") -> dict[str, Any]:
@@ -27,12 +33,15 @@ def listed(server: LiveServer) -> dict[str, dict[str, Any]]:
     return {q["queue"]: q for q in r.json()["queues"]}
 
 
-def count_now(server: LiveServer, interval: float = 0) -> int | None:
-    """The background's count, run now (interval 0: whatever the clock says)."""
+def count_now(server: LiveServer, interval: float | None = None) -> int | None:
+    """The background's count, run now (interval None: whenever the last one was), or with `interval` as the
+    service passes it."""
 
     async def run() -> int | None:
         async with server.services.db.connection() as conn:
-            return await store_live.refresh(conn, interval)
+            if interval is None:
+                await conn.execute("UPDATE jobq.live_counts_clock SET counted_at = '-infinity' WHERE id")
+            return await store_live.refresh(conn, interval or 0)
 
     return server.run(run)
 
@@ -77,7 +86,7 @@ def test_counts_past_the_maximum_come_from_the_background_count(server_factory: 
     assert (s["counts"]["ready"], s["counts"]["scheduled"], s["counts"]["pending"]) == (20, 10, 30)
     assert s["counts_estimated"] is True and s["counts_counted_at"] is not None
     q = listed(server)["q"]
-    assert (q["counts"]["ready"], q["counts"]["scheduled"], q["counts_estimated"]) == (20, 10, True)
+    assert (q["counts"]["ready"], q["counts"]["scheduled"], q["counts_estimated"]) == (20, 10, PAGES_ESTIMATE)
     assert 3600 <= q["oldest_ready_age_seconds"] < 3700
 
     # Kinds under the maximum stay exact beside an estimated one: 5 running.
@@ -97,7 +106,7 @@ def test_counts_past_the_maximum_come_from_the_background_count(server_factory: 
     assert (s["counts"]["ready"], s["counts"]["scheduled"], s["counts"]["running"]) == (0, 10, 0)
     assert s["counts_estimated"] is False
     # GET /queues does not read again a kind the background found past the maximum: it follows the next count.
-    assert listed(server)["q"]["counts_estimated"] is True
+    assert listed(server)["q"]["counts_estimated"] is PAGES_ESTIMATE
     count_now(server)
     q = listed(server)["q"]
     assert (q["counts"]["ready"], q["counts"]["scheduled"], q["counts_estimated"]) == (0, 10, False)
@@ -114,7 +123,7 @@ def test_a_kind_that_grew_past_the_last_count_shows_at_least_the_maximum(
     assert s["counts_estimated"] is True
     assert s["counts"]["ready"] >= MAX + 1  # never the older, smaller count
     q = listed(server)["q"]
-    assert q["counts"]["ready"] >= MAX + 1 and q["counts_estimated"] is True
+    assert q["counts"]["ready"] >= MAX + 1 and q["counts_estimated"] is PAGES_ESTIMATE
 
 
 def test_waiting_and_running_past_the_maximum(server_factory: Any) -> None:
@@ -143,10 +152,12 @@ def test_one_replica_counts_per_interval_and_a_drained_queue_loses_its_row(
     rows = db.execute("SELECT queue_name, ready FROM jobq.queue_live_counts ORDER BY 1").fetchall()
     assert rows == [("a", 2), ("b", 2)]
 
-    # Another replica counting now (it holds the clock's row): a pass skips it rather than waiting for it.
+    # Another replica counting now (it holds the lock): a pass skips it rather than waiting for it, due as it is.
+    db.execute("UPDATE jobq.live_counts_clock SET counted_at = now() - interval '1 hour', took_seconds = 0")
     with psycopg.connect(database_url) as other:
-        other.execute("SELECT * FROM jobq.live_counts_clock FOR UPDATE")
+        other.execute(store_live.LIVE_COUNTS_LOCK)
         assert count_now(server) is None
+    assert count_now(server) == 2
     for c in server.claim(queue="a", limit=2):
         server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"]})
     assert count_now(server) == 1
@@ -170,3 +181,30 @@ def test_the_background_counts_on_its_own(server_factory: Any, db: psycopg.Conne
         return s["counts_counted_at"] is not None and s["counts"]["ready"] == 25
 
     wait_until(counted, what="the background's count of q")
+
+
+def test_a_count_past_its_budget_still_moves_the_clock(server_factory: Any, db: psycopg.Connection) -> None:
+    """A count cancelled by its statement budget is not tried again at once by every replica: the clock moves by
+    the time it spent, and the next count waits ten times that."""
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    enqueue_many(server, "q", 3)
+    db.execute("UPDATE jobq.live_counts_clock SET counted_at = '-infinity', took_seconds = 0")
+    saved = store_live.REFRESH_TIMEOUT
+    store_live.REFRESH_TIMEOUT = "SET LOCAL statement_timeout = 1"
+    db.execute("SELECT pg_advisory_lock(4242)")  # the count waits for it, and its 1 ms budget ends the wait
+    store_live.LIVE_COUNTS_PRUNE, prune = "SELECT pg_advisory_lock_shared(4242)", store_live.LIVE_COUNTS_PRUNE
+    try:
+        try:
+            count_now(server)
+        except StatementTimeout:
+            pass
+        else:
+            raise AssertionError("the count was not cancelled")
+    finally:
+        store_live.REFRESH_TIMEOUT, store_live.LIVE_COUNTS_PRUNE = saved, prune
+        db.execute("SELECT pg_advisory_unlock(4242)")
+    row = db.execute("SELECT counted_at > now() - interval '1 minute', took_seconds FROM jobq.live_counts_clock")
+    moved, took = row.fetchone() or (False, 0.0)
+    assert moved and took > 0
+    db.execute("UPDATE jobq.live_counts_clock SET took_seconds = 3600")
+    assert count_now(server, interval=0) is None  # ten times what it spent must pass first (its interval: 0)

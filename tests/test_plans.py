@@ -341,7 +341,7 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     ),
     "queues": (
         store_ops.QUEUES_PAGE,
-        {"after": "", "allowed": None, "n": 1001, "over": 10_001},
+        {"after": "", "allowed": None, "n": 1001, "over": 11, "over_new": 10_001},
         {"jobs_claim_idx", "jobs_running_idx", "jobs_waiting_idx"},
     ),
     # The background's count of every queue's live jobs (app/db/live_counts.py), once per interval.
@@ -555,7 +555,7 @@ def test_live_counts_read_at_most_the_exact_maximum_of_a_big_queue(stale_url: st
     (app/db/live_counts.py)."""
     query, params, _ = HOT[name]
     with session(stale_url) as conn:
-        plan = custom_plan(conn, query, {**params, "over": 1001}, PRELUDE[name])
+        plan = custom_plan(conn, query, {**params, "over": 1001, "over_new": 1001}, PRELUDE[name])
     read = rows_read_from_jobs(plan["Plan"])
     # pending, running, waiting and last attempts, up to 1,001 each, and one probe per priority level
     assert read <= 4 * 1001 + 2 * store_scale.LEVELS, read

@@ -45,17 +45,22 @@ FROM (
 GROUP BY queue_name
 """
 
-LIVE_COUNTS_TAKE = """
--- This replica's turn to count: the clock's row, when the last count is older than the interval (or than ten times
--- that count's duration: counting takes at most about a tenth of one core) and no other replica is counting now
--- (SKIP LOCKED: none waits for another's count).
-UPDATE jobq.live_counts_clock c SET counted_at = now()
-WHERE c.id AND c.counted_at <= now() - make_interval(secs => greatest(%(interval)s, 10 * c.took_seconds))
-  AND c.id IN (SELECT id FROM jobq.live_counts_clock FOR UPDATE SKIP LOCKED)
-RETURNING c.counted_at
+# One replica counts at a time: a transaction-scoped advisory lock, tried (a replica that finds it held does not
+# wait for another's count). Not a row lock with SKIP LOCKED on the clock: on Citus, writes to a reference table
+# are serialised by a lock of Citus's own, which would make the others wait for the whole count.
+LIVE_COUNTS_LOCK_KEY = 0x6A6F626C  # beside app/maintenance/vacuum.py's and app/db/schedules.py's keys
+LIVE_COUNTS_LOCK = f"SELECT pg_try_advisory_xact_lock({LIVE_COUNTS_LOCK_KEY})"
+
+LIVE_COUNTS_DUE = """
+-- Whether a count is due: the last one is older than the interval, or than ten times that count's duration
+-- (counting takes at most about a tenth of one core, a count that failed included).
+SELECT counted_at <= now() - make_interval(secs => greatest(%(interval)s, 10 * took_seconds))
+FROM jobq.live_counts_clock WHERE id
 """
 
-LIVE_COUNTS_TOOK = "UPDATE jobq.live_counts_clock SET took_seconds = %(took)s WHERE id"
+# When and how long: written after the count in the same transaction, or after a count that failed (its time
+# spent), so that a count past its statement budget is not tried again at once by every replica.
+LIVE_COUNTS_CLOCK = "UPDATE jobq.live_counts_clock SET counted_at = now(), took_seconds = %(took)s WHERE id"
 
 LIVE_COUNTS_WRITE = f"""
 -- Every queue's live jobs, as of this transaction's now().
@@ -83,16 +88,30 @@ NO_SEQSCAN = "SET LOCAL enable_seqscan = off"  # the legs read the partial index
 async def refresh(conn: psycopg.AsyncConnection[Any], interval: float) -> int | None:
     """Count every queue's live jobs into queue_live_counts, unless another pass (here or on another replica)
     did within `interval` seconds (or ten times as long as that count took) or is counting now. Returns the
-    queues counted, or None when it was not this pass's turn."""
+    queues counted, or None when it was not this pass's turn. A count cancelled by its statement budget still
+    moves the clock, by the time it spent, and is raised."""
+    failed: psycopg.errors.QueryCanceled | None = None
     async with conn.transaction():
-        cur = await conn.execute(LIVE_COUNTS_TAKE, {"interval": interval})
-        if await cur.fetchone() is None:
+        cur = await conn.execute(LIVE_COUNTS_LOCK)
+        locked = await cur.fetchone()
+        if not (locked and locked[0]):
+            return None  # another replica is counting now
+        cur = await conn.execute(LIVE_COUNTS_DUE, {"interval": interval})
+        due = await cur.fetchone()
+        if not (due and due[0]):
             return None
-        await conn.execute(REFRESH_TIMEOUT)
-        await conn.execute(NO_SEQSCAN)
         started = time.monotonic()
-        cur = await conn.execute(LIVE_COUNTS_WRITE)
-        counted = cur.rowcount
-        await conn.execute(LIVE_COUNTS_PRUNE)
-        await conn.execute(LIVE_COUNTS_TOOK, {"took": time.monotonic() - started})
+        counted = 0
+        try:
+            async with conn.transaction():  # a savepoint: a cancelled count leaves the clock's update to commit
+                await conn.execute(REFRESH_TIMEOUT)
+                await conn.execute(NO_SEQSCAN)
+                cur = await conn.execute(LIVE_COUNTS_WRITE)
+                counted = cur.rowcount
+                await conn.execute(LIVE_COUNTS_PRUNE)
+        except psycopg.errors.QueryCanceled as exc:
+            failed = exc
+        await conn.execute(LIVE_COUNTS_CLOCK, {"took": time.monotonic() - started})
+    if failed is not None:
+        raise failed
     return counted

@@ -97,10 +97,10 @@ pending AS (
   SELECT x.priority, x.run_at, l.k + 1 FROM levels l CROSS JOIN LATERAL (
     SELECT priority, run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending' AND priority < l.p
     ORDER BY priority DESC, run_at, id LIMIT 1) x
-  WHERE l.k < {LEVELS}
+  WHERE l.k <= {LEVELS}
 ), oldest AS (
-  -- Past {LEVELS} levels, the background's figure may be older still.
-  SELECT min(first_run) FILTER (WHERE first_run <= now()) AS ready_at, count(*) >= {LEVELS} AS partial FROM levels
+  -- Past {LEVELS} levels (the walk looks at one more to know), the background's figure may be older still.
+  SELECT min(first_run) FILTER (WHERE first_run <= now()) AS ready_at, count(*) > {LEVELS} AS partial FROM levels
 ), running AS (
   SELECT count(*) AS n FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = {RUNNING_C}
                              LIMIT %(over)s) s
@@ -261,41 +261,44 @@ WITH RECURSIVE
     LIMIT %(n)s
   )
 SELECT n.name AS queue,
-       CASE WHEN p.big THEN e.ready WHEN p.n < %(over)s THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
-       CASE WHEN p.big THEN e.scheduled WHEN p.n < %(over)s THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled)
+       CASE WHEN p.big THEN e.ready WHEN p.n < x.over THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
+       CASE WHEN p.big THEN e.scheduled WHEN p.n < x.over THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled)
        END AS scheduled,
-       CASE WHEN r.big THEN e.running WHEN r.n < %(over)s THEN r.n ELSE greatest(e.running, r.n) END AS running,
+       CASE WHEN r.big THEN e.running WHEN r.n < x.over THEN r.n ELSE greatest(e.running, r.n) END AS running,
        coalesce(f.completed, 0)::bigint AS completed, coalesce(f.failed, 0)::bigint AS failed,
        coalesce(f.cancelled, 0)::bigint AS cancelled,
-       extract(epoch FROM now() - CASE WHEN p.big OR p.n >= %(over)s THEN least(e.oldest_ready, p.oldest_ready)
+       extract(epoch FROM now() - CASE WHEN p.big OR p.n >= x.over THEN least(e.oldest_ready, p.oldest_ready)
                                        ELSE p.oldest_ready END)::float8 AS oldest_ready_age,
        coalesce((SELECT s.paused FROM jobq.queue_state s WHERE s.queue_name = n.name), false) AS paused,
-       CASE WHEN w.big THEN e.waiting WHEN w.n < %(over)s THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
-       p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= %(over)s AS estimated,
-       CASE WHEN p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= %(over)s THEN e.counted_at END AS counted_at
+       CASE WHEN w.big THEN e.waiting WHEN w.n < x.over THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
+       p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over AS estimated,
+       CASE WHEN p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over THEN e.counted_at END AS counted_at
 FROM names n
 -- The background's count of the queue (app/db/live_counts.py): a kind it found past the exact maximum is not
 -- read again here (each such read would stop at the maximum anyway); the others are counted up to it.
 LEFT JOIN jobq.queue_live_counts e ON e.queue_name = n.name
+-- A queue the background has not counted (new, or empty at its last count) is read up to the whole maximum: such
+-- queues are few, and a small share of it could take a few high-priority jobs due later for all there is.
+CROSS JOIN LATERAL (SELECT CASE WHEN e.queue_name IS NULL THEN %(over_new)s::int ELSE %(over)s::int END AS over) x
 CROSS JOIN LATERAL (
-  -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first %(over)s pending jobs.
+  -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first x.over pending jobs.
   SELECT count(*) AS n, count(*) FILTER (WHERE j.run_at <= now()) AS ready,
          count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
          min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready,
-         coalesce(e.ready + e.scheduled > %(over)s - 1, false) AS big
+         coalesce(e.ready + e.scheduled > x.over - 1, false) AS big
   FROM (SELECT j.run_at FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
-          AND coalesce(e.ready + e.scheduled <= %(over)s - 1, true)
-        ORDER BY j.priority DESC, j.run_at, j.id LIMIT %(over)s) j
+          AND coalesce(e.ready + e.scheduled <= x.over - 1, true)
+        ORDER BY j.priority DESC, j.run_at, j.id LIMIT x.over) j
 ) p
 CROSS JOIN LATERAL (
-  SELECT count(*) AS n, coalesce(e.running > %(over)s - 1, false) AS big
+  SELECT count(*) AS n, coalesce(e.running > x.over - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = {RUNNING_C}
-          AND coalesce(e.running <= %(over)s - 1, true) LIMIT %(over)s) j
+          AND coalesce(e.running <= x.over - 1, true) LIMIT x.over) j
 ) r
 CROSS JOIN LATERAL (
-  SELECT count(*) AS n, coalesce(e.waiting > %(over)s - 1, false) AS big
+  SELECT count(*) AS n, coalesce(e.waiting > x.over - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'waiting'
-          AND coalesce(e.waiting <= %(over)s - 1, true) ORDER BY j.id LIMIT %(over)s) j
+          AND coalesce(e.waiting <= x.over - 1, true) ORDER BY j.id LIMIT x.over) j
 ) w
 LEFT JOIN LATERAL (
   SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
@@ -367,7 +370,13 @@ async def queues_page(
     count)."""
     global _walks_refused
     cur = conn.cursor(row_factory=rows_of(QueueRow))
-    params = {"after": after or "", "allowed": allowed, "n": limit + 1, "over": page_exact_max(exact_max, limit) + 1}
+    params = {
+        "after": after or "",
+        "allowed": allowed,
+        "n": limit + 1,
+        "over": page_exact_max(exact_max, limit) + 1,
+        "over_new": exact_max + 1,
+    }
     rows: list[QueueRow] | None = None
     if not _walks_refused:
         try:
@@ -391,6 +400,8 @@ async def all_queues(conn: psycopg.AsyncConnection[Any], exact_max: int, page: i
     """Every queue, as GET /queues's pages give them (the depth gauges)."""
     rows: list[QueueRow] = []
     after: str | None = None
+    if finishing.on_citus(conn):
+        page = 1_000_000  # each page there reads every shard's live jobs (QUEUES_PAGE_FANOUT): one page, one read
     while True:
         got, last = await queues_page(conn, None, after, page, exact_max)
         rows.extend(got)
