@@ -17,9 +17,25 @@ from typing import Any
 import psycopg
 import pytest
 
+from app.db import debounce as store_debounce
+from app.db import jobs as store
 from app.db import operations as store_ops
 from tests import citus
-from tests.test_plans import HOT, PRELUDE
+from tests.test_plans import DEBOUNCE, HOT, PRELUDE, unique_jobs
+
+
+def citus_batch(n: int, unique: bool = False) -> dict[str, Any]:
+    """The parameters of store.citus_insert_values(n, unique=unique): jobs of queue q with ids and keys, every
+    other one unique (in a window of an hour) when unique."""
+    params: dict[str, Any] = {}
+    for k in range(n):
+        job = store.NewJob("q", json.dumps({"n": k}), 0, None, None, 5, None if unique else f"new{k}")
+        store._citus_params(k, 10_000_000 + k, job, params)
+        if unique:
+            params |= {f"uk{k}": f"u{k}", f"uf{k}": "2026-01-01 00:00:00+00", f"us{k}": 3600,
+                       f"ut{k}": ["pending", "running", "completed"]}  # fmt: skip
+    return params
+
 
 pytestmark = [
     pytest.mark.citus,
@@ -34,7 +50,27 @@ CITUS_ONLY = {
         {"after": "", "allowed": None, "n": 1001, "over": 10_001},
         set(),
     ),
+    # An enqueue the one VALUES list does not serve (more than VALUES_MAX jobs, keys out of order): a chunk of
+    # store.CHUNK rows at most, with ids drawn first (app/db/jobs.py _citus_insert).
+    "enqueue batch, Citus": (store.citus_insert_values(100), citus_batch(100), set()),
+    "enqueue batch, Citus, minimal": (store.citus_insert_values(100, False), citus_batch(100), set()),
+    # Unique jobs (_citus_insert_unique): keys and windows computed first, then the rows, then the jobs made.
+    "enqueue unique, Citus": (store.citus_insert_values(10, unique=True), citus_batch(10, unique=True), set()),
+    "enqueue unique, Citus, jobs made": (store.JOBS_GET_MADE, {"queue": "q", "ids": [1, 2, 3]}, set()),
+    # A debounced enqueue (app/db/debounce.py _debounce_citus): the target, then its replacement or a new job.
+    "enqueue debounced, Citus target": (store_debounce.JOB_DEBOUNCE_TARGET, DEBOUNCE, set()),
+    "enqueue debounced, Citus replace": (
+        store_debounce.JOB_DEBOUNCE_REPLACE,
+        {**DEBOUNCE, "id": 1, "run_at": "2026-01-01 00:00:00+00"},
+        set(),
+    ),
+    "enqueue debounced, Citus new": (store_debounce.JOB_DEBOUNCE_INSERT, DEBOUNCE, set()),
+    # The ids (and unique keys) of those enqueues: no table read, the coordinator answers alone (LOCAL).
+    "enqueue, Citus ids": (store.CITUS_IDS, {"n": 100}, set()),
+    "enqueue unique, Citus ids and keys": (store.CITUS_UNIQUE_IDS, {"batch": unique_jobs(10, 3600)}, set()),
 }
+# Statements that read no distributed table: no Citus node, nothing sent to a worker.
+LOCAL = {"enqueue, Citus ids", "enqueue unique, Citus ids and keys"}
 STATEMENTS = {**HOT, **CITUS_ONLY}
 
 # Reads that go to every shard by design: (name in HOT) -> why.
@@ -60,6 +96,12 @@ PLAIN_ONLY = {
         "Citus the service sends the Citus form and writes those two by statements of their own in the same "
         "transaction (app/db/finishing.py)",
     ),
+    "enqueue batch": "an INSERT ... SELECT, which Citus pulls through the coordinator: on Citus a batch of more than "
+    'VALUES_MAX jobs is inserted by VALUES lists ("enqueue batch, Citus")',
+    "enqueue unique": "an INSERT ... SELECT computing each row's unique key and window: on Citus those are computed "
+    'first, and the rows inserted by VALUES lists ("enqueue unique, Citus")',
+    "enqueue debounced": "a conditional INSERT ... SELECT beside the replacing UPDATE: on Citus each part is a "
+    'statement of its own in the same transaction ("enqueue debounced, Citus ...")',
 }
 
 # Statements Citus still splits, each with its reason: the test expects them split (xfail) until they are not.
@@ -101,6 +143,9 @@ def test_each_hot_statement_runs_on_one_shard(citus_url: str, name: str) -> None
             conn.execute("ROLLBACK")
     assert row is not None
     counts, subplans = tasks(row[0][0])
+    if name in LOCAL:
+        assert not counts and not subplans, f"{name}: tasks {counts}, subplans {subplans}"
+        return
     if name in FAN_OUT:
         assert counts, f"{name}: not a Citus plan"
         return

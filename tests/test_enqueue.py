@@ -204,6 +204,26 @@ def test_a_batch_keeps_its_order_in_ids_whatever_its_keys(server: LiveServer) ->
     assert [c["payload"] for c in server.claim(limit=10)] == list(range(10))
 
 
+def test_a_batch_of_a_thousand_keeps_its_order_keys_and_all_its_jobs(
+    server: LiveServer, db: psycopg.Connection
+) -> None:
+    """Past VALUES_MAX (and, on Citus, past a statement's CHUNK of rows: app/db/jobs.py _citus_insert): ids in the
+    batch's order whatever its keys, a key twice names one job, a key already taken names the job holding it."""
+    existing = server.enqueue(payload="old", idempotency_key="k0500")
+    jobs = [{"payload": i, **({"idempotency_key": f"k{999 - i:04}"} if i % 3 else {})} for i in range(1000)]
+    jobs[998] = {"payload": 998, "idempotency_key": jobs[1]["idempotency_key"]}  # the key of item 1 again
+    jobs[499] = {"payload": 499, "idempotency_key": "k0500"}
+    r = server.client.post("/queues/q/jobs/batch", json={"jobs": jobs})
+    assert r.status_code == 201
+    out = r.json()["jobs"]
+    assert out[499] == existing and out[998] == out[1]
+    made = [j for i, j in enumerate(out) if i not in (499, 998)]
+    assert [j["payload"] for j in made] == [i for i in range(1000) if i not in (499, 998)]
+    assert [j["id"] for j in made] == sorted(j["id"] for j in made) and made[0]["id"] > existing["id"]
+    assert [j["idempotency_key"] for j in out] == [j.get("idempotency_key") for j in jobs]
+    assert count_jobs(db) == 1 + 998
+
+
 BAD_BODIES = [
     ({"payload": 1, "priority": "1"}, "string where an integer belongs"),
     ({"payload": 1, "priority": 1.5}, "fraction where an integer belongs"),

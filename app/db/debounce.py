@@ -19,7 +19,8 @@ from typing import Any
 
 import psycopg
 
-from app.db.jobs import JOB_COLUMNS, NewJob, as_json, jobs_insert_unique
+from app.db import finishing
+from app.db.jobs import JOB_COLUMNS, NewJob, as_json, job_get, jobs_insert_unique
 from app.db.rows import Inserted, JobRow, Made, outcome_rows
 
 JOB_DEBOUNCE_LOCK = """
@@ -69,6 +70,62 @@ SELECT 0, true, {JOB_COLUMNS} FROM inserted j
 """
 
 
+# On Citus, JOB_DEBOUNCE runs through the coordinator: its conditional INSERT ... SELECT and the CTEs beside it are
+# subplans. There (finishing.on_citus) the enqueue sends its parts as statements of their own, in the same
+# transaction and under the same advisory lock, each one task on the queue's shard: the pending job locked FOR
+# UPDATE (JOB_DEBOUNCE_TARGET), then either its replacement (JOB_DEBOUNCE_REPLACE, the new run time as the target
+# computed it) or a new job (JOB_DEBOUNCE_INSERT, a VALUES list), then the job as the answer shows it (JOB_GET:
+# Citus allows no STABLE function, such as json_build_object, in a RETURNING clause).
+JOB_DEBOUNCE_TARGET = """
+-- On Citus: JOB_DEBOUNCE's target, a statement of its own (see there).
+SELECT j.id,
+       greatest(j.run_at, least(now() + make_interval(secs => %(seconds)s),
+                                j.created_at + make_interval(secs => %(max_wait)s))) AS run_at
+FROM jobq.jobs j
+WHERE j.queue_name = %(queue)s AND j.debounce_key = %(key)s AND j.debounce_key IS NOT NULL AND j.status = 'pending'
+ORDER BY j.id DESC
+LIMIT 1
+FOR UPDATE
+"""
+
+JOB_DEBOUNCE_REPLACE = """
+-- On Citus: the pending job that JOB_DEBOUNCE_TARGET locked, replaced.
+UPDATE jobq.jobs AS j
+SET payload = %(payload)s::jsonb, priority = %(priority)s, debounce_seconds = %(seconds)s,
+    debounce_max_wait_seconds = %(max_wait)s, run_at = %(run_at)s
+WHERE j.queue_name = %(queue)s AND j.id = %(id)s
+"""
+
+JOB_DEBOUNCE_INSERT = """
+-- On Citus: a new pending job for the key, JOB_DEBOUNCE_TARGET having found none.
+INSERT INTO jobq.jobs AS j (queue_name, payload, priority, run_at, max_attempts, traceparent, group_key,
+                       timeout_seconds, debounce_key, debounce_seconds, debounce_max_wait_seconds)
+VALUES (%(queue)s::text, %(payload)s::jsonb, %(priority)s::int,
+        now() + make_interval(secs => %(seconds)s::float8),  -- max_wait is at least seconds (the API checks)
+        %(max_attempts)s::int, %(traceparent)s::text, %(group)s::text, %(timeout)s::int, %(key)s::text,
+        %(seconds)s::float8, %(max_wait)s::float8)
+RETURNING j.id
+"""
+
+
+async def _debounce_citus(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> Inserted:
+    """On Citus: one debounced enqueue, in the caller's transaction, under its advisory lock."""
+    cur = conn.cursor()
+    await cur.execute(JOB_DEBOUNCE_TARGET, params)
+    target = await cur.fetchone()
+    if target is not None:
+        job_id, run_at = target
+        await cur.execute(JOB_DEBOUNCE_REPLACE, {**params, "id": job_id, "run_at": run_at})
+    else:
+        await cur.execute(JOB_DEBOUNCE_INSERT, params)
+        made = await cur.fetchone()
+        assert made is not None
+        job_id = made[0]
+    job = await job_get(conn, job_id, queue=params["queue"])
+    assert job is not None
+    return Inserted(target is None, job, replaced=target is not None)
+
+
 async def jobs_insert_debounced(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[Inserted]:
     """Enqueue jobs of which some are debounced, all or nothing, in one transaction: the others as
     jobs_insert_unique does, then each debounced one in order (the same key twice: the second replaces the
@@ -98,6 +155,9 @@ async def jobs_insert_debounced(conn: psycopg.AsyncConnection[Any], jobs: Sequen
                 "group": job.group,
                 "timeout": job.timeout_seconds,
             }
+            if finishing.on_citus(conn):
+                out[i] = await _debounce_citus(conn, params)
+                continue
             await cur.execute(JOB_DEBOUNCE, params)
             row = await cur.fetchone()
             assert row is not None and row.job is not None

@@ -23,6 +23,7 @@ taken while it was nearly empty."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,6 +33,7 @@ from typing import Any
 
 import orjson
 import psycopg
+import psycopg.rows
 from orjson import Fragment
 
 from app.db import finishing
@@ -392,9 +394,9 @@ async def _insert_round(
     by a transaction still in flight) in one global order, so two batches holding the same keys in different
     orders cannot wait on each other in a cycle (a deadlock: one would fail); of equal keys, the first wins.
     On Citus a VALUES list is inserted, and draws its ids, in its own order: it serves batches of at most
-    VALUES_MAX jobs whose keyed jobs already come in key order (no keys, one job, keys in order).
-    JOB_INSERT_BATCH, which draws ids in the batch's order and inserts in key order, serves the others, and
-    every enqueue on plain PostgreSQL."""
+    VALUES_MAX jobs whose keyed jobs already come in key order (no keys, one job, keys in order); the others
+    take their ids first and are inserted in key order, in chunks (_citus_insert). JOB_INSERT_BATCH, which draws
+    ids in the batch's order and inserts in key order, serves every enqueue on plain PostgreSQL."""
     cur = conn.cursor(row_factory=rows_of(JobRow))
     keyed = [i for i in todo if jobs[i].idempotency_key is not None] if len(todo) <= VALUES_MAX else []
     in_order = all(
@@ -402,15 +404,19 @@ async def _insert_round(
         <= (_c_order(jobs[b].queue), _c_order(jobs[b].idempotency_key))
         for a, b in pairwise(keyed)
     )
-    if len(todo) <= VALUES_MAX and in_order and finishing.on_citus(conn):
+    citus = finishing.on_citus(conn)
+    if len(todo) <= VALUES_MAX and in_order and citus:
         params: dict[str, Any] = {}
         for k, i in enumerate(todo):
             _row_params(k, jobs[i], params)
         await cur.execute(_values_sql(tuple(_shape(jobs[i]) for i in todo), full), params)
+        rows = await cur.fetchall()
+    elif citus:
+        rows = await _citus_insert(conn, jobs, todo, full)
     else:
         batch = [_job_doc(n, jobs[i]) for n, i in enumerate(todo)]
         await cur.execute(JOB_INSERT_BATCH["full" if full else "brief"], {"batch": as_json(batch)})
-    rows = await cur.fetchall()
+        rows = await cur.fetchall()
     by_key = {(r.queue, r.idempotency_key): r for r in rows if r.idempotency_key is not None}
     unkeyed = iter(sorted((r for r in rows if r.idempotency_key is None), key=lambda r: r.id))
     taken = []
@@ -522,10 +528,15 @@ async def jobs_insert_unique(conn: psycopg.AsyncConnection[Any], jobs: Sequence[
     out: list[Inserted | None] = [None] * len(jobs)
     todo = list(range(len(jobs)))
     cur = conn.cursor(row_factory=outcome_rows(Made, JobRow))
+    citus = finishing.on_citus(conn)
     for _ in range(3):  # the holder gone between INSERT and SELECT (finished, deleted): again
-        await cur.execute(JOB_INSERT_UNIQUE, {"batch": _unique_batch(jobs, todo)})
+        if citus:
+            made = await _citus_insert_unique(conn, jobs, todo)
+        else:
+            await cur.execute(JOB_INSERT_UNIQUE, {"batch": _unique_batch(jobs, todo)})
+            made = await cur.fetchall()
         taken = []
-        for row in await cur.fetchall():
+        for row in made:
             if row.job is not None:
                 out[row.ord] = Inserted(True, row.job)
             else:
@@ -547,6 +558,166 @@ async def jobs_insert_unique(conn: psycopg.AsyncConnection[Any], jobs: Sequence[
         if not todo:
             return [o for o in out if o is not None]
     raise RuntimeError("a unique key kept vanishing between insert and lookup")
+
+
+# --- on Citus: a batch the VALUES list above does not serve, unique jobs --------------------------------------
+# Citus runs an INSERT ... SELECT (JOB_INSERT_BATCH, JOB_INSERT_UNIQUE) through the coordinator: the rows go to
+# each shard named, then are inserted there, a few round trips. On connections where finishing.on_citus holds,
+# those enqueues send VALUES lists instead, each a router INSERT (one task on the queue's shard):
+#   * the ids first, drawn in the batch's order (and, for unique jobs, each job's unique key and window) by
+#     CITUS_IDS or CITUS_UNIQUE_IDS, which read no table: the coordinator answers them alone;
+#   * then the rows with those ids, in key order (as JOB_INSERT_BATCH: the keys a statement waits on are taken
+#     in one global order, so two batches cannot wait on each other in a cycle), at most CHUNK rows a statement
+#     (a statement takes at most 65,535 parameters; the cached texts stay small), in one transaction: the batch
+#     is still all or nothing.
+# Every row has the same form (an unset field is NULL, which is every optional column's default; no run time is
+# now()), so a statement's text depends on its number of rows only.
+CHUNK = 500
+
+CITUS_IDS = """
+-- On Citus: ids for a batch of n jobs, in order, from the jobs' identity sequence (no table read).
+SELECT nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id FROM generate_series(1, %(n)s) ORDER BY 1
+"""
+
+CITUS_UNIQUE_IDS = f"""
+-- On Citus: ids for a batch with unique jobs, in input order, and each unique job's key and window start (as
+-- JOB_INSERT_UNIQUE computes them; the window as text, '-infinity' for none). No table read; the insert that
+-- follows, in the same transaction, has the same now().
+SELECT t.ord, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id,
+       CASE WHEN t.is_unique THEN {_UNIQUE_KEY} END AS ukey,
+       CASE WHEN t.is_unique THEN ({_UNIQUE_FROM})::text END AS ufrom
+FROM {_UNIQUE_INPUT}
+ORDER BY ord
+"""
+
+_CITUS_ROW = (
+    "(%(i{k})s::bigint, %(q{k})s::text, %(p{k})s::jsonb, %(pr{k})s::int, "
+    "coalesce(%(r{k})s::timestamptz, now() + make_interval(secs => coalesce(%(d{k})s::float8, 0))), "
+    "%(m{k})s::int, %(k{k})s::text, %(t{k})s::text, %(g{k})s::text, %(o{k})s::int"
+)
+_CITUS_UNIQUE_CELLS = ", %(uk{k})s::text, %(uf{k})s::timestamptz, %(us{k})s::int, %(ut{k})s::text[]"
+
+
+@lru_cache(maxsize=64)
+def citus_insert_values(n: int, full: bool = True, unique: bool = False) -> str:
+    """On Citus: the insert of n rows with their ids (CITUS_IDS), one task on their queue's shard. unique: with
+    each job's unique key, window and states; a key taken (an idempotency key, or a unique key in this window)
+    inserts nothing, and only ids come back (the caller reads the rows made: Citus allows no STABLE function,
+    such as json_build_object, in a RETURNING clause)."""
+    cells = _CITUS_ROW + (_CITUS_UNIQUE_CELLS if unique else "") + ")"
+    rows = ",\n       ".join(cells.format(k=k) for k in range(n))
+    columns = _INSERT_COLUMNS + (", unique_key, unique_from, unique_for_seconds, unique_states" if unique else "")
+    if unique:
+        tail = """-- Without a target, both unique indexes are arbiters; a job has at most one of the two keys.
+ON CONFLICT DO NOTHING
+RETURNING j.id"""
+    else:
+        tail = f"""-- A key already taken on this queue: insert nothing, the caller fetches the existing job.
+ON CONFLICT (queue_name, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING {job_columns("true" if full else "false", keyed=False)}"""
+    return f"""
+INSERT INTO jobq.jobs AS j (id, {columns})
+OVERRIDING SYSTEM VALUE
+VALUES {rows}
+{tail}
+"""
+
+
+# On Citus, the statements for one job (sql/jobs.sql shows them): a chunk has a row per job.
+JOB_INSERT_CITUS_ONE = citus_insert_values(1)
+JOB_INSERT_UNIQUE_CITUS_ONE = citus_insert_values(1, unique=True)
+
+JOBS_GET_MADE = f"""
+-- On Citus: the jobs of one queue that a unique enqueue just made, by id (one task on the queue's shard).
+SELECT {JOB_COLUMNS} FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.id = ANY(%(ids)s::bigint[])
+"""
+
+
+def _citus_params(k: int, job_id: int, job: NewJob, params: dict[str, Any]) -> None:
+    """Row k's parameters in citus_insert_values."""
+    params[f"i{k}"], params[f"q{k}"], params[f"p{k}"], params[f"pr{k}"] = job_id, job.queue, job.payload, job.priority
+    params[f"r{k}"], params[f"d{k}"], params[f"m{k}"] = job.run_at, job.delay_seconds, job.max_attempts
+    params[f"k{k}"], params[f"t{k}"], params[f"g{k}"] = job.idempotency_key, job.traceparent, job.group
+    params[f"o{k}"] = job.timeout_seconds
+
+
+def _key_order(jobs: Sequence[NewJob], todo: Sequence[int]) -> list[int]:
+    """todo in the order JOB_INSERT_BATCH inserts: queue, idempotency key, input order, in COLLATE "C" (NULLs last,
+    as PostgreSQL sorts them)."""
+    return sorted(todo, key=lambda i: _unique_order(jobs[i], (None, None), i))
+
+
+def _unique_order(job: NewJob, ukey: tuple[str | None, str | None], i: int) -> tuple[Any, ...]:
+    """A job's place in the order JOB_INSERT_UNIQUE inserts: queue, idempotency key, unique key, window start,
+    input order (COLLATE "C", NULLs last; the window as text, which orders one key's windows as time does)."""
+    key, (unique_key, start) = job.idempotency_key, ukey
+    return (_c_order(job.queue), key is None, _c_order(key), unique_key is None, _c_order(unique_key),
+            start is None, _c_order(start), i)  # fmt: skip
+
+
+async def _citus_chunks(
+    conn: psycopg.AsyncConnection[Any],
+    jobs: Sequence[NewJob],
+    order: Sequence[int],
+    ids: dict[int, int],
+    full: bool,
+    unique: dict[int, tuple[str | None, str | None]] | None = None,
+) -> list[Any]:
+    """On Citus: insert jobs[order] with their ids, CHUNK rows a statement; more than one statement: in one
+    transaction (a savepoint in the caller's, if any), so that the batch is all or nothing. The rows returned."""
+    cur = conn.cursor(row_factory=psycopg.rows.tuple_row if unique is not None else rows_of(JobRow))
+    rows: list[Any] = []
+    async with conn.transaction() if len(order) > CHUNK else contextlib.nullcontext():
+        for start in range(0, len(order), CHUNK):
+            chunk = order[start : start + CHUNK]
+            params: dict[str, Any] = {}
+            for k, i in enumerate(chunk):
+                _citus_params(k, ids[i], jobs[i], params)
+                if unique is not None:
+                    u = jobs[i].unique
+                    params[f"uk{k}"], params[f"uf{k}"] = unique.get(i, (None, None))
+                    params[f"us{k}"] = u.for_seconds if u is not None else None
+                    params[f"ut{k}"] = list(u.states) if u is not None else None
+            await cur.execute(citus_insert_values(len(chunk), full, unique is not None), params)
+            rows += await cur.fetchall()
+    return rows
+
+
+async def _citus_insert(
+    conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], todo: Sequence[int], full: bool
+) -> list[JobRow]:
+    """On Citus, jobs[todo] that a single VALUES list does not serve: ids drawn in the batch's order (CITUS_IDS),
+    rows inserted in key order. The rows made."""
+    cur = conn.cursor()
+    await cur.execute(CITUS_IDS, {"n": len(todo)})
+    ids = dict(zip(todo, [r[0] for r in await cur.fetchall()], strict=True))
+    return await _citus_chunks(conn, jobs, _key_order(jobs, todo), ids, full)
+
+
+async def _citus_insert_unique(
+    conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob], todo: Sequence[int]
+) -> list[Made]:
+    """On Citus, JOB_INSERT_UNIQUE's answer for jobs[todo] (in a transaction: the caller's): ids and unique keys
+    and windows first (CITUS_UNIQUE_IDS), the rows in key order, then the jobs made read back (JOBS_GET_MADE)."""
+    cur = conn.cursor()
+    await cur.execute(CITUS_UNIQUE_IDS, {"batch": _unique_batch(jobs, todo)})
+    ids: dict[int, int] = {}
+    ukeys: dict[int, tuple[str | None, str | None]] = {}
+    for ord_, job_id, ukey, ufrom in await cur.fetchall():
+        ids[ord_] = job_id
+        ukeys[ord_] = (ukey, ufrom)
+    order = sorted(todo, key=lambda i: _unique_order(jobs[i], ukeys[i], i))
+    made = {r[0] for r in await _citus_chunks(conn, jobs, order, ids, True, ukeys)}
+    found: dict[int, JobRow] = {}
+    by_queue: dict[str, list[int]] = {}
+    for i in todo:
+        if ids[i] in made:
+            by_queue.setdefault(jobs[i].queue, []).append(ids[i])
+    get = conn.cursor(row_factory=rows_of(JobRow))
+    for queue, of_queue in by_queue.items():  # one statement per queue (in practice one)
+        await get.execute(JOBS_GET_MADE, {"queue": queue, "ids": of_queue})
+        found |= {r.id: r for r in await get.fetchall()}
+    return [Made(i, ids[i] in made, found.get(ids[i])) for i in todo]
 
 
 async def _by_keys(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob]) -> list[JobRow]:
