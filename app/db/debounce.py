@@ -14,6 +14,7 @@ new one). The new one is now + seconds, capped at the first enqueue (the job's c
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,20 +34,24 @@ SELECT count(pg_advisory_xact_lock(k)) FROM (
 ) l
 """
 
+# The pending job of a debounce key, locked, and its new run time: JOB_DEBOUNCE's first CTE, and on Citus a
+# statement of its own (JOB_DEBOUNCE_TARGET).
+_TARGET = """SELECT j.id,
+       greatest(j.run_at, least(now() + make_interval(secs => %(seconds)s),
+                                j.created_at + make_interval(secs => %(max_wait)s))) AS run_at
+FROM jobq.jobs j
+WHERE j.queue_name = %(queue)s AND j.debounce_key = %(key)s AND j.debounce_key IS NOT NULL AND j.status = 'pending'
+ORDER BY j.id DESC
+LIMIT 1
+FOR UPDATE"""
+
 JOB_DEBOUNCE = f"""
 WITH target AS (
   -- The pending job of the key (the newest, should a retried one have come back beside it), through
   -- jobs_debounce_idx. FOR UPDATE: a claim that holds it makes this wait, then find it running: no target.
   -- Its new run time is computed here, not in the UPDATE (on Citus an UPDATE may not apply a STABLE
   -- function, such as timestamptz + interval, to a column).
-  SELECT j.id,
-         greatest(j.run_at, least(now() + make_interval(secs => %(seconds)s),
-                                  j.created_at + make_interval(secs => %(max_wait)s))) AS run_at
-  FROM jobq.jobs j
-  WHERE j.queue_name = %(queue)s AND j.debounce_key = %(key)s AND j.debounce_key IS NOT NULL AND j.status = 'pending'
-  ORDER BY j.id DESC
-  LIMIT 1
-  FOR UPDATE
+{textwrap.indent(_TARGET, "  ")}
 ), replaced AS (
   UPDATE jobq.jobs AS j
   SET payload = %(payload)s::jsonb, priority = %(priority)s, debounce_seconds = %(seconds)s,
@@ -76,16 +81,9 @@ SELECT 0, true, {JOB_COLUMNS} FROM inserted j
 # UPDATE (JOB_DEBOUNCE_TARGET), then either its replacement (JOB_DEBOUNCE_REPLACE, the new run time as the target
 # computed it) or a new job (JOB_DEBOUNCE_INSERT, a VALUES list), then the job as the answer shows it (JOB_GET:
 # Citus allows no STABLE function, such as json_build_object, in a RETURNING clause).
-JOB_DEBOUNCE_TARGET = """
+JOB_DEBOUNCE_TARGET = f"""
 -- On Citus: JOB_DEBOUNCE's target, a statement of its own (see there).
-SELECT j.id,
-       greatest(j.run_at, least(now() + make_interval(secs => %(seconds)s),
-                                j.created_at + make_interval(secs => %(max_wait)s))) AS run_at
-FROM jobq.jobs j
-WHERE j.queue_name = %(queue)s AND j.debounce_key = %(key)s AND j.debounce_key IS NOT NULL AND j.status = 'pending'
-ORDER BY j.id DESC
-LIMIT 1
-FOR UPDATE
+{_TARGET}
 """
 
 JOB_DEBOUNCE_REPLACE = """
