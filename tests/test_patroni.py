@@ -51,7 +51,10 @@ class Run:
     """The load driver's history, read back."""
 
     def __init__(self, path: Path) -> None:
-        self.entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        # The driver appends while this reads: a last line without its newline is still being written.
+        text = path.read_text()
+        whole = text[: text.rfind("\n") + 1]
+        self.entries = [json.loads(line) for line in whole.splitlines() if line.strip()]
 
     def of(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         return [e for e in self.entries if e["kind"] == kind and all(e.get(k) == v for k, v in match.items())]
