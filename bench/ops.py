@@ -7,7 +7,8 @@ counters costs, and whether claim throughput holds after a million jobs have pas
   retention  claim + complete on a fresh table, then after 1,000,000 jobs went through the service with
              retention deleting behind them, same pending backlog, same clients.
   backlog    GET /queues/q0/stats and GET /queues at 100k, 1M and 3M pending jobs in one queue, then over 1,000
-             queues, on the freshly loaded table and after VACUUM (issue 22: p50 under 10 ms, flat).
+             queues, on the freshly loaded table and after VACUUM (issue 22: p50 under 10 ms, flat);
+             --backlog-groups N puts every job in one of N groups (the stats' top groups).
   scale      GET /queues/{queue}/scale (issue 25) on 1,000,000 pending jobs of a queue without limits (three
              priority levels, a tenth scheduled later), and of a queue with concurrency and group limits
              (1,000 groups); the target: p50 under 10 ms.
@@ -125,18 +126,20 @@ async def _get_json(port: int, path: str) -> Any:
 # --- backlog: stats and GET /queues as the backlog grows (issue 22) ------------------------------------------
 
 
-def load_spread(url: str, queues: int, first: int, n: int) -> None:
+def load_spread(url: str, queues: int, first: int, n: int, groups: int = 0) -> None:
     """`n` more pending jobs, numbered from `first`, spread round-robin over `queues` queues q0, q1, ... (their
-    rows interleaved in the heap): three priority levels, a tenth due in an hour."""
+    rows interleaved in the heap): three priority levels, a tenth due in an hour; with `groups`, every job in one
+    of that many groups of its queue, unevenly (squares modulo `groups`: some hold many times what others do)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             """
-            INSERT INTO jobq.jobs (queue_name, payload, priority, run_at)
+            INSERT INTO jobq.jobs (queue_name, payload, priority, run_at, group_key)
             SELECT 'q' || mod(i, %s), %s::jsonb, mod(i / %s, 3) * 5,
-                   CASE WHEN mod(i / %s, 10) = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END
+                   CASE WHEN mod(i / %s, 10) = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END,
+                   CASE WHEN %s > 0 THEN 'g' || mod(mod(i / %s, 7919) * mod(i / %s, 7919), %s) END
             FROM generate_series(%s, %s) i
             """,
-            (queues, PAYLOAD, queues, queues, first, first + n - 1),
+            (queues, PAYLOAD, queues, queues, groups, queues, queues, max(groups, 1), first, first + n - 1),
         )
 
 
@@ -152,10 +155,13 @@ def time_full_count(url: str) -> float:
     return ms
 
 
-def part_backlog(admin_url: str, port: int, steps: list[int], layouts: list[int], n: int = 50) -> dict[str, Any]:
+def part_backlog(
+    admin_url: str, port: int, steps: list[int], layouts: list[int], n: int = 50, groups: int = 0
+) -> dict[str, Any]:
     """GET /queues/q0/stats and GET /queues at each backlog of `steps`, for each number of queues in `layouts`,
     on the freshly loaded table (autovacuum off, not vacuumed since the load: index-only scans visit the heap)
-    and again after VACUUM; the service as shipped (JOBQ_STATS_EXACT_MAX 10,000, a count every 10 s)."""
+    and again after VACUUM; the service as shipped (JOBQ_STATS_EXACT_MAX 10,000, a count every 10 s). With
+    `groups`, every job has a group (the stats' top groups)."""
     out: dict[str, Any] = {}
     for queues in layouts:
         url = fresh_database(admin_url, "jobq_ops")
@@ -168,7 +174,7 @@ def part_backlog(admin_url: str, port: int, steps: list[int], layouts: list[int]
         try:
             for total in steps:
                 t0 = time.monotonic()
-                load_spread(url, queues, loaded + 1, total - loaded)
+                load_spread(url, queues, loaded + 1, total - loaded, groups)
                 loaded = total
                 print(f"{queues} queue(s): {total:,} pending loaded in {time.monotonic() - t0:.0f}s", flush=True)
                 for state in ("fresh", "vacuumed"):
@@ -176,17 +182,21 @@ def part_backlog(admin_url: str, port: int, steps: list[int], layouts: list[int]
                         with psycopg.connect(url, autocommit=True) as conn:
                             conn.execute("VACUUM ANALYZE jobq.jobs")
                     asyncio.run(time_get(port, "/queues/q0/stats", 3))  # warm
+                    sample = asyncio.run(_get_json(port, "/queues/q0/stats"))
                     row = {
                         "stats": asyncio.run(time_get(port, "/queues/q0/stats", n)),
                         "queues": asyncio.run(time_get(port, "/queues", max(n // 2, 5))),
                         "full_count_ms": time_full_count(url),
-                        "sample": asyncio.run(_get_json(port, "/queues/q0/stats"))["counts"],
+                        "sample": sample["counts"],
+                        "top_group": sample["groups"][0] if sample["groups"] else None,
+                        "groups_estimated": sample.get("groups_estimated"),
                     }
                     out[f"{queues}q/{total}/{state}"] = row
                     print(
                         f"  {state:8} stats p50 {row['stats']['p50_ms']:.1f} ms p95 {row['stats']['p95_ms']:.1f};"
                         f" GET /queues p50 {row['queues']['p50_ms']:.1f} ms p95 {row['queues']['p95_ms']:.1f};"
-                        f" the background's full count {row['full_count_ms']:.0f} ms; q0 {row['sample']}",
+                        f" the background's full count {row['full_count_ms']:.0f} ms; q0 {row['sample']}"
+                        + (f"; top group {row['top_group']}, estimated {row['groups_estimated']}" if groups else ""),
                         flush=True,
                     )
         finally:
@@ -447,6 +457,7 @@ def main() -> None:
     p.add_argument("--scale-pending", type=int, default=1_000_000, help="scale: pending jobs in each queue")
     p.add_argument("--backlog-steps", default="100000,1000000,3000000", help="backlog: pending jobs at each step")
     p.add_argument("--backlog-queues", default="1,1000", help="backlog: the queues they are spread over, per run")
+    p.add_argument("--backlog-groups", type=int, default=0, help="backlog: every job in one of this many groups")
     p.add_argument("--json")
     args = p.parse_args()
     try:
@@ -470,7 +481,7 @@ def main() -> None:
     if "backlog" in parts:
         steps = [int(x) for x in args.backlog_steps.split(",")]
         layouts = [int(x) for x in args.backlog_queues.split(",")]
-        results["backlog"] = part_backlog(args.admin_url, args.port, steps, layouts)
+        results["backlog"] = part_backlog(args.admin_url, args.port, steps, layouts, groups=args.backlog_groups)
     if "retention" in parts:
         results["retention"] = part_retention(args.admin_url, args.port, args.clients, args.seconds, args.through)
     if args.json:
