@@ -143,13 +143,14 @@ def load_spread(url: str, queues: int, first: int, n: int, groups: int = 0) -> N
         )
 
 
-def time_full_count(url: str) -> float:
-    """ms of the background's count of every queue (app/db/live_counts.py LIVE_COUNTS_WRITE), rolled back: what
-    one stats call cost per queue before issue 22's bound, paid once per interval for the whole cluster now."""
+def time_full_count(url: str, statement: str = store_live.LIVE_COUNTS_WRITE) -> float:
+    """ms of the background's count of every queue (app/db/live_counts.py LIVE_COUNTS_WRITE, or LIVE_GROUPS_WRITE),
+    rolled back: what one stats call cost per queue before issue 22's bound, paid once per interval for the whole
+    cluster now."""
     with psycopg.connect(url) as conn:
         conn.execute("SET enable_seqscan = off")
         t0 = time.perf_counter()
-        conn.execute(store_live.LIVE_COUNTS_WRITE)
+        conn.execute(statement)
         ms = (time.perf_counter() - t0) * 1000
         conn.rollback()
     return ms
@@ -187,6 +188,7 @@ def part_backlog(
                         "stats": asyncio.run(time_get(port, "/queues/q0/stats", n)),
                         "queues": asyncio.run(time_get(port, "/queues", max(n // 2, 5))),
                         "full_count_ms": time_full_count(url),
+                        "groups_count_ms": time_full_count(url, store_live.LIVE_GROUPS_WRITE) if groups else None,
                         "sample": sample["counts"],
                         "top_group": sample["groups"][0] if sample["groups"] else None,
                         "groups_estimated": sample.get("groups_estimated"),
@@ -196,7 +198,12 @@ def part_backlog(
                         f"  {state:8} stats p50 {row['stats']['p50_ms']:.1f} ms p95 {row['stats']['p95_ms']:.1f};"
                         f" GET /queues p50 {row['queues']['p50_ms']:.1f} ms p95 {row['queues']['p95_ms']:.1f};"
                         f" the background's full count {row['full_count_ms']:.0f} ms; q0 {row['sample']}"
-                        + (f"; top group {row['top_group']}, estimated {row['groups_estimated']}" if groups else ""),
+                        + (
+                            f"; top group {row['top_group']}, estimated {row['groups_estimated']};"
+                            f" the background's count of the top groups {row['groups_count_ms']:.0f} ms"
+                            if groups
+                            else ""
+                        ),
                         flush=True,
                     )
         finally:

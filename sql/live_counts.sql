@@ -47,6 +47,33 @@ ON CONFLICT (queue_name) DO UPDATE SET
   on_last = EXCLUDED.on_last, one_left = EXCLUDED.one_left, oldest_ready = EXCLUDED.oldest_ready,
   counted_at = EXCLUDED.counted_at
 
+-- name: LIVE_GROUPS_PRUNE --
+-- Groups that are no longer among their queue's top ones, or have no ready job left.
+DELETE FROM jobq.queue_live_groups WHERE counted_at < now()
+
+-- name: LIVE_GROUPS_WRITE --
+-- Every queue's 20 groups with the most ready jobs (index-only over jobs_group_idx), with their running
+-- jobs (jobs_running_idx), as of this transaction's now(). Ranked per queue, the distribution column: on Citus
+-- each shard ranks its own queues.
+INSERT INTO jobq.queue_live_groups AS l (queue_name, group_key, ready, running, counted_at)
+SELECT t.queue_name, t.group_key, t.ready, coalesce(r.running, 0), now()
+FROM (
+  SELECT queue_name, group_key, ready,
+         row_number() OVER (PARTITION BY queue_name ORDER BY ready DESC, group_key) AS rank
+  FROM (
+    SELECT queue_name, group_key, count(*) FILTER (WHERE run_at <= now()) AS ready FROM jobq.jobs
+    WHERE status = 'pending' AND group_key IS NOT NULL GROUP BY queue_name, group_key
+  ) g
+  WHERE ready > 0
+) t
+LEFT JOIN (
+  SELECT queue_name, group_key, count(*) AS running FROM jobq.jobs
+  WHERE status = 'running' COLLATE "C" AND group_key IS NOT NULL GROUP BY queue_name, group_key
+) r ON r.queue_name = t.queue_name AND r.group_key = t.group_key
+WHERE t.rank <= 20
+ON CONFLICT (queue_name, group_key) DO UPDATE SET
+  ready = EXCLUDED.ready, running = EXCLUDED.running, counted_at = EXCLUDED.counted_at
+
 -- name: NO_SEQSCAN --
 SET LOCAL enable_seqscan = off
 

@@ -80,6 +80,7 @@ FAN_OUT = {
     "queues with jobs past their timeout": "the timeout sweep's look over all queues, then one queue at a time",
     "queues, Citus page": "GET /queues lists every queue",
     "live counts": "the background's count of every queue's live jobs, once per interval for the whole cluster",
+    "live groups": "the background's count of every queue's top groups, with the live counts",
     "workers": "GET /workers lists every queue's workers",
     "a worker's jobs": "a worker may hold jobs of any queue",
 }

@@ -43,6 +43,7 @@ BY_QUEUE = (
     "workers",
     "worker_minutes",
     "queue_live_counts",
+    "queue_live_groups",
 )
 
 # A copy on every node.

@@ -10,7 +10,12 @@ scan that must visit the heap visits at most the cap's worth); the full count is
 interval for the whole cluster, instead of once per request and per process.
 
 An estimated figure is never below what the request itself saw: its capped read is a lower bound (a queue that
-grew past the cap since the last refresh shows at least the cap, not the older, smaller count)."""
+grew past the cap since the last refresh shows at least the cap, not the older, smaller count).
+
+The stats' groups (the TOP_GROUPS groups of a queue with the most ready jobs, with their running jobs) follow the
+same rule: the request reads up to the cap of the queue's pending jobs that have a group (jobs_group_idx, in group
+order) and of those groups' running jobs (jobs_running_idx); past it, the groups it did not see whole come from
+queue_live_groups, each queue's top groups as the same count found them (app/db/operations.py QUEUE_GROUPS)."""
 
 from __future__ import annotations
 
@@ -74,6 +79,38 @@ ON CONFLICT (queue_name) DO UPDATE SET
   counted_at = EXCLUDED.counted_at
 """
 
+# The groups the stats show (app/db/operations.py QUEUE_GROUPS), and as many as the count keeps of each queue.
+TOP_GROUPS = 20
+
+LIVE_GROUPS_WRITE = f"""
+-- Every queue's {TOP_GROUPS} groups with the most ready jobs (index-only over jobs_group_idx), with their running
+-- jobs (jobs_running_idx), as of this transaction's now(). Ranked per queue, the distribution column: on Citus
+-- each shard ranks its own queues.
+INSERT INTO jobq.queue_live_groups AS l (queue_name, group_key, ready, running, counted_at)
+SELECT t.queue_name, t.group_key, t.ready, coalesce(r.running, 0), now()
+FROM (
+  SELECT queue_name, group_key, ready,
+         row_number() OVER (PARTITION BY queue_name ORDER BY ready DESC, group_key) AS rank
+  FROM (
+    SELECT queue_name, group_key, count(*) FILTER (WHERE run_at <= now()) AS ready FROM jobq.jobs
+    WHERE status = 'pending' AND group_key IS NOT NULL GROUP BY queue_name, group_key
+  ) g
+  WHERE ready > 0
+) t
+LEFT JOIN (
+  SELECT queue_name, group_key, count(*) AS running FROM jobq.jobs
+  WHERE status = {RUNNING_C} AND group_key IS NOT NULL GROUP BY queue_name, group_key
+) r ON r.queue_name = t.queue_name AND r.group_key = t.group_key
+WHERE t.rank <= {TOP_GROUPS}
+ON CONFLICT (queue_name, group_key) DO UPDATE SET
+  ready = EXCLUDED.ready, running = EXCLUDED.running, counted_at = EXCLUDED.counted_at
+"""
+
+LIVE_GROUPS_PRUNE = """
+-- Groups that are no longer among their queue's top ones, or have no ready job left.
+DELETE FROM jobq.queue_live_groups WHERE counted_at < now()
+"""
+
 LIVE_COUNTS_PRUNE = """
 -- Queues the count just made found without a live job.
 DELETE FROM jobq.queue_live_counts WHERE counted_at < now()
@@ -86,10 +123,10 @@ NO_SEQSCAN = "SET LOCAL enable_seqscan = off"  # the legs read the partial index
 
 
 async def refresh(conn: psycopg.AsyncConnection[Any], interval: float) -> int | None:
-    """Count every queue's live jobs into queue_live_counts, unless another pass (here or on another replica)
-    did within `interval` seconds (or ten times as long as that count took) or is counting now. Returns the
-    queues counted, or None when it was not this pass's turn. A count cancelled by its statement budget still
-    moves the clock, by the time it spent, and is raised."""
+    """Count every queue's live jobs into queue_live_counts and its top groups into queue_live_groups, unless
+    another pass (here or on another replica) did within `interval` seconds (or ten times as long as that count
+    took) or is counting now. Returns the queues counted, or None when it was not this pass's turn. A count
+    cancelled by its statement budget still moves the clock, by the time it spent, and is raised."""
     failed: psycopg.errors.QueryCanceled | None = None
     async with conn.transaction():
         cur = await conn.execute(LIVE_COUNTS_LOCK)
@@ -109,6 +146,8 @@ async def refresh(conn: psycopg.AsyncConnection[Any], interval: float) -> int | 
                 cur = await conn.execute(LIVE_COUNTS_WRITE)
                 counted = cur.rowcount
                 await conn.execute(LIVE_COUNTS_PRUNE)
+                await conn.execute(LIVE_GROUPS_WRITE)
+                await conn.execute(LIVE_GROUPS_PRUNE)
         except psycopg.errors.QueryCanceled as exc:
             failed = exc
         await conn.execute(LIVE_COUNTS_CLOCK, {"took": time.monotonic() - started})

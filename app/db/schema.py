@@ -50,6 +50,7 @@ TABLES = (
     "workers",
     "worker_minutes",
     "queue_live_counts",
+    "queue_live_groups",
     "live_counts_clock",
 )
 
