@@ -186,19 +186,53 @@ LEFT JOIN jobq.queue_state s ON s.queue_name = n.name
 ORDER BY n.name
 
 -- name: QUEUE_GROUPS --
--- The groups with the most ready jobs (index-only over jobs_group_idx, whose last key is run_at), with
--- their running jobs (jobs_running_idx).
-SELECT t.group_key AS "group", t.ready,
-       (SELECT count(*) FROM jobq.jobs r WHERE r.queue_name = %(queue)s AND r.status = 'running' COLLATE "C"
-                                      AND r.group_key = t.group_key) AS running
-FROM (
-  SELECT group_key, count(*) AS ready FROM jobq.jobs
-  WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL AND run_at <= now()
-  GROUP BY group_key
-  ORDER BY ready DESC, group_key
+-- The queue's %(top)s groups with the most ready jobs and their running jobs, each kind read up to %(over)s jobs.
+WITH seen AS (
+  -- Index-only over jobs_group_idx, in its order: the first %(over)s pending jobs that have a group.
+  SELECT group_key, run_at FROM jobq.jobs
+  WHERE queue_name = %(queue)s AND status = 'pending' AND group_key IS NOT NULL
+  ORDER BY group_key
+  LIMIT %(over)s
+), span AS (
+  -- whole: every such job was read; else the groups before `last` were.
+  SELECT count(*) < %(over)s AS whole, max(group_key) AS last FROM seen
+), counted AS (
+  SELECT group_key, count(*) FILTER (WHERE run_at <= now()) AS ready FROM seen GROUP BY group_key
+), estimate AS (
+  -- The background's top groups of the queue, from its last count.
+  SELECT group_key, ready, running, counted_at FROM jobq.queue_live_groups WHERE queue_name = %(queue)s
+), top AS (
+  SELECT m.group_key, m.ready, m.estimated_running FROM (
+    SELECT coalesce(c.group_key, e.group_key) AS group_key, e.running AS estimated_running,
+           CASE WHEN s.whole OR coalesce(c.group_key, e.group_key) < s.last THEN coalesce(c.ready, 0)
+                ELSE greatest(c.ready, e.ready) END AS ready
+    FROM counted c FULL JOIN estimate e ON e.group_key = c.group_key CROSS JOIN span s
+  ) m
+  WHERE m.ready > 0
+  ORDER BY m.ready DESC, m.group_key
   LIMIT %(top)s
-) t
-ORDER BY t.ready DESC, t.group_key
+), running AS (
+  -- Index-only over jobs_running_idx: the running jobs of those groups, up to %(over)s in all.
+  SELECT group_key FROM jobq.jobs
+  WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
+    AND group_key = ANY (ARRAY(SELECT group_key FROM top))
+  LIMIT %(over)s
+), listed AS (
+  SELECT t.group_key, t.ready,
+         CASE WHEN (SELECT count(*) FROM running) < %(over)s THEN coalesce(r.n, 0)
+              ELSE greatest(coalesce(r.n, 0), t.estimated_running) END AS running
+  FROM top t LEFT JOIN (SELECT group_key, count(*) AS n FROM running GROUP BY group_key) r
+    ON r.group_key = t.group_key
+)
+SELECT coalesce((SELECT json_agg(json_build_object('group', group_key, 'ready', ready, 'running', running)
+                                 ORDER BY ready DESC, group_key) FROM listed), '[]') AS groups,
+       NOT s.whole OR (SELECT count(*) FROM running) >= %(over)s AS estimated,
+       -- The background's count that wrote the estimate: queue_live_counts is written in the same transaction, and
+       -- tells when a queue without a ready group was counted; the older one if they differ (a replica of a release
+       -- before 0048 counted last, leaving the groups as they were).
+       least((SELECT min(counted_at) FROM estimate),
+             (SELECT counted_at FROM jobq.queue_live_counts WHERE queue_name = %(queue)s)) AS counted_at
+FROM span s
 
 -- name: QUEUE_STATS --
 WITH RECURSIVE 

@@ -208,3 +208,88 @@ def test_a_count_past_its_budget_still_moves_the_clock(server_factory: Any, db: 
     assert moved and took > 0
     db.execute("UPDATE jobq.live_counts_clock SET took_seconds = 3600")
     assert count_now(server, interval=0) is None  # ten times what it spent must pass first (its interval: 0)
+
+
+def groups_of(s: dict[str, Any]) -> list[tuple[str, int, int]]:
+    return [(g["group"], g["ready"], g["running"]) for g in s["groups"]]
+
+
+def test_groups_under_the_maximum_are_exact_and_current(server_factory: Any) -> None:
+    """Fewer than the maximum of pending jobs that have a group: the groups are exact and current, whatever the
+    other counts (here past the maximum, without a group)."""
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    enqueue_many(server, "q", 4, group="a")
+    enqueue_many(server, "q", 2, group="b")
+    enqueue_many(server, "q", 1, group="c", delay_seconds=3600)  # no job ready: not listed
+    assert server.claim_one()["group"] == "a"
+    enqueue_many(server, "q", 30)
+    count_now(server)
+    enqueue_many(server, "q", 1, group="b")  # after the count: seen at once
+    s = stats(server)
+    assert s["counts_estimated"] is True  # the jobs without a group
+    assert groups_of(s) == [("a", 3, 1), ("b", 3, 0)]
+    assert s["groups_estimated"] is False and s["groups_counted_at"] is None
+
+
+def test_groups_past_the_maximum_come_from_the_background_count(server_factory: Any, db: psycopg.Connection) -> None:
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    for group, n in (("a", 8), ("b", 6), ("c", 5), ("d", 3)):
+        enqueue_many(server, "q", n, group=group)
+
+    # Not counted by the background yet: the request read the first MAX + 1 pending jobs with a group, in group
+    # order: all of a (exact), 3 of b (at least that); c and d it did not reach.
+    s = stats(server)
+    assert s["groups_estimated"] is True and s["groups_counted_at"] is None
+    assert groups_of(s) == [("a", 8, 0), ("b", 3, 0)]
+
+    count_now(server)
+    s = stats(server)
+    assert groups_of(s) == [("a", 8, 0), ("b", 6, 0), ("c", 5, 0), ("d", 3, 0)]
+    assert s["groups_estimated"] is True and s["groups_counted_at"] == s["counts_counted_at"] is not None
+
+    # A group the read sees whole is current; the others are the background's until its next count.
+    enqueue_many(server, "q", 2, group="a")
+    enqueue_many(server, "q", 4, group="d")
+    assert groups_of(stats(server)) == [("a", 10, 0), ("b", 6, 0), ("c", 5, 0), ("d", 3, 0)]
+    count_now(server)
+    assert groups_of(stats(server)) == [("a", 10, 0), ("d", 7, 0), ("b", 6, 0), ("c", 5, 0)]
+
+    # Only each queue's top groups are kept, and a queue drained of ready grouped jobs keeps none.
+    db.execute("UPDATE jobq.jobs SET run_at = now() + interval '1 hour' WHERE queue_name = 'q' AND group_key <> 'a'")
+    count_now(server)
+    assert db.execute("SELECT group_key, ready FROM jobq.queue_live_groups").fetchall() == [("a", 10)]
+    db.execute("UPDATE jobq.jobs SET run_at = now() + interval '1 hour' WHERE queue_name = 'q'")
+    count_now(server)
+    assert db.execute("SELECT count(*) FROM jobq.queue_live_groups").fetchone() == (0,)
+    s = stats(server)
+    assert s["groups"] == [] and s["groups_estimated"] is True  # 28 pending with a group, none ready
+
+
+def test_the_background_keeps_each_queues_top_groups(server_factory: Any, db: psycopg.Connection) -> None:
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    for i in range(25):
+        enqueue_many(server, "q", 1 + i % 3, group=f"g{i:02}")
+    enqueue_many(server, "other", 2, group="x")
+    count_now(server)
+    rows = db.execute("SELECT queue_name, group_key, ready FROM jobq.queue_live_groups ORDER BY 1, 3 DESC, 2")
+    kept = rows.fetchall()
+    assert [r for r in kept if r[0] == "other"] == [("other", "x", 2)]
+    top = [(g, n) for q, g, n in kept if q == "q"]
+    assert len(top) == store_live.TOP_GROUPS == 20
+    # 8 groups of 3, 8 of 2, 9 of 1: the 20 with the most, ties by name.
+    assert top[:8] == [(f"g{i:02}", 3) for i in range(2, 25, 3)]
+    assert [n for _, n in top] == [3] * 8 + [2] * 8 + [1] * 4
+    assert groups_of(stats(server))[:3] == [("g02", 3, 0), ("g05", 3, 0), ("g08", 3, 0)]
+
+
+def test_running_jobs_of_the_groups_past_the_maximum(server_factory: Any) -> None:
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    enqueue_many(server, "q", 13, group="a")
+    enqueue_many(server, "q", 2, group="b")
+    assert len(server.claim(limit=12)) == 12  # a's first 12: a has 1 ready, 12 running
+    s = stats(server)
+    assert s["groups_estimated"] is True
+    assert groups_of(s) == [("b", 2, 0), ("a", 1, MAX + 1)]  # at least what the read saw
+    count_now(server)
+    s = stats(server)
+    assert groups_of(s) == [("b", 2, 0), ("a", 1, 12)] and s["groups_estimated"] is True

@@ -421,11 +421,14 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
         BY_ID,
     ),
 }
+# The stats' top groups (app/db/operations.py QUEUE_GROUPS): 60,000 pending jobs with a group, read up to the
+# maximum; and the background's count of every queue's top groups (app/db/live_counts.py), once per interval.
 HOT["stats, top groups"] = (
     store_ops.QUEUE_GROUPS,
-    {"queue": "q", "top": 20},
+    {"queue": "q", "top": 20, "over": 10_001},
     {"jobs_group_idx", "jobs_running_idx"},
 )
+HOT["live groups"] = (live_counts.LIVE_GROUPS_WRITE, {}, {"jobs_group_idx", "jobs_running_idx"})
 # The fallback poll's look over every waited queue (app/db/waiting.py): one index probe per queue, never
 # the pending jobs of all queues hashed.
 HOT["queues with ready jobs, 1,000 waited"] = (
@@ -501,7 +504,13 @@ PRELUDE = {
     "stats": store_ops.NO_SEQSCAN,
     "queues": store_ops.NO_SEQSCAN,
     "live counts": store_ops.NO_SEQSCAN,
-    "stats, top groups": store_ops.NO_SEQSCAN,
+    # 5,000 running jobs with a group (100 in each of the 50 groups), past the maximum of the bounded test below.
+    **dict.fromkeys(
+        ["stats, top groups", "live groups"],
+        store_ops.NO_SEQSCAN + ";\nUPDATE jobq.jobs SET status = 'running', attempts = 1, claimed_at = now(),"
+        " lease_seconds = 60, lease_expires_at = now() + interval '60 seconds', claim_token = 't' || id"
+        " WHERE id BETWEEN 290001 AND 295000",
+    ),
     "claim 10, concurrency limit": "INSERT INTO jobq.queue_state (queue_name, concurrency) VALUES ('q', 6000)",
     "scale, group limits": "INSERT INTO jobq.queue_state (queue_name, concurrency, group_concurrency)"
     " VALUES ('q', 6000, 2)",
@@ -548,17 +557,22 @@ def rows_read_from_jobs(node: dict[str, Any]) -> int:
     return n
 
 
-@pytest.mark.parametrize("name", ["stats", "queues"])
+# What each read may return from `jobs` with a maximum of 1,000: pending, running, waiting and last attempts, up to
+# 1,001 each, and one probe per priority level; the top groups, pending jobs with a group and their running ones.
+BOUNDED = {"stats": 4 * 1001 + 2 * store_scale.LEVELS, "queues": 4 * 1001 + 2 * store_scale.LEVELS,
+           "stats, top groups": 2 * 1001}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(BOUNDED))
 def test_live_counts_read_at_most_the_exact_maximum_of_a_big_queue(stale_url: str, name: str) -> None:
-    """Issue 22: a queue's stats and GET /queues read each kind of live job up to JOBQ_STATS_EXACT_MAX (here
-    1,000), however many there are (300,000 pending here); past it they answer from the background's count
-    (app/db/live_counts.py)."""
+    """Issue 22: a queue's stats (its top groups too) and GET /queues read each kind of live job up to
+    JOBQ_STATS_EXACT_MAX (here 1,000), however many there are (300,000 pending here, 60,000 of them with a group);
+    past it they answer from the background's count (app/db/live_counts.py)."""
     query, params, _ = HOT[name]
     with session(stale_url) as conn:
         plan = custom_plan(conn, query, {**params, "over": 1001, "over_new": 1001}, PRELUDE[name])
     read = rows_read_from_jobs(plan["Plan"])
-    # pending, running, waiting and last attempts, up to 1,001 each, and one probe per priority level
-    assert read <= 4 * 1001 + 2 * store_scale.LEVELS, read
+    assert read <= BOUNDED[name], read
 
 
 def complete_ten_cost(url: str, first: int) -> tuple[int, float]:

@@ -133,7 +133,9 @@ class OpsService:
             },
             "as_of": r.as_of,
             "config": config,
-            "groups": [{"group": g.group, "ready": g.ready, "running": g.running} for g in groups],
+            "groups": groups.groups,
+            "groups_estimated": groups.estimated,
+            "groups_counted_at": groups.counted_at if groups.estimated else None,
         }
 
     async def queues(self, allowed: str | None, limit: int, cursor: str | None) -> tuple[list[Doc], str | None]:

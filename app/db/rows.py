@@ -324,12 +324,12 @@ class QueueStatsRow:
 
 
 @dataclass(slots=True, frozen=True)
-class GroupRow:
-    """One of a queue's groups in GET /queues/{queue}/stats."""
+class GroupsRow:
+    """A queue's top groups in GET /queues/{queue}/stats (app/db/operations.py QUEUE_GROUPS)."""
 
-    group: str
-    ready: int
-    running: int
+    groups: list[dict[str, Any]]  # {"group", "ready", "running"}, the most ready first
+    estimated: bool  # past the exact maximum: some figures come from queue_live_groups (app/db/live_counts.py)
+    counted_at: datetime | None  # when the background counted this queue (None: not yet, or no live job then)
 
 
 @dataclass(slots=True, frozen=True)

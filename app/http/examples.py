@@ -409,6 +409,8 @@ SCHEMAS: dict[str, list[Any]] = {
             "as_of": _AT,
             "config": _CONFIG,
             "groups": _GROUPS,
+            "groups_estimated": False,
+            "groups_counted_at": None,
         }
     ],
     "DatabaseHealth": [_HEALTH],

@@ -115,6 +115,16 @@ class QueueStats(BaseModel):
     as_of: datetime = Field(description="Database time of the figures.")
     config: QueueConfig = Field(description="The queue's configuration: its defaults and limits.")
     groups: list[GroupStats] = Field(description="The 20 groups with the most ready jobs, most first.")
+    groups_estimated: bool = Field(
+        description="True when the queue's pending jobs that have a group, or the running jobs of these groups, "
+        "passed JOBQ_STATS_EXACT_MAX: the groups this answer did not read whole are then the background's top groups "
+        "of `groups_counted_at`, each figure never below what this answer saw itself. False: `groups` is exact as of "
+        "the answer.",
+    )
+    groups_counted_at: datetime | None = Field(
+        description="When the background counted the estimated groups; null when `groups_estimated` is false, or "
+        "when the queue has not been counted yet (`groups` is then what this answer read).",
+    )
 
 
 class QueueSummary(BaseModel):

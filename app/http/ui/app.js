@@ -934,7 +934,10 @@
         held.replaceChildren(kvTable(Object.entries(h), "Claims held back by each limit"));
         groups.replaceChildren(
           stats.groups.length
-            ? kvTable(stats.groups.map((g) => [g.group, `${g.ready} ready, ${g.running} running`]), "Groups with the most ready jobs")
+            ? kvTable(
+                stats.groups.map((g) => [g.group, `${stats.groups_estimated ? "≈" : ""}${g.ready} ready, ${g.running} running`]),
+                "Groups with the most ready jobs",
+              )
             : el("p", { class: "muted" }, "No grouped jobs are ready."),
         );
       },

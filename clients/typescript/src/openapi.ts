@@ -3149,6 +3149,8 @@ export interface components {
          *           "running": 2
          *         }
          *       ],
+         *       "groups_counted_at": null,
+         *       "groups_estimated": false,
          *       "jobs_on_last_attempt": 1,
          *       "jobs_one_attempt_left": 2,
          *       "oldest_ready_age_seconds": 2.4,
@@ -3208,6 +3210,16 @@ export interface components {
              * @description The 20 groups with the most ready jobs, most first.
              */
             groups: components["schemas"]["GroupStats"][];
+            /**
+             * Groups Counted At
+             * @description When the background counted the estimated groups; null when `groups_estimated` is false, or when the queue has not been counted yet (`groups` is then what this answer read).
+             */
+            groups_counted_at: string | null;
+            /**
+             * Groups Estimated
+             * @description True when the queue's pending jobs that have a group, or the running jobs of these groups, passed JOBQ_STATS_EXACT_MAX: the groups this answer did not read whole are then the background's top groups of `groups_counted_at`, each figure never below what this answer saw itself. False: `groups` is exact as of the answer.
+             */
+            groups_estimated: boolean;
             /**
              * Jobs On Last Attempt
              * @description Pending or running jobs with no attempt left after this one.
@@ -7799,6 +7811,8 @@ export interface operations {
                      *           "running": 2
                      *         }
                      *       ],
+                     *       "groups_counted_at": null,
+                     *       "groups_estimated": false,
                      *       "jobs_on_last_attempt": 1,
                      *       "jobs_one_attempt_left": 2,
                      *       "oldest_ready_age_seconds": 2.4,
