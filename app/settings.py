@@ -240,8 +240,9 @@ class Settings(BaseSettings):
         le=10_000_000,
         description="Live jobs of one kind (pending, running, waiting, on their last attempts) a queue's stats "
         "count themselves (a page of GET /queues and the depth gauges share it among the page's queues, at least "
-        "10 each); past it they answer from the background's count "
-        "(marked `counts_estimated`), so that what a request reads does not grow with the backlog.",
+        "10 each), and pending jobs with a group their top groups read; past it they answer from the background's "
+        "count (marked `counts_estimated`, `groups_estimated`), so that what a request reads does not grow with "
+        "the backlog.",
     )
     live_counts_interval_seconds: float = Field(
         10.0,
