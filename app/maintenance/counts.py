@@ -1,9 +1,9 @@
 """Live counts: every JOBQ_LIVE_COUNTS_INTERVAL_SECONDS one replica counts every queue's live jobs into
 queue_live_counts and its top groups into queue_live_groups (app/db/live_counts.py), what the stats, GET /queues
-and the gauges answer from for a kind past JOBQ_STATS_EXACT_MAX. Every replica looks; the one that takes the advisory lock and finds the clock's row
-old enough counts, the others find the lock taken or the row fresh and do nothing. The count reads the partial
-indexes of live jobs: its cost grows with the backlog, but it is paid once per interval (or ten times the last
-count's duration, if longer) for the whole cluster."""
+and the gauges answer from for a kind past JOBQ_STATS_EXACT_MAX. Every replica looks; the one that takes the
+advisory lock and finds the clock's row old enough counts, the others find the lock taken or the row fresh and do
+nothing. The count reads the partial indexes of live jobs: its cost grows with the backlog, but it is paid once
+per interval (or ten times the last count's duration, if longer) for the whole cluster."""
 
 from __future__ import annotations
 
