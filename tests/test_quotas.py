@@ -132,8 +132,11 @@ def test_one_key_runs_at_most_its_share_of_searches_at_once(
     """The review's probe: 20 parallel searches by one key took the pool from another key's enqueues (p50 from
     2.2 ms to 117 ms). JOBQ_MAX_SEARCHES_PER_KEY (2) run at once per key; more are 429 `too-many-searches` at
     once, holding nothing, while another key's search still runs. Here the table is locked so that the
-    searches admitted stay running until the test lets them go."""
-    server: LiveServer = server_factory(auth="on", api_key=ENV_KEY, max_searches_per_key=2, max_searches=3)
+    searches admitted stay running until the test lets them go (their budget made longer than the test: one
+    that ran out would free its place early)."""
+    server: LiveServer = server_factory(
+        auth="on", api_key=ENV_KEY, max_searches_per_key=2, max_searches=3, search_timeout_ms=120_000
+    )
     greedy, other = create_key(db, "greedy", ["admin"]), create_key(db, "other", ["admin"])
     search = {"error_contains": "boom"}
     answers: list[tuple[str, int]] = []
