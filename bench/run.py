@@ -39,6 +39,7 @@ import os
 import resource
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,7 @@ PEER_DRAIN_PRELOAD = 400_000
 SQS_PRELOAD = 200_000
 BATCH = 1000
 NOT_AVAILABLE = "not available on this server"
+IDLE_SETTLE_SECONDS = 2
 
 
 def _mib(values: list[float]) -> str:
@@ -120,6 +122,12 @@ class Bench:
             env["JOBQ_WAIT_MAX_SECONDS"] = str(PARKED_WAIT_SECONDS)  # its claims wait longer than it lasts
         service = Service(url, self.args.workers, self.args.port, env, Path(self.args.service_log))
         service.start()
+        if "rss_idle_mib" not in self.results["jobq"]:
+            # Once a run, on the first service: what start-up leaves (imports, the app, the pool), the
+            # figure an import's cost shows in without the noise of a phase's peak.
+            time.sleep(IDLE_SETTLE_SECONDS)
+            idle = self.results["jobq"]["rss_idle_mib"] = [round(rss_mib(p), 1) for p in service.api_pids()]
+            print(f"jobq idle after start-up: RSS {_mib(idle)} per API process", flush=True)
         if self.args.auth:
             key = create_key(url)
             Connection.extra_headers = f"Authorization: Bearer {key}\r\n".encode()
@@ -412,6 +420,8 @@ class Bench:
                 latency.append(row.judge("below PgQueuer", below_peer) if stat != "max" else row)
 
         memory: list[Row] = []
+        if idle := jobq.get("rss_idle_mib"):
+            memory.append(Row("RSS per API process, idle after start-up", "0", max(idle), unit="MiB"))
         if rss := jobq.get("rss"):
             row = Row(
                 f"RSS per API process, {rss['waiters']:,} waiting long-polls",
