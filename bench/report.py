@@ -50,6 +50,10 @@ def at_most(limit: float) -> Judge:
     return lambda row: None if row.jobq is None else row.jobq <= limit
 
 
+def at_most_peer(row: Row) -> bool | None:
+    return None if row.jobq is None or row.peer is None else row.jobq <= row.peer
+
+
 def below_peer(row: Row) -> bool | None:
     return None if row.jobq is None or row.peer is None else row.jobq < row.peer
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -250,3 +251,26 @@ def _answers(s: socket.socket) -> bool:
     while len(body) < length:
         body += s.recv(65536)
     return data.startswith(b"HTTP/1.1 200")
+
+
+def test_a_websocket_handshake_is_answered_as_plain_http(server_factory: Any, sockets: list[socket.socket]) -> None:
+    """jobq serves no WebSocket (uvicorn runs with ws="none"): the handshake is the GET it also is, and the
+    log says so once, without uvicorn's advice to install a WebSocket library."""
+    server = server_factory()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addHandler(handler)
+    try:
+        s = connect(server, sockets)
+        s.sendall(
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+        answer = read_response(s)
+    finally:
+        uvicorn_log.removeHandler(handler)
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["status"] == "ok"
+    assert [r.getMessage() for r in records] == ["Unsupported upgrade request."]

@@ -248,6 +248,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         super().send_400_response(msg)
 
+    def _unsupported_upgrade_warning(self) -> None:
+        # server_config turns WebSocket off on purpose, so uvicorn's advice to install a WebSocket library,
+        # logged for every such request, is wrong here: the request is served as the plain HTTP request it
+        # also is, with the one warning uvicorn gives any other upgrade.
+        self.logger.warning("Unsupported upgrade request.")
+
     def on_url(self, url: bytes) -> None:
         self._head_bytes += len(url)
         if self._head_bytes > self._max_bytes:

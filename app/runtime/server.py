@@ -33,10 +33,17 @@ class _Supervisor(Multiprocess):
 def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
     """uvicorn's configuration for jobq: bounded connections (app/runtime/connections.py), no proxy-header
     rewriting of the client address (app/observability/clients.py decides whom to believe), no access log of
-    uvicorn's own (jobq writes its own lines), and no `server: uvicorn` on every answer (it advertises the
-    stack, and each header costs per request)."""
+    uvicorn's own (jobq writes its own lines), no `server: uvicorn` on every answer (it advertises the
+    stack, and each header costs per request), and no WebSocket protocol: jobq has no WebSocket route, and
+    uvicorn's default loads the `websockets` package into every process (measured: BENCHMARKS.md#memory)."""
     config = uvicorn.Config(
-        app, http=BoundedHttpToolsProtocol, proxy_headers=False, access_log=False, server_header=False, **options
+        app,
+        http=BoundedHttpToolsProtocol,
+        ws="none",
+        proxy_headers=False,
+        access_log=False,
+        server_header=False,
+        **options,
     )
     # Read by the protocol of every connection; a plain attribute, so that the configuration still pickles
     # for the worker processes of --workers N.
