@@ -813,3 +813,29 @@ def test_concurrent_sql_enqueues_with_dependencies_and_completes_of_their_parent
         timeout=60,
         what="every dependant released",
     )
+
+
+def test_a_batch_past_a_statements_chunk_is_all_or_nothing_in_the_callers_transaction(
+    shared_server: LiveServer, conn: psycopg.Connection, shared_db: psycopg.Connection, queue: str
+) -> None:
+    """enqueue_batch() of more jobs than one statement inserts on Citus (app/db/jobs.py CHUNK, 500): undone whole
+    by a savepoint's rollback, refused whole by a bad last item, kept whole with the caller's commit, in order."""
+    n = 600
+    before = enqueue(conn, queue, "before")
+    with pytest.raises(psycopg.errors.RaiseException), conn.transaction():  # a savepoint, rolled back
+        assert len(enqueue_batch(conn, queue, [{"payload": i} for i in range(n)])) == n
+        raise psycopg.errors.RaiseException("the business write failed")
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as caught, conn.transaction():
+        enqueue_batch(conn, queue, [*({"payload": i} for i in range(n - 1)), {"payload": 0, "priority": 40000}])
+    assert caught.value.diag.column_name == f"jobs[{n - 1}].priority"
+    # Keys out of order, one of them twice: ids in the batch's order all the same.
+    jobs = [{"payload": i, **({"idempotency_key": f"k{n - i:04}"} if i % 3 else {})} for i in range(n)]
+    jobs[n - 1] = {"payload": n - 1, "idempotency_key": jobs[1]["idempotency_key"]}
+    ids = enqueue_batch(conn, queue, jobs)
+    conn.commit()
+    assert ids[n - 1] == ids[1] and ids[:-1] == sorted(ids[:-1]) and ids[0] > before
+    assert count(shared_db, queue) == 1 + n - 1
+    rows = shared_db.execute(
+        "SELECT id, payload FROM jobq.jobs WHERE queue_name = %s AND id <> %s ORDER BY id", (queue, before)
+    ).fetchall()
+    assert [r[1] for r in rows] == list(range(n - 1))
