@@ -18,6 +18,26 @@ SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobq.
        coalesce(extract(epoch FROM (SELECT max(held) FROM holders))::float8, 0) AS oldest_xmin_age_seconds,
        coalesce((SELECT max(xids) FROM holders), 0) AS oldest_xmin_age_transactions
 
+-- name: DATABASE_HEALTH_CITUS --
+-- What keeps VACUUM from reclaiming the queue's dead rows: the oldest snapshot still held (xmin) by a
+-- session of this database, a prepared transaction or a replication slot. While it is held, every row a
+-- claim or complete made dead since stays, and claims walk over its index entries. From the statistics
+-- views only: no scan.
+WITH holders AS (
+  SELECT age(backend_xmin) AS xids, now() - coalesce(xact_start, query_start) AS held
+  FROM pg_stat_activity
+  WHERE backend_xmin IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
+  UNION ALL
+  SELECT age(transaction), now() - prepared FROM pg_prepared_xacts WHERE database = current_database()
+  UNION ALL
+  SELECT age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL
+)
+SELECT coalesce((SELECT sum(r.result::bigint)::bigint FROM run_command_on_shards('jobq.jobs',
+           $$SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = '%s'::regclass), 0)$$) r
+         WHERE r.success), 0) AS jobs_dead_rows,
+       coalesce(extract(epoch FROM (SELECT max(held) FROM holders))::float8, 0) AS oldest_xmin_age_seconds,
+       coalesce((SELECT max(xids) FROM holders), 0) AS oldest_xmin_age_transactions
+
 -- name: FINISHED_QUEUES --
 SELECT queue_name FROM jobq.queue_counts GROUP BY queue_name HAVING sum(n) > 0
 

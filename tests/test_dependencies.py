@@ -267,6 +267,29 @@ def test_the_answer_comes_after_the_first_batch_even_when_the_background_looks_a
         assert counts(server, f"fan{round_}")["ready"] >= 10, f"round {round_}: answered before the first batch"
 
 
+def test_a_batch_past_a_statements_chunk_refused_for_depth_writes_nothing(
+    server_factory: Callable[..., LiveServer], db: psycopg.Connection
+) -> None:
+    """A batch with dependencies is one transaction; on Citus its jobs go in by statements of CHUNK (500) rows in
+    a savepoint of it (app/db/jobs.py _citus_chunks). One item too deep, found after the insert: nothing stays."""
+    server = server_factory(max_dependency_depth=5)
+    parent = server.enqueue("q", "parent")["id"]
+    jobs: list[dict[str, Any]] = [{"payload": i, "depends_on": [parent]} for i in range(600)]
+    for i in range(590, 600):  # a chain at the end: item 599 is 10 deep
+        jobs[i]["depends_on"] = [{"ref": i - 1}]
+    problem(server.client.post("/queues/q/jobs/batch", json={"jobs": jobs}), 422, "validation-error")
+    row = db.execute("SELECT count(*) FROM jobq.jobs").fetchone()
+    assert row is not None and row[0] == 1
+    del jobs[594:]  # item 593 is 5 deep: at the limit
+    r = server.client.post("/queues/q/jobs/batch", json={"jobs": jobs})
+    assert r.status_code == 201, r.text
+    made = r.json()["jobs"]
+    assert [j["id"] for j in made] == sorted(j["id"] for j in made) and len(made) == 594
+    assert {j["status"] for j in made} == {"waiting"}
+    row = db.execute("SELECT count(*) FROM jobq.job_dependencies").fetchone()
+    assert row is not None and row[0] == 594
+
+
 def test_a_dependant_enqueued_while_its_parent_completes_is_released(server: LiveServer, database_url: str) -> None:
     """The enqueue holds the parent's row lock; the complete waits for it, and must then see the new
     dependency (a CTE in the complete statement, on the statement's snapshot, would not)."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +16,7 @@ import psycopg
 import pytest
 
 from app.runtime.embedded import LocalPostgres
+from tests import citus
 from tests.processes import Announcements, ServeProcess, embedded_url, postgres_pids
 from tests.support import wait_until
 
@@ -56,23 +59,32 @@ class _SlowRequest:
         return answer
 
 
-def test_sigterm_drains_finishes_requests_and_stops_postgres(pg_data_dir: Path, tmp_path: Path) -> None:
+def test_sigterm_drains_finishes_requests_and_stops_postgres(
+    pg_data_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """At SIGTERM: waiting long-polls answer [] at once (they would wait 300 s, past the 30 s graceful
     timeout), so does a request waiting for a job's result (with the job as it is), a request in flight
     completes, claimers racing the shutdown never lose a job (every job left
-    `running` was delivered to a client), the process exits 0 and its PostgreSQL is stopped."""
+    `running` was delivered to a client), the process exits 0 and its PostgreSQL is stopped. On Citus
+    (JOBQ_TEST_CITUS_URL) the same against the test's distributed database (JOBQ_DATABASE_URL): all but the
+    stop, which is the managed PostgreSQL's (`--data-dir`), plain PostgreSQL."""
     # The request in flight holds its body back on purpose across the shutdown: longer than a body may stall
     # by default (JOBQ_HEADER_TIMEOUT_SECONDS) on a slow machine.
     env = {"JOBQ_WAIT_MAX_SECONDS": "300", "JOBQ_POLL_INTERVAL_SECONDS": "60", "JOBQ_HEADER_TIMEOUT_SECONDS": "300"}
-    srv = ServeProcess("--data-dir", str(pg_data_dir), "--graceful-timeout", "30", log=tmp_path / "serve.log", env=env)
+    citus_url: str | None = request.getfixturevalue("database_url") if os.environ.get(citus.URL_VARIABLE) else None
+    if citus_url:
+        env["JOBQ_DATABASE_URL"] = citus_url
+    where = () if citus_url else ("--data-dir", str(pg_data_dir))
+    srv = ServeProcess(*where, "--graceful-timeout", "30", log=tmp_path / "serve.log", env=env)
     try:
         srv.wait_ready()
+        url = citus_url or embedded_url(pg_data_dir)
         for _ in range(3):
             r = srv.client.post("/queues/busy/jobs/batch", json={"jobs": [{"payload": i} for i in range(1000)]})
             assert r.status_code == 201, r.text
 
         awaited = srv.enqueue("awaited", "nobody will run it")["id"]
-        announcements = Announcements(embedded_url(pg_data_dir))
+        announcements = Announcements(url)
         pool = ThreadPoolExecutor(max_workers=4)
         polls = [pool.submit(_long_poll, srv.url, f"idle-{i}") for i in range(3)]
         result = pool.submit(_wait_for_result, srv.url, awaited)
@@ -111,12 +123,14 @@ def test_sigterm_drains_finishes_requests_and_stops_postgres(pg_data_dir: Path, 
             t.join(60)
         pool.shutdown()
         assert not failures, failures
-        assert postgres_pids(pg_data_dir) == [], "the embedded PostgreSQL is still running"
-        assert "embedded PostgreSQL stopped" in srv.output()
+        if not citus_url:
+            assert postgres_pids(pg_data_dir) == [], "the embedded PostgreSQL is still running"
+            assert "embedded PostgreSQL stopped" in srv.output()
     finally:
         srv.close()
 
-    with LocalPostgres(pg_data_dir) as pg, psycopg.connect(pg.url) as conn:
+    with contextlib.ExitStack() as stack:
+        conn = stack.enter_context(psycopg.connect(citus_url or stack.enter_context(LocalPostgres(pg_data_dir)).url))
         running = {r[0] for r in conn.execute("SELECT id FROM jobq.jobs WHERE status = 'running'")}
         late = conn.execute("SELECT status, payload FROM jobq.jobs WHERE queue_name = 'late'").fetchall()
     assert running == set(received), "a job was claimed for a client that never got it"

@@ -732,3 +732,110 @@ def test_a_producers_open_transaction_holds_up_no_complete_and_its_dependant_is_
         lambda: [server.job(i)["status"] for i in (after_first, after_both)] == ["pending", "pending"],
         what="the batch's dependants released",
     )
+
+
+def test_concurrent_sql_enqueues_with_dependencies_and_completes_of_their_parents_all_go_through(
+    server: LiveServer, database_url: str
+) -> None:
+    """Producers' transactions enqueue dependants of jobs that workers complete meanwhile, and those completes
+    release dependants of their own (the release takes the dependency rows, then counts dependants down), while
+    an HTTP enqueue names the same parents. No side is cancelled as a deadlock (40P01; on Citus by the
+    distributed deadlock detection: the release holds job_dependencies' one shard while it updates the parents,
+    and an SQL enqueue holds its parents FOR KEY SHARE, which no such UPDATE waits for, while it waits for that
+    shard), every complete answers 200, and every dependant is released once its parents have completed."""
+    queue = "sql-crossed"
+    rounds, producers = 6, 4
+    errors: list[BaseException] = []
+    children: list[int] = []
+
+    def produce(parents: list[int], barrier: threading.Barrier, n: int) -> None:
+        try:
+            with psycopg.connect(database_url) as c:
+                barrier.wait(30)
+                children.append(enqueue(c, queue, {"child": n}, depends_on=parents))
+                children.extend(
+                    enqueue_batch(
+                        c, queue, [{"payload": n, "depends_on": parents[:1]}, {"payload": n, "depends_on": parents}]
+                    )
+                )
+                time.sleep(0.02)  # the transaction still open while the completes go on
+                c.commit()
+        except BaseException as exc:  # reported by the test's thread
+            errors.append(exc)
+
+    def produce_over_http(parents: list[int], barrier: threading.Barrier) -> None:
+        # The HTTP path locks the parents FOR UPDATE (it marks them itself): it meets the producers' locks.
+        try:
+            with httpx.Client(base_url=server.url, timeout=60) as c:
+                barrier.wait(30)
+                r = c.post(f"/queues/{queue}/jobs", json={"payload": "http child", "depends_on": parents})
+                assert r.status_code == 201, r.text
+                children.append(r.json()["id"])
+        except BaseException as exc:  # reported by the test's thread
+            errors.append(exc)
+
+    def complete_all(ids: list[int], barrier: threading.Barrier) -> None:
+        try:
+            with httpx.Client(base_url=server.url, timeout=60) as c:
+                barrier.wait(30)
+                left = set(ids)
+                deadline = time.monotonic() + 60
+                while left and time.monotonic() < deadline:
+                    r = c.post(f"/queues/{queue}/claim", json={"worker": "w", "limit": 10})
+                    assert r.status_code == 200, r.text
+                    for job in r.json()["jobs"]:
+                        done = c.post(f"/jobs/{job['id']}/complete", json={"claim_token": job["claim_token"]})
+                        assert done.status_code == 200, done.text
+                        left.discard(job["id"])
+                assert not left, f"never claimed: {sorted(left)}"
+        except BaseException as exc:  # reported by the test's thread
+            errors.append(exc)
+
+    for _ in range(rounds):
+        # A grandparent and parents waiting for it: completing it releases the parents (their rows updated
+        # under the release's hold on the dependency rows) while producers name those parents.
+        grand = server.enqueue(queue, "grand")["id"]
+        parents = [server.enqueue(queue, "parent", depends_on=[grand])["id"] for _ in range(3)]
+        barrier = threading.Barrier(producers + 2)
+        threads = [threading.Thread(target=produce, args=(parents, barrier, n)) for n in range(producers)]
+        threads.append(threading.Thread(target=produce_over_http, args=(parents, barrier)))
+        threads.append(threading.Thread(target=complete_all, args=([grand, *parents], barrier)))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+    # Every parent has completed: every dependant is released (by the complete, or by the "sql d" message when
+    # its parent completed before its commit), and perhaps claimed and completed by a later round's worker.
+    assert len(children) == rounds * (producers * 3 + 1)
+    wait_until(
+        lambda: all(server.job(i)["status"] in ("pending", "completed") for i in children),
+        timeout=60,
+        what="every dependant released",
+    )
+
+
+def test_a_batch_past_a_statements_chunk_is_all_or_nothing_in_the_callers_transaction(
+    shared_server: LiveServer, conn: psycopg.Connection, shared_db: psycopg.Connection, queue: str
+) -> None:
+    """enqueue_batch() of more jobs than one statement inserts on Citus (app/db/jobs.py CHUNK, 500): undone whole
+    by a savepoint's rollback, refused whole by a bad last item, kept whole with the caller's commit, in order."""
+    n = 600
+    before = enqueue(conn, queue, "before")
+    with pytest.raises(psycopg.errors.RaiseException), conn.transaction():  # a savepoint, rolled back
+        assert len(enqueue_batch(conn, queue, [{"payload": i} for i in range(n)])) == n
+        raise psycopg.errors.RaiseException("the business write failed")
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as caught, conn.transaction():
+        enqueue_batch(conn, queue, [*({"payload": i} for i in range(n - 1)), {"payload": 0, "priority": 40000}])
+    assert caught.value.diag.column_name == f"jobs[{n - 1}].priority"
+    # Keys out of order, one of them twice: ids in the batch's order all the same.
+    jobs = [{"payload": i, **({"idempotency_key": f"k{n - i:04}"} if i % 3 else {})} for i in range(n)]
+    jobs[n - 1] = {"payload": n - 1, "idempotency_key": jobs[1]["idempotency_key"]}
+    ids = enqueue_batch(conn, queue, jobs)
+    conn.commit()
+    assert ids[n - 1] == ids[1] and ids[:-1] == sorted(ids[:-1]) and ids[0] > before
+    assert count(shared_db, queue) == 1 + n - 1
+    rows = shared_db.execute(
+        "SELECT id, payload FROM jobq.jobs WHERE queue_name = %s AND id <> %s ORDER BY id", (queue, before)
+    ).fetchall()
+    assert [r[1] for r in rows] == list(range(n - 1))

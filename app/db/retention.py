@@ -7,7 +7,7 @@ from typing import Any
 
 import psycopg
 
-from app.db.finishing import counts_add
+from app.db.finishing import counts_add, on_citus
 from app.db.rows import DatabaseHealthRow, rows_of
 
 # --- retention ----------------------------------------------------------------------------------------------
@@ -70,7 +70,9 @@ async def jobs_dead_rows(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
 
 # --- what holds vacuum back -----------------------------------------------------------------------------------
 
-DATABASE_HEALTH = """
+
+def _database_health(dead_rows: str) -> str:
+    return f"""
 -- What keeps VACUUM from reclaiming the queue's dead rows: the oldest snapshot still held (xmin) by a
 -- session of this database, a prepared transaction or a replication slot. While it is held, every row a
 -- claim or complete made dead since stays, and claims walk over its index entries. From the statistics
@@ -84,15 +86,31 @@ WITH holders AS (
   UNION ALL
   SELECT age(xmin), NULL FROM pg_replication_slots WHERE xmin IS NOT NULL
 )
-SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass), 0) AS jobs_dead_rows,
+SELECT {dead_rows} AS jobs_dead_rows,
        coalesce(extract(epoch FROM (SELECT max(held) FROM holders))::float8, 0) AS oldest_xmin_age_seconds,
        coalesce((SELECT max(xids) FROM holders), 0) AS oldest_xmin_age_transactions
 """
 
 
+DATABASE_HEALTH = _database_health(
+    "coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass), 0)"
+)
+
+# On Citus the jobs are in the shards of `jobs` on the worker nodes (the coordinator's table holds none): their dead
+# rows are the sum of the shards' own statistics, one command per shard run on its node by Citus (a fan-out, read
+# by the gauges once an interval and by the stats). Sent without parameters: psycopg leaves the `%s`, which Citus
+# replaces by each shard's name. The holders are still the coordinator's sessions, where jobq's transactions and a
+# forgotten one of an application (pinning the snapshots of its connections to the workers as well) begin.
+DATABASE_HEALTH_CITUS = _database_health(
+    """coalesce((SELECT sum(r.result::bigint)::bigint FROM run_command_on_shards('jobq.jobs',
+           $$SELECT coalesce((SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = '%s'::regclass), 0)$$) r
+         WHERE r.success), 0)"""
+)
+
+
 async def database_health(conn: psycopg.AsyncConnection[Any]) -> DatabaseHealthRow:
     cur = conn.cursor(row_factory=rows_of(DatabaseHealthRow))
-    await cur.execute(DATABASE_HEALTH)
+    await cur.execute(DATABASE_HEALTH_CITUS if on_citus(conn) else DATABASE_HEALTH)
     row = await cur.fetchone()
     assert row is not None
     return row
