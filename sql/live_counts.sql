@@ -52,7 +52,7 @@ ON CONFLICT (queue_name) DO UPDATE SET
 DELETE FROM jobq.queue_live_groups WHERE counted_at < now()
 
 -- name: LIVE_GROUPS_WRITE --
--- Every queue's 20 groups with the most ready jobs (index-only over jobs_group_idx), with their running
+-- Every queue's 60 groups with the most ready jobs (index-only over jobs_group_idx), with their running
 -- jobs (jobs_running_idx), as of this transaction's now(). Ranked per queue, the distribution column: on Citus
 -- each shard ranks its own queues.
 INSERT INTO jobq.queue_live_groups AS l (queue_name, group_key, ready, running, counted_at)
@@ -70,7 +70,7 @@ LEFT JOIN (
   SELECT queue_name, group_key, count(*) AS running FROM jobq.jobs
   WHERE status = 'running' COLLATE "C" AND group_key IS NOT NULL GROUP BY queue_name, group_key
 ) r ON r.queue_name = t.queue_name AND r.group_key = t.group_key
-WHERE t.rank <= 20
+WHERE t.rank <= 60
 ON CONFLICT (queue_name, group_key) DO UPDATE SET
   ready = EXCLUDED.ready, running = EXCLUDED.running, counted_at = EXCLUDED.counted_at
 

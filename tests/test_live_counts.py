@@ -267,7 +267,7 @@ def test_groups_past_the_maximum_come_from_the_background_count(server_factory: 
 
 def test_the_background_keeps_each_queues_top_groups(server_factory: Any, db: psycopg.Connection) -> None:
     server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
-    for i in range(25):
+    for i in range(store_live.KEPT_GROUPS + 5):
         enqueue_many(server, "q", 1 + i % 3, group=f"g{i:02}")
     enqueue_many(server, "other", 2, group="x")
     count_now(server)
@@ -275,11 +275,59 @@ def test_the_background_keeps_each_queues_top_groups(server_factory: Any, db: ps
     kept = rows.fetchall()
     assert [r for r in kept if r[0] == "other"] == [("other", "x", 2)]
     top = [(g, n) for q, g, n in kept if q == "q"]
-    assert len(top) == store_live.TOP_GROUPS == 20
-    # 8 groups of 3, 8 of 2, 9 of 1: the 20 with the most, ties by name.
-    assert top[:8] == [(f"g{i:02}", 3) for i in range(2, 25, 3)]
-    assert [n for _, n in top] == [3] * 8 + [2] * 8 + [1] * 4
-    assert groups_of(stats(server))[:3] == [("g02", 3, 0), ("g05", 3, 0), ("g08", 3, 0)]
+    assert len(top) == store_live.KEPT_GROUPS == 3 * store_live.TOP_GROUPS == 60
+    # 65 groups: 21 of 3, 22 of 2, 22 of 1: the 60 with the most, ties by name.
+    assert top[:21] == [(f"g{i:02}", 3) for i in range(2, 65, 3)]
+    assert [n for _, n in top] == [3] * 21 + [2] * 22 + [1] * 17
+    shown = groups_of(stats(server))
+    assert len(shown) == store_live.TOP_GROUPS and shown[:3] == [("g02", 3, 0), ("g05", 3, 0), ("g08", 3, 0)]
+
+
+def test_a_group_below_the_shown_ones_takes_the_place_of_groups_that_shrank(
+    server_factory: Any, db: psycopg.Connection
+) -> None:
+    """The groups a request reads whole are current; when they shrank since the count, a group the count found just
+    below the shown ones moves up into the answer (the count keeps more groups than the stats show)."""
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    for i in range(10):
+        enqueue_many(server, "q", 5, group=f"a{i:02}")
+        enqueue_many(server, "q", 5, group=f"b{i:02}")
+    enqueue_many(server, "q", 4, group="z")  # 21st at the count
+    count_now(server)
+    db.execute(
+        "DELETE FROM jobq.jobs WHERE id IN (SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY group_key"
+        " ORDER BY id) AS n FROM jobq.jobs WHERE queue_name = 'q' AND group_key LIKE 'a%%') s WHERE n > 1)"
+    )
+    s = stats(server)  # the read sees a00..a09 whole (1 each), then stops in b00
+    assert s["groups_estimated"] is True
+    assert groups_of(s) == [(f"b{i:02}", 5, 0) for i in range(10)] + [("z", 4, 0)] + [
+        (f"a{i:02}", 1, 0) for i in range(9)
+    ]
+
+
+def test_a_groups_count_that_fails_leaves_the_queues_counts_made(server_factory: Any, db: psycopg.Connection) -> None:
+    """The groups are counted in a savepoint of their own: cut short by their budget or refused, the queues'
+    counts just made still commit, and the clock moves."""
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    enqueue_many(server, "q", 20, group="a")
+    db.execute("UPDATE jobq.live_counts_clock SET counted_at = '-infinity', took_seconds = 0")
+    store_live.LIVE_GROUPS_WRITE, saved = "SELECT 1 / 0", store_live.LIVE_GROUPS_WRITE
+    try:
+        try:
+            count_now(server, interval=0)
+        except Exception:  # whatever the service makes of it: the point is what committed
+            pass
+        else:
+            raise AssertionError("the groups' count did not fail")
+    finally:
+        store_live.LIVE_GROUPS_WRITE = saved
+    assert db.execute("SELECT ready FROM jobq.queue_live_counts WHERE queue_name = 'q'").fetchone() == (20,)
+    assert db.execute("SELECT count(*) FROM jobq.queue_live_groups").fetchone() == (0,)
+    row = db.execute("SELECT counted_at > now() - interval '1 minute' FROM jobq.live_counts_clock").fetchone()
+    assert row == (True,)
+    s = stats(server)
+    assert s["counts_estimated"] is True and s["counts"]["ready"] == 20
+    assert s["groups_estimated"] is True and groups_of(s) == [("a", MAX + 1, 0)]  # what the read saw
 
 
 def test_running_jobs_of_the_groups_past_the_maximum(server_factory: Any) -> None:

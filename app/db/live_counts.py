@@ -79,11 +79,14 @@ ON CONFLICT (queue_name) DO UPDATE SET
   counted_at = EXCLUDED.counted_at
 """
 
-# The groups the stats show (app/db/operations.py QUEUE_GROUPS), and as many as the count keeps of each queue.
+# The groups the stats show (app/db/operations.py QUEUE_GROUPS), and how many the count keeps of each queue: more
+# than shown, so that a group just below the shown ones at the count takes its place in the answer when groups
+# the request reads whole have shrunk since (the rows are small).
 TOP_GROUPS = 20
+KEPT_GROUPS = 3 * TOP_GROUPS
 
 LIVE_GROUPS_WRITE = f"""
--- Every queue's {TOP_GROUPS} groups with the most ready jobs (index-only over jobs_group_idx), with their running
+-- Every queue's {KEPT_GROUPS} groups with the most ready jobs (index-only over jobs_group_idx), with their running
 -- jobs (jobs_running_idx), as of this transaction's now(). Ranked per queue, the distribution column: on Citus
 -- each shard ranks its own queues.
 INSERT INTO jobq.queue_live_groups AS l (queue_name, group_key, ready, running, counted_at)
@@ -101,7 +104,7 @@ LEFT JOIN (
   SELECT queue_name, group_key, count(*) AS running FROM jobq.jobs
   WHERE status = {RUNNING_C} AND group_key IS NOT NULL GROUP BY queue_name, group_key
 ) r ON r.queue_name = t.queue_name AND r.group_key = t.group_key
-WHERE t.rank <= {TOP_GROUPS}
+WHERE t.rank <= {KEPT_GROUPS}
 ON CONFLICT (queue_name, group_key) DO UPDATE SET
   ready = EXCLUDED.ready, running = EXCLUDED.running, counted_at = EXCLUDED.counted_at
 """
@@ -126,8 +129,9 @@ async def refresh(conn: psycopg.AsyncConnection[Any], interval: float) -> int | 
     """Count every queue's live jobs into queue_live_counts and its top groups into queue_live_groups, unless
     another pass (here or on another replica) did within `interval` seconds (or ten times as long as that count
     took) or is counting now. Returns the queues counted, or None when it was not this pass's turn. A count
-    cancelled by its statement budget still moves the clock, by the time it spent, and is raised."""
-    failed: psycopg.errors.QueryCanceled | None = None
+    cancelled by its statement budget still moves the clock, by the time it spent, and is raised; the groups are
+    counted after the queues, in a savepoint of their own, so that their failure leaves the queues' counts."""
+    failed: psycopg.Error | None = None
     async with conn.transaction():
         cur = await conn.execute(LIVE_COUNTS_LOCK)
         locked = await cur.fetchone()
@@ -146,10 +150,20 @@ async def refresh(conn: psycopg.AsyncConnection[Any], interval: float) -> int | 
                 cur = await conn.execute(LIVE_COUNTS_WRITE)
                 counted = cur.rowcount
                 await conn.execute(LIVE_COUNTS_PRUNE)
-                await conn.execute(LIVE_GROUPS_WRITE)
-                await conn.execute(LIVE_GROUPS_PRUNE)
         except psycopg.errors.QueryCanceled as exc:
             failed = exc
+        if failed is None:
+            # The groups in a savepoint of their own, with a budget of their own: the slower of the two counts on a
+            # grouped backlog; cut short or refused, it leaves the queues' counts just made to commit (the stats'
+            # groups then say the older time, counted_at being the older of the two tables').
+            try:
+                async with conn.transaction():
+                    await conn.execute(REFRESH_TIMEOUT)
+                    await conn.execute(NO_SEQSCAN)
+                    await conn.execute(LIVE_GROUPS_WRITE)
+                    await conn.execute(LIVE_GROUPS_PRUNE)
+            except psycopg.Error as exc:
+                failed = exc
         await conn.execute(LIVE_COUNTS_CLOCK, {"took": time.monotonic() - started})
     if failed is not None:
         raise failed

@@ -226,8 +226,8 @@ SELECT coalesce((SELECT json_agg(json_build_object('group', group_key, 'ready', 
                                  ORDER BY ready DESC, group_key) FROM listed), '[]') AS groups,
        NOT s.whole OR (SELECT count(*) FROM running) >= %(over)s AS estimated,
        -- The background's count that wrote the estimate: queue_live_counts is written in the same transaction, and
-       -- tells when a queue without a ready group was counted; the older one if they differ (a replica of a release
-       -- before 0048 counted last, leaving the groups as they were).
+       -- tells when a queue without a ready group was counted; the older one if they differ (the groups' part of
+       -- a count failed, leaving the groups as they were).
        least((SELECT min(counted_at) FROM estimate),
              (SELECT counted_at FROM jobq.queue_live_counts WHERE queue_name = %(queue)s)) AS counted_at
 FROM span s

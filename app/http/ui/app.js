@@ -932,13 +932,18 @@
         }
         const h = stats.window.held_back;
         held.replaceChildren(kvTable(Object.entries(h), "Claims held back by each limit"));
+        // Past JOBQ_STATS_EXACT_MAX some groups' figures are the background's count (at least what the request
+        // read) and others exact: which ones the answer does not say, so the list says it of itself.
         groups.replaceChildren(
           stats.groups.length
             ? kvTable(
-                stats.groups.map((g) => [g.group, `${stats.groups_estimated ? "≈" : ""}${g.ready} ready, ${g.running} running`]),
+                stats.groups.map((g) => [g.group, `${g.ready} ready, ${g.running} running`]),
                 "Groups with the most ready jobs",
               )
             : el("p", { class: "muted" }, "No grouped jobs are ready."),
+          ...(stats.groups_estimated
+            ? [el("p", { class: "muted" }, `≈ partly the background's count${stats.groups_counted_at ? ` of ${fmtTime(stats.groups_counted_at)}` : " (not made yet)"}: at least these figures.`)]
+            : []),
         );
       },
     };
