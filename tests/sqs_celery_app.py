@@ -33,7 +33,12 @@ app.conf.update(
 
 
 def _record(name: str, text: str) -> None:
-    Path(os.environ["CELERY_RESULTS"], name).write_text(text)
+    # Written whole, then renamed into place: the test looks for the file's name while the worker runs, and
+    # must never read one created but not yet written.
+    final = Path(os.environ["CELERY_RESULTS"], name)
+    partial = final.with_name(f".{name}.partial")
+    partial.write_text(text)
+    partial.replace(final)
 
 
 @app.task(name="add")

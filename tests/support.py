@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -30,6 +31,15 @@ MEASURED: list[str] = []
 def report(line: str) -> None:
     MEASURED.append(line)
     print(line)
+
+
+def whole_lines(path: Path) -> list[str]:
+    """The lines of a file another process is appending to, up to its last newline: a last line without one is
+    still being written (a test that parsed it would see half a record)."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return text[: text.rfind("\n") + 1].splitlines()
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 30, what: str = "condition") -> None:

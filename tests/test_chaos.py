@@ -19,7 +19,7 @@ import pytest
 
 from app.runtime.embedded import free_port
 from tests.processes import ServeProcess, embedded_url, postgres_pids, postmaster_pid
-from tests.support import wait_until
+from tests.support import wait_until, whole_lines
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +33,7 @@ LEASE_SECONDS = 4
 
 
 def _done_lines(log: Path) -> list[int]:
-    text = log.read_text() if log.exists() else ""
-    return [int(line.split()[1]) for line in text.splitlines() if line.startswith("done ")]
+    return [int(line.split()[1]) for line in whole_lines(log) if line.startswith("done ")]
 
 
 def test_every_job_completes_through_crashes_of_the_api_and_postgresql(pg_data_dir: Path, tmp_path: Path) -> None:

@@ -58,7 +58,7 @@ from jobq_client.errors import InvalidState, error_from_response
 
 from app.main import published_document
 from tests.conftest import make_settings
-from tests.support import LiveServer, TcpProxy, wait_until
+from tests.support import LiveServer, TcpProxy, wait_until, whole_lines
 
 ROOT = Path(__file__).parent.parent
 FAR_FUTURE = datetime(2100, 1, 1, tzinfo=UTC)
@@ -878,7 +878,7 @@ def test_a_claim_the_server_refuses_stops_the_worker(server: LiveServer) -> None
 
 
 def lines(log: Path) -> list[str]:
-    return log.read_text().splitlines() if log.exists() else []
+    return whole_lines(log)
 
 
 def spawn_worker(server: LiveServer, log: Path, *args: str) -> subprocess.Popen[bytes]:

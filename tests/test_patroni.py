@@ -28,7 +28,7 @@ import pytest
 
 from tests.patroni import PatroniCluster, missing, patroni_cluster
 from tests.processes import ServeProcess
-from tests.support import report, wait_until
+from tests.support import report, wait_until, whole_lines
 
 ROOT = Path(__file__).parent.parent
 
@@ -51,10 +51,7 @@ class Run:
     """The load driver's history, read back."""
 
     def __init__(self, path: Path) -> None:
-        # The driver appends while this reads: a last line without its newline is still being written.
-        text = path.read_text()
-        whole = text[: text.rfind("\n") + 1]
-        self.entries = [json.loads(line) for line in whole.splitlines() if line.strip()]
+        self.entries = [json.loads(line) for line in whole_lines(path) if line.strip()]
 
     def of(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         return [e for e in self.entries if e["kind"] == kind and all(e.get(k) == v for k, v in match.items())]
