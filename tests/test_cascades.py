@@ -236,7 +236,8 @@ def slow_updates_of(db: psycopg.Connection, queue: str) -> Iterator[None]:
 def test_a_queue_whose_sweep_runs_past_its_budget_stops_no_other_queue(
     server_factory: Callable[..., LiveServer], db: psycopg.Connection
 ) -> None:
-    server = server_factory(sweep_interval_seconds=3600, maintenance_statement_timeout_ms=300)
+    # A budget the stuck queue runs past (its updates sleep 30 s) and no other statement of the pass comes near.
+    server = server_factory(sweep_interval_seconds=3600, maintenance_statement_timeout_ms=3000)
     stuck = [server.enqueue("a1", payload=i, max_attempts=1) for i in range(3)]
     other = server.enqueue("b1", payload="b", max_attempts=1)
     retried = server.enqueue("c1", payload="c", max_attempts=5)

@@ -734,7 +734,8 @@ def test_heartbeats_keep_a_handler_slower_than_its_lease(server_factory, db: psy
     server: LiveServer = server_factory(sweep_interval_seconds=0.1)
     release = threading.Event()
     calls: list[int] = []
-    worker = Worker(server.url, concurrency=2, lease_seconds=3, wait_seconds=1)
+    # A lease of 6 s, renewed every 2 s: a starved machine may miss a heartbeat or two and still hold it.
+    worker = Worker(server.url, concurrency=2, lease_seconds=6, wait_seconds=1)
 
     @worker.handler("q")
     def slow(job: JobContext) -> str:
@@ -745,11 +746,11 @@ def test_heartbeats_keep_a_handler_slower_than_its_lease(server_factory, db: psy
     with Client(server.url) as jobq:
         job = jobq.enqueue("q", "slow")
         with running(worker):
-            # Held past two 3 s leases, renewed by heartbeats (every second) only.
+            # Held past two 6 s leases, renewed by heartbeats only.
             wait_until(
                 lambda: (
                     db.execute(
-                        "SELECT lease_expires_at > claimed_at + interval '7 seconds' FROM jobq.jobs WHERE id = %s",
+                        "SELECT lease_expires_at > claimed_at + interval '13 seconds' FROM jobq.jobs WHERE id = %s",
                         (job.id,),
                     ).fetchone()
                     == (True,)

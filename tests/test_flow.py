@@ -169,17 +169,18 @@ def test_a_process_that_has_not_heard_of_a_limit_claims_nothing_past_it(
 def test_rate_limits_claims_per_window(server: LiveServer, db: psycopg.Connection) -> None:
     for n in range(6):
         server.enqueue(payload=n)
-    configure(server, rate={"limit": 2, "per_seconds": 2})
+    # A window long enough that the claims, completes and the empty claim below all fall in the first one.
+    configure(server, rate={"limit": 2, "per_seconds": 5})
     got = server.claim(limit=6)
     assert len(got) == 2
     for c in got:
         server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"]})
     assert server.claim(limit=6) == []  # completes free no rate slot
     # A waiting claim is woken when the window lets the next claims through, not by a poll.
-    more = server.claim_in_background(limit=6, wait_seconds=10)()
+    more = server.claim_in_background(limit=6, wait_seconds=20)()
     assert len(more) == 2
     stamps = [r[0] for r in db.execute("SELECT claimed_at FROM jobq.jobs WHERE claimed_at IS NOT NULL ORDER BY 1")]
-    assert (stamps[2] - stamps[1]).total_seconds() >= 2 - 0.01
+    assert (stamps[2] - stamps[1]).total_seconds() >= 5 - 0.01
 
 
 def test_group_concurrency_holds_a_group_back_not_the_others(server: LiveServer) -> None:
