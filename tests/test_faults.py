@@ -327,6 +327,72 @@ OUTAGE_SECONDS = 8
 ANSWER_BOUND_SECONDS = 3.0  # the contract: a request sent during an outage is answered 503 within this
 
 
+def test_a_request_already_waiting_for_a_connection_when_the_database_goes_away_is_answered_503(
+    database_url: str, pg_admin_url: str
+) -> None:
+    """CI caught a heartbeat answered after 5.0 s during a PostgreSQL stop: it had queued for a pooled connection
+    just before the first lost connection marked the database unreachable, and waited the pool's whole timeout.
+    A request already waiting when the database goes away now waits at most OUTAGE_WAIT_SECONDS more. Here the
+    pool's one connection is lost while a second request waits for it, new connections are refused, and the
+    pool's timeout is 60 s: the waiting request is answered 503 while no connection can be made."""
+    import asyncio
+
+    from app.db.pool import Database
+    from app.errors import DatabaseUnavailable
+    from tests.conftest import make_settings
+
+    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+    admin = psycopg.connect(pg_admin_url, autocommit=True)
+    outcome: dict[str, BaseException | None] = {}
+
+    async def scenario() -> None:
+        settings = make_settings(database_url, pool_min_size=1, pool_max_size=1, pool_timeout_seconds=60)
+        database = Database(settings, database_url)
+        await database.open(10)
+        lent, lose = asyncio.Event(), asyncio.Event()
+        pids: list[int] = []
+
+        async def victim() -> None:
+            async with database.connection() as conn:
+                pids.append(conn.info.backend_pid)
+                lent.set()
+                await lose.wait()
+                await conn.execute("SELECT 1")  # its server process is gone by now
+
+        async def waiter() -> None:
+            async with database.connection() as conn:
+                await conn.execute("SELECT 1")
+
+        async def run(name: str, job: Any) -> None:
+            try:
+                await job()
+                outcome[name] = None
+            except DatabaseUnavailable as exc:
+                outcome[name] = exc
+
+        first = asyncio.ensure_future(run("victim", victim))
+        await lent.wait()
+        queued = database.pool.get_stats().get("requests_queued", 0)
+        second = asyncio.ensure_future(run("waiter", waiter))
+        while database.pool.get_stats().get("requests_queued", 0) == queued:
+            await asyncio.sleep(0.01)  # the second request now waits in the pool's queue
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+        lose.set()
+        # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
+        await asyncio.wait_for(asyncio.gather(first, second), timeout=30)
+        await database.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.close()
+    assert isinstance(outcome["victim"], DatabaseUnavailable)
+    assert isinstance(outcome["waiter"], DatabaseUnavailable), outcome
+    assert "No database connection became free in time" in str(outcome["waiter"])
+
+
 @pytest.mark.slow
 def test_requests_during_a_postgresql_stop_are_answered_503_within_3_seconds(server_factory: Any) -> None:
     """Slow (about 20 s: initdb, 8 s of outage, a restart). The review's scenario: under load, PostgreSQL is
