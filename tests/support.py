@@ -16,6 +16,8 @@ import orjson
 import psycopg
 import uvicorn
 
+from app.db import distribute
+from app.db.migrate import load_migrations
 from app.main import JobqApp, create_app
 from app.runtime.server import server_config
 from app.services import Services
@@ -323,3 +325,13 @@ def lock_waiters(conn: psycopg.Connection[Any], text: str = "") -> int:
     citus = conn.execute("SELECT EXISTS (SELECT FROM pg_extension WHERE extname = 'citus')").fetchone() == (True,)
     row = conn.execute(WAITING_CITUS if citus else WAITING, (text,)).fetchone()
     return int(row[0]) if row else 0
+
+
+def migrate_output(url: str) -> str:
+    """What `jobq migrate` prints on the empty database `url`: every migration, and on Citus every table it
+    distributes."""
+    applied = "applied: " + ", ".join(m.name for m in load_migrations())
+    with psycopg.connect(url) as conn:
+        if conn.execute(distribute.HAS_CITUS).fetchone() == (True,):  # then it also distributes every table
+            applied += "".join(f", distributed {t}" for t in distribute.BY_QUEUE + distribute.REFERENCE)
+    return applied

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import socket
 
-import psycopg
 import pytest
 
-from app.db import distribute
-from app.db.migrate import load_migrations
 from app.runtime.embedded import free_port
 from tests.processes import run_jobq
-from tests.support import LiveServer
+from tests.support import LiveServer, migrate_output
 
 UNREACHABLE = "postgresql://jobq@127.0.0.1:1/jobq?connect_timeout=2"
-
-ALL_MIGRATIONS = ", ".join(m.name for m in load_migrations())
 
 
 def test_help_of_each_command() -> None:
@@ -71,10 +66,7 @@ def test_a_bad_setting_stops_serve_with_exit_2_naming_the_variable(env: dict[str
 
 
 def test_migrate(empty_database_url: str) -> None:
-    applied = "applied: " + ALL_MIGRATIONS
-    with psycopg.connect(empty_database_url) as conn:
-        if conn.execute(distribute.HAS_CITUS).fetchone() == (True,):  # then it also distributes every table
-            applied += "".join(f", distributed {t}" for t in distribute.BY_QUEUE + distribute.REFERENCE)
+    applied = migrate_output(empty_database_url)
     r = run_jobq("migrate", env={"JOBQ_DATABASE_URL": empty_database_url})
     assert (r.returncode, r.stdout.strip()) == (0, applied), r.stderr
     r = run_jobq("migrate", "--database-url", empty_database_url)

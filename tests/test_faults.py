@@ -377,7 +377,7 @@ def test_a_request_already_waiting_for_a_connection_when_the_database_goes_away_
         while database.pool.get_stats().get("requests_queued", 0) == queued:
             await asyncio.sleep(0.01)  # the second request now waits in the pool's queue
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
-        admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+        admin.execute("SELECT pg_terminate_backend(%s::int)", (pids[0],))  # Citus adds a bigint form
         lose.set()
         # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
         await asyncio.wait_for(asyncio.gather(first, second), timeout=30)

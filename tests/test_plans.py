@@ -36,8 +36,14 @@ from app.db import waiting as store_waiting
 from app.db import workers as store_workers
 from app.db import writes as store_writes
 from app.db.pool import SESSION_SETTINGS
+from tests import citus
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # Plans over one local table; on Citus the coordinator plans each statement as a task sent to a shard, and
+    # tests/test_citus_plans.py checks that every hot one is a single-task router plan.
+    citus.plain_only("plain PostgreSQL's plans over a local table (Citus's: tests/test_citus_plans.py)"),
+]
 
 RUNNING = 5_000
 
