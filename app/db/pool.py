@@ -239,7 +239,11 @@ class Database:
                     raise psycopg_pool.PoolTimeout("the database became unreachable while this waited") from None
             return lend.result()
         except asyncio.CancelledError:
-            lend.cancel()  # the request itself was cancelled (a client gone, shutdown)
+            # The request itself was cancelled (a client gone, shutdown): a connection lent meanwhile goes back.
+            if lend.done() and not lend.cancelled() and lend.exception() is None:
+                await self.pool.putconn(lend.result())
+            else:
+                lend.cancel()
             raise
         finally:
             outage.cancel()
