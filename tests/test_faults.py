@@ -337,7 +337,7 @@ def test_a_request_already_waiting_for_a_connection_when_the_database_goes_away_
     pool's timeout is 60 s: the waiting request is answered 503 while no connection can be made."""
     import asyncio
 
-    from app.db.pool import Database
+    from app.db.pool import OUTAGE_GAVE_UP, Database
     from app.errors import DatabaseUnavailable
     from tests.conftest import make_settings
 
@@ -391,6 +391,8 @@ def test_a_request_already_waiting_for_a_connection_when_the_database_goes_away_
     assert isinstance(outcome["victim"], DatabaseUnavailable)
     assert isinstance(outcome["waiter"], DatabaseUnavailable), outcome
     assert "No database connection became free in time" in str(outcome["waiter"])
+    # Cut short because the database went away, not by the pool's own timeout or a failed reconnection.
+    assert str(outcome["waiter"].__cause__) == OUTAGE_GAVE_UP
 
 
 @pytest.mark.slow

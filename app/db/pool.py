@@ -32,6 +32,7 @@ log = logging.getLogger("jobq.db")
 # within 3 s (tests/test_faults.py). A request queued behind a coalesced statement (app/core/coalesce.py)
 # may wait for that statement's wait first: two of these, well within the bound.
 OUTAGE_WAIT_SECONDS = 1.0
+OUTAGE_GAVE_UP = "the database became unreachable while this request waited for a connection"
 
 
 @contextmanager
@@ -170,8 +171,9 @@ class Database:
         self.pool.for_writes = not replica
         self._checking: asyncio.Task[None] | None = None
         self._unreachable = False  # see OUTAGE_WAIT_SECONDS
-        # Set when the database becomes unreachable: a request already waiting for a connection then waits at
-        # most OUTAGE_WAIT_SECONDS more, not the rest of its JOBQ_POOL_TIMEOUT_SECONDS (_lend).
+        # Set when a connection is lost or refused (not on a PoolTimeout, which a pool only busy gives too): a
+        # request already waiting for a connection then waits at most OUTAGE_WAIT_SECONDS more, not the rest of
+        # its JOBQ_POOL_TIMEOUT_SECONDS (_lend). Cleared with `unreachable`.
         self._outage = asyncio.Event()
 
     @property
@@ -180,12 +182,8 @@ class Database:
 
     @unreachable.setter
     def unreachable(self, value: bool) -> None:
-        if value == self._unreachable:
-            return
         self._unreachable = value
-        if value:
-            self._outage.set()
-        else:
+        if not value and self._outage.is_set():
             self._outage = asyncio.Event()
 
     async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
@@ -231,12 +229,16 @@ class Database:
             if lend not in done:
                 await asyncio.wait((lend,), timeout=OUTAGE_WAIT_SECONDS)
             if not lend.done():
-                # The pool marks a cancelled waiter failed: no connection is handed to it later.
+                # The pool marks a cancelled waiter failed: no connection is handed to it later, and one handed
+                # over at that very moment goes back to the pool.
                 lend.cancel()
                 try:
-                    return await lend  # given in the meantime: used after all
+                    return await lend
                 except asyncio.CancelledError:
-                    raise psycopg_pool.PoolTimeout("the database became unreachable while this waited") from None
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise  # the request itself was cancelled meanwhile: not a 503
+                    raise psycopg_pool.PoolTimeout(OUTAGE_GAVE_UP) from None
             return lend.result()
         except asyncio.CancelledError:
             # The request itself was cancelled (a client gone, shutdown): a connection lent meanwhile goes back.
@@ -278,6 +280,8 @@ class Database:
             # pool that is only busy serves another request within moments, which makes waits long again.
             if _connection_lost(exc.__cause__):
                 self.unreachable = True
+                if not isinstance(exc.__cause__, psycopg_pool.PoolTimeout):
+                    self._outage.set()
             self.check_soon()
             raise
 
