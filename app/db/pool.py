@@ -170,21 +170,11 @@ class Database:
         )
         self.pool.for_writes = not replica
         self._checking: asyncio.Task[None] | None = None
-        self._unreachable = False  # see OUTAGE_WAIT_SECONDS
+        self.unreachable = False  # see OUTAGE_WAIT_SECONDS
         # Set when a connection is lost or refused (not on a PoolTimeout, which a pool only busy gives too): a
         # request already waiting for a connection then waits at most OUTAGE_WAIT_SECONDS more, not the rest of
-        # its JOBQ_POOL_TIMEOUT_SECONDS (_lend). Cleared with `unreachable`.
+        # its JOBQ_POOL_TIMEOUT_SECONDS (_lend). A new one once a connection has served again.
         self._outage = asyncio.Event()
-
-    @property
-    def unreachable(self) -> bool:
-        return self._unreachable
-
-    @unreachable.setter
-    def unreachable(self, value: bool) -> None:
-        self._unreachable = value
-        if not value and self._outage.is_set():
-            self._outage = asyncio.Event()
 
     async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
         schema.use(conn, self.location)
@@ -270,6 +260,8 @@ class Database:
                         # outage the pool still lends its idle connections, all dead, and a request arriving
                         # while one of them is out would otherwise wait the whole JOBQ_POOL_TIMEOUT_SECONDS.
                         self.unreachable = False
+                        if self._outage.is_set():
+                            self._outage = asyncio.Event()
                 finally:
                     await self.pool.putconn(conn)
         except StatementTimeout:
