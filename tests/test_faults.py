@@ -395,6 +395,56 @@ def test_a_request_already_waiting_for_a_connection_when_the_database_goes_away_
     assert str(outcome["waiter"].__cause__) == OUTAGE_GAVE_UP
 
 
+def test_a_waiting_request_cancelled_by_its_caller_as_its_wait_is_cut_short_stays_cancelled(
+    database_url: str, pg_admin_url: str
+) -> None:
+    """The other side of the test above: a request waiting for a connection whose own caller cancels it (a client
+    gone, a shutdown) in the same moment as the outage cuts its wait short is cancelled, not answered 503 (a
+    503 would be written to a client that left, and a cancelled shutdown would carry on), and the pool lends its
+    connection again afterwards."""
+    import asyncio
+
+    from app.db.pool import Database
+    from tests.conftest import make_settings
+
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        settings = make_settings(database_url, pool_min_size=1, pool_max_size=1, pool_timeout_seconds=60)
+        database = Database(settings, database_url)
+        await database.open(10)
+        held = await database.pool.getconn()  # the pool's one connection, out
+
+        async def waiter() -> None:
+            async with database.connection() as conn:
+                await conn.execute("SELECT 1")
+
+        task = asyncio.ensure_future(waiter())
+        while task not in database._waiting:
+            await asyncio.sleep(0.01)
+        database.unreachable = True  # as after a lost connection
+        database._cut_waits([task])  # what OUTAGE_WAIT_SECONDS after it does ...
+        task.cancel()  # ... and the caller's own cancellation in the same moment
+        try:
+            await task
+            outcome["waiter"] = "answered"
+        except asyncio.CancelledError:
+            outcome["waiter"] = "cancelled"
+        except Exception as exc:
+            outcome["waiter"] = exc
+        await database.pool.putconn(held)
+        database.unreachable = False
+        async with database.connection() as conn:  # nothing leaked: the one connection serves again
+            outcome["after"] = await (await conn.execute("SELECT 1")).fetchone()
+        outcome["cut_left"] = len(database._cut)
+        await database.close()
+
+    asyncio.run(scenario())
+    assert outcome["waiter"] == "cancelled", outcome
+    assert outcome["after"] == (1,)
+    assert outcome["cut_left"] == 0
+
+
 @pytest.mark.slow
 def test_requests_during_a_postgresql_stop_are_answered_503_within_3_seconds(server_factory: Any) -> None:
     """Slow (about 20 s: initdb, 8 s of outage, a restart). The review's scenario: under load, PostgreSQL is

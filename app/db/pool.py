@@ -121,12 +121,6 @@ class _Pool(psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[object]]):
 
     for_writes = True
 
-    def idle(self) -> int:
-        """Connections ready to lend now (psycopg_pool's own measure, `pool_available` of get_stats(), without
-        building the dict). 0 if a later psycopg_pool keeps them elsewhere: then every lend takes the slow way."""
-        ready = getattr(self, "_pool", None)
-        return len(ready) if ready is not None else 0
-
     async def check_connection(self, conn: psycopg.AsyncConnection[object]) -> None:  # type: ignore[override]
         await psycopg_pool.AsyncConnectionPool.check_connection(conn)
         if self.for_writes:
@@ -171,10 +165,12 @@ class Database:
         self.pool.for_writes = not replica
         self._checking: asyncio.Task[None] | None = None
         self.unreachable = False  # see OUTAGE_WAIT_SECONDS
-        # Set when a connection is lost or refused (not on a PoolTimeout, which a pool only busy gives too): a
-        # request already waiting for a connection then waits at most OUTAGE_WAIT_SECONDS more, not the rest of
-        # its JOBQ_POOL_TIMEOUT_SECONDS (_lend). A new one once a connection has served again.
-        self._outage = asyncio.Event()
+        # Tasks waiting in the pool for a connection now (_lend). When a connection is lost or refused (not on a
+        # PoolTimeout, which a pool only busy gives too), those still waiting OUTAGE_WAIT_SECONDS later are cut
+        # short (_cut_waits), not left to wait out their JOBQ_POOL_TIMEOUT_SECONDS. No task or event per lend.
+        self._waiting: set[asyncio.Task[Any]] = set()
+        self._cut: set[asyncio.Task[Any]] = set()  # cancelled by _cut_waits, not yet answered
+        self._cutting: asyncio.TimerHandle | None = None
 
     async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
         schema.use(conn, self.location)
@@ -209,36 +205,37 @@ class Database:
         measured a heartbeat queued just before the first lost connection waiting the pool's whole 5 s)."""
         if self.unreachable:
             return await self.pool.getconn(min(timeout or self.settings.pool_timeout_seconds, OUTAGE_WAIT_SECONDS))
-        if self.pool.idle():
-            # The usual case, lent without waiting: two tasks more per request cost 14 us (measured).
+        task = asyncio.current_task()
+        if task is None:  # not in a task (never in jobq): nothing to cut short
             return await self.pool.getconn(timeout)
-        lend = asyncio.ensure_future(self.pool.getconn(timeout))
-        outage = asyncio.ensure_future(self._outage.wait())
+        self._waiting.add(task)
         try:
-            done, _ = await asyncio.wait((lend, outage), return_when=asyncio.FIRST_COMPLETED)
-            if lend not in done:
-                await asyncio.wait((lend,), timeout=OUTAGE_WAIT_SECONDS)
-            if not lend.done():
-                # The pool marks a cancelled waiter failed: no connection is handed to it later, and one handed
-                # over at that very moment goes back to the pool.
-                lend.cancel()
-                try:
-                    return await lend
-                except asyncio.CancelledError:
-                    task = asyncio.current_task()
-                    if task is not None and task.cancelling():
-                        raise  # the request itself was cancelled meanwhile: not a 503
-                    raise psycopg_pool.PoolTimeout(OUTAGE_GAVE_UP) from None
-            return lend.result()
+            return await self.pool.getconn(timeout)
         except asyncio.CancelledError:
-            # The request itself was cancelled (a client gone, shutdown): a connection lent meanwhile goes back.
-            if lend.done() and not lend.cancelled() and lend.exception() is None:
-                await self.pool.putconn(lend.result())
-            else:
-                lend.cancel()
+            # psycopg_pool gives back a connection handed to a waiter cancelled at that moment.
+            if task in self._cut:
+                self._cut.discard(task)
+                if task.uncancel() == 0:  # cancelled by _cut_waits alone, not by its own caller too
+                    raise psycopg_pool.PoolTimeout(OUTAGE_GAVE_UP) from None
             raise
         finally:
-            outage.cancel()
+            self._waiting.discard(task)
+
+    def _outage_began(self) -> None:
+        """A connection was lost or refused: the requests waiting for a connection now wait at most
+        OUTAGE_WAIT_SECONDS more (later ones wait that long at most anyway, as `unreachable` is set)."""
+        if self._cutting is None and self._waiting:
+            loop = asyncio.get_running_loop()
+            self._cutting = loop.call_later(OUTAGE_WAIT_SECONDS, self._cut_waits, list(self._waiting))
+
+    def _cut_waits(self, tasks: list[asyncio.Task[Any]]) -> None:
+        self._cutting = None
+        if not self.unreachable:
+            return  # a connection served meanwhile: the waits end as usual
+        for task in tasks:
+            # Still waiting: suspended inside getconn (this runs between tasks' steps), where the cancellation lands.
+            if task in self._waiting and task not in self._cut and task.cancel(OUTAGE_GAVE_UP):
+                self._cut.add(task)
 
     @asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[psycopg.AsyncConnection[object]]:
@@ -260,8 +257,6 @@ class Database:
                         # outage the pool still lends its idle connections, all dead, and a request arriving
                         # while one of them is out would otherwise wait the whole JOBQ_POOL_TIMEOUT_SECONDS.
                         self.unreachable = False
-                        if self._outage.is_set():
-                            self._outage = asyncio.Event()
                 finally:
                     await self.pool.putconn(conn)
         except StatementTimeout:
@@ -273,7 +268,7 @@ class Database:
             if _connection_lost(exc.__cause__):
                 self.unreachable = True
                 if not isinstance(exc.__cause__, psycopg_pool.PoolTimeout):
-                    self._outage.set()
+                    self._outage_began()
             self.check_soon()
             raise
 
