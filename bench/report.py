@@ -1,5 +1,6 @@
 """The final report: one table per topic (enqueue, drain, latency, memory), jobq beside the raw-SQL limit and
-PgQueuer, both ratios, the target of issue 9 and whether this run met it. Targets are set for 64 connections
+PgQueuer, both ratios, the target (issue 22's table, issue 9's where issue 22 sets none) and whether this run
+met it. Targets are set for 64 connections
 and judged on the rows of the largest connection count of the run."""
 
 from __future__ import annotations
