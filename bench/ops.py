@@ -9,11 +9,14 @@ counters costs, and whether claim throughput holds after a million jobs have pas
   backlog    GET /queues/q0/stats and GET /queues at 100k, 1M and 3M pending jobs in one queue, then over 1,000
              queues, on the freshly loaded table and after VACUUM (issue 22: p50 under 10 ms, flat);
              --backlog-groups N puts every job in one of N groups (the stats' top groups).
+  heap       claim 10 + batch complete on one queue of a big heap (3,000,000 pending jobs, larger than shared_buffers):
+             its jobs alone in the table, then one row in ten among 999 other queues' (issue 22: within 1.5x of
+             alone); jobs/s, PostgreSQL CPU and buffers touched per job.
   scale      GET /queues/{queue}/scale (issue 25) on 1,000,000 pending jobs of a queue without limits (three
              priority levels, a tenth scheduled later), and of a queue with concurrency and group limits
              (1,000 groups); the target: p50 under 10 ms.
 
-usage: python bench/ops.py [--part stats,counters,retention,scale,backlog] [--admin-url URL] [--json FILE]
+usage: python bench/ops.py [--part stats,counters,retention,scale,backlog,heap] [--admin-url URL] [--json FILE]
 """
 
 from __future__ import annotations
@@ -450,6 +453,77 @@ def part_retention(admin_url: str, port: int, clients: int, seconds: float, thro
     return out
 
 
+# --- heap: one queue among many in a big heap (issue 22) -------------------------------------------------------
+
+
+def load_heap(url: str, total: int, every: int) -> int:
+    """`total` pending jobs on a freshly vacuumed and analyzed table: with `every` 1, all in queue `bench` (its rows
+    side by side in the heap); else every `every`-th row in `bench` and the others round-robin over 999 other
+    queues, so that `bench`'s rows are spread over the whole heap. Returns `bench`'s jobs."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE jobq.jobs")
+        conn.execute(
+            """
+            INSERT INTO jobq.jobs (queue_name, payload)
+            SELECT CASE WHEN mod(i, %s) = 0 THEN 'bench' ELSE 'q' || mod(i, 999) END, %s::jsonb
+            FROM generate_series(1, %s) i
+            """,
+            (every, PAYLOAD, total),
+        )
+        conn.execute("VACUUM ANALYZE jobq.jobs")
+    return total // every
+
+
+def _buffers(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def part_heap(admin_url: str, port: int, total: int, clients: int, seconds: int) -> dict[str, Any]:
+    from bench.harness import CpuSplit
+
+    out: dict[str, Any] = {}
+    for label, every in (("alone", 1), ("among 1,000 queues", 10)):
+        url = fresh_database(admin_url, "jobq_ops_heap")
+        migrate(url)
+        t0 = time.monotonic()
+        jobs = load_heap(url, total, every)
+        with psycopg.connect(url) as conn:
+            size = conn.execute("SELECT pg_size_pretty(pg_relation_size('jobq.jobs'))").fetchone()
+        print(f"{label}: {total:,} pending, {jobs:,} in bench, heap {size[0] if size else '?'}, loaded in "
+              f"{time.monotonic() - t0:.0f}s", flush=True)  # fmt: skip
+        service = Service(url, 2, port, log=Path("/dev/null")).start()
+        try:
+            cpu = CpuSplit(service.api_pids())
+            before = _buffers(url)
+            rate = asyncio.run(timed(clients, seconds, 2, ClaimComplete(port, 10), cpu))
+            touched = _buffers(url) - before  # warm-up included: a per-job figure, not the window's
+        finally:
+            service.stop()
+        done = rate * seconds
+        row = {
+            "rate": rate,
+            "pg_us_per_job": cpu.split["postgres"] / rate * 1e6,
+            "api_us_per_job": cpu.split["api"] / rate * 1e6,
+            "buffers_per_job": touched / (rate * (seconds + 2)),
+            "cpu": cpu.split,
+            "done_in_window": done,
+        }
+        out[label] = row
+        print(
+            f"  claim 10 + batch complete on bench, {clients} connections: {rate:,.0f} jobs/s; PostgreSQL "
+            f"{row['pg_us_per_job']:.0f} µs/job, API {row['api_us_per_job']:.0f} µs/job; about "
+            f"{row['buffers_per_job']:.0f} buffers touched per job; {cpu.split}",
+            flush=True,
+        )
+    out["alone_vs_among"] = out["alone"]["rate"] / out["among 1,000 queues"]["rate"]
+    print(f"alone / among 1,000 queues: {out['alone_vs_among']:.2f}x (target: at most 1.5x)", flush=True)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
@@ -465,6 +539,7 @@ def main() -> None:
     p.add_argument("--backlog-steps", default="100000,1000000,3000000", help="backlog: pending jobs at each step")
     p.add_argument("--backlog-queues", default="1,1000", help="backlog: the queues they are spread over, per run")
     p.add_argument("--backlog-groups", type=int, default=0, help="backlog: every job in one of this many groups")
+    p.add_argument("--heap-total", type=int, default=3_000_000, help="heap: pending jobs in the table")
     p.add_argument("--json")
     args = p.parse_args()
     try:
@@ -489,6 +564,8 @@ def main() -> None:
         steps = [int(x) for x in args.backlog_steps.split(",")]
         layouts = [int(x) for x in args.backlog_queues.split(",")]
         results["backlog"] = part_backlog(args.admin_url, args.port, steps, layouts, groups=args.backlog_groups)
+    if "heap" in parts:
+        results["heap"] = part_heap(args.admin_url, args.port, args.heap_total, 64, args.seconds)
     if "retention" in parts:
         results["retention"] = part_retention(args.admin_url, args.port, args.clients, args.seconds, args.through)
     if args.json:
