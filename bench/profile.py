@@ -24,27 +24,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.harness import CpuSplit, Service, fresh_database, preload, timed
 from bench.phases import ClaimComplete, Enqueue
 
-# The innermost frame whose file path holds one of these decides the layer (first match in this order).
+# The innermost frame whose file (as py-spy names it: relative to its package root, `psycopg/cursor.py`) starts with
+# one of these decides the layer (first match in this order).
 LAYERS: tuple[tuple[str, str], ...] = (
-    ("/psycopg_pool/", "psycopg (pool)"),
-    ("/psycopg/", "psycopg"),
-    ("/pydantic", "pydantic"),
-    ("/uvicorn/", "uvicorn (HTTP protocol)"),
-    ("/starlette/", "starlette / FastAPI"),
-    ("/fastapi/", "starlette / FastAPI"),
-    ("/orjson", "orjson"),
-    ("/logging/", "logging"),
-    ("/asyncio/", "asyncio / event loop"),
-    ("/uvloop/", "asyncio / event loop"),
-    ("/app/", "jobq"),
+    ("psycopg_pool/", "psycopg (pool)"),
+    ("psycopg/", "psycopg"),
+    ("pydantic", "pydantic"),
+    ("uvicorn/", "uvicorn (HTTP protocol)"),
+    ("starlette/", "starlette / FastAPI"),
+    ("fastapi/", "starlette / FastAPI"),
+    ("orjson", "orjson"),
+    ("logging/", "logging"),
+    ("asyncio/", "asyncio / event loop"),
+    ("uvloop/", "asyncio / event loop"),
+    ("app/", "jobq"),
 )
 
 
+def _file(frame: str) -> str:
+    """`function (file:line)` -> file."""
+    return frame.rpartition(" (")[2].rpartition(":")[0]
+
+
 def layer_of(stack: str) -> str:
-    """`stack` is py-spy's raw line: frames root first, `;`-separated, each `function (file:line)`."""
+    """`stack` is py-spy's raw line: frames root first, `;`-separated."""
     for frame in reversed(stack.split(";")):
-        for marker, layer in LAYERS:
-            if marker in frame:
+        path = _file(frame)
+        for prefix, layer in LAYERS:
+            if path.startswith(prefix):
                 return layer
     return "other (interpreter, stdlib)"
 
@@ -52,9 +59,9 @@ def layer_of(stack: str) -> str:
 def jobq_function(stack: str) -> str | None:
     """The innermost jobq frame's function and file, for the table of jobq's own time."""
     for frame in reversed(stack.split(";")):
-        if "/app/" in frame:
-            name, _, where = frame.partition(" (")
-            return f"{name} ({where.split('/app/', 1)[-1].split(':')[0]})"
+        path = _file(frame)
+        if path.startswith("app/"):
+            return f"{frame.rpartition(' (')[0]} ({path})"
     return None
 
 
@@ -80,8 +87,8 @@ def main() -> None:
         pid = service.api_pids()[0]
         out = Path(tempfile.mkdtemp(prefix="jobq-profile-")) / "stacks.txt"
         spy = subprocess.Popen(
-            ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--nonblocking",
-             "--duration", str(int(args.seconds) + 1), "--output", str(out)],
+            [str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid), "--format", "raw",
+             "--rate", "250", "--nonblocking", "--duration", str(int(args.seconds) + 1), "--output", str(out)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         time.sleep(0.5)
