@@ -395,6 +395,139 @@ def test_a_request_already_waiting_for_a_connection_when_the_database_goes_away_
     assert str(outcome["waiter"].__cause__) == OUTAGE_GAVE_UP
 
 
+def test_a_second_outage_cuts_short_the_requests_waiting_then_too(database_url: str, pg_admin_url: str) -> None:
+    """Found by review: a connection lost while A waits schedules A's cut; A is served on a new connection (the
+    database is back); B then waits on a pool only busy; the database now goes away for real. B was in no earlier
+    cut and must be cut short by this outage, not wait out the pool's 60 s."""
+    import asyncio
+
+    from app.db.pool import OUTAGE_GAVE_UP, Database
+    from app.errors import DatabaseUnavailable
+    from tests.conftest import make_settings
+
+    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+    admin = psycopg.connect(pg_admin_url, autocommit=True)
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        settings = make_settings(database_url, pool_min_size=2, pool_max_size=2, pool_timeout_seconds=60)
+        database = Database(settings, database_url)
+        await database.open(10)
+        pids: dict[str, int] = {}
+        go = {"h1": asyncio.Event(), "h2": asyncio.Event(), "f": asyncio.Event()}
+
+        async def holder(who: str) -> None:
+            try:
+                async with database.connection() as conn:
+                    pids[who] = conn.info.backend_pid
+                    await go[who].wait()
+                    await conn.execute("SELECT 1")
+            except DatabaseUnavailable:
+                pass
+
+        async def request(who: str) -> None:
+            try:
+                async with database.connection() as conn:
+                    await conn.execute("SELECT 1")
+                outcome[who] = "served"
+            except DatabaseUnavailable as exc:
+                outcome[who] = exc
+
+        h1, h2 = asyncio.ensure_future(holder("h1")), asyncio.ensure_future(holder("h2"))
+        while len(pids) < 2:
+            await asyncio.sleep(0.01)
+        a = asyncio.ensure_future(request("A"))
+        while a not in database._waiting:
+            await asyncio.sleep(0.01)
+        admin.execute("SELECT pg_terminate_backend(%s::int)", (pids["h1"],))
+        go["h1"].set()  # h1's connection is lost while A waits: A's cut is scheduled
+        await a  # served on a new connection: the database is reachable again
+        f = asyncio.ensure_future(holder("f"))  # the pool is busy again (h2, f), the database healthy
+        while "f" not in pids:
+            await asyncio.sleep(0.01)
+        b = asyncio.ensure_future(request("B"))
+        while b not in database._waiting:
+            await asyncio.sleep(0.01)
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        for who in ("h2", "f"):
+            admin.execute("SELECT pg_terminate_backend(%s::int)", (pids[who],))
+        go["h2"].set()
+        go["f"].set()
+        # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
+        await asyncio.wait_for(asyncio.gather(b, f, h1, h2), timeout=30)
+        outcome["cut_left"] = len(database._cut)
+        await database.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.close()
+    assert outcome["A"] == "served"
+    assert isinstance(outcome["B"], DatabaseUnavailable), outcome
+    assert str(outcome["B"].__cause__) == OUTAGE_GAVE_UP
+    assert outcome["cut_left"] == 0
+
+
+def test_a_cut_that_lands_as_the_connection_is_handed_over_leaves_nothing_behind(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: the outage's cut may land in the very step in which the pool hands the waiting request its
+    connection, and psycopg_pool (asyncio.wait_for on Python 3.11) then returns the connection rather than raising.
+    The request is served, and must not stay marked as cut: a task left cancelling (a coalescer's, the dispatcher's)
+    would otherwise never be cut again and would wait the pool's whole timeout in the next outage."""
+    import asyncio
+
+    import psycopg_pool.pool_async as pool_async
+
+    from app.db.pool import Database
+    from tests.conftest import make_settings
+
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        settings = make_settings(database_url, pool_min_size=1, pool_max_size=1, pool_timeout_seconds=60)
+        database = Database(settings, database_url)
+        await database.open(10)
+        held = await database.pool.getconn()
+
+        async def waiter() -> None:
+            try:
+                async with database.connection() as conn:
+                    await conn.execute("SELECT 1")
+                outcome["waiter"] = "served"
+            except Exception as exc:
+                outcome["waiter"] = exc
+            outcome["cancelling"] = asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+        task = asyncio.ensure_future(waiter())
+        while task not in database._waiting:
+            await asyncio.sleep(0.01)
+        handed = pool_async.WaitingClient.set
+
+        async def set_then_cut(self: Any, conn: Any) -> bool:
+            accepted = await handed(self, conn)
+            database._cut_waits([task])  # the outage's timer, in the same step as the hand-over
+            return accepted
+
+        monkeypatch.setattr(pool_async.WaitingClient, "set", set_then_cut)
+        database.unreachable = True
+        await database.pool.putconn(held)
+        monkeypatch.setattr(pool_async.WaitingClient, "set", handed)
+        await task
+        outcome["cut_left"] = len(database._cut)
+        database.unreachable = False
+        async with database.connection() as conn:  # the pool lends its one connection again
+            outcome["after"] = await (await conn.execute("SELECT 1")).fetchone()
+        await database.close()
+
+    asyncio.run(scenario())
+    assert outcome["waiter"] == "served" or "No database connection" in str(outcome["waiter"]), outcome
+    assert outcome["cancelling"] == 0, outcome
+    assert outcome["cut_left"] == 0, outcome
+    assert outcome["after"] == (1,)
+
+
 def test_a_waiting_request_cancelled_by_its_caller_as_its_wait_is_cut_short_stays_cancelled(
     database_url: str, pg_admin_url: str
 ) -> None:

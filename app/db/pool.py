@@ -170,7 +170,8 @@ class Database:
         # short (_cut_waits), not left to wait out their JOBQ_POOL_TIMEOUT_SECONDS. No task or event per lend.
         self._waiting: set[asyncio.Task[Any]] = set()
         self._cut: set[asyncio.Task[Any]] = set()  # cancelled by _cut_waits, not yet answered
-        self._cutting: asyncio.TimerHandle | None = None
+        self._doomed: set[asyncio.Task[Any]] = set()  # in a snapshot whose timer is pending
+        self._cutting: set[asyncio.TimerHandle] = set()
 
     async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
         schema.use(conn, self.location)
@@ -197,6 +198,9 @@ class Database:
     async def close(self) -> None:
         if self._checking:
             self._checking.cancel()
+        for handle in self._cutting:
+            handle.cancel()
+        self._cutting.clear()
         await self.pool.close()
 
     async def _lend(self, timeout: float | None) -> psycopg.AsyncConnection[object]:
@@ -210,7 +214,7 @@ class Database:
             return await self.pool.getconn(timeout)
         self._waiting.add(task)
         try:
-            return await self.pool.getconn(timeout)
+            conn = await self.pool.getconn(timeout)
         except asyncio.CancelledError:
             # psycopg_pool gives back a connection handed to a waiter cancelled at that moment.
             if task in self._cut:
@@ -220,16 +224,30 @@ class Database:
             raise
         finally:
             self._waiting.discard(task)
+        if self._cut and task in self._cut:
+            # The cut landed as the pool handed this task its connection, and psycopg_pool (asyncio.wait_for on
+            # Python 3.11) returned the connection instead of raising: serve it, and take the cancellation back.
+            self._cut.discard(task)
+            task.uncancel()
+        return conn
 
     def _outage_began(self) -> None:
         """A connection was lost or refused: the requests waiting for a connection now wait at most
         OUTAGE_WAIT_SECONDS more (later ones wait that long at most anyway, as `unreachable` is set)."""
-        if self._cutting is None and self._waiting:
-            loop = asyncio.get_running_loop()
-            self._cutting = loop.call_later(OUTAGE_WAIT_SECONDS, self._cut_waits, list(self._waiting))
+        fresh = self._waiting - self._doomed  # waiters no pending timer covers yet (one per outage, not per failure)
+        if fresh:
+            self._doomed |= fresh
+            timer: list[asyncio.TimerHandle] = []
+
+            def fire() -> None:
+                self._cutting.difference_update(timer)
+                self._doomed -= fresh
+                self._cut_waits(list(fresh))
+
+            timer.append(asyncio.get_running_loop().call_later(OUTAGE_WAIT_SECONDS, fire))
+            self._cutting.update(timer)
 
     def _cut_waits(self, tasks: list[asyncio.Task[Any]]) -> None:
-        self._cutting = None
         if not self.unreachable:
             return  # a connection served meanwhile: the waits end as usual
         for task in tasks:
