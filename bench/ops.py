@@ -11,7 +11,8 @@ counters costs, and whether claim throughput holds after a million jobs have pas
              --backlog-groups N puts every job in one of N groups (the stats' top groups).
   heap       claim 10 + batch complete on one queue of a big heap (3,000,000 pending jobs, larger than shared_buffers):
              its jobs alone in the table, then one row in ten among 999 other queues' (issue 22: within 1.5x of
-             alone); jobs/s, PostgreSQL CPU and buffers touched per job.
+             alone), then every claim on one of the 1,000 queues at random; jobs/s, PostgreSQL CPU and buffers
+             touched per job.
   scale      GET /queues/{queue}/scale (issue 25) on 1,000,000 pending jobs of a queue without limits (three
              priority levels, a tenth scheduled later), and of a queue with concurrency and group limits
              (1,000 groups); the target: p50 under 10 ms.
@@ -456,11 +457,12 @@ def part_retention(admin_url: str, port: int, clients: int, seconds: float, thro
 # --- heap: one queue among many in a big heap (issue 22) -------------------------------------------------------
 
 
-def load_heap(url: str, total: int, every: int, vacuum: bool = True) -> int:
+def load_heap(url: str, total: int, every: int, vacuum: bool = True, grouped: bool = False) -> int:
     """`total` pending jobs on a freshly vacuumed and analyzed table (`vacuum` False: analyzed only, as a bulk
     load stands until autovacuum comes): with `every` 1, all in queue `bench` (its rows side by side in the heap);
     else every `every`-th row in `bench` and the others round-robin over 999 other queues, so that `bench`'s rows
-    are spread over the whole heap. Returns `bench`'s jobs."""
+    are spread over the whole heap (`grouped`: the same jobs inserted queue by queue, each queue's rows side by side,
+    as a table partitioned by queue would keep them). Returns `bench`'s jobs."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE jobq.jobs")
         conn.execute(
@@ -468,8 +470,9 @@ def load_heap(url: str, total: int, every: int, vacuum: bool = True) -> int:
             INSERT INTO jobq.jobs (queue_name, payload)
             SELECT CASE WHEN mod(i, %s) = 0 THEN 'bench' ELSE 'q' || mod(i, 999) END, %s::jsonb
             FROM generate_series(1, %s) i
+            ORDER BY CASE WHEN %s THEN CASE WHEN mod(i, %s) = 0 THEN -1 ELSE mod(i, 999) END END, i
             """,
-            (every, PAYLOAD, total),
+            (every, PAYLOAD, total, grouped, every),
         )
         conn.execute("VACUUM ANALYZE jobq.jobs" if vacuum else "ANALYZE jobq.jobs")
     return total // every
@@ -487,15 +490,22 @@ def part_heap(admin_url: str, port: int, total: int, clients: int, seconds: int)
     from bench.harness import CpuSplit
 
     out: dict[str, Any] = {}
-    layouts = [(f"{lay}, {state}", every, state == "vacuumed") for state in ("vacuumed", "not vacuumed")
-               for lay, every in (("alone", 1), ("among 1,000 queues", 10))]  # fmt: skip
+    kinds = (
+        ("alone", 1),
+        ("among 1,000 queues", 10),
+        ("all 1,000 queues at once", 10),
+        ("all 1,000 queues at once, rows grouped by queue", 10),
+    )
+    states = ("vacuumed", "not vacuumed")
+    layouts = [(f"{kind}, {state}", every, state == "vacuumed") for state in states for kind, every in kinds]
+    everyone = ["bench", *(f"q{i}" for i in range(999))]
     for label, every, vacuum in layouts:
         url = fresh_database(admin_url, "jobq_ops_heap")
         migrate(url)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ALTER TABLE jobq.jobs SET (autovacuum_enabled = false)")  # the state stays as loaded
         t0 = time.monotonic()
-        jobs = load_heap(url, total, every, vacuum)
+        jobs = load_heap(url, total, every, vacuum, grouped="grouped" in label)
         with psycopg.connect(url) as conn:
             size = conn.execute("SELECT pg_size_pretty(pg_relation_size('jobq.jobs'))").fetchone()
         print(f"{label}: {total:,} pending, {jobs:,} in bench, heap {size[0] if size else '?'}, loaded in "
@@ -504,7 +514,8 @@ def part_heap(admin_url: str, port: int, total: int, clients: int, seconds: int)
         try:
             cpu = CpuSplit(service.api_pids())
             before = _buffers(url)
-            rate = asyncio.run(timed(clients, seconds, 2, ClaimComplete(port, 10), cpu))
+            worker = ClaimComplete(port, 10, queues=everyone if label.startswith("all") else ())
+            rate = asyncio.run(timed(clients, seconds, 2, worker, cpu))
             touched = _buffers(url) - before  # warm-up included: a per-job figure, not the window's
         finally:
             service.stop()
@@ -519,15 +530,17 @@ def part_heap(admin_url: str, port: int, total: int, clients: int, seconds: int)
         }
         out[label] = row
         print(
-            f"  claim 10 + batch complete on bench, {clients} connections: {rate:,.0f} jobs/s; PostgreSQL "
+            f"  claim 10 + batch complete on {'every queue, at random' if label.startswith('all') else 'bench'}, "
+            f"{clients} connections: {rate:,.0f} jobs/s; PostgreSQL "
             f"{row['pg_us_per_job']:.0f} µs/job, API {row['api_us_per_job']:.0f} µs/job; about "
             f"{row['buffers_per_job']:.0f} buffers touched per job; {cpu.split}",
             flush=True,
         )
     for state in ("vacuumed", "not vacuumed"):
-        ratio = out[f"alone, {state}"]["rate"] / out[f"among 1,000 queues, {state}"]["rate"]
-        out[f"alone_vs_among, {state}"] = ratio
-        print(f"{state}: alone / among 1,000 queues: {ratio:.2f}x (target: at most 1.5x)", flush=True)
+        for other in [kind for kind, _ in kinds[1:]]:
+            ratio = out[f"alone, {state}"]["rate"] / out[f"{other}, {state}"]["rate"]
+            out[f"alone_vs_{other}, {state}"] = ratio
+            print(f"{state}: alone / {other}: {ratio:.2f}x (target: at most 1.5x)", flush=True)
     return out
 
 

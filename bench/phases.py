@@ -5,8 +5,10 @@ what a working queue answers raises PhaseError instead of reporting a figure."""
 from __future__ import annotations
 
 import asyncio
+import random
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -58,8 +60,12 @@ class ClaimComplete:
     the claim body), one request per round. Counts completed jobs. No result is sent in any variant.
     `minimal`: single completes ask for `Prefer: return=minimal` (each answer checked for it)."""
 
-    def __init__(self, port: int, limit: int, handin: bool = False, *, minimal: bool = False) -> None:
+    def __init__(
+        self, port: int, limit: int, handin: bool = False, *, minimal: bool = False, queues: Sequence[str] = ()
+    ) -> None:
         self.port = port
+        # Where each claim goes: the queue `bench`, or one of `queues` at random (each claim its own pick).
+        self.paths = [f"/queues/{q}/claim" for q in queues or ("bench",)]
         self.limit = limit
         self.handin = handin
         self.minimal = minimal
@@ -71,7 +77,8 @@ class ClaimComplete:
         body = self.claim
         if complete is not None:
             body = orjson.dumps({"worker": "bench", "limit": self.limit, "lease_seconds": 60, "complete": complete})
-        status, raw = await conn.post("/queues/bench/claim", body)
+        path = self.paths[0] if len(self.paths) == 1 else random.choice(self.paths)
+        status, raw = await conn.post(path, body)
         expect(status, raw, 200)
         answer = orjson.loads(raw)
         if complete is not None:
