@@ -141,7 +141,7 @@ def load_spread(url: str, queues: int, first: int, n: int, groups: int = 0) -> N
             SELECT 'q' || mod(i, %s), %s::jsonb, mod(i / %s, 3) * 5,
                    CASE WHEN mod(i / %s, 10) = 0 THEN now() + interval '1 hour' ELSE now() - interval '1 minute' END,
                    CASE WHEN %s > 0 THEN 'g' || mod(mod(i / %s, 7919) * mod(i / %s, 7919), %s) END
-            FROM generate_series(%s, %s) i
+            FROM generate_series(%s::bigint, %s::bigint) i
             """,
             (queues, PAYLOAD, queues, queues, groups, queues, queues, max(groups, 1), first, first + n - 1),
         )
@@ -469,7 +469,7 @@ def load_heap(url: str, total: int, every: int, vacuum: bool = True, grouped: bo
             """
             INSERT INTO jobq.jobs (queue_name, payload)
             SELECT CASE WHEN mod(i, %s) = 0 THEN 'bench' ELSE 'q' || mod(i, 999) END, %s::jsonb
-            FROM generate_series(1, %s) i
+            FROM generate_series(1, %s::int) i
             ORDER BY CASE WHEN %s THEN CASE WHEN mod(i, %s) = 0 THEN -1 ELSE mod(i, 999) END END, i
             """,
             (every, PAYLOAD, total, grouped, every),

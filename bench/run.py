@@ -17,6 +17,9 @@
                return=minimal`, alternated, --rounds times each (bench/minimal.py);
      sdk       the Python SDK's Worker (--sdk-concurrency) draining a queue, beside the raw-HTTP claim 10 +
                batch complete drain, alternated --rounds times (bench/sdk_drain.py);
+     scaling   issue 22's scaling phase: GET /queues/{queue}/stats and GET /queues at each backlog of
+               --scaling-steps (100k, 1M, 3M) over 1 and over 1,000 queues, fresh and vacuumed, and claim 10 on a
+               queue alone against among 1,000 in a heap of the largest backlog (bench/ops.py backlog, heap);
   3. PgQueuer 1.6.0 at its best setting (bench/peers/pgqueuer_peer.py) on its own fresh database:
      single-job enqueue, bulk enqueue (1 and 4 clients), drain, wake latency;
   4. a table per topic: jobq, raw SQL, PgQueuer, both ratios, the target (issue 22, else 9), whether it was met.
@@ -83,6 +86,7 @@ PHASES = (
     "parked",
     "minimal",
     "sdk",
+    "scaling",
 )
 SDK_PRELOAD = 300_000
 # phase: (label, claim limit, completes handed in on the next claim, default preload = the reference's)
@@ -217,6 +221,23 @@ class Bench:
             )
         finally:
             service.stop()
+
+    def scaling(self) -> None:
+        """How the cost grows with the backlog and the number of queues (issue 22, item 5); each part on fresh
+        databases of its own (bench/ops.py)."""
+        if "scaling" not in self.phases:
+            return
+        from bench import ops
+
+        steps = [int(x) for x in self.args.scaling_steps.split(",")]
+        port, seconds = self.args.port, max(2, round(self.args.seconds))
+        self.results["jobq"]["scaling"] = {
+            "backlog": ops.part_backlog(self.args.admin_url, port, steps, [1, 1000]),
+            # `bench` holds a tenth of the heap among 1,000 queues: enough for 30,000 claims a second of the run.
+            "heap": ops.part_heap(
+                self.args.admin_url, port, max(*steps, 300_000 * (seconds + 2)), max(self.clients), seconds
+            ),
+        }
 
     def sdk(self) -> None:
         if "sdk" not in self.phases:
@@ -476,6 +497,19 @@ class Bench:
                 m = p[key]
                 tps = m["idle"]["transactions_per_second"]
                 parked.append(Row(f"idle transactions/s, {m['label']}", "0", tps, unit="tx/s"))
+        scaling: list[Row] = []
+        if sc := jobq.get("scaling"):
+            for key, m in sc["backlog"].items():
+                queues, total, state = key.split("/")
+                where = f"{int(queues[:-1]):,} queue(s), {int(total):,} pending, {state}"
+                for figure, label in (("stats", "GET /queues/q0/stats"), ("queues", "GET /queues")):
+                    row = Row(f"{label} p50, {where}", "1", m[figure]["p50_ms"], unit="ms")
+                    scaling.append(row.judge("< 10 ms", at_most(10)))
+            for key, ratio in sc["heap"].items():
+                if key.startswith("alone_vs_"):
+                    other, _, state = key.removeprefix("alone_vs_").rpartition(", ")
+                    row = Row(f"claim 10, a queue alone / {other}, {state}", str(top), ratio, unit="x")
+                    scaling.append(row.judge("<= 1.5x", at_most(1.5)))
         return {
             "Enqueue": enqueue,
             "Drain": drain,
@@ -483,6 +517,7 @@ class Bench:
             "Memory": memory,
             "SQS API": sqs,
             "Parked": parked,
+            "Scaling": scaling,
         }
 
 
@@ -505,6 +540,11 @@ def main() -> None:
     p.add_argument("--waiters", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=2, help="minimal, sdk: A/B rounds per path (default 2)")
     p.add_argument("--sdk-concurrency", type=int, default=64, help="sdk: the Python Worker's concurrency")
+    p.add_argument(
+        "--scaling-steps",
+        default="100000,1000000,3000000",
+        help="scaling: pending jobs at each step (the largest: the heap)",
+    )
     p.add_argument("--port", type=int, default=8765)
     p.add_argument(
         "--service-log",
@@ -546,6 +586,7 @@ def main() -> None:
     bench.sqs()
     bench.minimal()
     bench.sdk()
+    bench.scaling()
     if not args.skip_peer:
         print("== PgQueuer", flush=True)
     bench.peer()
