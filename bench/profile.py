@@ -4,7 +4,7 @@ belongs to a known package (jobq, psycopg, pydantic, uvicorn, starlette and Fast
 loop, logging). Samples with no Python frame of the process on the stack (waiting in epoll) are not taken (py-spy
 leaves out idle ones), so the shares are of the process's busy time.
 
-usage: .venv/bin/python bench/profile.py [--phase enqueue|claim10|claim1next] [--seconds 15] [--preload 600000]
+usage: .venv/bin/python bench/profile.py [--phase enqueue|batch|claim10|claim1next] [--seconds 15] [--preload 600000]
 Needs py-spy (`pip install py-spy`) and root or ptrace permission. Throughput under py-spy's sampling is a little
 lower than without it: read the shares, not the rate.
 """
@@ -67,7 +67,7 @@ def jobq_function(stack: str) -> str | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--phase", default="claim10", choices=("enqueue", "claim10", "claim1next"))
+    p.add_argument("--phase", default="claim10", choices=("enqueue", "batch", "claim10", "claim1next"))
     p.add_argument("--seconds", type=float, default=15)
     p.add_argument("--preload", type=int, default=600_000)
     p.add_argument("--clients", type=int, default=64)
@@ -79,8 +79,8 @@ def main() -> None:
     service = Service(url, 1, args.port, log=Path("/dev/null")).start()  # the access log on, as shipped
     try:
         worker: Enqueue | ClaimComplete
-        if args.phase == "enqueue":
-            worker = Enqueue(args.port, 1)
+        if args.phase in ("enqueue", "batch"):
+            worker = Enqueue(args.port, 1 if args.phase == "enqueue" else 1000)  # batch: 1,000 jobs a request
         else:
             preload(url, args.preload)
             worker = ClaimComplete(args.port, 10 if args.phase == "claim10" else 1, handin=args.phase == "claim1next")

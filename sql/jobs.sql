@@ -2,13 +2,13 @@
 
 -- name: CITUS_IDS --
 -- On Citus: ids for a batch of n jobs, in order, from the jobs' identity sequence (no table read).
-SELECT nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id FROM generate_series(1, %(n)s) ORDER BY 1
+SELECT nextval((SELECT pg_get_serial_sequence('jobq.jobs', 'id')::regclass)) AS id FROM generate_series(1, %(n)s) ORDER BY 1
 
 -- name: CITUS_UNIQUE_IDS --
 -- On Citus: ids for a batch with unique jobs, in input order, and each unique job's key and window start (as
 -- JOB_INSERT_UNIQUE computes them; the window as text, '-infinity' for none). No table read; the insert that
 -- follows, in the same transaction, has the same now().
-SELECT t.ord, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id,
+SELECT t.ord, nextval((SELECT pg_get_serial_sequence('jobq.jobs', 'id')::regclass)) AS id,
        CASE WHEN t.is_unique THEN coalesce(t.unique_key, encode(sha256(convert_to(coalesce(t.payload, 'null')::text, 'UTF8')), 'hex')) END AS ukey,
        CASE WHEN t.is_unique THEN (CASE WHEN t.unique_for IS NULL THEN '-infinity'::timestamptz ELSE to_timestamp(floor(extract(epoch FROM now())::float8 / t.unique_for) * t.unique_for) END)::text END AS ufrom
 FROM json_to_recordset(%(batch)s::json)
@@ -71,7 +71,7 @@ WITH input AS (
   -- trips, for many rows). Ids are drawn in the input's order (a volatile select-list expression is evaluated after the
   -- ORDER BY): that is how rows without a key are matched back to their input, and ids are the last
   -- tie-break of claim order, so a batch keeps its order.
-  SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id
+  SELECT t.*, nextval((SELECT pg_get_serial_sequence('jobq.jobs', 'id')::regclass)) AS id
   FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
          max_attempts int, idempotency_key text, traceparent text, group_key text, timeout_seconds int)
@@ -100,7 +100,7 @@ WITH input AS (
   -- trips, for many rows). Ids are drawn in the input's order (a volatile select-list expression is evaluated after the
   -- ORDER BY): that is how rows without a key are matched back to their input, and ids are the last
   -- tie-break of claim order, so a batch keeps its order.
-  SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id
+  SELECT t.*, nextval((SELECT pg_get_serial_sequence('jobq.jobs', 'id')::regclass)) AS id
   FROM json_to_recordset(%(batch)s::json)
     AS t(ord int, queue_name text, payload jsonb, priority int, run_at timestamptz, delay float8,
          max_attempts int, idempotency_key text, traceparent text, group_key text, timeout_seconds int)
@@ -142,7 +142,7 @@ WITH input AS (
   -- As JOB_INSERT_BATCH, for a batch in which some job is unique: its own statement, so that the shared one
   -- stays as it is for every other enqueue. Ids in input order; each input row keeps its id, and the answer
   -- is one row per input, in order, with the job when this statement inserted it.
-  SELECT t.*, nextval(pg_get_serial_sequence('jobq.jobs', 'id')) AS id,
+  SELECT t.*, nextval((SELECT pg_get_serial_sequence('jobq.jobs', 'id')::regclass)) AS id,
          CASE WHEN t.is_unique THEN coalesce(t.unique_key, encode(sha256(convert_to(coalesce(t.payload, 'null')::text, 'UTF8')), 'hex')) END AS ukey,
          CASE WHEN t.is_unique THEN CASE WHEN t.unique_for IS NULL THEN '-infinity'::timestamptz ELSE to_timestamp(floor(extract(epoch FROM now())::float8 / t.unique_for) * t.unique_for) END END AS ufrom
   FROM json_to_recordset(%(batch)s::json)
