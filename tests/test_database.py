@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from app.auth.keys import new_key
 from app.db import keys as store_keys
 from app.db.migrate import MigrationError, load_migrations, migrate, statements
 from app.db.operations import stats_writer
+from app.models.fields import QUEUE_PATTERN
 from app.runtime.cli import main as jobq
 from tests import citus
 from tests.conftest import _with_db, make_settings
@@ -230,6 +232,25 @@ def test_the_schema_holds_the_state_machine(db: psycopg.Connection) -> None:
         db.execute("UPDATE jobq.jobs SET queue_name = 'bad name'")
     with pytest.raises(pg_errors.CheckViolation):
         db.execute("INSERT INTO jobq.jobs (queue_name, payload) VALUES ('bad name', '1')")
+
+
+QUEUE_NAMES = ["q", "-", "Az09_.:-", "a" * 128, "a" * 129, "", "bad name", "q\n", "\nq", "é", "q*", "q#1", "q%", "q\\"]
+
+
+@pytest.mark.parametrize("name", QUEUE_NAMES, ids=repr)
+def test_the_database_takes_exactly_the_queue_names_the_api_takes(db: psycopg.Connection, name: str) -> None:
+    # The CHECKs of jobs and queue_state (migrations/0049_queue_name_check.sql) test the API's rule another way
+    # than its regex, whose bounded repetition cost every row written: the same answer for every name, both tables.
+    allowed = re.fullmatch(QUEUE_PATTERN.strip("^$"), name) is not None
+    for statement in (
+        "INSERT INTO jobq.jobs (queue_name, payload) VALUES (%s, '1')",
+        "INSERT INTO jobq.queue_state (queue_name) VALUES (%s)",
+    ):
+        if allowed:
+            db.execute(statement, (name,))
+        else:
+            with pytest.raises(pg_errors.CheckViolation):
+                db.execute(statement, (name,))
 
 
 def test_claim_uses_the_partial_index(db: psycopg.Connection) -> None:
