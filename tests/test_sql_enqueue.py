@@ -171,6 +171,8 @@ DEEP = {"a": nested(32)}  # 33 levels: one past JOBQ_MAX_JSON_DEPTH's default
 BAD = [
     # (queue, options, the field named)
     ("bad queue!", {}, "queue"),
+    ("q" * 129, {}, "queue"),
+    ("é", {}, "queue"),
     (None, {"priority": 40000}, "priority"),
     (None, {"run_at": datetime(2030, 1, 1).astimezone(), "delay_seconds": 1}, "run_at"),
     (None, {"delay_seconds": -1.0}, "delay_seconds"),
