@@ -20,7 +20,7 @@ from app.db import retention as store_retention
 from app.db.flow import QueueConfigRow
 from app.db.pool import Database
 from app.db.replica import Conn, Reads
-from app.db.rows import JobRow
+from app.db.rows import JobRow, QueueRow
 from app.errors import InvalidState, JobNotFound
 from app.models.flow import QueueConfigPatch
 from app.observability.metrics import percentile_ms
@@ -50,6 +50,29 @@ def _counts(ready: int, scheduled: int, running: int, completed: int, failed: in
 
 def _estimated(estimated: bool, counted_at: datetime | None) -> Doc:
     return {"counts_estimated": estimated, "counts_counted_at": counted_at if estimated else None}
+
+
+def _queue_document(q: QueueRow) -> Doc:
+    """A queue of GET /queues: _counts and _estimated written out, since a page makes up to a thousand (its
+    finished counts are bigint already)."""
+    ready, scheduled, estimated = q.ready, q.scheduled, q.estimated
+    return {
+        "queue": q.queue,
+        "paused": q.paused,
+        "counts": {
+            "ready": ready,
+            "scheduled": scheduled,
+            "pending": ready + scheduled,
+            "waiting": q.waiting,
+            "running": q.running,
+            "completed": q.completed,
+            "failed": q.failed,
+            "cancelled": q.cancelled,
+        },
+        "oldest_ready_age_seconds": q.oldest_ready_age,
+        "counts_estimated": estimated,
+        "counts_counted_at": q.counted_at if estimated else None,
+    }
 
 
 def _moved(path: Path, job: JobRow, was: str | None, to: str) -> Moves:
@@ -149,17 +172,7 @@ class OpsService:
             return await store_ops.queues_page(conn, allowed, after, limit, self.settings.stats_exact_max)
 
         rows, last = await self.reads.run(read)
-        docs = [
-            {
-                "queue": q.queue,
-                "paused": q.paused,
-                "counts": _counts(q.ready, q.scheduled, q.running, q.completed, q.failed, q.cancelled, q.waiting),
-                "oldest_ready_age_seconds": q.oldest_ready_age,
-                **_estimated(q.estimated, q.counted_at),
-            }
-            for q in rows
-        ]
-        return docs, encode_cursor(QUEUES, [last]) if last is not None else None
+        return [_queue_document(q) for q in rows], encode_cursor(QUEUES, [last]) if last is not None else None
 
     async def list_jobs(self, queue: str, status: str | None, limit: int, cursor: str | None) -> Page:
         try:
