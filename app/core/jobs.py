@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from itertools import compress
 from operator import attrgetter, gt
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.core.coalesce import Coalescer
 from app.core.dependencies import DependencyRelease
@@ -169,8 +169,7 @@ def _moved(path: Path, job: JobRow, frm: str, to: str) -> Moves:
     return moves
 
 
-@dataclass(slots=True, frozen=True)
-class Renewal:
+class Renewal(NamedTuple):
     """A heartbeat's answer (app/models/answers.py HeartbeatResponse)."""
 
     id: int
@@ -178,8 +177,7 @@ class Renewal:
     cancel_requested: bool
 
 
-@dataclass(slots=True, frozen=True)
-class ItemOutcome:
+class ItemOutcome(NamedTuple):
     """One item of a batch complete, or of the completes a claim carries (CompleteOutcome)."""
 
     id: int

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import psycopg
 from orjson import Fragment
@@ -185,8 +185,7 @@ ORDER BY i.ord
 """
 
 
-@dataclass(slots=True, frozen=True)
-class Heartbeat:
+class Heartbeat(NamedTuple):
     id: int
     token: str
     lease_seconds: int | None
@@ -195,8 +194,7 @@ class Heartbeat:
     set_progress: bool = False
 
 
-@dataclass(slots=True, frozen=True)
-class Renewed:
+class Renewed(NamedTuple):
     outcome: Outcome
     lease_expires_at: datetime | None
     worker: str | None = None  # of the claim renewed, and its queue
@@ -301,16 +299,14 @@ JOB_COMPLETE_MANY = _job_complete_many(_side("done", "'completed'"))
 JOB_COMPLETE_MANY_CITUS = _job_complete_many("")
 
 
-@dataclass(slots=True, frozen=True)
-class Completion:
+class Completion(NamedTuple):
     id: int
     token: str
     result: str | None  # serialised JSON
     allowed: str | None = None  # the caller's queue regex; None: every queue
 
 
-@dataclass(slots=True, frozen=True)
-class Done:
+class Done(NamedTuple):
     outcome: Outcome
     job: JobRow | None  # the job's row (None: not found)
     changed: bool  # whether this call changed it
