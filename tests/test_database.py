@@ -253,6 +253,27 @@ def test_the_database_takes_exactly_the_queue_names_the_api_takes(db: psycopg.Co
                 db.execute(statement, (name,))
 
 
+def test_an_installation_migrated_before_0049_takes_it_on_both_engines(empty_database_url: str, tmp_path: Path) -> None:
+    # The upgrade of an existing installation: the files up to 0048 applied (on Citus: then distributed), then the
+    # later ones. On Citus the statements of a file reach the shards one by one (app/db/migrate.py
+    # _apply_in_transaction): sent as one text, 0049's two ALTERs were refused on the workers ("cannot insert
+    # multiple commands into a prepared statement"), where the tests' fresh databases take every file before they
+    # are distributed.
+    for f in sorted((Path(__file__).parent.parent / "migrations").glob("*.sql")):
+        if int(f.name[:4]) <= 48:
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+    migrate(empty_database_url, tmp_path)
+    applied = [name for name in migrate(empty_database_url) if not name.startswith("distributed ")]
+    assert applied[:2] == ["0049_queue_name_check.sql", "0050_sql_enqueue_queue_name.sql"]
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO jobq.jobs (queue_name, payload) VALUES (%s, '1')", ("a" * 128,))
+        for bad in ("bad name", "a" * 129):
+            with pytest.raises(pg_errors.CheckViolation):
+                conn.execute("INSERT INTO jobq.jobs (queue_name, payload) VALUES (%s, '1')", (bad,))
+        with pytest.raises(pg_errors.InvalidParameterValue):
+            conn.execute("SELECT jobq.enqueue('bad name', '1'::jsonb)")
+
+
 def test_claim_uses_the_partial_index(db: psycopg.Connection) -> None:
     db.execute(
         "INSERT INTO jobq.jobs (queue_name, payload) SELECT 'q' || (i % 50), '1' FROM generate_series(1, 20000) i"

@@ -263,12 +263,21 @@ def _set_lock_timeout(conn: psycopg.Connection, ms: int, local: bool = False) ->
     conn.execute(f"SET {'LOCAL ' if local else ''}lock_timeout = {int(ms)}".encode())
 
 
-def _apply_in_transaction(conn: psycopg.Connection, m: Migration, waits: _LockWait) -> None:
+def _apply_in_transaction(conn: psycopg.Connection, m: Migration, waits: _LockWait, citus: bool = False) -> None:
+    # On Citus each statement is sent on its own, in the same transaction: Citus forwards some DDL to the shards
+    # as the text it was given (ALTER TABLE ... ADD CONSTRAINT), and a file's statements sent as one text are
+    # refused there ("cannot insert multiple commands into a prepared statement"). And the lock timeout is
+    # forwarded to the workers (citus.propagate_set_commands): a shard's lock is waited for no longer than the
+    # coordinator's, where a long transaction on a worker held the distributed table's lock for as long as it ran.
+    parts = split_statements(m.sql) if citus else [m.sql]
     while True:
         try:
             with conn.transaction():
+                if citus:
+                    conn.execute(b"SET LOCAL citus.propagate_set_commands = 'local'")
                 _set_lock_timeout(conn, waits.timeout_ms, local=True)
-                conn.execute(m.sql.encode())
+                for part in parts:
+                    conn.execute(part.encode())
                 conn.execute(RECORD_MIGRATION, (m.version, m.name, m.checksum))
             return
         except psycopg.errors.LockNotAvailable as exc:
@@ -324,6 +333,7 @@ def migrate(
             conn.execute(MIGRATIONS_TABLE)
             others = "" if location.current == schemas.LEGACY else _others_who_create(conn, location.current)
             done, deferred = [], []
+            citus = distribute.has_citus(conn)
             for m in pending_migrations(conn, directory):
                 if m.own_schema and location.current == schemas.LEGACY:
                     deferred.append(m.name)
@@ -332,7 +342,7 @@ def migrate(
                     raise MigrationError(_others_may_create(m.name, location.current, others))
                 waits = _LockWait(m.name, lock_timeout_ms, lock_wait_seconds)
                 if m.transactional:
-                    _apply_in_transaction(conn, m, waits)
+                    _apply_in_transaction(conn, m, waits, citus)
                 else:
                     _apply_without_transaction(conn, m, waits)
                 log.info("applied migration %s", m.name)
