@@ -53,25 +53,13 @@ def _estimated(estimated: bool, counted_at: datetime | None) -> Doc:
 
 
 def _queue_document(q: QueueRow) -> Doc:
-    """A queue of GET /queues: _counts and _estimated written out, since a page makes up to a thousand (its
-    finished counts are bigint already)."""
-    ready, scheduled, estimated = q.ready, q.scheduled, q.estimated
+    """A queue of GET /queues."""
     return {
         "queue": q.queue,
         "paused": q.paused,
-        "counts": {
-            "ready": ready,
-            "scheduled": scheduled,
-            "pending": ready + scheduled,
-            "waiting": q.waiting,
-            "running": q.running,
-            "completed": q.completed,
-            "failed": q.failed,
-            "cancelled": q.cancelled,
-        },
+        "counts": _counts(q.ready, q.scheduled, q.running, q.completed, q.failed, q.cancelled, q.waiting),
         "oldest_ready_age_seconds": q.oldest_ready_age,
-        "counts_estimated": estimated,
-        "counts_counted_at": q.counted_at if estimated else None,
+        **_estimated(q.estimated, q.counted_at),
     }
 
 
