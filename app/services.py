@@ -188,7 +188,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     # step, the background service the rest.
     release = DependencyRelease(settings, db, effects)
     activity = WorkerActivity()  # the worker registry's sightings, flushed by WorkersFlush
-    quotas = EnqueueQuotas(settings, db)
+    quotas = EnqueueQuotas(settings, db, configs)
     jobs = JobService(settings, db, dispatcher, effects, results, configs, quotas, release, activity)
     ops = OpsService(settings, db, reads, effects, wakeups, configs, release)
     scheduler = Scheduler(settings, db, metrics, effects)
@@ -222,12 +222,12 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
         results=results,
         jobs=jobs,
         ops=ops,
-        history=HistoryService(reads),
-        search=SearchService(settings, db, reads, effects, release),
+        history=HistoryService(reads, configs),
+        search=SearchService(settings, db, reads, effects, release, configs),
         schedules=ScheduleService(settings, db, scheduler.poke),
         release=release,
         workers=WorkerService(settings, reads),
-        scale=ScaleService(reads),
+        scale=ScaleService(reads, configs),
         explain=ExplainService(db),
         sqs=SqsService(settings, db, jobs, ops, configs, dispatcher, effects),
         maintenance=maintenance,

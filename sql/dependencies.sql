@@ -22,7 +22,7 @@ ON CONFLICT DO NOTHING
 -- JOB_PARENT_QUEUES and locked by a statement per queue.
 WITH free AS (
   SELECT j.id FROM jobq.jobs j
-  WHERE j.queue_name = %(queue)s AND j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  WHERE j.queue_name = %(queue)s AND j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id
   FOR UPDATE SKIP LOCKED
 ), marked AS (
@@ -33,7 +33,7 @@ WITH free AS (
 SELECT id, status, true AS locked, queue_name, coalesce(dependency_depth, 0) AS depth FROM marked
 UNION ALL
 SELECT j.id, j.status, false, j.queue_name, coalesce(j.dependency_depth, 0) FROM jobq.jobs j
-WHERE j.queue_name = %(queue)s AND j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+WHERE j.queue_name = %(queue)s AND j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   AND j.id <> ALL(ARRAY(SELECT id FROM free))
 
 -- name: JOB_PARENT_QUEUES --
@@ -41,7 +41,7 @@ WHERE j.queue_name = %(queue)s AND j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)
 -- not there): one lookup by primary key each; on Citus a read of every shard, once per such enqueue. A job
 -- outside the caller's queues is not returned, exactly like a missing one.
 SELECT j.id, j.queue_name FROM jobq.jobs j
-WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
 
 -- name: JOB_SETTLE --
 WITH input AS (

@@ -70,7 +70,7 @@ WHERE d.parent_id = ANY(%(parents)s::bigint[]) AND d.job_id = %(id)s
 SELECT p.id FROM jobq.jobs p
 WHERE p.queue_name = %(queue)s AND p.id = ANY(%(ids)s::bigint[])
   AND p.status NOT IN ('completed', 'failed', 'cancelled')
-  AND (%(allowed)s::text IS NULL OR p.queue_name ~ %(allowed)s::text)
+  AND (%(allowed)s::text IS NULL OR split_part(p.queue_name, '#', 1) ~ %(allowed)s::text)
 
 -- name: PARENT_QUEUES_BY_ID --
 SELECT id, queue_name FROM jobq.jobs WHERE id = ANY(%(ids)s::bigint[])

@@ -51,12 +51,12 @@ bounds AS (
   SELECT s.minute AS at, s.enqueued, s.completed, s.failed, s.duration_max_ms, s.durations_ms,
          coalesce(s.ready, 0) AS ready, s.oldest_ready_seconds
   FROM jobq.queue_stats s, bounds b
-  WHERE (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text) AND s.minute >= b.since
+  WHERE (%(allowed)s::text IS NULL OR split_part(s.queue_name, '#', 1) ~ %(allowed)s::text) AND s.minute >= b.since
   UNION ALL
   SELECT h.hour, h.enqueued, h.completed, h.failed, h.duration_max_ms, h.durations_ms, h.ready_sum,
          h.oldest_ready_seconds
   FROM jobq.queue_stats_hourly h, bounds b
-  WHERE (%(allowed)s::text IS NULL OR h.queue_name ~ %(allowed)s::text) AND h.hour >= b.since
+  WHERE (%(allowed)s::text IS NULL OR split_part(h.queue_name, '#', 1) ~ %(allowed)s::text) AND h.hour >= b.since
 ), binned AS (
   SELECT floor(extract(epoch FROM r.at - b.since) / %(bucket)s)::int AS i, r.* FROM sources r, bounds b
 ), totals AS (
@@ -123,26 +123,27 @@ bounds AS (
          now() AS as_of
 ), names AS (
   SELECT queue_name FROM (
-    SELECT s.queue_name FROM jobq.queue_stats s, bounds b
+    SELECT split_part(s.queue_name, '#', 1) AS queue_name FROM jobq.queue_stats s, bounds b
     WHERE s.minute >= b.since AND 
-  (%(queues)s::text[] IS NULL OR s.queue_name = ANY(%(queues)s::text[])) AND s.queue_name > %(after)s::text
-  AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+  (%(queues)s::text[] IS NULL OR split_part(s.queue_name, '#', 1) = ANY(%(queues)s::text[])) AND split_part(s.queue_name, '#', 1) > %(after)s::text
+  AND (%(allowed)s::text IS NULL OR split_part(split_part(s.queue_name, '#', 1), '#', 1) ~ %(allowed)s::text)
     UNION
-    SELECT h.queue_name FROM jobq.queue_stats_hourly h, bounds b
+    SELECT split_part(h.queue_name, '#', 1) FROM jobq.queue_stats_hourly h, bounds b
     WHERE h.hour >= b.since AND 
-  (%(queues)s::text[] IS NULL OR h.queue_name = ANY(%(queues)s::text[])) AND h.queue_name > %(after)s::text
-  AND (%(allowed)s::text IS NULL OR h.queue_name ~ %(allowed)s::text)
+  (%(queues)s::text[] IS NULL OR split_part(h.queue_name, '#', 1) = ANY(%(queues)s::text[])) AND split_part(h.queue_name, '#', 1) > %(after)s::text
+  AND (%(allowed)s::text IS NULL OR split_part(split_part(h.queue_name, '#', 1), '#', 1) ~ %(allowed)s::text)
   ) u
   ORDER BY queue_name
   LIMIT %(n)s
 ), sources AS (
-  SELECT s.queue_name, s.minute AS at, s.enqueued, s.completed, s.failed, coalesce(s.ready, 0) AS ready
+  SELECT split_part(s.queue_name, '#', 1) AS queue_name, s.minute AS at, s.enqueued, s.completed, s.failed,
+         coalesce(s.ready, 0) AS ready
   FROM jobq.queue_stats s, bounds b
-  WHERE s.minute >= b.since AND s.queue_name IN (SELECT queue_name FROM names)
+  WHERE s.minute >= b.since AND split_part(s.queue_name, '#', 1) IN (SELECT queue_name FROM names)
   UNION ALL
-  SELECT h.queue_name, h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
+  SELECT split_part(h.queue_name, '#', 1), h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
   FROM jobq.queue_stats_hourly h, bounds b
-  WHERE h.hour >= b.since AND h.queue_name IN (SELECT queue_name FROM names)
+  WHERE h.hour >= b.since AND split_part(h.queue_name, '#', 1) IN (SELECT queue_name FROM names)
 )
 SELECT r.queue_name AS queue, floor(extract(epoch FROM r.at - b.since) / %(bucket)s)::int AS bucket, sum(r.enqueued)::bigint AS enqueued,
        sum(r.completed)::bigint AS completed, sum(r.failed)::bigint AS failed, sum(r.ready)::bigint AS ready_sum

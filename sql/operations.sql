@@ -53,48 +53,9 @@ LIMIT %(limit)s
 -- name: NO_SEQSCAN --
 SET LOCAL enable_seqscan = off
 
--- name: QUEUES_PAGE --
-WITH RECURSIVE
-  pending_walk(name, seen) AS (
-  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
-  UNION ALL
-  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
-         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
-  FROM pending_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
-),
-  waiting_walk(name, seen) AS (
-  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
-  UNION ALL
-  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
-         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
-  FROM waiting_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
-),
-  running_walk(name, seen) AS (
-  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'running' COLLATE "C" AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
-  UNION ALL
-  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'running' COLLATE "C" AND queue_name > w.name ORDER BY queue_name LIMIT 1),
-         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
-  FROM running_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
-),
-  finished_walk(name, seen) AS (
-  SELECT (SELECT queue_name FROM jobq.queue_counts WHERE true AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
-  UNION ALL
-  SELECT (SELECT queue_name FROM jobq.queue_counts WHERE true AND queue_name > w.name ORDER BY queue_name LIMIT 1),
-         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
-  FROM finished_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
-),
-  names AS (
-    SELECT name FROM (
-      SELECT name FROM pending_walk UNION SELECT name FROM waiting_walk UNION SELECT name FROM running_walk
-      UNION SELECT name FROM finished_walk
-      UNION (SELECT queue_name FROM jobq.queue_state
-             WHERE queue_name > %(after)s::text AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)
-             ORDER BY queue_name LIMIT %(n)s)
-    ) u
-    WHERE name IS NOT NULL AND (%(allowed)s::text IS NULL OR name ~ %(allowed)s::text)
-    ORDER BY name
-    LIMIT %(n)s
-  )
+-- name: QUEUES_NAMED --
+WITH names AS (SELECT unnest(%(names)s::text[]) AS name)
+
 SELECT n.name AS queue,
        CASE WHEN p.big THEN e.ready WHEN p.n < x.over THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
        CASE WHEN p.big THEN e.scheduled WHEN p.n < x.over THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled)
@@ -107,7 +68,137 @@ SELECT n.name AS queue,
        coalesce((SELECT s.paused FROM jobq.queue_state s WHERE s.queue_name = n.name), false) AS paused,
        CASE WHEN w.big THEN e.waiting WHEN w.n < x.over THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
        p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over AS estimated,
-       CASE WHEN p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over THEN e.counted_at END AS counted_at
+       CASE WHEN p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over THEN e.counted_at END AS counted_at,
+       coalesce((SELECT s.keys_used FROM jobq.queue_state s WHERE s.queue_name = n.name), 1)::int AS keys_used
+FROM names n
+-- The background's count of the queue (app/db/live_counts.py): a kind it found past the exact maximum is not
+-- read again here (each such read would stop at the maximum anyway); the others are counted up to it.
+LEFT JOIN jobq.queue_live_counts e ON e.queue_name = n.name
+-- A queue the background has not counted (new, or empty at its last count) is read up to the whole maximum: such
+-- queues are few, and a small share of it could take a few high-priority jobs due later for all there is.
+CROSS JOIN LATERAL (SELECT CASE WHEN e.queue_name IS NULL THEN %(over_new)s::int ELSE %(over)s::int END AS over) x
+CROSS JOIN LATERAL (
+  -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first x.over pending jobs.
+  SELECT count(*) AS n, count(*) FILTER (WHERE j.run_at <= now()) AS ready,
+         count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
+         min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready,
+         coalesce(e.ready + e.scheduled > x.over - 1, false) AS big
+  FROM (SELECT j.run_at FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
+          AND coalesce(e.ready + e.scheduled <= x.over - 1, true)
+        ORDER BY j.priority DESC, j.run_at, j.id LIMIT x.over) j
+) p
+CROSS JOIN LATERAL (
+  SELECT count(*) AS n, coalesce(e.running > x.over - 1, false) AS big
+  FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'running' COLLATE "C"
+          AND coalesce(e.running <= x.over - 1, true) LIMIT x.over) j
+) r
+CROSS JOIN LATERAL (
+  SELECT count(*) AS n, coalesce(e.waiting > x.over - 1, false) AS big
+  FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'waiting'
+          AND coalesce(e.waiting <= x.over - 1, true) ORDER BY j.id LIMIT x.over) j
+) w
+LEFT JOIN LATERAL (
+  SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
+         sum(c.n) FILTER (WHERE c.status = 'failed') AS failed,
+         sum(c.n) FILTER (WHERE c.status = 'cancelled') AS cancelled
+  FROM jobq.queue_counts c WHERE c.queue_name = n.name
+) f ON true
+ORDER BY n.name
+
+-- name: QUEUES_NAMED_FANOUT --
+WITH names AS (SELECT unnest(%(names)s::text[]) AS name), pending AS (
+  SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
+         count(*) FILTER (WHERE run_at > now()) AS scheduled,
+         min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
+  FROM jobq.jobs WHERE status = 'pending' AND queue_name IN (SELECT name FROM names) GROUP BY queue_name
+), running AS (
+  SELECT queue_name, count(*) AS running FROM jobq.jobs
+  WHERE status = 'running' COLLATE "C" AND queue_name IN (SELECT name FROM names) GROUP BY queue_name
+), waiting AS (
+  SELECT queue_name, count(*) AS waiting FROM jobq.jobs
+  WHERE status = 'waiting' AND queue_name IN (SELECT name FROM names) GROUP BY queue_name
+), finished AS (
+  SELECT queue_name, sum(n) FILTER (WHERE status = 'completed') AS completed,
+         sum(n) FILTER (WHERE status = 'failed') AS failed,
+         sum(n) FILTER (WHERE status = 'cancelled') AS cancelled
+  FROM jobq.queue_counts WHERE queue_name IN (SELECT name FROM names) GROUP BY queue_name
+)
+SELECT n.name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) AS scheduled,
+       coalesce(r.running, 0) AS running, coalesce(f.completed, 0)::bigint AS completed,
+       coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
+       extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
+       coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting,
+       false AS estimated, NULL::timestamptz AS counted_at, coalesce(s.keys_used, 1)::int AS keys_used
+FROM names n
+LEFT JOIN pending p ON p.queue_name = n.name
+LEFT JOIN running r ON r.queue_name = n.name
+LEFT JOIN waiting w ON w.queue_name = n.name
+LEFT JOIN finished f ON f.queue_name = n.name
+LEFT JOIN jobq.queue_state s ON s.queue_name = n.name
+ORDER BY n.name
+
+-- name: QUEUES_PAGE --
+WITH RECURSIVE
+  pending_walk(name, seen) AS (
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  UNION ALL
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'pending' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+         w.seen + (CASE WHEN strpos(w.name, '#') = 0 AND (%(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text)
+                        THEN 1 ELSE 0 END)
+  FROM pending_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
+),
+  waiting_walk(name, seen) AS (
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  UNION ALL
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+         w.seen + (CASE WHEN strpos(w.name, '#') = 0 AND (%(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text)
+                        THEN 1 ELSE 0 END)
+  FROM waiting_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
+),
+  running_walk(name, seen) AS (
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'running' COLLATE "C" AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  UNION ALL
+  SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'running' COLLATE "C" AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+         w.seen + (CASE WHEN strpos(w.name, '#') = 0 AND (%(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text)
+                        THEN 1 ELSE 0 END)
+  FROM running_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
+),
+  finished_walk(name, seen) AS (
+  SELECT (SELECT queue_name FROM jobq.queue_counts WHERE true AND queue_name > %(after)s::text ORDER BY queue_name LIMIT 1), 0
+  UNION ALL
+  SELECT (SELECT queue_name FROM jobq.queue_counts WHERE true AND queue_name > w.name ORDER BY queue_name LIMIT 1),
+         w.seen + (CASE WHEN strpos(w.name, '#') = 0 AND (%(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text)
+                        THEN 1 ELSE 0 END)
+  FROM finished_walk w WHERE w.name IS NOT NULL AND w.seen < %(n)s
+),
+  names AS (
+    SELECT name FROM (
+      SELECT name FROM pending_walk UNION SELECT name FROM waiting_walk UNION SELECT name FROM running_walk
+      UNION SELECT name FROM finished_walk
+      UNION (SELECT queue_name FROM jobq.queue_state
+             WHERE queue_name > %(after)s::text AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)
+               AND strpos(queue_name, '#') = 0
+             ORDER BY queue_name LIMIT %(n)s)
+    ) u
+    WHERE name IS NOT NULL AND (%(allowed)s::text IS NULL OR name ~ %(allowed)s::text) AND strpos(name, '#') = 0
+    ORDER BY name
+    LIMIT %(n)s
+  )
+
+SELECT n.name AS queue,
+       CASE WHEN p.big THEN e.ready WHEN p.n < x.over THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
+       CASE WHEN p.big THEN e.scheduled WHEN p.n < x.over THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled)
+       END AS scheduled,
+       CASE WHEN r.big THEN e.running WHEN r.n < x.over THEN r.n ELSE greatest(e.running, r.n) END AS running,
+       coalesce(f.completed, 0)::bigint AS completed, coalesce(f.failed, 0)::bigint AS failed,
+       coalesce(f.cancelled, 0)::bigint AS cancelled,
+       extract(epoch FROM now() - CASE WHEN p.big OR p.n >= x.over THEN least(e.oldest_ready, p.oldest_ready)
+                                       ELSE p.oldest_ready END)::float8 AS oldest_ready_age,
+       coalesce((SELECT s.paused FROM jobq.queue_state s WHERE s.queue_name = n.name), false) AS paused,
+       CASE WHEN w.big THEN e.waiting WHEN w.n < x.over THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
+       p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over AS estimated,
+       CASE WHEN p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over THEN e.counted_at END AS counted_at,
+       coalesce((SELECT s.keys_used FROM jobq.queue_state s WHERE s.queue_name = n.name), 1)::int AS keys_used
 FROM names n
 -- The background's count of the queue (app/db/live_counts.py): a kind it found past the exact maximum is not
 -- read again here (each such read would stop at the maximum anyway); the others are counted up to it.
@@ -151,7 +242,7 @@ WITH names AS (
     UNION SELECT queue_name FROM jobq.queue_counts WHERE queue_name > %(after)s::text GROUP BY queue_name
     UNION SELECT queue_name FROM jobq.queue_state WHERE queue_name > %(after)s::text
   ) u
-  WHERE %(allowed)s::text IS NULL OR name ~ %(allowed)s::text
+  WHERE (%(allowed)s::text IS NULL OR name ~ %(allowed)s::text) AND strpos(name, '#') = 0
   ORDER BY name
   LIMIT %(n)s
 ), pending AS (
@@ -176,7 +267,7 @@ SELECT n.name AS queue, coalesce(p.ready, 0) AS ready, coalesce(p.scheduled, 0) 
        coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
        extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
        coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting,
-       false AS estimated, NULL::timestamptz AS counted_at
+       false AS estimated, NULL::timestamptz AS counted_at, coalesce(s.keys_used, 1)::int AS keys_used
 FROM names n
 LEFT JOIN pending p ON p.queue_name = n.name
 LEFT JOIN running r ON r.queue_name = n.name

@@ -5,39 +5,43 @@
 -- jobs_claim_idx, jobs_waiting_idx and jobs_running_idx (one index descent per queue, however long the
 -- queue, each walk stopping after %(cap)s queues), and those with a configuration.
 WITH RECURSIVE pending(name, n) AS (
-  (SELECT queue_name, 1 FROM jobq.jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name, 0 FROM jobq.jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
   UNION ALL
   SELECT (SELECT queue_name FROM jobq.jobs
           WHERE status = 'pending' AND queue_name > p.name ORDER BY queue_name LIMIT 1),
-         p.n + 1
-  FROM pending p WHERE p.name IS NOT NULL AND p.n < %(cap)s
+         p.n + (CASE WHEN strpos(p.name, '#') = 0 THEN 1 ELSE 0 END)
+  FROM pending p WHERE p.name IS NOT NULL AND p.n + (CASE WHEN strpos(p.name, '#') = 0 THEN 1 ELSE 0 END) < %(cap)s
 ), waiting(name, n) AS (
-  (SELECT queue_name, 1 FROM jobq.jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name, 0 FROM jobq.jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
   UNION ALL
   SELECT (SELECT queue_name FROM jobq.jobs
           WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
-         w.n + 1
-  FROM waiting w WHERE w.name IS NOT NULL AND w.n < %(cap)s
+         w.n + (CASE WHEN strpos(w.name, '#') = 0 THEN 1 ELSE 0 END)
+  FROM waiting w WHERE w.name IS NOT NULL AND w.n + (CASE WHEN strpos(w.name, '#') = 0 THEN 1 ELSE 0 END) < %(cap)s
 ), running(name, n) AS (
-  (SELECT queue_name, 1 FROM jobq.jobs WHERE status = 'running' COLLATE "C" ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name, 0 FROM jobq.jobs WHERE status = 'running' COLLATE "C" ORDER BY queue_name LIMIT 1)
   UNION ALL
   SELECT (SELECT queue_name FROM jobq.jobs WHERE status = 'running' COLLATE "C" AND queue_name > r.name
           ORDER BY queue_name LIMIT 1),
-         r.n + 1
-  FROM running r WHERE r.name IS NOT NULL AND r.n < %(cap)s
+         r.n + (CASE WHEN strpos(r.name, '#') = 0 THEN 1 ELSE 0 END)
+  FROM running r WHERE r.name IS NOT NULL AND r.n + (CASE WHEN strpos(r.name, '#') = 0 THEN 1 ELSE 0 END) < %(cap)s
 )
 SELECT count(*) FROM (
-  SELECT name FROM pending WHERE name IS NOT NULL
-  UNION SELECT name FROM waiting WHERE name IS NOT NULL
-  UNION SELECT name FROM running WHERE name IS NOT NULL
-  UNION (SELECT queue_name FROM jobq.queue_state ORDER BY queue_name LIMIT %(cap)s)
+  SELECT name FROM pending WHERE name IS NOT NULL AND strpos(name, '#') = 0
+  UNION SELECT name FROM waiting WHERE name IS NOT NULL AND strpos(name, '#') = 0
+  UNION SELECT name FROM running WHERE name IS NOT NULL AND strpos(name, '#') = 0
+  UNION (SELECT queue_name FROM jobq.queue_state WHERE strpos(queue_name, '#') = 0
+         ORDER BY queue_name LIMIT %(cap)s)
   LIMIT %(cap)s
 ) q
 
 -- name: QUEUES_LIVE_COUNT_FANOUT --
 SELECT count(*) FROM (
-  SELECT queue_name FROM jobq.jobs WHERE status IN ('pending', 'waiting', 'running') GROUP BY queue_name
-  UNION SELECT queue_name FROM jobq.queue_state
+  SELECT queue_name FROM (
+    SELECT queue_name FROM jobq.jobs WHERE status IN ('pending', 'waiting', 'running') GROUP BY queue_name
+    UNION SELECT queue_name FROM jobq.queue_state
+  ) u
+  WHERE strpos(queue_name, '#') = 0
   LIMIT %(cap)s
 ) q
 

@@ -37,7 +37,7 @@ SELECT
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
   s.job_group AS group, s.missed, s.paused, CASE WHEN s.paused THEN NULL ELSE s.next_run_at END AS next_run_at,
   s.last_run_at, s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick FROM jobq.schedules s
-WHERE (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+WHERE (%(allowed)s::text IS NULL OR split_part(s.queue_name, '#', 1) ~ %(allowed)s::text)
 ORDER BY s.name
 
 -- name: SCHEDULES_LOCK --
@@ -50,7 +50,7 @@ SELECT extract(epoch FROM min(next_run_at) - now())::float8 FROM jobq.schedules 
   WHERE x.name = schedules.name AND x.cron = schedules.cron AND x.tz = schedules.timezone)
 
 -- name: SCHEDULE_DELETE --
-DELETE FROM jobq.schedules s WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+DELETE FROM jobq.schedules s WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR split_part(s.queue_name, '#', 1) ~ %(allowed)s::text)
 RETURNING s.name
 
 -- name: SCHEDULE_GET --
@@ -58,15 +58,15 @@ SELECT
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
   s.job_group AS group, s.missed, s.paused, CASE WHEN s.paused THEN NULL ELSE s.next_run_at END AS next_run_at,
   s.last_run_at, s.created_at, s.updated_at, s.revision, s.next_run_at AS next_tick FROM jobq.schedules s
-WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR split_part(s.queue_name, '#', 1) ~ %(allowed)s::text)
 
 -- name: SCHEDULE_HOLDER --
 -- Whether a schedule has this name, and whether the caller may see it (its queue is one of the caller's).
-SELECT (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text) AS visible FROM jobq.schedules s WHERE s.name = %(name)s
+SELECT (%(allowed)s::text IS NULL OR split_part(s.queue_name, '#', 1) ~ %(allowed)s::text) AS visible FROM jobq.schedules s WHERE s.name = %(name)s
 
 -- name: SCHEDULE_PAUSE --
 UPDATE jobq.schedules s SET paused = true, revision = s.revision + 1, updated_at = now()
-WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+WHERE s.name = %(name)s AND (%(allowed)s::text IS NULL OR split_part(s.queue_name, '#', 1) ~ %(allowed)s::text)
 RETURNING 
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
   s.job_group AS group, s.missed, s.paused, CASE WHEN s.paused THEN NULL ELSE s.next_run_at END AS next_run_at,
@@ -92,7 +92,7 @@ ON CONFLICT (name) DO UPDATE SET
   revision = s.revision + 1,
   updated_at = EXCLUDED.updated_at
 -- A schedule of a queue the caller may not use stays as it is (the caller gets 403).
-WHERE (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+WHERE (%(allowed)s::text IS NULL OR split_part(s.queue_name, '#', 1) ~ %(allowed)s::text)
 -- A row this statement inserted has no xmax; one it updated has this transaction's.
 RETURNING (s.xmax = 0) AS created, 
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
@@ -107,7 +107,7 @@ UPDATE jobq.schedules s
 SET paused = false, next_run_at = CASE WHEN s.paused THEN %(next)s ELSE s.next_run_at END,
     revision = s.revision + CASE WHEN s.paused THEN 1 ELSE 0 END,
     updated_at = CASE WHEN s.paused THEN (SELECT now()) ELSE s.updated_at END
-WHERE s.name = %(name)s AND s.revision = %(revision)s AND (%(allowed)s::text IS NULL OR s.queue_name ~ %(allowed)s::text)
+WHERE s.name = %(name)s AND s.revision = %(revision)s AND (%(allowed)s::text IS NULL OR split_part(s.queue_name, '#', 1) ~ %(allowed)s::text)
 RETURNING 
   s.name, s.queue_name AS queue, s.cron, s.timezone, s.payload::text AS payload, s.priority, s.max_attempts,
   s.job_group AS group, s.missed, s.paused, CASE WHEN s.paused THEN NULL ELSE s.next_run_at END AS next_run_at,

@@ -7,8 +7,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobq.jobs j WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.id = %(id)s AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -34,8 +34,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobq.jobs j WHERE (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -61,8 +61,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND (%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -88,8 +88,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.id = %(id)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.id = %(id)s AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -115,8 +115,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -158,14 +158,14 @@ RECURSIVE pending_queues(name) AS (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
   FROM queues q CROSS JOIN LATERAL (
     -- OFFSET 0: one lookup per queue through jobs_idempotency_idx, never flattened into a join
     SELECT * FROM jobq.jobs j
     WHERE j.queue_name = q.name AND j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL
     OFFSET 0
   ) j
-  WHERE (%(allowed)s::text IS NULL OR q.name ~ %(allowed)s::text)
+  WHERE (%(allowed)s::text IS NULL OR split_part(q.name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -191,8 +191,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobq.jobs j WHERE j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.idempotency_key = %(key)s AND j.idempotency_key IS NOT NULL AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -218,8 +218,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobq.jobs j WHERE j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s) AND ((%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s) AND ((%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -245,8 +245,8 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
-  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s) AND ((%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
+  FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.payload @> %(payload)s::jsonb AND j.status IN ('failed', 'cancelled') AND j.status = ANY(%(statuses)s) AND ((%(after)s::boolean IS NOT TRUE OR j.id < %(k1)s::bigint)) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -272,9 +272,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
   FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
-  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.finished_at DESC, j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -300,9 +300,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
   FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
-  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.finished_at DESC, j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -328,9 +328,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
   FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = %(status)s AND j.finished_at IS NOT NULL
-  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND (%(after)s::boolean IS NOT TRUE OR (j.finished_at, j.id) < (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.finished_at DESC, j.id DESC
   LIMIT %(budget)s
 ), numbered AS (
@@ -356,11 +356,11 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
   FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = 'pending'
   AND (%(after)s::boolean IS NOT TRUE
        OR j.priority < %(k1)s::int
-       OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint))) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+       OR (j.priority = %(k1)s::int AND (j.run_at, j.id) > (%(k2)s::timestamptz, %(k3)s::bigint))) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.priority DESC, j.run_at, j.id
   LIMIT %(budget)s
 ), numbered AS (
@@ -386,9 +386,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
   FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = 'running'
-  AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND (%(after)s::boolean IS NOT TRUE OR (j.lease_expires_at, j.id) > (%(k1)s::timestamptz, %(k2)s::bigint)) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.lease_expires_at, j.id
   LIMIT %(budget)s
 ), numbered AS (
@@ -414,9 +414,9 @@ WITH  examined AS MATERIALIZED (
     AND (%(key)s::text IS NULL OR j.idempotency_key = %(key)s)
     AND (%(error)s::text IS NULL OR strpos(j.last_error, %(error)s) > 0)
     AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)) AS hit
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)) AS hit
   FROM jobq.jobs j WHERE j.queue_name = %(queue)s AND j.status = 'waiting'
-  AND (%(after)s::boolean IS NOT TRUE OR j.id > %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+  AND (%(after)s::boolean IS NOT TRUE OR j.id > %(k1)s::bigint) AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   ORDER BY j.id
   LIMIT %(budget)s
 ), numbered AS (

@@ -30,20 +30,20 @@ WITH w AS (
          (array_agg(w.host ORDER BY w.last_seen DESC) FILTER (WHERE w.host IS NOT NULL))[1] AS host,
          min(w.first_seen) AS first_seen, max(w.last_seen) AS last_seen
   FROM jobq.workers w
-  WHERE w.last_seen > now() - make_interval(secs => %(keep)s) AND (%(allowed)s::text IS NULL OR w.queue_name ~ %(allowed)s::text)
+  WHERE w.last_seen > now() - make_interval(secs => %(keep)s) AND (%(allowed)s::text IS NULL OR split_part(w.queue_name, '#', 1) ~ %(allowed)s::text)
   GROUP BY w.name
 ), held AS (
   SELECT j.locked_by AS name, count(*) AS n, max(j.lease_expires_at) AS lease_expires_at,
          (array_agg(j.id ORDER BY j.claimed_at, j.id))[1:%(ids)s] AS job_ids
   FROM jobq.jobs j
   WHERE j.status = 'running' AND j.locked_by IN (SELECT name FROM w)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   GROUP BY j.locked_by
 ), done AS (
   SELECT m.name, sum(m.completed) AS completed, sum(m.failed) AS failed
   FROM jobq.worker_minutes m
   WHERE m.minute > now() - interval '1 hour' AND m.name IN (SELECT name FROM w)
-    AND (%(allowed)s::text IS NULL OR m.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(m.queue_name, '#', 1) ~ %(allowed)s::text)
   GROUP BY m.name
 )
 SELECT w.name,
@@ -97,20 +97,20 @@ WITH w AS (
          (array_agg(w.host ORDER BY w.last_seen DESC) FILTER (WHERE w.host IS NOT NULL))[1] AS host,
          min(w.first_seen) AS first_seen, max(w.last_seen) AS last_seen
   FROM jobq.workers w
-  WHERE w.name = %(name)s AND (%(allowed)s::text IS NULL OR w.queue_name ~ %(allowed)s::text)
+  WHERE w.name = %(name)s AND (%(allowed)s::text IS NULL OR split_part(w.queue_name, '#', 1) ~ %(allowed)s::text)
   GROUP BY w.name
 ), held AS (
   SELECT j.locked_by AS name, count(*) AS n, max(j.lease_expires_at) AS lease_expires_at,
          (array_agg(j.id ORDER BY j.claimed_at, j.id))[1:%(ids)s] AS job_ids
   FROM jobq.jobs j
   WHERE j.status = 'running' AND j.locked_by IN (SELECT name FROM w)
-    AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
   GROUP BY j.locked_by
 ), done AS (
   SELECT m.name, sum(m.completed) AS completed, sum(m.failed) AS failed
   FROM jobq.worker_minutes m
   WHERE m.minute > now() - interval '1 hour' AND m.name IN (SELECT name FROM w)
-    AND (%(allowed)s::text IS NULL OR m.queue_name ~ %(allowed)s::text)
+    AND (%(allowed)s::text IS NULL OR split_part(m.queue_name, '#', 1) ~ %(allowed)s::text)
   GROUP BY m.name
 )
 SELECT w.name,
@@ -130,6 +130,6 @@ LIMIT %(limit)s
 SELECT j.id, j.queue_name AS queue, j.attempts, j.max_attempts, j.claimed_at, j.lease_expires_at,
        j.progress::text AS progress
 FROM jobq.jobs j
-WHERE j.status = 'running' AND j.locked_by = %(name)s AND (%(allowed)s::text IS NULL OR j.queue_name ~ %(allowed)s::text)
+WHERE j.status = 'running' AND j.locked_by = %(name)s AND (%(allowed)s::text IS NULL OR split_part(j.queue_name, '#', 1) ~ %(allowed)s::text)
 ORDER BY j.claimed_at, j.id
 LIMIT %(limit)s

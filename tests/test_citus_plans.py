@@ -17,9 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from app.db import claim as store_claim
 from app.db import debounce as store_debounce
 from app.db import jobs as store
 from app.db import operations as store_ops
+from app.db.tokens import queue_suffix
 from tests import citus
 from tests.test_plans import DEBOUNCE, HOT, PRELUDE, unique_jobs
 
@@ -68,6 +70,12 @@ CITUS_ONLY = {
     # The ids (and unique keys) of those enqueues: no table read, the coordinator answers alone (LOCAL).
     "enqueue, Citus ids": (store.CITUS_IDS, {"n": 100}, set()),
     "enqueue unique, Citus ids and keys": (store.CITUS_UNIQUE_IDS, {"batch": unique_jobs(10, 3600)}, set()),
+    # A claim of key 5 of a spread queue (app/core/dispatcher.py _claim_keys): the claim, naming the key.
+    "claim 10, a key of a spread queue": (
+        store_claim.JOB_CLAIM,
+        {"queue": "q#5", "total": 10, "slots": HOT["claim 10"][1]["slots"], "suffix": queue_suffix("q#5")},
+        set(),
+    ),
 }
 # Statements that read no distributed table: no Citus node, nothing sent to a worker.
 LOCAL = {"enqueue, Citus ids", "enqueue unique, Citus ids and keys"}

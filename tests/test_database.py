@@ -16,6 +16,7 @@ from app.auth.keys import new_key
 from app.db import keys as store_keys
 from app.db.migrate import MigrationError, load_migrations, migrate, statements
 from app.db.operations import stats_writer
+from app.db.spread import MAX_SPREAD, SEP
 from app.models.fields import QUEUE_PATTERN
 from app.runtime.cli import main as jobq
 from tests import citus
@@ -234,14 +235,35 @@ def test_the_schema_holds_the_state_machine(db: psycopg.Connection) -> None:
         db.execute("INSERT INTO jobq.jobs (queue_name, payload) VALUES ('bad name', '1')")
 
 
-QUEUE_NAMES = ["q", "-", "Az09_.:-", "a" * 128, "a" * 129, "", "bad name", "q\n", "\nq", "é", "q*", "q#1", "q%", "q\\"]
+QUEUE_NAMES = ["q", "-", "Az09_.:-", "a" * 128, "a" * 129, "", "bad name", "q\n", "\nq", "é", "q*", "q#", "q%", "q\\"]
+# The stored names of a spread queue's keys (app/db/spread.py): `queue#k`, k from 1 to MAX_SPREAD - 1.
+KEY_NAMES = [
+    "q#1",
+    "q#9",
+    "q#10",
+    "q#63",
+    "a" * 128 + "#1",
+    "q#0",
+    "q#01",
+    "q#64",
+    "q#100",
+    "#1",
+    "q#1#2",
+    "q #1",
+    "a" * 129 + "#1",
+    "q#1\n",
+    "q#-1",
+]
 
 
-@pytest.mark.parametrize("name", QUEUE_NAMES, ids=repr)
+@pytest.mark.parametrize("name", QUEUE_NAMES + KEY_NAMES, ids=repr)
 def test_the_database_takes_exactly_the_queue_names_the_api_takes(db: psycopg.Connection, name: str) -> None:
-    # The CHECKs of jobs and queue_state (migrations/0049_queue_name_check.sql) test the API's rule another way
-    # than its regex, whose bounded repetition cost every row written: the same answer for every name, both tables.
-    allowed = re.fullmatch(QUEUE_PATTERN.strip("^$"), name) is not None
+    # The CHECKs of jobs and queue_state (migrations/0049_queue_name_check.sql, 0051_queue_spread.sql) test the
+    # API's rule another way than its regex, whose bounded repetition cost every row written: the same answer for
+    # every name, both tables. Besides the API's names they take the names of a spread queue's keys, and no other.
+    base, _, k = name.partition(SEP)
+    key = k.isdigit() and str(int(k)) == k and 1 <= int(k) < MAX_SPREAD if SEP in name else True
+    allowed = re.fullmatch(QUEUE_PATTERN.strip("^$"), base) is not None and key
     for statement in (
         "INSERT INTO jobq.jobs (queue_name, payload) VALUES (%s, '1')",
         "INSERT INTO jobq.queue_state (queue_name) VALUES (%s)",

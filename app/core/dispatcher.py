@@ -46,6 +46,7 @@ from app.db import writes as store_writes
 from app.db.claim import ClaimSlot
 from app.db.pool import Database
 from app.db.rows import ClaimRow
+from app.db.spread import SEP, logical
 from app.errors import AppError, DatabaseUnavailable, TooManyWaiters, Unauthorized
 from app.observability.metrics import Metrics
 from app.settings import Settings
@@ -118,6 +119,8 @@ class _QueueClaims:
         self.tickets: list[_Ticket] = []
         self.task: asyncio.Task[None] | None = None
         self.again = False
+        self.hint: set[str] = set()  # keys of a spread queue named by wake-ups since the last statement
+        self.turn = 0  # a spread queue: the key its next claim starts from, when no wake-up names one
         self.failures = 0  # statements failed in a row (database unavailable)
         self._retry: asyncio.TimerHandle | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -153,6 +156,8 @@ class _QueueClaims:
                     if cfg.limited:
                         after = self.owner.fair_after.get(self.queue)
                         limited = await store_claim.jobs_claim_limited(conn, self.queue, slots, after)
+                    elif len(cfg.keys) > 1:
+                        result = await self._claim_keys(conn, cfg.keys, slots)
                     else:
                         result = await store_claim.jobs_claim(conn, self.queue, slots)
             except DatabaseUnavailable as exc:
@@ -209,6 +214,33 @@ class _QueueClaims:
             # Go again for tickets that did not fit in this statement, or after a wake-up during it.
             if not (self.again or len(batch) < len(self.tickets)):
                 return
+
+    async def _claim_keys(self, conn: Any, keys: tuple[str, ...], slots: list[ClaimSlot]) -> store_claim.ClaimResult:
+        """A spread queue (app/db/spread.py): claim from its keys in turn, one statement per key, each on the key's
+        shard, until every request has its fill. Keys that wake-ups named since the last claim come first, then
+        the others from where the last claim started, plus one: claims spread over every key, and a key found
+        empty costs one statement, not a request answered empty while another key holds jobs."""
+        hinted = [k for k in keys if k in self.hint]
+        self.hint.clear()
+        n = len(keys)
+        start, self.turn = self.turn % n, self.turn + 1
+        order = hinted + [k for k in keys[start:] + keys[:start] if k not in hinted]
+        got: list[list[ClaimRow]] = [[] for _ in slots]
+        left_behind = False
+        for key in order:
+            need = [(j, s.limit - len(got[j])) for j, s in enumerate(slots) if len(got[j]) < s.limit]
+            if not need:
+                break
+            asked = [ClaimSlot(slots[j].worker, slots[j].lease_seconds, m) for j, m in need]
+            result = await store_claim.jobs_claim(conn, key, asked)
+            if result.limited:
+                # Limits set meanwhile (possible only once spread is back to 1: app/core/flow.py check): rows
+                # claimed already go out; with none, the caller reads the configuration again and claims under them.
+                return store_claim.ClaimResult(got, False, limited=not any(got))
+            for (j, _), rows in zip(need, result.rows, strict=True):
+                got[j] += rows
+            left_behind = left_behind or result.ready_left_behind
+        return store_claim.ClaimResult(got, left_behind and not any(got))
 
     def _wake_after(self, seconds: float | None) -> None:
         """A rate limit is full: look again when its window lets the next claim through (no event says so)."""
@@ -378,6 +410,12 @@ class ClaimDispatcher:
             return
         names = self._queues.keys() if queues is None else queues
         for name in list(names):
+            if SEP in name:  # a key of a spread queue (app/db/spread.py): its queue's claims take from it first
+                claims = self._queues.get(logical(name))
+                if claims is not None and claims.tickets:
+                    claims.hint.add(name)
+                    claims.kick()
+                continue
             claims = self._queues.get(name)
             if claims is not None and claims.tickets:
                 claims.kick()
@@ -436,9 +474,12 @@ class ClaimDispatcher:
         """False when the database could not be asked."""
         if not queues or self.closing:
             return True
+        # A spread queue is looked for under every key (as last read: app/core/flow.py keys_of); a key found
+        # ready wakes its queue's claims, which take from that key first.
+        names = [k for q in queues for k in (self.configs.keys_of(q) or (q,))]
         try:
             async with self.db.connection() as conn:
-                ready = await store_waiting.queues_ready(conn, queues)
+                ready = await store_waiting.queues_ready(conn, names)
         except DatabaseUnavailable:
             # A claim statement would fail too; the next pass asks again (and queues whose last claim
             # failed try again on their own, with backoff).
@@ -448,7 +489,7 @@ class ClaimDispatcher:
             # Not expected: then claim on every queue, as if the probe had named them all, rather than
             # let a job wait for a statement that keeps failing.
             log.exception("the look for ready jobs on %d waited queue(s) failed; claiming on all", len(queues))
-            ready = queues
+            ready = list(queues)
         self.wake(ready)
         return True
 

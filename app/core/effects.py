@@ -38,6 +38,7 @@ from typing import Literal
 from app.core.flow import QueueConfigs
 from app.core.wakeups import Wakeups
 from app.db.rows import Status
+from app.db.spread import logical
 from app.observability.metrics import Metrics
 
 # The schema's statuses (app/db/rows.py Status; a StrEnum member is its string), and the three states only
@@ -207,11 +208,13 @@ class Effects:
             self.wakeups.jobs_available(now)
 
     def _count(self, event: str, queue: str, n: int, moves: Moves) -> None:
+        # Counted under the queue's name: a spread queue's moves name the key they happened under.
+        label = logical(queue)
         if event == "completed":
-            self.metrics.completed(queue, moves.durations.get(queue, []))
+            self.metrics.completed(label, moves.durations.get(queue, []))
         elif event.startswith("swept_"):
             self.metrics.swept.labels(event.removeprefix("swept_")).inc(n)
         elif event == "ticks_enqueued":
             self.metrics.schedule_ticks.labels("enqueued").inc(n)
         else:
-            self.metrics.count(event, queue, n)
+            self.metrics.count(event, label, n)

@@ -15,6 +15,7 @@ from app.db import explain as store_explain
 from app.db.jobs import job_get
 from app.db.pool import Database
 from app.db.rows import FINISHED, JobRow, Status
+from app.db.spread import logical
 from app.errors import JobNotFound
 
 Doc = dict[str, Any]
@@ -75,4 +76,6 @@ class ExplainService:
             elif job.status == Status.waiting:
                 waiting_for = await store_explain.job_waiting_for(conn, job_id, job.depends_on or [], allowed)
         reasons = reasons_of(job, row, waiting_for)
-        return {"id": job.id, "queue": job.queue, "status": job.status, "runnable": not reasons, "reasons": reasons}
+        # The queue a person named: a job under a key of a spread queue is the queue's (app/db/spread.py).
+        return {"id": job.id, "queue": logical(job.queue), "status": job.status, "runnable": not reasons,
+                "reasons": reasons}  # fmt: skip

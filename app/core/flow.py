@@ -19,6 +19,7 @@ from typing import Any
 from app.db import flow as store_flow
 from app.db.flow import CONFIG_FIELDS, QueueConfigRow
 from app.db.pool import Database
+from app.db.spread import key_names
 from app.errors import ValidationFailed
 from app.models.flow import QueueConfigPatch
 from app.settings import Settings
@@ -39,6 +40,8 @@ class Effective:
     retention: dict[str, int]  # status -> seconds (0: keep)
     limited: bool
     max_pending: int  # jobs not yet started (app/core/quotas.py)
+    spread: int  # keys an enqueue spreads new jobs over (app/db/spread.py): 1, the queue's own name alone
+    keys: tuple[str, ...]  # the names of every key a claim takes from, key 0 (the queue's name) first; (): it alone
 
 
 def effective(s: Settings, row: QueueConfigRow | None) -> Effective:
@@ -59,6 +62,8 @@ def effective(s: Settings, row: QueueConfigRow | None) -> Effective:
         },
         limited=bool(r and r.limited),
         max_pending=pick(r and r.max_pending, s.max_pending_jobs),
+        spread=r.spread or 1 if r is not None else 1,
+        keys=key_names(r.queue, r.keys_used) if r is not None else (),
     )
 
 
@@ -86,10 +91,28 @@ def merged(current: QueueConfigRow, changes: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
+# The settings that need every claim of the queue to read one shard (a spread of 1): the limits, counted by the
+# claim statement, and the orders kept across the queue's jobs (API field, stored field).
+_SPREAD_ONLY_ONE = (
+    ("concurrency", "concurrency"),
+    ("rate", "rate_limit"),
+    ("group_concurrency", "group_concurrency"),
+    ("group_rate", "group_rate_limit"),
+    ("fair", "fair"),
+    ("ordered", "ordered"),
+)
+
+
 def check(s: Settings, values: dict[str, Any]) -> None:
     """Rules across fields, on the configuration as it would be stored (422 when broken). Ranges of single
     fields are the request model's (app/models/flow.py)."""
     problems: list[tuple[str, str]] = []
+    if (values.get("spread") or 1) > 1:
+        # Each key is claimed by statements of its own, on its own shard: a limit counted in one statement, or an
+        # order kept across a queue's jobs, cannot hold across keys (docs/scale-out.md).
+        for name, field in _SPREAD_ONLY_ONE:
+            if values.get(field) is not None and values.get(field) is not False:
+                problems.append((name, "holds only on a queue kept under one key: spread must be 1 or unset"))
     if values.get("ordered") and (values.get("group_concurrency") or 1) != 1:
         problems.append(("ordered", "strict order within a group runs one job of the group at a time: "
                          "group_concurrency must be 1 or unset"))  # fmt: skip
@@ -130,6 +153,12 @@ class QueueConfigs:
         if entry is None or entry.expires < time.monotonic():
             return None
         return entry.effective
+
+    def keys_of(self, queue: str) -> tuple[str, ...]:
+        """The keys of a spread queue as last read, however long ago (the fallback poll's look for ready jobs
+        asks every key without a read of its own per queue); (): unknown, or the queue's own name alone."""
+        entry = self._entries.get(queue)
+        return () if entry is None else entry.effective.keys
 
     def may_be_limited(self, queue: str) -> bool:
         """Whether a slot freed on this queue may let a waiting claim proceed: its cached configuration has
@@ -195,6 +224,7 @@ class QueueConfigs:
             values = merged(current, changes)
             check(self.settings, values)
             row = await store_flow.queue_config_set(conn, queue, values)
+            await store_flow.queue_keys_sync(conn, queue, key_names(queue, row.keys_used)[1:])
         self.invalidate(queue)
         self.remember(row)
         return row

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.core.cursors import QUEUES, BadCursor, decode_cursor, encode_cursor
+from app.core.flow import QueueConfigs
 from app.core.jobs import invalid
 from app.db import history as store_history
 from app.db.history import BucketRow
@@ -51,8 +52,9 @@ SPARKLINES_CACHE_ENTRIES = 256
 
 
 class HistoryService:
-    def __init__(self, reads: Reads) -> None:
+    def __init__(self, reads: Reads, configs: QueueConfigs) -> None:
         self.reads = reads  # the read replica when there is one
+        self.configs = configs  # a spread queue's keys (app/db/spread.py), whose statistics its series adds up
         # (range, allowed, queues, after, limit) -> (monotonic expiry, answer): the dashboard of every operator
         # asks for the same pages again and again.
         self._sparklines: dict[tuple[Any, ...], tuple[float, Doc, Server]] = {}
@@ -60,9 +62,10 @@ class HistoryService:
     async def series(self, range_: RangeName, queue: str | None, allowed: str | None) -> Doc:
         """One queue's series, or (queue None) the sum over the queues matching `allowed` (None: all)."""
         r = RANGES[range_]
+        names = ((await self.configs.get(queue)).keys or (queue,)) if queue is not None else None
 
         async def read(conn: Conn) -> list[BucketRow]:
-            return await store_history.series(conn, queue, allowed, r.bucket_seconds, r.buckets)
+            return await store_history.series(conn, names, allowed, r.bucket_seconds, r.buckets)
 
         rows = await self.reads.run(read)
         return {

@@ -29,6 +29,7 @@ from app.db.dependencies import Parent, TooDeep, UnknownJobs, jobs_insert_depend
 from app.db.jobs import Debounce, NewJob, Unique
 from app.db.pool import Database
 from app.db.rows import ClaimRow, Inserted, JobRow
+from app.db.spread import logical, spread_key
 from app.db.writes import Completion, Done, Heartbeat, Outcome, Renewed
 from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, JobTimedOut, ValidationFailed
 from app.models.jobs import (
@@ -161,6 +162,13 @@ def _inserted_dependent(rows: Sequence[Inserted]) -> Moves:
             to = SCHEDULED if job.status == PENDING and job.run_at > job.created_at else job.status
             moves.add_jobs(job.queue, NEW, to, (job.id,))
     return moves
+
+
+def _keyed(req: EnqueueRequest) -> bool:
+    """A job that a spread queue keeps under key 0, the queue's own name (app/db/spread.py): what makes it one of a
+    kind (an idempotency key, a unique or debounce key) is looked up among the jobs of one key, and its
+    dependencies are released queue by queue; so all such jobs of the queue live under one key."""
+    return req.idempotency_key is not None or req.unique is not None or req.debounce is not None or bool(req.depends_on)
 
 
 def _moved(path: Path, job: JobRow, frm: str, to: str) -> Moves:
@@ -317,7 +325,8 @@ class JobService:
         which the jobs it depends on must be in. `minimal`: the caller reads only ids and states, so a new
         job's row may come without its payload."""
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
-        job = self._new_job(queue, req, ["body"], cfg, traceparent)
+        key = queue if cfg.spread == 1 or _keyed(req) else spread_key(queue, cfg.spread)
+        job = self._new_job(key, req, ["body"], cfg, traceparent)
         await self.quotas.admit(queue, 1, cfg.max_pending)
         written = False
         try:
@@ -346,7 +355,9 @@ class JobService:
         # A key that occurs twice names one job, as it would in two requests: the later occurrence gets
         # the job of the first (store.jobs_insert).
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
-        jobs = [self._new_job(queue, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
+        # A spread queue takes a batch under one key: one shard's statement, and the keys even out over batches.
+        key = queue if cfg.spread == 1 or any(map(_keyed, reqs)) else spread_key(queue, cfg.spread)
+        jobs = [self._new_job(key, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
         dependent = any(r.depends_on for r in reqs)
         for option in ("unique", "debounce") if dependent else ():
             if (n := next((i for i, r in enumerate(reqs) if getattr(r, option) is not None), None)) is not None:
@@ -460,7 +471,7 @@ class JobService:
         renewed = await self._heartbeat(beat)
         outcome, expires = renewed.outcome, renewed.lease_expires_at
         if renewed.worker is not None and renewed.queue is not None:
-            self.activity.seen(renewed.worker, renewed.queue, agent)
+            self.activity.seen(renewed.worker, logical(renewed.queue), agent)
         if outcome == "cancelled":
             # Cooperative cancel: the worker learns it here, stops, and does not complete.
             return Renewal(job_id, None, True)
@@ -476,7 +487,7 @@ class JobService:
         for d in done:
             job = d.job
             if d.changed and job is not None:
-                self.activity.finished(job.worker, job.queue, completed=1)
+                self.activity.finished(job.worker, logical(job.queue), completed=1)
             if d.changed and job is not None and job.finished_at and job.claimed_at:
                 if (entry := per_queue.get(job.queue)) is None:
                     entry = per_queue[job.queue] = ([], [])
@@ -537,7 +548,7 @@ class JobService:
         job = done.job
         assert job is not None
         if done.changed:
-            self.activity.finished(job.worker, job.queue, failed=1)
+            self.activity.finished(job.worker, logical(job.queue), failed=1)
             # A retry asked for now is claimable at once; one after a backoff only frees the slot.
             due = job.status != PENDING or req.retry_in_seconds == 0
             self.effects.apply(_moved(Path.FAIL, job, RUNNING, job.status if due else SCHEDULED))

@@ -21,6 +21,7 @@ from app.db.flow import QueueConfigRow
 from app.db.pool import Database
 from app.db.replica import Conn, Reads
 from app.db.rows import JobRow, QueueRow
+from app.db.spread import key_names
 from app.errors import InvalidState, JobNotFound
 from app.models.flow import QueueConfigPatch
 from app.observability.metrics import percentile_ms
@@ -89,12 +90,20 @@ class OpsService:
         self.wakeups = wakeups  # a queue resumed or reconfigured: not a move of any job
         self.configs = configs
 
+    async def _names(self, queue: str) -> tuple[str, ...]:
+        """The names `queue` keeps jobs under: its own, and a spread queue's other keys (app/db/spread.py), as this
+        process's configuration cache knows them (a change of spread reaches it by NOTIFY)."""
+        return (await self.configs.get(queue)).keys or (queue,)
+
     async def stats(self, queue: str, window: int | None) -> Doc:
         seconds = window or self.settings.stats_window_seconds
 
         async def read(conn: Conn) -> tuple[Any, Any, QueueConfigRow | None]:
-            r, groups = await store_ops.queue_stats(conn, queue, seconds, self.settings.stats_exact_max)
-            return r, groups, await store_flow.queue_config_get(conn, queue)
+            # The configuration first: it names the keys of a spread queue (app/db/spread.py), all added up.
+            config = await store_flow.queue_config_get(conn, queue)
+            names = key_names(queue, config.keys_used) if config is not None else (queue,)
+            r, groups = await store_ops.queue_stats(conn, names, seconds, self.settings.stats_exact_max)
+            return r, groups, config
 
         r, groups, config = await self.reads.run(read)
         async with self.db.connection() as conn:  # vacuum's state is the primary's own
@@ -168,8 +177,10 @@ class OpsService:
         except BadCursor:
             raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one") from None
 
+        names = await self._names(queue)
+
         async def read(conn: Conn) -> tuple[list[JobRow], Any]:
-            return await store_ops.jobs_list(conn, queue, status, limit, after)
+            return await store_ops.jobs_list(conn, names, status, limit, after)
 
         rows, last = await self.reads.run(read)
         return Page(rows, encode_cursor(status, last) if last else None)
@@ -207,17 +218,31 @@ class OpsService:
         if contains is not None and "\x00" in contains:
             # Stored errors never hold NUL (PostgreSQL text cannot), so nothing matches.
             return {"queue": queue, "dry_run": dry_run, "jobs": 0}
+        moves = Moves(Path.REDRIVE)
+        n = 0
         async with self.db.connection() as conn:
-            n = await store_admin.jobs_redrive(conn, queue, contains, dry_run, self.settings.sweep_batch_size, limit)
+            # A spread queue's failed jobs under every key, key after key, `limit` over them all.
+            for key in await self._names(queue):
+                if limit is not None and n >= limit:
+                    break
+                left = limit - n if limit is not None else None
+                moved = await store_admin.jobs_redrive(
+                    conn, key, contains, dry_run, self.settings.sweep_batch_size, left
+                )
+                if moved and not dry_run:
+                    moves.add(key, FAILED, PENDING, n=moved)
+                n += moved
         if n and not dry_run:
-            moves = Moves(Path.REDRIVE)
-            moves.add(queue, FAILED, PENDING, n=n)
             self.effects.apply(moves)
         return {"queue": queue, "dry_run": dry_run, "jobs": n}
 
     async def set_paused(self, queue: str, paused: bool) -> Doc:
-        async with self.db.connection() as conn:
-            await store_admin.queue_set_paused(conn, queue, paused)
+        async with self.db.connection() as conn, conn.transaction():
+            # Every key of a spread queue (app/db/spread.py), read under the lock a change of its configuration
+            # takes too: a spread raised after this commits copies the pause onto the new keys
+            # (app/db/flow.py queue_keys_sync), one raised before it is seen here.
+            row = await store_flow.queue_config_lock(conn, queue)
+            await store_admin.queue_set_paused(conn, key_names(queue, row.keys_used), paused)
         if not paused:
             self.wakeups.jobs_available([queue])  # waiting workers get what piled up
         return {"queue": queue, "paused": paused}

@@ -30,6 +30,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from app.core.flow import QueueConfigs
 from app.db import quotas as store
 from app.db.pool import Database
 from app.errors import QueueFull, TooManyQueues
@@ -60,9 +61,10 @@ class _Backlog:
 class EnqueueQuotas:
     """The per-process counts behind `max_pending` and JOBQ_MAX_QUEUES (see the module's docstring)."""
 
-    def __init__(self, settings: Settings, db: Database) -> None:
+    def __init__(self, settings: Settings, db: Database, configs: QueueConfigs) -> None:
         self.settings = settings
         self.db = db
+        self.configs = configs  # a spread queue's keys (app/db/spread.py), whose jobs its limit counts together
         self.interval = settings.pending_count_interval_ms / 1000
         self._backlogs: dict[str, _Backlog] = {}
         self._known: dict[str, float] = {}  # queue -> monotonic time until which it counts as live
@@ -134,8 +136,15 @@ class EnqueueQuotas:
         # Jobs written before the count starts are in it; those still being written may or may not be, and stay
         # added (counted twice at worst: on the side of refusing).
         started, written_before = time.monotonic(), entry.added - entry.writing
+        # A spread queue's backlog is that of all its keys, each counted on its own (one shard on Citus), each up
+        # to the limit: their sum reaches it as soon as the queue's backlog does.
+        names = (await self.configs.get(queue)).keys or (queue,)
         async with self.db.connection() as conn:
-            count = await store.queue_backlog_count(conn, queue, limit + 1)
+            count = 0
+            for name in names:
+                count += await store.queue_backlog_count(conn, name, limit + 1)
+                if count > limit:
+                    break
         self.counts += 1
         entry.count, entry.at, entry.counted, entry.cap = count, started, True, limit + 1
         entry.took = time.monotonic() - started

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.core.flow import QueueConfigs
 from app.db import scale as store_scale
 from app.db.replica import Conn, Reads
 from app.db.scale import ScaleRow
@@ -40,11 +41,14 @@ class ScaleService:
     serves it when there is one (at most JOBQ_READ_MAX_LAG_SECONDS behind, which may show a few claims or
     jobs fewer than the primary would), so that the polling adds no load to the primary."""
 
-    def __init__(self, reads: Reads) -> None:
+    def __init__(self, reads: Reads, configs: QueueConfigs) -> None:
         self.reads = reads
+        self.configs = configs  # a spread queue's keys (app/db/spread.py), whose jobs its signal adds up
 
     async def scale(self, queue: str, cap: int = DEFAULT_CAP) -> Scale:
+        names = (await self.configs.get(queue)).keys or (queue,)
+
         async def read(conn: Conn) -> ScaleRow:
-            return await store_scale.queue_scale(conn, queue, cap)
+            return await store_scale.queue_scale(conn, names, cap)
 
         return scale_of(queue, await self.reads.run(read))

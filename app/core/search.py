@@ -6,20 +6,24 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from app.core.cursors import BadCursor, decode_cursor, encode_cursor
 from app.core.dependencies import DependencyRelease
 from app.core.effects import Effects, Moves, Path
+from app.core.flow import QueueConfigs
 from app.core.jobs import invalid, json_text, sanitise_error
 from app.db import admin as store_admin
 from app.db import search as store_search
 from app.db.admin import CANCELLABLE, RETRYABLE, RETRYABLE_BY_DEFAULT
+from app.db.operations import LISTINGS
 from app.db.pool import Database
 from app.db.replica import Conn, Reads
 from app.db.rows import JobRow
-from app.db.search import Criteria, Plan, SearchRow
+from app.db.search import BY_ID, Criteria, Plan, SearchRow
+from app.db.spread_reads import merge_pages, sort_key
 from app.errors import SearchTooBroad, StatementTimeout, TooManySearches
 from app.models.search import BULK_MAX_JOBS, BulkRequest, JobFilter
 from app.settings import Settings
@@ -39,8 +43,15 @@ class Found:
 
 class SearchService:
     def __init__(
-        self, settings: Settings, db: Database, reads: Reads, effects: Effects, release: DependencyRelease
+        self,
+        settings: Settings,
+        db: Database,
+        reads: Reads,
+        effects: Effects,
+        release: DependencyRelease,
+        configs: QueueConfigs,
     ) -> None:
+        self.configs = configs  # a spread queue's keys (app/db/spread.py)
         self.dependants = release  # the jobs waiting for those a bulk cancel cancelled
         self.settings = settings
         self.db = db
@@ -115,24 +126,34 @@ class SearchService:
             return Found([], None, 0, False)  # stored errors never hold NUL (PostgreSQL text cannot)
         budget = self.settings.search_scan_rows
 
-        async def read(conn: Conn) -> list[SearchRow]:
-            return await store_search.jobs_search(
-                conn, how, c, allowed, after, limit + 1, budget, self.settings.search_timeout_ms
-            )
+        # A spread queue (app/db/spread.py) is searched key by key, each walk on its own key (one shard on Citus)
+        # and the budget shared among them, so that a page examines no more jobs than one of any other queue.
+        names = (await self.configs.get(c.queue)).keys if c.queue is not None else ()
+        keys = [replace(c, queue=k) for k in names] or [c]
+        budget_each = max(1, budget // len(keys))
+
+        async def read(conn: Conn) -> list[list[SearchRow]]:
+            timeout = self.settings.search_timeout_ms
+            return [
+                await store_search.jobs_search(conn, how, k, allowed, after, limit + 1, budget_each, timeout)
+                for k in keys
+            ]
 
         try:
             with self._slot(client):
                 if replica:
-                    rows = await self.reads.run(read)
+                    pages = await self.reads.run(read)
                 else:
                     async with self.db.connection() as conn:
-                        rows = await read(conn)
+                        pages = await read(conn)
         except StatementTimeout:
             raise SearchTooBroad(
                 f"The search did not finish within {self.settings.search_timeout_ms} ms: narrow it (a queue and a "
                 "status, or a more specific filter)."
             ) from None
-        return _page(how, rows, limit, budget)
+        if len(pages) == 1:
+            return _page(how, pages[0], limit, budget)
+        return _merged_page(how, pages, limit, budget_each)
 
     async def bulk(self, req: BulkRequest, allowed: str | None, client: str | None = None) -> Doc:
         applies = APPLIES_TO[req.action]
@@ -207,6 +228,40 @@ class SearchService:
                 done, job = seen[job_id]
                 out.append({"id": job_id, "outcome": "done" if done else "skipped", "status": job.status})
         return out
+
+
+def _sort_values(values: Sequence[Any]) -> list[Any]:
+    """A sort key as compared: a key a walk reports (JSON: timestamps as text) the same as a job's own."""
+    return [datetime.fromisoformat(v) if isinstance(v, str) else v for v in values]
+
+
+def _merged_page(how: Plan, pages: list[list[SearchRow]], limit: int, budget_each: int) -> Found:
+    """The page of a search of a spread queue from its keys' pages (each walked after the same cursor, in the same
+    order, up to `budget_each` jobs). A key whose walk stopped at its budget was examined only up to its last job:
+    the page shows the matches up to the earliest such stop of any key, in the walk's order, and goes on from
+    there; so no match is skipped, and none is shown twice."""
+    jobs_of = [[r.job for r in rows if r.job is not None] for rows in pages]
+    examined = sum(rows[0].examined for rows in pages if rows)
+    order = LISTINGS[how.cursor_kind].order if how.cursor_kind is not None else BY_ID.order
+    key = sort_key(order)
+
+    def values(job: JobRow) -> list[Any]:
+        return [getattr(job, k) for k in how.keys]
+
+    jobs = merge_pages(jobs_of, order, values)
+    if not how.pages:
+        return Found(jobs[:limit], None, examined, False)
+    stops = [rows[0].last_key for rows in pages if rows and rows[0].examined >= budget_each and rows[0].last_key]
+    stop = min(stops, key=lambda k: key(_sort_values(k))) if stops else None
+    if stop is not None:
+        bound = key(_sort_values(stop))
+        jobs = [j for j in jobs if not bound < key(values(j))]
+    if len(jobs) > limit:
+        jobs = jobs[:limit]
+        return Found(jobs, encode_cursor(how.cursor_kind, values(jobs[-1])), examined, False)
+    if stop is not None:
+        return Found(jobs, encode_cursor(how.cursor_kind, stop), examined, True)
+    return Found(jobs, None, examined, False)
 
 
 def _page(how: Plan, rows: list[SearchRow], limit: int, budget: int) -> Found:

@@ -21,6 +21,7 @@ from app.db import sqs as store
 from app.db.jobs import NewJob
 from app.db.pool import Database
 from app.db.rows import JobRow
+from app.db.spread import spread_key
 from app.db.sqs import SqsQueueRow
 from app.models.flow import QueueConfigPatch, RetentionPatch
 from app.models.jobs import Contract, build_contract
@@ -125,8 +126,9 @@ class SqsService:
             return await self.queue(name)
         except NoSuchQueue:
             pass
+        names = (await self.configs.get(name)).keys or (name,)  # a spread queue's keys (app/db/spread.py)
         async with self.db.connection() as conn:
-            known = await store.jobq_queue_known(conn, name)
+            known = any([await store.jobq_queue_known(conn, key) for key in names])
         if not known:
             raise NoSuchQueue(name)
         row, _ = await self.create(name, dict(DEFAULTS), {}, {})
@@ -160,15 +162,20 @@ class SqsService:
 
     async def purge(self, name: str) -> int:
         """Every unfinished job of the queue cancelled (running ones too: their workers learn it)."""
-        async with self.db.connection() as conn:
-            purged, parents = await store.jobs_purge(conn, name, self.settings.sweep_batch_size)
         moves = Moves(Path.PURGE)
-        for was, ids in purged.items():
-            moves.add_jobs(name, was, CANCELLED, ids)
+        n, depended_on = 0, False
+        async with self.db.connection() as conn:
+            # A spread queue's jobs under every key (app/db/spread.py), each key's statements on its own shard.
+            for key in (await self.configs.get(name)).keys or (name,):
+                purged, parents = await store.jobs_purge(conn, key, self.settings.sweep_batch_size)
+                for was, ids in purged.items():
+                    moves.add_jobs(key, was, CANCELLED, ids)
+                    n += len(ids)
+                depended_on = depended_on or bool(parents)
         self.effects.apply(moves)
-        if parents:
+        if depended_on:
             self.ops.dependants.backlog()  # jobs depend on some of them: cancelled in the background
-        return sum(map(len, purged.values()))
+        return n
 
     async def delete(self, name: str) -> None:
         """DeleteQueue: purged, then no longer an SQS queue (its finished jobs stay until retention)."""
@@ -240,9 +247,12 @@ class SqsService:
                 elif key in live:
                     out[n] = Sent(live[key], True)
                 # else: a repeat of an id taken by an earlier message of this batch, filled in below
+            # A spread queue (app/db/spread.py): the messages under one key, as a jobq batch; a FIFO queue's under
+            # key 0, where its deduplication ids are kept.
+            key = queue if fifo or cfg.spread == 1 else spread_key(queue, cfg.spread)
             jobs = [
                 NewJob(
-                    queue=queue,
+                    queue=key,
                     payload=json_text(messages[n].body, limit, depth, ["body", "MessageBody"]),
                     priority=cfg.default_priority,
                     run_at=None,

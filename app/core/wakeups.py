@@ -52,6 +52,7 @@ from typing import Protocol, TypeVar
 
 from app.db.channels import CHANNEL, JOB
 from app.db.pool import Database
+from app.db.spread import logical
 
 log = logging.getLogger("jobq.wakeup")
 
@@ -129,9 +130,11 @@ class Wakeups:
         """Jobs may have become claimable on these queues: wake waiting claims here, and in the processes
         that announced waiters on them."""
         queues = set(queues)
-        self.local.wake(queues)
+        self.local.wake(queues)  # a spread queue's keys by name: the dispatcher takes from those first
         now = time.monotonic()
-        for q in queues:
+        # Waiters wait on a queue, never on a key of a spread queue (app/db/spread.py): announced, and woken, by
+        # the queue's name.
+        for q in {logical(n) for n in queues}:
             waiting = self._remote.get(q)
             if waiting and any(expiry > now for expiry in waiting.values()):
                 self._wake.add(q)

@@ -9,6 +9,7 @@ address the request came from."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 from app.db import workers as store_workers
 from app.db.replica import Conn, Reads
+from app.db.spread import is_key, logical
 from app.db.workers import HeldJob, WorkerRow
 from app.errors import WorkerNotFound
 from app.settings import Settings
@@ -59,7 +61,8 @@ class WorkerActivity:
     _pending: dict[tuple[str, str], _Seen] = field(default_factory=dict)
 
     def _entry(self, worker: str, queue: str) -> _Seen | None:
-        key = (worker, queue)
+        # A worker of a spread queue works the queue, whichever key a job of it was under (app/db/spread.py).
+        key = (worker, logical(queue))
         entry = self._pending.get(key)
         if entry is None:
             if len(self._pending) >= MAX_TRACKED:
@@ -160,4 +163,7 @@ class WorkerService:
         row, jobs = await self.reads.run(read)
         if row is None:
             raise WorkerNotFound(f"No worker named {name!r} was seen (in a queue this key may use).")
-        return WorkerDetail(row, jobs)
+        # A job held under a key of a spread queue is a job of the queue (app/db/spread.py).
+        return WorkerDetail(
+            row, [dataclasses.replace(j, queue=logical(j.queue)) if is_key(j.queue) else j for j in jobs]
+        )

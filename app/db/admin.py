@@ -423,5 +423,8 @@ RETURNING paused
 """
 
 
-async def queue_set_paused(conn: psycopg.AsyncConnection[Any], queue: str, paused: bool) -> None:
-    await conn.execute(QUEUE_SET_PAUSED, {"queue": queue, "paused": paused})
+async def queue_set_paused(conn: psycopg.AsyncConnection[Any], names: Sequence[str], paused: bool) -> None:
+    """Pause or resume a queue under every name it keeps jobs under (a spread queue's keys: app/db/spread.py), each
+    on its own shard, in the caller's transaction."""
+    async with conn.cursor() as cur:
+        await cur.executemany(QUEUE_SET_PAUSED, [{"queue": q, "paused": paused} for q in names])

@@ -4,11 +4,13 @@ The claim under these limits is app/db/claim.py."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from app.db.channels import CHANNEL, CONFIG_CHANGED
 from app.db.rows import rows_of
@@ -34,6 +36,7 @@ CONFIG_FIELDS = (
     "ordered",
     "max_pending",
     "timeout_seconds",
+    "spread",
 )
 
 
@@ -60,12 +63,14 @@ class QueueConfigRow:
     ordered: bool | None
     max_pending: int | None
     timeout_seconds: int | None  # hard timeout of the queue's jobs that have none of their own
+    spread: int | None  # keys an enqueue spreads the queue's jobs over (app/db/spread.py); stored 1 for None
+    keys_used: int  # keys the queue has ever been spread over: a claim takes from every one of them
     limited: bool
     grouped: bool
     changed_at: datetime | None
 
 
-_COLUMNS = "queue_name AS queue, " + ", ".join(CONFIG_FIELDS) + ", limited, grouped, changed_at"
+_COLUMNS = "queue_name AS queue, " + ", ".join(CONFIG_FIELDS) + ", keys_used, limited, grouped, changed_at"
 
 QUEUE_CONFIG_GET = f"SELECT {_COLUMNS} FROM jobq.queue_state WHERE queue_name = %(queue)s"
 
@@ -85,7 +90,8 @@ RETURNING {_COLUMNS}
 """
 
 QUEUE_CONFIG_SET = f"""
-UPDATE jobq.queue_state SET {", ".join(f"{f} = %({f})s" for f in CONFIG_FIELDS)}, changed_at = now()
+UPDATE jobq.queue_state SET {", ".join(f"{f} = %({f})s" for f in CONFIG_FIELDS if f != "spread")},
+  spread = coalesce(%(spread)s, 1), keys_used = greatest(keys_used, coalesce(%(spread)s, 1)), changed_at = now()
 WHERE queue_name = %(queue)s
 RETURNING {_COLUMNS}
 """
@@ -113,6 +119,35 @@ async def queue_config_set(conn: psycopg.AsyncConnection[Any], queue: str, value
     assert row is not None
     await conn.execute(QUEUE_CONFIG_CHANGED, {"queue": queue})
     return row
+
+
+# --- a queue spread over several keys (app/db/spread.py) ---------------------------------------------------
+# Each key k >= 1 has a queue_state row of its own, a copy of key 0's configuration and pause, so that the claim
+# of a key reads them in the row on its own shard, as every claim does. One statement per key: each names its
+# key, so on Citus each is one write on that key's shard (a key's name hashes anywhere). No function in DO UPDATE
+# SET (Citus refuses one that is not IMMUTABLE there): every value comes from key 0's row.
+_COPIED = ("paused", *(f for f in CONFIG_FIELDS if f != "spread"), "changed_at")
+
+QUEUE_KEY_SOURCE = f"""SELECT {", ".join(_COPIED)} FROM jobq.queue_state WHERE queue_name = %(queue)s"""
+
+QUEUE_KEY_COPY = f"""
+INSERT INTO jobq.queue_state AS s (queue_name, {", ".join(_COPIED)})
+VALUES (%(key)s, {", ".join(f"%({c})s" for c in _COPIED)})
+ON CONFLICT (queue_name) DO UPDATE SET {", ".join(f"{c} = EXCLUDED.{c}" for c in _COPIED)}
+"""
+
+
+async def queue_keys_sync(conn: psycopg.AsyncConnection[Any], queue: str, keys: Sequence[str]) -> None:
+    """Copy key 0's configuration and pause onto the queue's other keys (`keys`: their names), creating their rows.
+    In the transaction that changed key 0, after the change."""
+    if not keys:
+        return
+    cur = conn.cursor(row_factory=dict_row)
+    await cur.execute(QUEUE_KEY_SOURCE, {"queue": queue})
+    source = await cur.fetchone()
+    if source is None:
+        return
+    await cur.executemany(QUEUE_KEY_COPY, [{"key": k, **source} for k in keys])
 
 
 QUEUE_CONFIGS_RETENTION = """

@@ -8,6 +8,7 @@ minutes (stats_samples); a bucket with none has no backlog figure rather than a 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,7 @@ import psycopg
 
 from app.db.rows import rows_of
 from app.db.scope import queue_allowed
+from app.db.spread_reads import add_histograms
 from app.observability.metrics import DURATION_BOUNDS_MS
 
 MINUTES_KEEP_SECONDS = 86_400  # minute rows older than this (rounded down to the hour) become hour rows
@@ -291,17 +293,44 @@ class BucketRow:
 
 
 async def series(
-    conn: psycopg.AsyncConnection[Any], queue: str | None, allowed: str | None, bucket: int, buckets: int
+    conn: psycopg.AsyncConnection[Any], names: Sequence[str] | None, allowed: str | None, bucket: int, buckets: int
 ) -> list[BucketRow]:
-    """The buckets of one queue's series (`queue`), or of every queue matching `allowed` (None: all)."""
+    """The buckets of one queue's series (`names`: the names it keeps its statistics under, its own first, then a
+    spread queue's other keys, app/db/spread.py), or (None) of every queue matching `allowed` (None: all)."""
     cur = conn.cursor(row_factory=rows_of(BucketRow))
-    params = {"queue": queue, "allowed": allowed, "bucket": bucket, "buckets": buckets}
-    await cur.execute(SERIES_QUEUE if queue is not None else SERIES_ALL, params)
-    return await cur.fetchall()
+    params = {"queue": None, "allowed": allowed, "bucket": bucket, "buckets": buckets}
+    if names is None:
+        await cur.execute(SERIES_ALL, params)
+        return await cur.fetchall()
+    keys: list[list[BucketRow]] = []
+    async with conn.transaction():  # one now(): every key's buckets are the same
+        for queue in names:
+            await cur.execute(SERIES_QUEUE, {**params, "queue": queue})
+            keys.append(await cur.fetchall())
+    return keys[0] if len(keys) == 1 else [_keys_added(same) for same in zip(*keys, strict=True)]
+
+
+def _keys_added(rows: Sequence[BucketRow]) -> BucketRow:
+    """One bucket of a spread queue from its keys' (app/db/spread_reads.py): events and backlog summed, histograms
+    bucket by bucket, the longest duration and the oldest ready job the largest of any key."""
+    longest = [r.duration_max_ms for r in rows if r.duration_max_ms is not None]
+    oldest = [r.oldest_ready_seconds for r in rows if r.oldest_ready_seconds is not None]
+    return dataclasses.replace(
+        rows[0],
+        enqueued=sum(r.enqueued for r in rows),
+        completed=sum(r.completed for r in rows),
+        failed=sum(r.failed for r in rows),
+        duration_max_ms=max(longest) if longest else None,
+        durations_ms=add_histograms(r.durations_ms for r in rows),
+        ready_sum=sum(r.ready_sum for r in rows),
+        oldest_ready_seconds=max(oldest) if oldest else None,
+    )
 
 
 # The queues a page of sparklines shows: those with statistics in the range that the caller may see, after
-# %(after)s by name, among %(queues)s when given (NULL: any), at most %(n)s.
+# %(after)s by name, among %(queues)s when given (NULL: any), at most %(n)s. A spread queue's keys (`queue#k`,
+# app/db/spread.py) are read as the queue: its line adds them up.
+_QUEUE_OF = "split_part({t}.queue_name, '#', 1)"
 _SPARKLINE_QUEUES = f"""
   (%(queues)s::text[] IS NULL OR {{q}} = ANY(%(queues)s::text[])) AND {{q}} > %(after)s::text
   AND {queue_allowed("{q}", "%(allowed)s::text")}"""
@@ -309,22 +338,23 @@ _SPARKLINE_QUEUES = f"""
 SPARKLINES = f"""
 WITH {_BOUNDS}, names AS (
   SELECT queue_name FROM (
-    SELECT s.queue_name FROM jobq.queue_stats s, bounds b
-    WHERE s.minute >= b.since AND {_SPARKLINE_QUEUES.format(q="s.queue_name")}
+    SELECT {_QUEUE_OF.format(t="s")} AS queue_name FROM jobq.queue_stats s, bounds b
+    WHERE s.minute >= b.since AND {_SPARKLINE_QUEUES.format(q=_QUEUE_OF.format(t="s"))}
     UNION
-    SELECT h.queue_name FROM jobq.queue_stats_hourly h, bounds b
-    WHERE h.hour >= b.since AND {_SPARKLINE_QUEUES.format(q="h.queue_name")}
+    SELECT {_QUEUE_OF.format(t="h")} FROM jobq.queue_stats_hourly h, bounds b
+    WHERE h.hour >= b.since AND {_SPARKLINE_QUEUES.format(q=_QUEUE_OF.format(t="h"))}
   ) u
   ORDER BY queue_name
   LIMIT %(n)s
 ), sources AS (
-  SELECT s.queue_name, s.minute AS at, s.enqueued, s.completed, s.failed, coalesce(s.ready, 0) AS ready
+  SELECT {_QUEUE_OF.format(t="s")} AS queue_name, s.minute AS at, s.enqueued, s.completed, s.failed,
+         coalesce(s.ready, 0) AS ready
   FROM jobq.queue_stats s, bounds b
-  WHERE s.minute >= b.since AND s.queue_name IN (SELECT queue_name FROM names)
+  WHERE s.minute >= b.since AND {_QUEUE_OF.format(t="s")} IN (SELECT queue_name FROM names)
   UNION ALL
-  SELECT h.queue_name, h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
+  SELECT {_QUEUE_OF.format(t="h")}, h.hour, h.enqueued, h.completed, h.failed, h.ready_sum
   FROM jobq.queue_stats_hourly h, bounds b
-  WHERE h.hour >= b.since AND h.queue_name IN (SELECT queue_name FROM names)
+  WHERE h.hour >= b.since AND {_QUEUE_OF.format(t="h")} IN (SELECT queue_name FROM names)
 )
 SELECT r.queue_name AS queue, {_bucket("r.at")} AS bucket, sum(r.enqueued)::bigint AS enqueued,
        sum(r.completed)::bigint AS completed, sum(r.failed)::bigint AS failed, sum(r.ready)::bigint AS ready_sum

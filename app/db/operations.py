@@ -23,6 +23,8 @@ from app.db.rows import (
     rows_of,
 )
 from app.db.scale import LEVELS
+from app.db.spread import key_names, logical
+from app.db.spread_reads import add_groups, add_queue_rows, add_stats, merge_pages
 
 # --- statistics -------------------------------------------------------------------------------------------
 
@@ -241,20 +243,34 @@ NO_SEQSCAN = "SET LOCAL enable_seqscan = off"
 
 
 async def queue_stats(
-    conn: psycopg.AsyncConnection[Any], queue: str, window_seconds: int, exact_max: int
+    conn: psycopg.AsyncConnection[Any], names: Sequence[str], window_seconds: int, exact_max: int
 ) -> tuple[QueueStatsRow, GroupsRow]:
     """A queue's stats; its live jobs counted up to `exact_max` of each kind, and its top groups read up to as
-    many (past it: the background's count)."""
+    many (past it: the background's count). `names`: the names it keeps jobs under, the queue's own first (a
+    spread queue's keys, app/db/spread.py), each read on its own (one shard on Citus) in one transaction, and
+    added up (app/db/spread_reads.py)."""
     cur = conn.cursor(row_factory=rows_of(QueueStatsRow))
     groups = conn.cursor(row_factory=rows_of(GroupsRow))
+    rows: list[QueueStatsRow] = []
+    tops: list[GroupsRow] = []
     async with conn.transaction():
         await conn.execute(NO_SEQSCAN)
-        await cur.execute(QUEUE_STATS, {"queue": queue, "window": window_seconds, "over": exact_max + 1})
-        row = await cur.fetchone()
-        await groups.execute(QUEUE_GROUPS, {"queue": queue, "top": TOP_GROUPS, "over": exact_max + 1})
-        top = await groups.fetchone()
-    assert row is not None and top is not None
-    return row, top
+        for queue in names:
+            await cur.execute(QUEUE_STATS, {"queue": queue, "window": window_seconds, "over": exact_max + 1})
+            row = await cur.fetchone()
+            await groups.execute(QUEUE_GROUPS, {"queue": queue, "top": TOP_GROUPS, "over": exact_max + 1})
+            top = await groups.fetchone()
+            assert row is not None and top is not None
+            rows.append(row)
+            tops.append(top)
+    if len(rows) == 1:
+        return rows[0], tops[0]
+    return add_stats(rows), add_groups(tops, TOP_GROUPS)
+
+
+# A stored name that is a queue, not key 1 or later of a spread queue (`queue#k`, app/db/spread.py): the queue
+# listings show a spread queue once, under its own name, its keys' counts added to it (queues_page).
+_NOT_KEY = "strpos({n}, '#') = 0"
 
 
 # A row of a queue listing (QueueRow) from the CTEs pending, running, waiting, finished, queue_state s and the
@@ -265,44 +281,26 @@ def _queue_row(name: str) -> str:
        coalesce(f.failed, 0)::bigint AS failed, coalesce(f.cancelled, 0)::bigint AS cancelled,
        extract(epoch FROM now() - p.oldest_ready)::float8 AS oldest_ready_age,
        coalesce(s.paused, false) AS paused, coalesce(w.waiting, 0) AS waiting,
-       false AS estimated, NULL::timestamptz AS counted_at"""
+       false AS estimated, NULL::timestamptz AS counted_at, coalesce(s.keys_used, 1)::int AS keys_used"""
 
 
 def _names(walk: str, source: str, where: str, column: str = "queue_name") -> str:
     """A loose index scan of `source` (one index descent per queue name, however many rows it has): the
-    names after %(after)s in order, walked until %(n)s of them are ones the caller may see."""
+    names after %(after)s in order, walked until %(n)s of them are queues the caller may see (a spread queue's
+    keys are walked over, not counted)."""
     step = f"SELECT {column} FROM {source} WHERE {where} AND {column} > {{prev}} ORDER BY {column} LIMIT 1"
     return f"""(
   SELECT ({step.format(prev="%(after)s::text")}), 0
   UNION ALL
   SELECT ({step.format(prev="w.name")}),
-         w.seen + (CASE WHEN %(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text THEN 1 ELSE 0 END)
+         w.seen + (CASE WHEN {_NOT_KEY.format(n="w.name")} AND (%(allowed)s::text IS NULL OR w.name ~ %(allowed)s::text)
+                        THEN 1 ELSE 0 END)
   FROM {walk} w WHERE w.name IS NOT NULL AND w.seen < %(n)s
 )"""
 
 
-# A page of GET /queues: the names (every queue with a job not finished, a finished-job counter or a
-# configuration), then the counts of those only. Each source is walked by its own index, stopping once it
-# has given a page of names the caller may see; a key's queues are chosen here, not after, so that every
-# page is full and its cursor is a name the key may see.
-QUEUES_PAGE = f"""
-WITH RECURSIVE
-  pending_walk(name, seen) AS {_names("pending_walk", "jobq.jobs", "status = 'pending'")},
-  waiting_walk(name, seen) AS {_names("waiting_walk", "jobq.jobs", "status = 'waiting'")},
-  running_walk(name, seen) AS {_names("running_walk", "jobq.jobs", f"status = {RUNNING_C}")},
-  finished_walk(name, seen) AS {_names("finished_walk", "jobq.queue_counts", "true")},
-  names AS (
-    SELECT name FROM (
-      SELECT name FROM pending_walk UNION SELECT name FROM waiting_walk UNION SELECT name FROM running_walk
-      UNION SELECT name FROM finished_walk
-      UNION (SELECT queue_name FROM jobq.queue_state
-             WHERE queue_name > %(after)s::text AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)
-             ORDER BY queue_name LIMIT %(n)s)
-    ) u
-    WHERE name IS NOT NULL AND (%(allowed)s::text IS NULL OR name ~ %(allowed)s::text)
-    ORDER BY name
-    LIMIT %(n)s
-  )
+# A row of GET /queues (QueueRow) for each name of a CTE `names` (QUEUES_PAGE, QUEUES_NAMED).
+_QUEUES_ROWS = f"""
 SELECT n.name AS queue,
        CASE WHEN p.big THEN e.ready WHEN p.n < x.over THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
        CASE WHEN p.big THEN e.scheduled WHEN p.n < x.over THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled)
@@ -315,7 +313,8 @@ SELECT n.name AS queue,
        coalesce((SELECT s.paused FROM jobq.queue_state s WHERE s.queue_name = n.name), false) AS paused,
        CASE WHEN w.big THEN e.waiting WHEN w.n < x.over THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
        p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over AS estimated,
-       CASE WHEN p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over THEN e.counted_at END AS counted_at
+       CASE WHEN p.big OR r.big OR w.big OR greatest(p.n, r.n, w.n) >= x.over THEN e.counted_at END AS counted_at,
+       coalesce((SELECT s.keys_used FROM jobq.queue_state s WHERE s.queue_name = n.name), 1)::int AS keys_used
 FROM names n
 -- The background's count of the queue (app/db/live_counts.py): a kind it found past the exact maximum is not
 -- read again here (each such read would stop at the maximum anyway); the others are counted up to it.
@@ -353,22 +352,40 @@ ORDER BY n.name
 """
 
 
-# A page of GET /queues where the walks above cannot run: on Citus (a recursive CTE must name one value of the
-# distribution column), the page's names by one read of every shard, each grouping its jobs not yet finished and
-# its finished-job counters by queue, then QUEUES_LIST's counts for those names only. It reads every job not yet
-# finished, so PostgreSQL keeps the walks.
-QUEUES_PAGE_FANOUT = f"""
-WITH names AS (
-  SELECT name FROM (
-    SELECT queue_name AS name FROM jobq.jobs
-    WHERE status IN ('pending', 'waiting', 'running') AND queue_name > %(after)s::text GROUP BY queue_name
-    UNION SELECT queue_name FROM jobq.queue_counts WHERE queue_name > %(after)s::text GROUP BY queue_name
-    UNION SELECT queue_name FROM jobq.queue_state WHERE queue_name > %(after)s::text
-  ) u
-  WHERE %(allowed)s::text IS NULL OR name ~ %(allowed)s::text
-  ORDER BY name
-  LIMIT %(n)s
-), pending AS (
+# A page of GET /queues: the names (every queue with a job not finished, a finished-job counter or a
+# configuration), then the counts of those only. Each source is walked by its own index, stopping once it
+# has given a page of names the caller may see; a key's queues are chosen here, not after, so that every
+# page is full and its cursor is a name the key may see.
+QUEUES_PAGE = f"""
+WITH RECURSIVE
+  pending_walk(name, seen) AS {_names("pending_walk", "jobq.jobs", "status = 'pending'")},
+  waiting_walk(name, seen) AS {_names("waiting_walk", "jobq.jobs", "status = 'waiting'")},
+  running_walk(name, seen) AS {_names("running_walk", "jobq.jobs", f"status = {RUNNING_C}")},
+  finished_walk(name, seen) AS {_names("finished_walk", "jobq.queue_counts", "true")},
+  names AS (
+    SELECT name FROM (
+      SELECT name FROM pending_walk UNION SELECT name FROM waiting_walk UNION SELECT name FROM running_walk
+      UNION SELECT name FROM finished_walk
+      UNION (SELECT queue_name FROM jobq.queue_state
+             WHERE queue_name > %(after)s::text AND (%(allowed)s::text IS NULL OR queue_name ~ %(allowed)s::text)
+               AND {_NOT_KEY.format(n="queue_name")}
+             ORDER BY queue_name LIMIT %(n)s)
+    ) u
+    WHERE name IS NOT NULL AND (%(allowed)s::text IS NULL OR name ~ %(allowed)s::text) AND {_NOT_KEY.format(n="name")}
+    ORDER BY name
+    LIMIT %(n)s
+  )
+{_QUEUES_ROWS}"""
+
+# The rows of GET /queues for the names %(names)s: the keys of the spread queues of a page (queues_page).
+QUEUES_NAMED = f"""
+WITH names AS (SELECT unnest(%(names)s::text[]) AS name)
+{_QUEUES_ROWS}"""
+
+
+# The exact counts of the names of a CTE `names`, as rows of GET /queues (QueueRow): QUEUES_PAGE_FANOUT,
+# QUEUES_NAMED_FANOUT.
+_QUEUES_COUNTED = f"""pending AS (
   SELECT queue_name, count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now()) AS scheduled,
          min(run_at) FILTER (WHERE run_at <= now()) AS oldest_ready
@@ -394,6 +411,28 @@ LEFT JOIN finished f ON f.queue_name = n.name
 LEFT JOIN jobq.queue_state s ON s.queue_name = n.name
 ORDER BY n.name
 """
+
+# A page of GET /queues where the walks above cannot run: on Citus (a recursive CTE must name one value of the
+# distribution column), the page's names by one read of every shard, each grouping its jobs not yet finished and
+# its finished-job counters by queue, then QUEUES_LIST's counts for those names only. It reads every job not yet
+# finished, so PostgreSQL keeps the walks.
+QUEUES_PAGE_FANOUT = f"""
+WITH names AS (
+  SELECT name FROM (
+    SELECT queue_name AS name FROM jobq.jobs
+    WHERE status IN ('pending', 'waiting', 'running') AND queue_name > %(after)s::text GROUP BY queue_name
+    UNION SELECT queue_name FROM jobq.queue_counts WHERE queue_name > %(after)s::text GROUP BY queue_name
+    UNION SELECT queue_name FROM jobq.queue_state WHERE queue_name > %(after)s::text
+  ) u
+  WHERE (%(allowed)s::text IS NULL OR name ~ %(allowed)s::text) AND {_NOT_KEY.format(n="name")}
+  ORDER BY name
+  LIMIT %(n)s
+), {_QUEUES_COUNTED}"""
+
+# QUEUES_NAMED where QUEUES_PAGE_FANOUT serves the pages (Citus).
+QUEUES_NAMED_FANOUT = f"""
+WITH names AS (SELECT unnest(%(names)s::text[]) AS name), {_QUEUES_COUNTED}"""
+
 
 _walks_refused = False  # the engine refused QUEUES_PAGE once (Citus): this process uses the fan-out
 
@@ -434,9 +473,30 @@ async def queues_page(
     if rows is None:
         await cur.execute(QUEUES_PAGE_FANOUT, params)
         rows = await cur.fetchall()
-    if len(rows) > limit:
-        return rows[:limit], rows[limit - 1].queue
-    return rows, None
+    last = rows[limit - 1].queue if len(rows) > limit else None
+    rows = rows[:limit]
+    if any(r.keys_used > 1 for r in rows):
+        rows = await _with_keys(conn, rows, params)
+    return rows, last
+
+
+async def _with_keys(
+    conn: psycopg.AsyncConnection[Any], rows: list[QueueRow], params: dict[str, Any]
+) -> list[QueueRow]:
+    """The page's spread queues with their keys' counts added (the page names a spread queue once, by its own name:
+    its keys are read here, by one more statement for the whole page)."""
+    keys = [k for r in rows if r.keys_used > 1 for k in key_names(r.queue, r.keys_used)[1:]]
+    cur = conn.cursor(row_factory=rows_of(QueueRow))
+    if finishing.on_citus(conn):
+        await cur.execute(QUEUES_NAMED_FANOUT, {**params, "names": keys})
+    else:
+        async with conn.transaction():
+            await conn.execute(NO_SEQSCAN)
+            await cur.execute(QUEUES_NAMED, {**params, "names": keys})
+    by_queue: dict[str, list[QueueRow]] = {}
+    for k in await cur.fetchall():
+        by_queue.setdefault(logical(k.queue), []).append(k)
+    return [add_queue_rows(r, by_queue[r.queue]) if r.queue in by_queue else r for r in rows]
 
 
 async def all_queues(conn: psycopg.AsyncConnection[Any], exact_max: int, page: int = 1000) -> list[QueueRow]:
@@ -523,16 +583,30 @@ def list_statement(status: str | None) -> str:
 
 
 async def jobs_list(
-    conn: psycopg.AsyncConnection[Any], queue: str, status: str | None, limit: int, after: Sequence[Any] | None
+    conn: psycopg.AsyncConnection[Any],
+    queues: Sequence[str],
+    status: str | None,
+    limit: int,
+    after: Sequence[Any] | None,
 ) -> tuple[list[JobRow], list[Any] | None]:
-    """One page; returns the rows and the sort key of the last one (None on the last page)."""
-    names = LISTINGS[status].keys
+    """One page; returns the rows and the sort key of the last one (None on the last page). `queues`: the names the
+    queue keeps jobs under (a spread queue's keys, app/db/spread.py): each key's page is read on its own (one shard
+    on Citus) after the same sort key, and the pages merged in the listing's order, so a page of the queue is the
+    first `limit` jobs of all its keys after the cursor."""
+    listing = LISTINGS[status]
+    names = listing.keys
     keys = list(after or [None] * len(names))
-    params = {"queue": queue, "status": status, "limit": limit + 1, "after": after is not None}
+    params = {"status": status, "limit": limit + 1, "after": after is not None}
     params.update({f"k{i + 1}": v for i, v in enumerate(keys)})
     cur = conn.cursor(row_factory=rows_of(JobRow))
-    await cur.execute(list_statement(status), params)
-    rows = await cur.fetchall()
+    pages = []
+    for queue in queues:
+        await cur.execute(list_statement(status), {**params, "queue": queue})
+        pages.append(await cur.fetchall())
+    if len(pages) == 1:
+        rows = pages[0]
+    else:
+        rows = merge_pages(pages, listing.order, lambda job: [getattr(job, name) for name in names])[: limit + 1]
     more = len(rows) > limit
     rows = rows[:limit]
     last = [getattr(rows[-1], name) for name in names] if more and rows else None

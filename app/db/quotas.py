@@ -49,37 +49,43 @@ async def queue_live(conn: psycopg.AsyncConnection[Any], queue: str) -> bool:
     return bool(row and row[0])
 
 
+# A spread queue is one queue: its keys (`queue#k`, app/db/spread.py) are walked over, not counted. A walk's `n`:
+# the queues it has passed before the name in hand.
+_NOT_KEY = "strpos({n}, '#') = 0"
+_QUEUE = "(CASE WHEN strpos({n}, '#') = 0 THEN 1 ELSE 0 END)"
+
 QUEUES_LIVE_COUNT = f"""
 -- Live queues, at most %(cap)s: the queues with pending, waiting or running jobs by loose scans of
 -- jobs_claim_idx, jobs_waiting_idx and jobs_running_idx (one index descent per queue, however long the
 -- queue, each walk stopping after %(cap)s queues), and those with a configuration.
 WITH RECURSIVE pending(name, n) AS (
-  (SELECT queue_name, 1 FROM jobq.jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name, 0 FROM jobq.jobs WHERE status = 'pending' ORDER BY queue_name LIMIT 1)
   UNION ALL
   SELECT (SELECT queue_name FROM jobq.jobs
           WHERE status = 'pending' AND queue_name > p.name ORDER BY queue_name LIMIT 1),
-         p.n + 1
-  FROM pending p WHERE p.name IS NOT NULL AND p.n < %(cap)s
+         p.n + {_QUEUE.format(n="p.name")}
+  FROM pending p WHERE p.name IS NOT NULL AND p.n + {_QUEUE.format(n="p.name")} < %(cap)s
 ), waiting(name, n) AS (
-  (SELECT queue_name, 1 FROM jobq.jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name, 0 FROM jobq.jobs WHERE status = 'waiting' ORDER BY queue_name LIMIT 1)
   UNION ALL
   SELECT (SELECT queue_name FROM jobq.jobs
           WHERE status = 'waiting' AND queue_name > w.name ORDER BY queue_name LIMIT 1),
-         w.n + 1
-  FROM waiting w WHERE w.name IS NOT NULL AND w.n < %(cap)s
+         w.n + {_QUEUE.format(n="w.name")}
+  FROM waiting w WHERE w.name IS NOT NULL AND w.n + {_QUEUE.format(n="w.name")} < %(cap)s
 ), running(name, n) AS (
-  (SELECT queue_name, 1 FROM jobq.jobs WHERE status = {RUNNING_C} ORDER BY queue_name LIMIT 1)
+  (SELECT queue_name, 0 FROM jobq.jobs WHERE status = {RUNNING_C} ORDER BY queue_name LIMIT 1)
   UNION ALL
   SELECT (SELECT queue_name FROM jobq.jobs WHERE status = {RUNNING_C} AND queue_name > r.name
           ORDER BY queue_name LIMIT 1),
-         r.n + 1
-  FROM running r WHERE r.name IS NOT NULL AND r.n < %(cap)s
+         r.n + {_QUEUE.format(n="r.name")}
+  FROM running r WHERE r.name IS NOT NULL AND r.n + {_QUEUE.format(n="r.name")} < %(cap)s
 )
 SELECT count(*) FROM (
-  SELECT name FROM pending WHERE name IS NOT NULL
-  UNION SELECT name FROM waiting WHERE name IS NOT NULL
-  UNION SELECT name FROM running WHERE name IS NOT NULL
-  UNION (SELECT queue_name FROM jobq.queue_state ORDER BY queue_name LIMIT %(cap)s)
+  SELECT name FROM pending WHERE name IS NOT NULL AND {_NOT_KEY.format(n="name")}
+  UNION SELECT name FROM waiting WHERE name IS NOT NULL AND {_NOT_KEY.format(n="name")}
+  UNION SELECT name FROM running WHERE name IS NOT NULL AND {_NOT_KEY.format(n="name")}
+  UNION (SELECT queue_name FROM jobq.queue_state WHERE {_NOT_KEY.format(n="queue_name")}
+         ORDER BY queue_name LIMIT %(cap)s)
   LIMIT %(cap)s
 ) q
 """
@@ -89,10 +95,13 @@ SELECT count(*) FROM (
 # the distribution column), one read of every shard, each grouping its shard's jobs not yet finished by queue. Not
 # on an enqueue's common path: only when a queue this process has not seen live is enqueued to, at most once per
 # interval (app/core/quotas.py). It reads every job not yet finished, so PostgreSQL keeps the walk.
-QUEUES_LIVE_COUNT_FANOUT = """
+QUEUES_LIVE_COUNT_FANOUT = f"""
 SELECT count(*) FROM (
-  SELECT queue_name FROM jobq.jobs WHERE status IN ('pending', 'waiting', 'running') GROUP BY queue_name
-  UNION SELECT queue_name FROM jobq.queue_state
+  SELECT queue_name FROM (
+    SELECT queue_name FROM jobq.jobs WHERE status IN ('pending', 'waiting', 'running') GROUP BY queue_name
+    UNION SELECT queue_name FROM jobq.queue_state
+  ) u
+  WHERE {_NOT_KEY.format(n="queue_name")}
   LIMIT %(cap)s
 ) q
 """

@@ -285,6 +285,7 @@ class QueueRow(NamedTuple):
     waiting: int
     estimated: bool
     counted_at: datetime | None
+    keys_used: int  # the keys of a spread queue (app/db/spread.py) whose counts this row must add up; 1: none
 
 
 @dataclass(slots=True, frozen=True)

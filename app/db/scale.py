@@ -12,6 +12,8 @@ through, as the claim's walk does."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,12 +139,32 @@ class ScaleRow:
     room_groups: int | None
 
 
-async def queue_scale(conn: psycopg.AsyncConnection[Any], queue: str, cap: int) -> ScaleRow:
+async def queue_scale(conn: psycopg.AsyncConnection[Any], names: Sequence[str], cap: int) -> ScaleRow:
+    """The signal of the queue kept under `names`: its own name, then a spread queue's other keys (app/db/spread.py),
+    each read by its own statement (one shard on Citus) and added up."""
     cur = conn.cursor(row_factory=rows_of(ScaleRow))
-    await cur.execute(QUEUE_SCALE, {"queue": queue, "cap": cap, "levels": LEVELS, "groups": GROUPS})
-    row = await cur.fetchone()
-    assert row is not None  # one row always (cfg has one)
-    return row
+    rows = []
+    for queue in names:
+        await cur.execute(QUEUE_SCALE, {"queue": queue, "cap": cap, "levels": LEVELS, "groups": GROUPS})
+        row = await cur.fetchone()
+        assert row is not None  # one row always (cfg has one)
+        rows.append(row)
+    return rows[0] if len(rows) == 1 else _added(rows, cap)
+
+
+def _added(rows: Sequence[ScaleRow], cap: int) -> ScaleRow:
+    """A spread queue's signal from its keys': ready and running jobs summed (the ready up to `cap`), the oldest
+    ready job the oldest of any key. A spread queue has no limits (app/core/flow.py check), so the limits and their
+    rooms are key 0's, which holds the queue's configuration (as every key does) and its pause."""
+    ready = sum(r.ready for r in rows)
+    ages = [r.oldest_ready_age for r in rows if r.oldest_ready_age is not None]
+    return dataclasses.replace(
+        rows[0],
+        ready=min(ready, cap),
+        capped=ready >= cap or any(r.capped for r in rows),
+        oldest_ready_age=max(ages) if ages else None,
+        running=sum(r.running for r in rows),
+    )
 
 
 QUEUES_HELD = """

@@ -10,5 +10,7 @@ from __future__ import annotations
 
 def queue_allowed(column: str, allowed: str) -> str:
     """The SQL predicate "the caller may see this job's queue": `allowed` is an SQL expression holding the
-    caller's anchored queue regex (Principal.queue_regex), NULL for every queue."""
-    return f"({allowed} IS NULL OR {column} ~ {allowed})"
+    caller's anchored queue regex (Principal.queue_regex), NULL for every queue. A job under a key of a spread
+    queue (`queue#k`, app/db/spread.py) is the queue's: the name before `#` is what the regex is matched against
+    (an immutable function, as Citus requires in a distributed UPDATE's WHERE)."""
+    return f"({allowed} IS NULL OR split_part({column}, '#', 1) ~ {allowed})"

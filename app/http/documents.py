@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from app.core.scale import Scale
 from app.db.flow import QueueConfigRow
 from app.db.rows import Inserted
+from app.db.spread import SEP, logical
 from app.db.workers import WorkerRow
 from app.models.answers import Claim, CompleteOutcome, HeartbeatResponse, Job, JobState
 from app.models.schedules import Schedule
@@ -29,12 +30,17 @@ def documenter(model: type[BaseModel]) -> Callable[[Any], Document]:
     names = tuple(model.model_fields)
     values = operator.attrgetter(*names)
     as_json = [i for i, name in enumerate(names) if name in JSON_FIELDS]
+    # A job of a spread queue is stored under one of the queue's keys (`queue#k`, app/db/spread.py): its
+    # document names the queue.
+    queue_at = names.index("queue") if "queue" in names else None
 
     def document(row: Any) -> Document:
         found = list(values(row))
         for i in as_json:
             if found[i] is not None:
                 found[i] = Fragment(found[i])
+        if queue_at is not None and (name := found[queue_at]) is not None and SEP in name:
+            found[queue_at] = logical(name)
         return dict(zip(names, found, strict=True))
 
     return document
@@ -90,6 +96,7 @@ def config_document(queue: str, row: QueueConfigRow | None) -> Document:
         "ordered": get("ordered"),
         "max_pending": get("max_pending"),
         "timeout_seconds": get("timeout_seconds"),
+        "spread": get("spread") or 1,
         "changed_at": get("changed_at"),
     }
 

@@ -169,6 +169,7 @@ _CONFIG = {
     "ordered": None,
     "max_pending": 100000,
     "timeout_seconds": 600,
+    "spread": 1,
     "changed_at": _AT,
 }
 _GROUPS = [
@@ -421,6 +422,7 @@ SCHEMAS: dict[str, list[Any]] = {
         {"concurrency": 50, "rate": {"limit": 100, "per_seconds": 60}},
         {"group_concurrency": 2, "fair": True, "retention": {"completed": 3600}},
         {"concurrency": None, "max_attempts": 8},
+        {"spread": 8},
     ],
     "Rate": [{"limit": 100, "per_seconds": 60}],
     "RateLimit": [{"limit": 100, "per_seconds": 60}],

@@ -16,6 +16,7 @@ from app.db import operations as store_ops
 from app.db import retention as store_retention
 from app.db import scale as store_scale
 from app.db.pool import Database
+from app.db.spread import key_names
 from app.maintenance.base import Ticking
 from app.observability.metrics import Metrics
 
@@ -56,7 +57,8 @@ class Gauges(Ticking):
                 scale: list[tuple[str, float, float]] = []
                 for q in queues:
                     if q.queue in held and (q.ready or q.running):
-                        row = await store_scale.queue_scale(conn, q.queue, DEFAULT_CAP)
+                        names = key_names(q.queue, q.keys_used)  # a spread queue's keys (app/db/spread.py)
+                        row = await store_scale.queue_scale(conn, names, DEFAULT_CAP)
                         scale.append((q.queue, scale_of(q.queue, row).claimable, row.running))
                     else:
                         scale.append((q.queue, 0 if q.queue in held else q.ready, q.running))

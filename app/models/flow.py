@@ -11,6 +11,7 @@ from app.models.fields import Body, Integral, MaxAttempts, Priority, TimeoutSeco
 
 Count = Annotated[int, Strict(), Field(ge=1, le=1_000_000), Integral]
 PendingCount = Annotated[int, Strict(), Field(ge=1, le=1_000_000_000), Integral]
+Spread = Annotated[int, Strict(), Field(ge=1, le=64), Integral]  # app/db/spread.py MAX_SPREAD
 WindowSeconds = Annotated[int, Strict(), Field(ge=1, le=86_400), Integral]
 KeepSeconds = Annotated[int, Strict(), Field(ge=0, le=315_360_000), Integral]
 LeaseSeconds = Annotated[int, Strict(), Field(ge=1, le=604_800), Integral]
@@ -65,6 +66,11 @@ class QueueConfigPatch(Body):
         "past it is refused with 429 `queue-full`. Checked by each server against a count it refreshes about "
         "once a second: other servers' enqueues of that second may pass it (docs/flow-control.md)."
     )
+    spread: Spread | None = clearable(
+        "Distribution keys (1-64) over which enqueues spread the queue's jobs, so that on Citus one queue can use "
+        "every node (docs/scale-out.md); null: 1, every job under the queue's own name. Needs concurrency, rate, "
+        "group_concurrency, group_rate, fair and ordered unset. Lowered, claims still take from the keys above."
+    )
     timeout_seconds: TimeoutSeconds | None = clearable(
         "Hard timeout (1-604800) of the queue's jobs enqueued without one: a claim that runs this long is "
         'failed (`last_error` "timeout") whatever its heartbeats, and the job retried or not as after any '
@@ -101,4 +107,5 @@ class QueueConfig(BaseModel):
     ordered: bool | None = Field(description="Strict order within each group; null: false.")
     max_pending: int | None = Field(description="Most jobs not yet started; null: JOBQ_MAX_PENDING_JOBS.")
     timeout_seconds: int | None = Field(description="Hard timeout of jobs enqueued without one; null: none.")
+    spread: int = Field(description="Distribution keys the queue's new jobs are spread over (1: none).")
     changed_at: datetime | None = Field(description="When the configuration last changed; null: never.")

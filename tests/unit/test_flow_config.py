@@ -15,7 +15,7 @@ S = Settings.defaults()
 
 
 def row(**values: object) -> QueueConfigRow:
-    fields = dict.fromkeys(CONFIG_FIELDS)
+    fields = {**dict.fromkeys(CONFIG_FIELDS), "spread": 1, "keys_used": 1}
     fields.update(values)
     return QueueConfigRow(queue="q", **fields, limited=False, grouped=False, changed_at=None)  # type: ignore[arg-type]
 
@@ -44,6 +44,13 @@ def test_a_patch_changes_the_fields_it_names_and_null_clears() -> None:
         {"backoff_base_seconds": 5000.0},  # above the global cap (3600 s)
         {"backoff_max_seconds": 0.5},  # below the global base (1 s)
         {"lease_seconds": S.lease_max_seconds + 1},
+        # A spread queue (app/db/spread.py) refuses what must be counted or ordered in one statement.
+        {"spread": 2, "concurrency": 1},
+        {"spread": 64, "rate_limit": 5, "rate_per_seconds": 1},
+        {"spread": 2, "group_concurrency": 3},
+        {"spread": 2, "group_rate_limit": 5, "group_rate_per_seconds": 1},
+        {"spread": 2, "fair": True},
+        {"spread": 2, "ordered": True},
     ],
 )
 def test_rules_across_fields_are_checked_on_the_result(values: dict[str, object]) -> None:
@@ -55,6 +62,8 @@ def test_valid_combinations_pass() -> None:
     check(S, {"ordered": True, "group_concurrency": 1})
     check(S, {"ordered": True})
     check(S, {"backoff_base_seconds": 10.0, "backoff_max_seconds": 10.0})
+    check(S, {"spread": 64, "fair": False, "max_pending": 10, "timeout_seconds": 5, "max_attempts": 3})
+    check(S, {"spread": 1, "concurrency": 2, "fair": True})
 
 
 def test_effective_settings_fall_back_to_the_global_ones() -> None:
@@ -63,6 +72,10 @@ def test_effective_settings_fall_back_to_the_global_ones() -> None:
     assert plain.retention["completed"] == S.retention_completed_seconds and not plain.limited
     mine = effective(S, row(max_attempts=2, default_priority=-3, retention_failed_seconds=0))
     assert (mine.max_attempts, mine.default_priority, mine.retention["failed"]) == (2, -3, 0)
+    assert (plain.spread, plain.keys, mine.spread, mine.keys) == (1, (), 1, ("q",))
+    # Spread lowered from 3 to 2: enqueues use two keys, claims take from all three.
+    lowered = effective(S, row(spread=2, keys_used=3))
+    assert (lowered.spread, lowered.keys) == (2, ("q", "q#1", "q#2"))
 
 
 def test_the_command_line_names_fields_as_the_api_does() -> None:
