@@ -2673,6 +2673,7 @@ export interface components {
          *         "completed": 3600,
          *         "failed": null
          *       },
+         *       "spread": 1,
          *       "timeout_seconds": 600
          *     }
          */
@@ -2740,6 +2741,11 @@ export interface components {
             rate: components["schemas"]["RateLimit"] | null;
             retention: components["schemas"]["Retention"];
             /**
+             * Spread
+             * @description Distribution keys the queue's new jobs are spread over (1: none).
+             */
+            spread: number;
+            /**
              * Timeout Seconds
              * @description Hard timeout of jobs enqueued without one; null: none.
              */
@@ -2765,6 +2771,9 @@ export interface components {
          * @example {
          *       "concurrency": null,
          *       "max_attempts": 8
+         *     }
+         * @example {
+         *       "spread": 8
          *     }
          */
         QueueConfigPatch: {
@@ -2824,6 +2833,11 @@ export interface components {
             rate?: components["schemas"]["Rate"] | null;
             /** @description Retention per status; null clears all three. */
             retention?: components["schemas"]["RetentionPatch"] | null;
+            /**
+             * Spread
+             * @description Distribution keys (1-64) over which enqueues spread the queue's jobs, so that on Citus one queue can use every node (docs/scale-out.md); null: 1, every job under the queue's own name. Needs concurrency, rate, group_concurrency, group_rate, fair and ordered unset. Lowered, claims still take from the keys above.
+             */
+            spread?: number | null;
             /**
              * Timeout Seconds
              * @description Hard timeout (1-604800) of the queue's jobs enqueued without one: a claim that runs this long is failed (`last_error` "timeout") whatever its heartbeats, and the job retried or not as after any failure. Applies to running jobs at once.
@@ -3104,6 +3118,7 @@ export interface components {
          *           "completed": 3600,
          *           "failed": null
          *         },
+         *         "spread": 1,
          *         "timeout_seconds": 600
          *       },
          *       "counts": {
@@ -6574,6 +6589,7 @@ export interface operations {
                      *         "completed": 3600,
                      *         "failed": null
                      *       },
+                     *       "spread": 1,
                      *       "timeout_seconds": 600
                      *     }
                      */
@@ -6690,6 +6706,7 @@ export interface operations {
                      *         "completed": 3600,
                      *         "failed": null
                      *       },
+                     *       "spread": 1,
                      *       "timeout_seconds": 600
                      *     }
                      */
@@ -7766,6 +7783,7 @@ export interface operations {
                      *           "completed": 3600,
                      *           "failed": null
                      *         },
+                     *         "spread": 1,
                      *         "timeout_seconds": 600
                      *       },
                      *       "counts": {
