@@ -1,5 +1,8 @@
 -- Rendered from app/db/flow.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.
 
+-- name: QUEUES_SPREAD --
+SELECT queue_name, keys_used FROM jobq.queue_state WHERE queue_name = ANY(%(queues)s) AND keys_used > 1
+
 -- name: QUEUE_CLAIMS_PRUNE --
 -- One queue's ledger rows older than every rate window of the queue (a day when it has none any more).
 DELETE FROM jobq.queue_claims c
@@ -32,9 +35,14 @@ RETURNING queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_s
 
 -- name: QUEUE_CONFIG_SET --
 UPDATE jobq.queue_state SET max_attempts = %(max_attempts)s, backoff_base_seconds = %(backoff_base_seconds)s, backoff_max_seconds = %(backoff_max_seconds)s, lease_seconds = %(lease_seconds)s, default_priority = %(default_priority)s, retention_completed_seconds = %(retention_completed_seconds)s, retention_failed_seconds = %(retention_failed_seconds)s, retention_cancelled_seconds = %(retention_cancelled_seconds)s, concurrency = %(concurrency)s, rate_limit = %(rate_limit)s, rate_per_seconds = %(rate_per_seconds)s, group_concurrency = %(group_concurrency)s, group_rate_limit = %(group_rate_limit)s, group_rate_per_seconds = %(group_rate_per_seconds)s, fair = %(fair)s, ordered = %(ordered)s, max_pending = %(max_pending)s, timeout_seconds = %(timeout_seconds)s,
-  spread = coalesce(%(spread)s, 1), keys_used = greatest(keys_used, coalesce(%(spread)s, 1)), changed_at = now()
+  spread = coalesce(%(spread)s, 1), keys_used = %(keys_used)s, changed_at = now()
 WHERE queue_name = %(queue)s
 RETURNING queue_name AS queue, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, spread, keys_used, limited, grouped, changed_at
+
+-- name: QUEUE_KEY_BUSY --
+SELECT EXISTS (SELECT FROM jobq.jobs WHERE queue_name = %(key)s AND status = 'pending')
+    OR EXISTS (SELECT FROM jobq.jobs WHERE queue_name = %(key)s AND status = 'running' COLLATE "C")
+    OR EXISTS (SELECT FROM jobq.jobs WHERE queue_name = %(key)s AND status = 'waiting')
 
 -- name: QUEUE_KEY_COPY --
 INSERT INTO jobq.queue_state AS s (queue_name, paused, max_attempts, backoff_base_seconds, backoff_max_seconds, lease_seconds, default_priority, retention_completed_seconds, retention_failed_seconds, retention_cancelled_seconds, concurrency, rate_limit, rate_per_seconds, group_concurrency, group_rate_limit, group_rate_per_seconds, fair, ordered, max_pending, timeout_seconds, changed_at)

@@ -9,16 +9,20 @@ import concurrent.futures
 import itertools
 import os
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
+from app.db import claim as store_claim
 from app.db import spread
+from app.errors import DatabaseUnavailable
 from tests import citus
-from tests.support import LiveServer, problem, settle_long_poll
+from tests.support import LiveServer, problem, record_wakeups, settle_long_poll
 from tests.test_security import admin, as_key, create_key, secured  # noqa: F401  (fixtures)
+from tests.test_sqs import client as sqs_client
 
 
 def configure(client: httpx.Client, queue: str = "q", **fields: Any) -> dict[str, Any]:
@@ -78,6 +82,17 @@ def test_a_spread_queue_stores_new_jobs_under_every_key_and_a_claim_takes_them_a
     )
     assert {o["outcome"] for o in r.json()["results"]} == {"completed"}, r.text
     assert stored(db, "completed").total() == 80 and stored(db, "running").total() == 0
+
+
+def complete(server: LiveServer, job: dict[str, Any]) -> None:
+    r = server.client.post(f"/jobs/{job['id']}/complete", json={"claim_token": job["claim_token"]})
+    assert r.status_code == 200, r.text
+
+
+def settle_change(db: psycopg.Connection, queue: str = "q") -> None:
+    """The queue's last configuration change as if made a minute ago: every process's cached copy (at most
+    app/core/flow.py CACHE_SECONDS old) has it."""
+    db.execute("UPDATE jobq.queue_state SET changed_at = now() - interval '1 minute' WHERE queue_name = %s", (queue,))
 
 
 @pytest.fixture
@@ -152,7 +167,7 @@ def test_a_batch_goes_under_one_key(server: LiveServer, db: psycopg.Connection) 
     ids=lambda d: next(iter(d)),
 )
 def test_settings_that_need_one_key_are_refused_on_a_spread_queue_and_the_reverse(
-    server: LiveServer, limit: dict[str, Any]
+    server: LiveServer, db: psycopg.Connection, limit: dict[str, Any]
 ) -> None:
     configure(server.client, spread=2)
     [field] = limit
@@ -160,10 +175,14 @@ def test_settings_that_need_one_key_are_refused_on_a_spread_queue_and_the_revers
     body = problem(r, 422, "validation-error")
     assert field in r.text and "spread" in r.text, body
     assert server.client.get("/queues/q/config").json()[field] is None
-    # Both in one request: refused too; with spread back to 1, the limit is taken.
+    # Both in one request: refused too. With spread back to 1, refused while key 1 may still get jobs from a
+    # process that has not heard of the change; taken once that change is older than any cached configuration.
     problem(server.client.patch("/queues/q2/config", json={**limit, "spread": 3}), 422, "validation-error")
     configure(server.client, "q", spread=1)
+    problem(server.client.patch("/queues/q/config", json=limit), 422, "validation-error")
+    settle_change(db)
     configure(server.client, "q", **limit)
+    assert db.execute("SELECT keys_used FROM jobq.queue_state WHERE queue_name = 'q'").fetchone() == (1,)
     problem(server.client.patch("/queues/q/config", json={"spread": 2}), 422, "validation-error")
     for bad in (0, 65, "2", 1.5, True):
         problem(server.client.patch("/queues/q3/config", json={"spread": bad}), 422, "validation-error")
@@ -240,6 +259,7 @@ def test_jobs_coming_due_under_any_key_reach_a_waiting_claim(server_factory: Any
     assert sorted(got) == sorted(ids)
 
 
+@pytest.mark.usefixtures("round_robin")
 def test_a_waiting_claim_is_woken_by_a_job_under_any_key(server_factory: Any, db: psycopg.Connection) -> None:
     server: LiveServer = server_factory(poll_interval_seconds=60)
     configure(server.client, spread=4)
@@ -255,7 +275,7 @@ def test_a_waiting_claim_is_woken_by_a_job_under_any_key(server_factory: Any, db
             assert r.status_code == 201
             [job] = fut.result(timeout=30)
             assert job["id"] == r.json()["id"] and job["queue"] == "q"
-    assert len(stored(db)) > 1  # some landed under a key other than 0 (8 draws of 4: p of none 1.5e-5)
+    assert len(stored(db)) == 4  # two under each key
 
 
 def test_a_scoped_key_reaches_the_jobs_of_its_queue_under_every_key(
@@ -319,3 +339,124 @@ def test_jobs_that_wait_for_jobs_under_other_keys_are_released_when_those_finish
     assert server.client.get(f"/jobs/{child.json()['id']}").json()["status"] == "pending"
     assert server.client.get(f"/jobs/{sibling['id']}").json()["status"] == "pending"
     assert db.execute("SELECT queue_name FROM jobq.jobs WHERE id = %s", (sibling["id"],)).fetchone() == ("p",)
+
+
+@pytest.mark.usefixtures("round_robin")
+def test_a_lowered_spread_keeps_its_keys_until_they_are_empty_then_takes_limits(
+    server: LiveServer, db: psycopg.Connection
+) -> None:
+    configure(server.client, spread=4)
+    enqueue_many(server.client, 8)
+    configure(server.client, spread=1)
+    settle_change(db)
+    # Keys 1-3 hold jobs: still claimed from, and a limit is refused (it would hold for key 0 alone).
+    problem(server.client.patch("/queues/q/config", json={"concurrency": 2}), 422, "validation-error")
+    assert db.execute("SELECT keys_used FROM jobq.queue_state WHERE queue_name = 'q'").fetchone() == (4,)
+    jobs = server.client.post("/queues/q/claim", json={"worker": "w", "limit": 6}).json()["jobs"]
+    for j in jobs:
+        assert (
+            server.client.post(f"/jobs/{j['id']}/complete", json={"claim_token": j["claim_token"]}).status_code == 200
+        )
+    assert stored(db, "pending").total() == 2
+    problem(server.client.patch("/queues/q/config", json={"concurrency": 2}), 422, "validation-error")
+    for j in server.client.post("/queues/q/claim", json={"worker": "w", "limit": 6}).json()["jobs"]:
+        assert (
+            server.client.post(f"/jobs/{j['id']}/complete", json={"claim_token": j["claim_token"]}).status_code == 200
+        )
+    settle_change(db)
+    assert configure(server.client, concurrency=2)["concurrency"] == 2
+    assert db.execute("SELECT keys_used FROM jobq.queue_state WHERE queue_name = 'q'").fetchone() == (1,)
+    enqueue_many(server.client, 4)
+    assert stored(db, "pending") == Counter({"q": 4})
+    assert len(server.client.post("/queues/q/claim", json={"worker": "w", "limit": 4}).json()["jobs"]) == 2
+
+
+@pytest.mark.usefixtures("round_robin")
+def test_a_key_whose_claim_fails_does_not_lose_what_the_other_keys_gave(
+    server: LiveServer, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configure(server.client, spread=3)
+    enqueue_many(server.client, 30)
+    original = store_claim.jobs_claim
+
+    async def failing(conn: Any, queue: str, slots: Any) -> Any:
+        if queue == "q#2":
+            raise DatabaseUnavailable("the node holding key 2 is down")
+        return await original(conn, queue, slots)
+
+    monkeypatch.setattr(store_claim, "jobs_claim", failing)
+    handed: list[int] = []
+    for _ in range(6):
+        r = server.client.post("/queues/q/claim", json={"worker": "w", "limit": 30})
+        if r.status_code == 200:
+            handed += [j["id"] for j in r.json()["jobs"]]
+        else:
+            problem(r, 503, "database-unavailable")
+    # Every job that became running was handed to a worker: none is held by a claim that answered an error.
+    running = [row[0] for row in db.execute("SELECT id FROM jobq.jobs WHERE status = 'running'").fetchall()]
+    assert sorted(running) == sorted(handed) and len(handed) == 20
+
+
+def test_finishing_jobs_under_a_key_wakes_no_claim_of_a_queue_without_limits(
+    server: LiveServer, db: psycopg.Connection
+) -> None:
+    configure(server.client, spread=3)
+    enqueue_many(server.client, 30)
+    jobs = server.client.post("/queues/q/claim", json={"worker": "w", "limit": 30}).json()["jobs"]
+    woken = record_wakeups(server)
+    for j in jobs:
+        assert (
+            server.client.post(f"/jobs/{j['id']}/complete", json={"claim_token": j["claim_token"]}).status_code == 200
+        )
+    assert woken == []  # a freed slot matters only under limits, which a spread queue cannot have
+
+
+@pytest.mark.usefixtures("round_robin")
+def test_lapsed_leases_under_every_key_are_rescued_and_claimed_again(
+    server: LiveServer, db: psycopg.Connection
+) -> None:
+    configure(server.client, spread=3, max_attempts=3)
+    ids = enqueue_many(server.client, 9)
+    assert len(stored(db)) == 3
+    first = server.client.post("/queues/q/claim", json={"worker": "w", "limit": 9, "lease_seconds": 60}).json()["jobs"]
+    assert len(first) == 9
+    far = datetime.now(UTC) + timedelta(hours=1)
+    server.run(lambda: server.services.maintenance["rescuer"].run_once(now=far))
+    assert stored(db, "pending").total() == 9 and len(stored(db, "pending")) == 3  # each back under its key
+    again = server.client.post("/queues/q/claim", json={"worker": "w", "limit": 9}).json()["jobs"]
+    assert sorted(j["id"] for j in again) == sorted(ids) and {j["attempts"] for j in again} == {2}
+    for j in first:  # the lapsed claims' tokens are stale under every key
+        r = server.client.post(f"/jobs/{j['id']}/complete", json={"claim_token": j["claim_token"]})
+        assert r.status_code == 409, r.text
+
+
+@pytest.mark.usefixtures("round_robin")
+def test_sqs_receive_and_delete_reach_every_key(server: LiveServer, db: psycopg.Connection) -> None:
+    sqs = sqs_client(server)
+    try:
+        url = sqs.create_queue(QueueName="s")["QueueUrl"]
+        configure(server.client, "s", spread=3)
+        for i in range(4):  # batches of 3 without attributes, and single messages with attributes
+            sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(n), "MessageBody": f"b{i}.{n}"} for n in range(3)])
+            attrs = {"k": {"DataType": "String", "StringValue": str(i)}}
+            sqs.send_message(QueueUrl=url, MessageBody=f"a{i}", MessageAttributes=attrs)
+        assert len({n for n in stored(db) if n.startswith("s")}) == 3
+        got: list[dict[str, Any]] = []
+        while len(got) < 16:
+            batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+            assert batch.get("Messages"), "received nothing while messages waited"
+            got += batch["Messages"]
+        assert sorted(m["Body"] for m in got) == sorted(
+            [f"b{i}.{n}" for i in range(4) for n in range(3)] + [f"a{i}" for i in range(4)]
+        )
+        assert {m["MessageAttributes"]["k"]["StringValue"] for m in got if "MessageAttributes" in m} == {
+            "0",
+            "1",
+            "2",
+            "3",
+        }
+        for m in got:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    finally:
+        sqs.close()
+    assert stored(db, "completed").total() == 16 and stored(db, "pending").total() == 0

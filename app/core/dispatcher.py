@@ -41,12 +41,13 @@ from app.core.effects import PENDING, RUNNING, Effects, Moves, Path
 from app.core.flow import QueueConfigs
 from app.core.wakeups import Wakeups
 from app.db import claim as store_claim
+from app.db import flow as store_flow
 from app.db import waiting as store_waiting
 from app.db import writes as store_writes
 from app.db.claim import ClaimSlot
 from app.db.pool import Database
 from app.db.rows import ClaimRow
-from app.db.spread import SEP, logical
+from app.db.spread import SEP, key_names, logical
 from app.errors import AppError, DatabaseUnavailable, TooManyWaiters, Unauthorized
 from app.observability.metrics import Metrics
 from app.settings import Settings
@@ -218,13 +219,15 @@ class _QueueClaims:
     async def _claim_keys(self, conn: Any, keys: tuple[str, ...], slots: list[ClaimSlot]) -> store_claim.ClaimResult:
         """A spread queue (app/db/spread.py): claim from its keys in turn, one statement per key, each on the key's
         shard, until every request has its fill. Keys that wake-ups named since the last claim come first, then
-        the others from where the last claim started, plus one: claims spread over every key, and a key found
-        empty costs one statement, not a request answered empty while another key holds jobs."""
-        hinted = [k for k in keys if k in self.hint]
-        self.hint.clear()
+        the others; both in turn from where the last claim started, plus one, so that every key is drained alike.
+        A key found empty costs one statement, not a request answered empty while another key holds jobs. A key
+        whose statement fails is passed over when others gave jobs (they are handed out, not lost with the
+        error); the error stands when none did."""
         n = len(keys)
         start, self.turn = self.turn % n, self.turn + 1
-        order = hinted + [k for k in keys[start:] + keys[:start] if k not in hinted]
+        rotated = keys[start:] + keys[:start]
+        hint, self.hint = self.hint, set()
+        order = [k for k in rotated if k in hint] + [k for k in rotated if k not in hint]
         got: list[list[ClaimRow]] = [[] for _ in slots]
         left_behind = False
         for key in order:
@@ -232,11 +235,19 @@ class _QueueClaims:
             if not need:
                 break
             asked = [ClaimSlot(slots[j].worker, slots[j].lease_seconds, m) for j, m in need]
-            result = await store_claim.jobs_claim(conn, key, asked)
+            try:
+                result = await store_claim.jobs_claim(conn, key, asked)
+            except Exception:
+                if not any(got):
+                    raise
+                log.warning("claims on queue %s: key %s failed, handing out what the other keys gave", self.queue, key)
+                break
             if result.limited:
-                # Limits set meanwhile (possible only once spread is back to 1: app/core/flow.py check): rows
-                # claimed already go out; with none, the caller reads the configuration again and claims under them.
-                return store_claim.ClaimResult(got, False, limited=not any(got))
+                # A key's row has limits the queue's configuration does not (a spread queue refuses them: written
+                # by a release before spread, or read mid-change): that key is passed over, and the configuration
+                # read again for the next claim.
+                self.owner.configs.invalidate(self.queue)
+                continue
             for (j, _), rows in zip(need, result.rows, strict=True):
                 got[j] += rows
             left_behind = left_behind or result.ready_left_behind
@@ -474,11 +485,14 @@ class ClaimDispatcher:
         """False when the database could not be asked."""
         if not queues or self.closing:
             return True
-        # A spread queue is looked for under every key (as last read: app/core/flow.py keys_of); a key found
-        # ready wakes its queue's claims, which take from that key first.
-        names = [k for q in queues for k in (self.configs.keys_of(q) or (q,))]
+        # A spread queue is looked for under every key (as last read: app/core/flow.py keys_of; read here for the
+        # queues this process holds no configuration of, as after a reconnect of its listener); a key found ready
+        # wakes its queue's claims, which take from that key first.
         try:
             async with self.db.connection() as conn:
+                unknown = [q for q in queues if self.configs.keys_of(q) is None]
+                spread = await store_flow.queues_spread(conn, unknown) if unknown else {}
+                names = [k for q in queues for k in (self.configs.keys_of(q) or key_names(q, spread.get(q, 1)))]
                 ready = await store_waiting.queues_ready(conn, names)
         except DatabaseUnavailable:
             # A claim statement would fail too; the next pass asks again (and queues whose last claim

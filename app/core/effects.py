@@ -203,7 +203,8 @@ class Effects:
         if finished:
             self.wakeups.jobs_finished(finished)
         # Queues known to have no limits gain nothing claimable from a freed slot: left alone.
-        now.update(q for q in slot - now if self.configs.may_be_limited(q))
+        # (A spread queue's key is asked about by its queue's name: app/db/spread.py.)
+        now.update(q for q in slot - now if self.configs.may_be_limited(logical(q)))
         if now:
             self.wakeups.jobs_available(now)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.db import flow as store_flow
@@ -103,16 +104,24 @@ _SPREAD_ONLY_ONE = (
 )
 
 
-def check(s: Settings, values: dict[str, Any]) -> None:
+def check(s: Settings, values: dict[str, Any], keys_used: int = 1) -> None:
     """Rules across fields, on the configuration as it would be stored (422 when broken). Ranges of single
-    fields are the request model's (app/models/flow.py)."""
+    fields are the request model's (app/models/flow.py). `keys_used`: the keys the queue's claims would take from
+    (app/db/spread.py; more than `spread` when it was lowered and the keys above still hold jobs)."""
     problems: list[tuple[str, str]] = []
-    if (values.get("spread") or 1) > 1:
+    spread = values.get("spread") or 1
+    if max(spread, keys_used) > 1:
         # Each key is claimed by statements of its own, on its own shard: a limit counted in one statement, or an
         # order kept across a queue's jobs, cannot hold across keys (docs/scale-out.md).
+        why = (
+            "spread must be 1 or unset"
+            if spread > 1
+            else f"keys 1 to {keys_used - 1} of the queue may still hold jobs: they are retired once empty, by a "
+            f"configuration change made {CACHE_SECONDS:.0f} s or more after the spread was lowered"
+        )
         for name, field in _SPREAD_ONLY_ONE:
             if values.get(field) is not None and values.get(field) is not False:
-                problems.append((name, "holds only on a queue kept under one key: spread must be 1 or unset"))
+                problems.append((name, f"holds only on a queue kept under one key: {why}"))
     if values.get("ordered") and (values.get("group_concurrency") or 1) != 1:
         problems.append(("ordered", "strict order within a group runs one job of the group at a time: "
                          "group_concurrency must be 1 or unset"))  # fmt: skip
@@ -127,6 +136,11 @@ def check(s: Settings, values: dict[str, Any]) -> None:
     if problems:
         errors = [{"loc": ["body", f], "msg": m, "type": "value_error"} for f, m in problems]
         raise ValidationFailed("; ".join(f"body.{f}: {m}" for f, m in problems), errors=errors)
+
+
+def _settled(changed_at: datetime | None) -> bool:
+    """A change made at `changed_at` has reached every process's cache (CACHE_SECONDS ago or more)."""
+    return changed_at is None or datetime.now(UTC) - changed_at > timedelta(seconds=CACHE_SECONDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +168,12 @@ class QueueConfigs:
             return None
         return entry.effective
 
-    def keys_of(self, queue: str) -> tuple[str, ...]:
+    def keys_of(self, queue: str) -> tuple[str, ...] | None:
         """The keys of a spread queue as last read, however long ago (the fallback poll's look for ready jobs
-        asks every key without a read of its own per queue); (): unknown, or the queue's own name alone."""
+        asks every key without a read of its own per queue); (): the queue's own name alone; None: not held
+        (never read, or dropped: the caller reads it)."""
         entry = self._entries.get(queue)
-        return () if entry is None else entry.effective.keys
+        return None if entry is None else entry.effective.keys
 
     def may_be_limited(self, queue: str) -> bool:
         """Whether a slot freed on this queue may let a waiting claim proceed: its cached configuration has
@@ -222,8 +237,16 @@ class QueueConfigs:
         async with self.db.connection() as conn, conn.transaction():
             current = await store_flow.queue_config_lock(conn, queue)
             values = merged(current, changes)
-            check(self.settings, values)
-            row = await store_flow.queue_config_set(conn, queue, values)
+            spread = values.get("spread") or 1
+            keys_used = max(current.keys_used, spread)
+            if keys_used > spread and current.spread == spread and _settled(current.changed_at):
+                # The spread was lowered by an earlier change, long enough ago that every process enqueues under
+                # the keys it left (its cached configuration is at most CACHE_SECONDS old): the keys above it that
+                # hold no job not yet finished are retired, and claims stop taking from them.
+                above = key_names(queue, keys_used)[spread:]
+                keys_used = spread + await store_flow.queue_keys_busy(conn, above)
+            check(self.settings, values, keys_used)
+            row = await store_flow.queue_config_set(conn, queue, values, keys_used)
             await store_flow.queue_keys_sync(conn, queue, key_names(queue, row.keys_used)[1:])
         self.invalidate(queue)
         self.remember(row)

@@ -29,7 +29,7 @@ from app.db.dependencies import Parent, TooDeep, UnknownJobs, jobs_insert_depend
 from app.db.jobs import Debounce, NewJob, Unique
 from app.db.pool import Database
 from app.db.rows import ClaimRow, Inserted, JobRow
-from app.db.spread import logical, spread_key
+from app.db.spread import ANY, any_key, logical, spread_key
 from app.db.writes import Completion, Done, Heartbeat, Outcome, Renewed
 from app.errors import BadRequest, ClaimLost, JobCancelled, JobNotFound, JobTimedOut, ValidationFailed
 from app.models.jobs import (
@@ -164,6 +164,22 @@ def _inserted_dependent(rows: Sequence[Inserted]) -> Moves:
     return moves
 
 
+def any_key_resolved(jobs: list[NewJob]) -> list[NewJob]:
+    """The jobs of one insert statement, those that may go under any key of their spread queue (app/db/spread.py
+    any_key) given one key per queue, drawn for this statement."""
+    drawn: dict[str, str] = {}
+    out = []
+    for job in jobs:
+        if ANY in job.queue:
+            key = drawn.get(job.queue)
+            if key is None:
+                queue, _, spread = job.queue.partition(ANY)
+                key = drawn[job.queue] = spread_key(queue, int(spread))
+            job = job._replace(queue=key)
+        out.append(job)
+    return out
+
+
 def _keyed(req: EnqueueRequest) -> bool:
     """A job that a spread queue keeps under key 0, the queue's own name (app/db/spread.py): what makes it one of a
     kind (an idempotency key, a unique or debounce key) is looked up among the jobs of one key, and its
@@ -226,6 +242,7 @@ class JobService:
         self.results = results
         # Group commit for the hot writes (see app/core/coalesce.py). An item is one request's rows, so a
         # batch stays all-or-nothing (enqueue) and in order even when it shares a statement.
+        self._any_keys = False  # a job of this process went to any key of a spread queue: see any_key_resolved
         self._insert: Coalescer[list[NewJob], list[Inserted]] = Coalescer(
             self._insert_many,
             max_items=max(1000, settings.max_batch_jobs),
@@ -302,6 +319,8 @@ class JobService:
 
     async def _insert_many(self, requests: list[list[NewJob]], *, full: bool = True) -> list[list[Inserted]]:
         flat = [job for jobs in requests for job in jobs]
+        if self._any_keys:
+            flat = any_key_resolved(flat)
         async with self.db.connection() as conn:
             rows = await store.jobs_insert(conn, flat, full=full)
         self.effects.apply(inserted_moves(flat, rows))
@@ -325,7 +344,10 @@ class JobService:
         which the jobs it depends on must be in. `minimal`: the caller reads only ids and states, so a new
         job's row may come without its payload."""
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
-        key = queue if cfg.spread == 1 or _keyed(req) else spread_key(queue, cfg.spread)
+        if cfg.spread == 1 or _keyed(req):
+            key = queue
+        else:  # its key is drawn where its statement is built, one for every such job of the queue there
+            key, self._any_keys = any_key(queue, cfg.spread), True
         job = self._new_job(key, req, ["body"], cfg, traceparent)
         await self.quotas.admit(queue, 1, cfg.max_pending)
         written = False

@@ -13,6 +13,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from app.db.channels import CHANNEL, CONFIG_CHANGED
+from app.db.jobs import RUNNING_C
 from app.db.rows import rows_of
 
 # --- configuration ------------------------------------------------------------------------------------------
@@ -91,7 +92,7 @@ RETURNING {_COLUMNS}
 
 QUEUE_CONFIG_SET = f"""
 UPDATE jobq.queue_state SET {", ".join(f"{f} = %({f})s" for f in CONFIG_FIELDS if f != "spread")},
-  spread = coalesce(%(spread)s, 1), keys_used = greatest(keys_used, coalesce(%(spread)s, 1)), changed_at = now()
+  spread = coalesce(%(spread)s, 1), keys_used = %(keys_used)s, changed_at = now()
 WHERE queue_name = %(queue)s
 RETURNING {_COLUMNS}
 """
@@ -111,10 +112,14 @@ async def queue_config_lock(conn: psycopg.AsyncConnection[Any], queue: str) -> Q
     return row
 
 
-async def queue_config_set(conn: psycopg.AsyncConnection[Any], queue: str, values: dict[str, Any]) -> QueueConfigRow:
-    """In the transaction of queue_config_lock: write every field (None clears it) and tell every process."""
+async def queue_config_set(
+    conn: psycopg.AsyncConnection[Any], queue: str, values: dict[str, Any], keys_used: int
+) -> QueueConfigRow:
+    """In the transaction of queue_config_lock: write every field (None clears it) and tell every process.
+    `keys_used`: the keys a claim takes from (app/db/spread.py), at least the spread."""
     cur = conn.cursor(row_factory=rows_of(QueueConfigRow))
-    await cur.execute(QUEUE_CONFIG_SET, {"queue": queue, **{f: values.get(f) for f in CONFIG_FIELDS}})
+    params = {"queue": queue, "keys_used": keys_used, **{f: values.get(f) for f in CONFIG_FIELDS}}
+    await cur.execute(QUEUE_CONFIG_SET, params)
     row = await cur.fetchone()
     assert row is not None
     await conn.execute(QUEUE_CONFIG_CHANGED, {"queue": queue})
@@ -148,6 +153,35 @@ async def queue_keys_sync(conn: psycopg.AsyncConnection[Any], queue: str, keys: 
     if source is None:
         return
     await cur.executemany(QUEUE_KEY_COPY, [{"key": k, **source} for k in keys])
+
+
+# A key holds a job not yet finished: one look down each partial index of the unfinished statuses.
+QUEUE_KEY_BUSY = f"""
+SELECT EXISTS (SELECT FROM jobq.jobs WHERE queue_name = %(key)s AND status = 'pending')
+    OR EXISTS (SELECT FROM jobq.jobs WHERE queue_name = %(key)s AND status = {RUNNING_C})
+    OR EXISTS (SELECT FROM jobq.jobs WHERE queue_name = %(key)s AND status = 'waiting')
+"""
+
+
+async def queue_keys_busy(conn: psycopg.AsyncConnection[Any], keys: Sequence[str]) -> int:
+    """How many of `keys` (in order) to keep: up to the last that holds a job not yet finished (0: none does)."""
+    for n in range(len(keys), 0, -1):
+        cur = await conn.execute(QUEUE_KEY_BUSY, {"key": keys[n - 1]})
+        row = await cur.fetchone()
+        if row is not None and row[0]:
+            return n
+    return 0
+
+
+QUEUES_SPREAD = (
+    "SELECT queue_name, keys_used FROM jobq.queue_state WHERE queue_name = ANY(%(queues)s) AND keys_used > 1"
+)
+
+
+async def queues_spread(conn: psycopg.AsyncConnection[Any], queues: Sequence[str]) -> dict[str, int]:
+    """Of these queues, those spread over several keys, and how many keys they have used (app/db/spread.py)."""
+    cur = await conn.execute(QUEUES_SPREAD, {"queues": list(queues)})
+    return {str(name): int(n) for name, n in await cur.fetchall()}
 
 
 QUEUE_CONFIGS_RETENTION = """

@@ -41,6 +41,17 @@ def is_key(name: str) -> bool:
     return SEP in name
 
 
+# A single job of a spread queue that may go under any key is made with the name `queue#*N` (N: the spread), and
+# given its key where the shared insert statement is built (app/core/jobs.py any_key_resolved): every such job of
+# one queue in that statement gets the same key, so that on Citus the statement still writes one shard, and the
+# keys even out over statements.
+ANY = "#*"
+
+
+def any_key(queue: str, spread: int) -> str:
+    return f"{queue}{ANY}{spread}"
+
+
 def spread_key(queue: str, spread: int) -> str:
     """The key a new job of a queue spread over `spread` keys goes to: any, at random (jobs even out over keys
     without any state shared between the service's processes)."""

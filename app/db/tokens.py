@@ -21,7 +21,7 @@ import psycopg
 RANDOM_CHARS = 43
 # As the CHECK on queue_state.queue_name (migrations/0051_queue_spread.sql): a queue's name, or the name of a key of
 # a spread queue (app/db/spread.py), where the claims of that key's jobs are.
-_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}(#[1-9][0-9]?)?$")
+_QUEUE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}(#([1-9]|[1-5][0-9]|6[0-3]))?$")
 
 # The longest token: 43 random characters and the longest key name (a 128-character queue's `#63`) in base64url.
 MAX_CHARS = RANDOM_CHARS + (131 * 4 + 2) // 3
