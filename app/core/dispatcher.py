@@ -11,6 +11,12 @@ What no wake-up names (the fallback poll, the look after a presence announcement
 is one statement for all waited queues (app/db/waiting.py) that says which have a job ready; only those
 are claimed on, so a thousand parked claims on a thousand idle queues cost what a thousand on one do.
 
+An enqueue in this process hands its jobs to the claims parked on their queue directly (take_parked, then
+handed_off): the claim statement runs in the enqueue's own transaction (app/db/claim.py
+jobs_insert_handing_off), so one flushed commit makes the job and its claim where two would, and the waiter
+is answered as soon as the producer is. Only parked claims on a queue without limits or spread, with no claim
+statement of the line under way; anything else is left to the line, as before.
+
 Rows claimed for a ticket whose request has gone (timed out, disconnected, shutting down) are released
 at once, so a job is never handed to a connection that is closing.
 
@@ -295,6 +301,20 @@ class _QueueClaims:
             self._retry = loop.call_later(delay, self.kick)
 
 
+class Handoff:
+    """Parked claims of one queue, out of its line while an enqueue's transaction claims for them."""
+
+    __slots__ = ("queue", "tickets")
+
+    def __init__(self, queue: str, tickets: list[_Ticket]) -> None:
+        self.queue = queue
+        self.tickets = tickets
+
+    @property
+    def slots(self) -> list[ClaimSlot]:
+        return [t.slot for t in self.tickets]
+
+
 class ClaimDispatcher:
     def __init__(
         self,
@@ -314,6 +334,7 @@ class ClaimDispatcher:
         self.max_rows = max(settings.max_claim_limit, 1000)
         self.cap = WaiterCap(settings.waiter_cap, settings.waiter_cap_per_client)
         self.parked = 0  # claims parked here (each holds one place of `cap`)
+        self.handed = 0  # jobs claimed for parked claims by an enqueue's own transaction (handed_off)
         self.closing = False
         self._queues: dict[str, _QueueClaims] = {}
         # Fair queues: the group this process served last, per queue, where its next claim's round starts.
@@ -392,6 +413,74 @@ class ClaimDispatcher:
                 "queue.",
                 invalid=True,
             )
+
+    # -- direct hand-off ------------------------------------------------------------------------------------
+
+    def take_parked(self, queue: str) -> Handoff | None:
+        """The claims parked on `queue`, taken out of its line for an enqueue's transaction to claim for
+        (app/db/claim.py jobs_insert_handing_off); handed_off() gives each its rows or puts it back. None when
+        the line must do it: no parked claim, a claim statement of the line under way (its tickets may be in
+        it), a queue with limits or spread (their claims are other statements), or a configuration this
+        process has not read (the enqueue's own read of it comes first, so that is rare)."""
+        if self.closing:
+            return None
+        claims = self._queues.get(queue)
+        if claims is None or (claims.task is not None and not claims.task.done()):
+            return None
+        cfg = self.configs.cached(queue)
+        if cfg is None or cfg.limited or len(cfg.keys) > 1:
+            return None
+        taken: list[_Ticket] = []
+        rest: list[_Ticket] = []
+        total = 0
+        for t in claims.tickets:
+            if t.parked and not t.future.done() and total + t.slot.limit <= self.max_rows:
+                taken.append(t)
+                total += t.slot.limit
+            else:
+                rest.append(t)
+        if not taken:
+            return None
+        claims.tickets = rest
+        return Handoff(queue, taken)
+
+    def handed_off(self, handoff: Handoff, result: store_claim.ClaimResult | None) -> None:
+        """After the enqueue's transaction (result None: it failed, or claimed nothing for them): each claim
+        gets its rows; one that went away meanwhile has them released at once; the others go back to the
+        front of their line, still parked."""
+        claims = self._queues.get(handoff.queue)
+        if claims is None:
+            claims = self._queues[handoff.queue] = _QueueClaims(self, handoff.queue)
+        if result is not None and result.limited:
+            self.configs.invalidate(handoff.queue)  # limits this process had not heard of: the line claims
+            result = None
+        per_ticket = result.rows if result is not None else [[] for _ in handoff.tickets]
+        undeliverable: list[ClaimRow] = []
+        back: list[_Ticket] = []
+        claimed = 0
+        for t, rows in zip(handoff.tickets, per_ticket, strict=True):
+            claimed += len(rows)
+            if rows:
+                if t.future.done():
+                    undeliverable.extend(rows)
+                else:
+                    t.future.set_result(rows)
+            elif not t.future.done():
+                if self.closing:
+                    t.future.set_result([])
+                else:
+                    back.append(t)
+        if back:
+            claims.tickets[:0] = back
+            if result is None:
+                claims.kick()  # the claim was not made here: the line makes it
+        if undeliverable:
+            self.release(undeliverable)
+        if claimed:
+            self.handed += claimed
+            moves = Moves(Path.CLAIM)
+            moves.add(handoff.queue, PENDING, RUNNING, n=claimed)
+            self.effects.apply(moves)
 
     # -- the waiter caps ----------------------------------------------------------------------------------
 

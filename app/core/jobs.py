@@ -15,15 +15,16 @@ from typing import Any, NamedTuple
 
 from app.core.coalesce import Coalescer
 from app.core.dependencies import DependencyRelease
-from app.core.dispatcher import ClaimDispatcher
+from app.core.dispatcher import ClaimDispatcher, Handoff
 from app.core.effects import NEW, PENDING, RUNNING, SCHEDULED, Effects, Moves, Path
 from app.core.flow import Effective, QueueConfigs
 from app.core.quotas import EnqueueQuotas
 from app.core.results import ResultWaiters
 from app.core.workers import Agent, WorkerActivity
+from app.db import claim as store_claim
 from app.db import jobs as store
 from app.db import writes as store_writes
-from app.db.claim import ClaimSlot
+from app.db.claim import ClaimResult, ClaimSlot
 from app.db.debounce import jobs_insert_debounced
 from app.db.dependencies import Parent, TooDeep, UnknownJobs, jobs_insert_dependent
 from app.db.jobs import Debounce, NewJob, Unique
@@ -45,6 +46,9 @@ from app.models.jobs import (
 )
 from app.models.json_values import InvalidUnicode, JsonValueError, check_json_value, dump_json
 from app.settings import Settings
+
+# An enqueue statement hands its jobs to the claims parked on at most this many of their queues (_handoffs).
+MAX_HANDOFF_QUEUES = 4
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -321,13 +325,38 @@ class JobService:
         flat = [job for jobs in requests for job in jobs]
         if self._any_keys:
             flat = any_key_resolved(flat)
-        async with self.db.connection() as conn:
-            rows = await store.jobs_insert(conn, flat, full=full)
-        self.effects.apply(inserted_moves(flat, rows))
+        handoffs = self._handoffs(flat) if self.dispatcher.parked else []
+        if not handoffs:
+            async with self.db.connection() as conn:
+                rows = await store.jobs_insert(conn, flat, full=full)
+            self.effects.apply(inserted_moves(flat, rows))
+        else:
+            claimed: list[ClaimResult] | None = None
+            try:
+                async with self.db.connection() as conn:
+                    rows, claimed = await store_claim.jobs_insert_handing_off(
+                        conn, flat, [(h.queue, h.slots) for h in handoffs], full=full
+                    )
+                self.effects.apply(inserted_moves(flat, rows))
+            finally:
+                for n, h in enumerate(handoffs):
+                    self.dispatcher.handed_off(h, None if claimed is None else claimed[n])
         out, at = [], 0
         for jobs in requests:
             out.append(rows[at : at + len(jobs)])
             at += len(jobs)
+        return out
+
+    def _handoffs(self, flat: Sequence[NewJob]) -> list[Handoff]:
+        """Claims parked here on the queues of these jobs that are due now (app/core/dispatcher.py
+        take_parked): the insert claims for them in its own transaction. At most MAX_HANDOFF_QUEUES queues a
+        statement, so that a shared insert's commit waits for few claims."""
+        out: list[Handoff] = []
+        for queue in dict.fromkeys(j.queue for j in flat if j.run_at is None and not j.delay_seconds):
+            if (h := self.dispatcher.take_parked(queue)) is not None:
+                out.append(h)
+                if len(out) == MAX_HANDOFF_QUEUES:
+                    break
         return out
 
     async def enqueue(

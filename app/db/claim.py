@@ -27,15 +27,18 @@ by app/db/flow.py queue_claims_prune)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from app.db.jobs import RUNNING_C, as_json
-from app.db.rows import ClaimRow, rows_of
+from app.db.jobs import RUNNING_C, NewJob, as_json, jobs_insert
+from app.db.rows import ClaimRow, Inserted, rows_of
 from app.db.tokens import queue_suffix
+
+log = logging.getLogger("jobq.claim")
 
 # pg_advisory_xact_lock(FLOW_LOCK_CLASS, hashtext(queue)): the two-key space, apart from the one-key locks
 # of migrations and vacuum. Two queues whose names hash alike share a lock: harmless, rarely slower.
@@ -194,6 +197,41 @@ async def jobs_claim(conn: psycopg.AsyncConnection[Any], queue: str, slots: Sequ
         limited = bool(marker.limited)
         return ClaimResult(per_slot([], len(slots)), bool(marker.ready_left) and not limited, limited)
     return ClaimResult(per_slot(rows, len(slots)), ready_left_behind=False)
+
+
+async def jobs_insert_handing_off(
+    conn: psycopg.AsyncConnection[Any],
+    jobs: Sequence[NewJob],
+    claims: Sequence[tuple[str, Sequence[ClaimSlot]]],
+    *,
+    full: bool = True,
+) -> tuple[list[Inserted], list[ClaimResult] | None]:
+    """jobs_insert, and in the same transaction a JOB_CLAIM for each (queue, slots) of `claims`: the direct
+    hand-off of an enqueue to claims parked in this process (app/core/dispatcher.py take_parked). One commit
+    makes the jobs and their claims, where an enqueue and the claim it wakes would make two, each flushed.
+
+    The claim is the same statement as anywhere else, run after the insert in the same transaction: it sees
+    the new jobs, takes the queue's best ready jobs in claim order (an older ready job before the new one),
+    skips rows other claims hold, and claims nothing on a paused queue or one with limits (marker row). When
+    a claim statement fails, the transaction is rolled back and the jobs are inserted alone: an enqueue never
+    fails for a claim's sake. Returns the inserted rows and one ClaimResult per claim (None: nothing claimed,
+    the claims were not made)."""
+    failed = False
+    async with conn.transaction():
+        rows = await jobs_insert(conn, jobs, full=full)
+        results: list[ClaimResult] = []
+        try:
+            for queue, slots in claims:
+                results.append(await jobs_claim(conn, queue, slots))
+        except psycopg.Error:
+            if conn.broken:
+                raise  # the connection: the enqueue's fate is the connection's, as without a hand-off
+            log.warning("a hand-off's claim failed; inserting the jobs without it", exc_info=True)
+            failed = True
+            raise psycopg.Rollback() from None
+    if failed:
+        return await jobs_insert(conn, jobs, full=full), None
+    return rows, results
 
 
 # --- a queue with limits ------------------------------------------------------------------------------------

@@ -1,0 +1,191 @@
+"""The direct hand-off (app/core/dispatcher.py take_parked / handed_off, app/db/claim.py
+jobs_insert_handing_off): an enqueue in a process where a claim is parked on the job's queue claims for it in
+the enqueue's own transaction. What a user relies on: the waiter gets its job, in claim order (an older ready
+job first), with a token that completes it; a paused queue or one with limits hands nothing off; a waiter
+that went away has its job back in the queue; a claim that fails never fails the enqueue nor loses or
+doubles the job. Every claim here waits long and the fallback poll is a minute away, so only the enqueue can
+have answered it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+
+from app.db import claim as store_claim
+from tests.support import LiveServer, settle_long_poll, wait_until
+
+_threads: list[threading.Thread] = []
+
+
+@pytest.fixture(autouse=True)
+def _join_threads() -> Iterator[None]:
+    yield
+    while _threads:
+        _threads.pop().join(60)
+
+
+@pytest.fixture
+def quiet(server_factory: Any) -> LiveServer:
+    """A server whose fallback poll does not run within a test: a parked claim is answered by a wake-up."""
+    server: LiveServer = server_factory(poll_interval_seconds=60)
+    return server
+
+
+def long_poll(server: LiveServer, queue: str, limit: int = 1, wait: int = 30) -> Callable[[], httpx.Response]:
+    answers: list[httpx.Response] = []
+
+    def run() -> None:
+        with httpx.Client(base_url=server.url, timeout=90) as c:
+            answers.append(c.post(f"/queues/{queue}/claim", json={"worker": "w", "limit": limit, "wait_seconds": wait}))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    _threads.append(thread)
+
+    def answer() -> httpx.Response:
+        thread.join(90)
+        return answers[0]
+
+    return answer
+
+
+def parked(server: LiveServer, queue: str, n: int = 1) -> list[Callable[[], httpx.Response]]:
+    polls = []
+    for _ in range(n):
+        polls.append(long_poll(server, queue))
+        wait_until(lambda: server.services.dispatcher.parked == len(polls), what="the long-poll parked")
+    settle_long_poll(server, queue)
+    return polls
+
+
+def job_row(db: psycopg.Connection, job_id: int) -> tuple[Any, ...]:
+    row = db.execute("SELECT status, attempts, claim_token FROM jobq.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row
+
+
+def test_an_enqueue_hands_its_job_to_the_parked_claim(quiet: LiveServer, db: psycopg.Connection) -> None:
+    (poll,) = parked(quiet, "h")
+    job = quiet.enqueue("h", payload={"n": 1})
+    answer = poll()
+    assert answer.status_code == 200, answer.text
+    (got,) = answer.json()["jobs"]
+    assert got["id"] == job["id"] and got["payload"] == {"n": 1} and got["attempts"] == 1
+    assert quiet.services.dispatcher.handed == 1  # by the enqueue's transaction, not by the line
+    assert job_row(db, job["id"]) == ("running", 1, got["claim_token"])
+    r = quiet.client.post(f"/jobs/{job['id']}/complete", json={"claim_token": got["claim_token"], "result": 7})
+    assert r.status_code == 200, r.text
+    stats = quiet.client.get("/queues/h/stats").json()
+    counts = stats["counts"]
+    assert (counts["pending"], counts["running"], counts["completed"]) == (0, 0, 1)
+
+
+def test_claim_order_holds_an_older_ready_job_goes_first(quiet: LiveServer, db: psycopg.Connection) -> None:
+    """A job that became ready while the claim was parked, with no wake-up (here: made due in SQL), is older
+    than the one enqueued: the hand-off gives the waiter the older one and leaves the new one pending."""
+    (poll,) = parked(quiet, "o")
+    older = quiet.enqueue("o", payload="older", delay_seconds=3600)
+    db.execute("UPDATE jobq.jobs SET run_at = now() - interval '1 minute' WHERE id = %s", (older["id"],))
+    newer = quiet.enqueue("o", payload="newer")
+    (got,) = poll().json()["jobs"]
+    assert got["id"] == older["id"]
+    assert job_row(db, newer["id"])[0] == "pending"
+    assert quiet.services.dispatcher.handed == 1
+
+
+def test_two_waiters_a_batch_of_three(quiet: LiveServer, db: psycopg.Connection) -> None:
+    polls = parked(quiet, "b", n=2)
+    r = quiet.client.post("/queues/b/jobs/batch", json={"jobs": [{"payload": i} for i in range(3)]})
+    assert r.status_code in (200, 201), r.text
+    got = sorted(j["payload"] for p in polls for j in p().json()["jobs"])
+    assert got == [0, 1]  # the oldest request the best job, one each
+    assert quiet.services.dispatcher.handed == 2
+    statuses = sorted(s for (s,) in db.execute("SELECT status FROM jobq.jobs WHERE queue_name = 'b'").fetchall())
+    assert statuses == ["pending", "running", "running"]
+
+
+def test_a_paused_queue_hands_nothing_off(quiet: LiveServer, db: psycopg.Connection) -> None:
+    assert quiet.client.post("/queues/p/pause").status_code in (200, 204)
+    (poll,) = parked(quiet, "p")
+    job = quiet.enqueue("p", payload=1)
+    assert job_row(db, job["id"])[0] == "pending"
+    assert quiet.services.dispatcher.parked == 1  # still waiting, back in its line
+    assert quiet.client.post("/queues/p/resume").status_code in (200, 204)
+    (got,) = poll().json()["jobs"]
+    assert got["id"] == job["id"]
+    assert quiet.services.dispatcher.handed == 0  # claimed by the line, woken by the resume
+
+
+def test_a_queue_with_limits_is_left_to_its_line(quiet: LiveServer, db: psycopg.Connection) -> None:
+    r = quiet.client.patch("/queues/l/config", json={"concurrency": 1})
+    assert r.status_code == 200, r.text
+    (poll,) = parked(quiet, "l")
+    job = quiet.enqueue("l", payload=1)
+    (got,) = poll().json()["jobs"]
+    assert got["id"] == job["id"]
+    assert quiet.services.dispatcher.handed == 0
+
+
+def test_a_delayed_job_is_not_handed_off(quiet: LiveServer, db: psycopg.Connection) -> None:
+    (poll,) = parked(quiet, "d")
+    job = quiet.enqueue("d", payload=1, delay_seconds=3600)
+    assert job_row(db, job["id"])[0] == "pending"
+    assert quiet.services.dispatcher.handed == 0
+    assert quiet.services.dispatcher.parked == 1
+    db.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = %s", (job["id"],))
+    quiet.loop.call_soon_threadsafe(quiet.services.dispatcher.wake, ["d"])  # as the fallback poll would
+    assert poll().json()["jobs"][0]["id"] == job["id"]
+
+
+def test_a_waiter_gone_meanwhile_has_its_job_released(
+    quiet: LiveServer, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The waiter is answered (its deadline, say) after the enqueue took it and before the commit: the job
+    claimed for it goes back to pending at once, its attempt given back, and the next claim gets it."""
+    dispatcher = quiet.services.dispatcher
+    take = dispatcher.take_parked
+
+    def take_then_leave(queue: str) -> Any:
+        handoff = take(queue)
+        if handoff is not None:
+            for t in handoff.tickets:
+                t.future.set_result([])
+        return handoff
+
+    monkeypatch.setattr(dispatcher, "take_parked", take_then_leave)
+    (poll,) = parked(quiet, "g")
+    job = quiet.enqueue("g", payload=1)
+    assert poll().json()["jobs"] == []
+    wait_until(lambda: job_row(db, job["id"])[:2] == ("pending", 0), what="the undelivered claim released")
+    got = quiet.claim_one("g")
+    assert got["id"] == job["id"] and got["attempts"] == 1
+
+
+def test_a_failing_claim_never_fails_the_enqueue(
+    quiet: LiveServer, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hand-off's claim statement fails (here: cancelled by the server): the transaction is rolled back,
+    the job inserted alone (once), and the parked claim gets it from its line."""
+    claim = store_claim.jobs_claim
+    failed: list[str] = []
+
+    async def fail_once(conn: Any, queue: str, slots: Any) -> Any:
+        if not failed:
+            failed.append(queue)
+            await conn.execute("SET LOCAL statement_timeout = 1")
+            await conn.execute("SELECT pg_sleep(1)")
+        return await claim(conn, queue, slots)
+
+    (poll,) = parked(quiet, "f")
+    monkeypatch.setattr(store_claim, "jobs_claim", fail_once)
+    job = quiet.enqueue("f", payload=1)
+    (got,) = poll().json()["jobs"]
+    assert failed == ["f"] and got["id"] == job["id"]
+    assert quiet.services.dispatcher.handed == 0
+    (n,) = db.execute("SELECT count(*) FROM jobq.jobs WHERE queue_name = 'f'").fetchone() or (0,)
+    assert n == 1
