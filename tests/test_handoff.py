@@ -109,6 +109,19 @@ def test_two_waiters_a_batch_of_three(quiet: LiveServer, db: psycopg.Connection)
     assert statuses == ["pending", "running", "running"]
 
 
+def test_one_job_takes_one_waiter_out_of_the_line(quiet: LiveServer) -> None:
+    """Three claims parked, one job: the oldest claim gets it; the other two stay parked, and the next jobs
+    reach them."""
+    polls = parked(quiet, "one", n=3)
+    first = quiet.enqueue("one", payload="first")
+    assert polls[0]().json()["jobs"][0]["id"] == first["id"]
+    assert quiet.services.dispatcher.parked == 2
+    quiet.enqueue("one", payload="second")
+    quiet.enqueue("one", payload="third")
+    assert sorted(p().json()["jobs"][0]["payload"] for p in polls[1:]) == ["second", "third"]
+    assert quiet.services.dispatcher.handed == 3
+
+
 def test_a_paused_queue_hands_nothing_off(quiet: LiveServer, db: psycopg.Connection) -> None:
     assert quiet.client.post("/queues/p/pause").status_code in (200, 204)
     (poll,) = parked(quiet, "p")
@@ -150,8 +163,8 @@ def test_a_waiter_gone_meanwhile_has_its_job_released(
     dispatcher = quiet.services.dispatcher
     take = dispatcher.take_parked
 
-    def take_then_leave(queue: str) -> Any:
-        handoff = take(queue)
+    def take_then_leave(queue: str, jobs: int) -> Any:
+        handoff = take(queue, jobs)
         if handoff is not None:
             for t in handoff.tickets:
                 t.future.set_result([])

@@ -416,9 +416,10 @@ class ClaimDispatcher:
 
     # -- direct hand-off ------------------------------------------------------------------------------------
 
-    def take_parked(self, queue: str) -> Handoff | None:
-        """The claims parked on `queue`, taken out of its line for an enqueue's transaction to claim for
-        (app/db/claim.py jobs_insert_handing_off); handed_off() gives each its rows or puts it back. None when
+    def take_parked(self, queue: str, jobs: int) -> Handoff | None:
+        """The claims parked on `queue` that `jobs` new jobs can serve, oldest first, taken out of its line for an
+        enqueue's transaction to claim for (app/db/claim.py jobs_insert_handing_off); handed_off() gives each
+        its rows or puts it back. The others stay in the line, where other wake-ups reach them. None when
         the line must do it: no parked claim, a claim statement of the line under way (its tickets may be in
         it), a queue with limits or spread (their claims are other statements), or a configuration this
         process has not read (the enqueue's own read of it comes first, so that is rare)."""
@@ -434,7 +435,7 @@ class ClaimDispatcher:
         rest: list[_Ticket] = []
         total = 0
         for t in claims.tickets:
-            if t.parked and not t.future.done() and total + t.slot.limit <= self.max_rows:
+            if total < jobs and t.parked and not t.future.done() and total + t.slot.limit <= self.max_rows:
                 taken.append(t)
                 total += t.slot.limit
             else:
