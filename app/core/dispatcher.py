@@ -448,7 +448,8 @@ class ClaimDispatcher:
     def handed_off(self, handoff: Handoff, result: store_claim.ClaimResult | None) -> None:
         """After the enqueue's transaction (result None: it failed, or claimed nothing for them): each claim
         gets its rows; one that went away meanwhile has them released at once; the others go back to the
-        front of their line, still parked."""
+        front of their line, still parked. The moves (the claims) are the enqueue's to report
+        (app/core/jobs.py handed_moves)."""
         claims = self._queues.get(handoff.queue)
         if claims is None:
             claims = self._queues[handoff.queue] = _QueueClaims(self, handoff.queue)
@@ -477,11 +478,7 @@ class ClaimDispatcher:
                 claims.kick()  # the claim was not made here: the line makes it
         if undeliverable:
             self.release(undeliverable)
-        if claimed:
-            self.handed += claimed
-            moves = Moves(Path.CLAIM)
-            moves.add(handoff.queue, PENDING, RUNNING, n=claimed)
-            self.effects.apply(moves)
+        self.handed += claimed
 
     # -- the waiter caps ----------------------------------------------------------------------------------
 

@@ -95,6 +95,9 @@ TABLE: Mapping[tuple[str, str], Effect] = {
         claims="now",
     ),
     (NEW, SCHEDULED): Effect({Path.ENQUEUE: _ENQUEUED, Path.ENQUEUE_DEPENDENT: _ENQUEUED}, claims="now"),
+    # The direct hand-off (app/core/dispatcher.py): claimed for a parked claim in the enqueue's own transaction.
+    # Nothing is left for any other claim to take: it wakes nobody.
+    (NEW, RUNNING): Effect({Path.ENQUEUE: ("enqueued", "claimed")}),
     (NEW, WAITING): Effect({Path.ENQUEUE_DEPENDENT: _ENQUEUED}),
     # A dependency already failed or cancelled (on_dependency_failure: cancel).
     (NEW, CANCELLED): Effect({Path.ENQUEUE_DEPENDENT: ("enqueued", "cancelled")}, results=True),

@@ -157,6 +157,32 @@ def inserted_moves(jobs: Sequence[NewJob], rows: Sequence[Inserted]) -> Moves:
     return moves
 
 
+def handed_moves(
+    jobs: Sequence[NewJob], rows: Sequence[Inserted], queues: Sequence[str], claimed: Sequence[ClaimResult]
+) -> tuple[Moves, Moves]:
+    """The moves of an insert that handed jobs to parked claims in its transaction (app/core/dispatcher.py
+    take_parked): a new job its claim took went from nothing to running (NEW -> RUNNING: counted enqueued and
+    claimed, and it wakes nobody: no claim anywhere can take it); the other new jobs as inserted_moves says
+    (pending ones wake claims, here and in other processes), and older jobs the claim took first, by claim
+    order, as claims (PENDING -> RUNNING)."""
+    moves = inserted_moves(jobs, rows)
+    claims = Moves(Path.CLAIM)
+    for queue, result in zip(queues, claimed, strict=True):
+        taken = {r.id for got in result.rows for r in got}
+        new = sum(1 for r in rows if r.created and r.job.queue == queue and r.job.id in taken)
+        if new:
+            key = (queue, NEW, PENDING)
+            left = moves.counts.get(key, 0) - new
+            if left > 0:
+                moves.counts[key] = left
+            else:
+                moves.counts.pop(key, None)
+            moves.add(queue, NEW, RUNNING, new)
+        if len(taken) > new:
+            claims.add(queue, PENDING, RUNNING, len(taken) - new)
+    return moves, claims
+
+
 def _inserted_dependent(rows: Sequence[Inserted]) -> Moves:
     """The jobs a dependent insert made: pending (due or not), waiting, or cancelled at once."""
     moves = Moves(Path.ENQUEUE_DEPENDENT)
@@ -341,10 +367,14 @@ class JobService:
                     rows, claimed = await store_claim.jobs_insert_handing_off(
                         conn, flat, [(h.queue, h.slots) for h in handoffs], full=full
                     )
-                self.effects.apply(inserted_moves(flat, rows))
             finally:
                 for n, h in enumerate(handoffs):
                     self.dispatcher.handed_off(h, None if claimed is None else claimed[n])
+            if claimed is None:
+                self.effects.apply(inserted_moves(flat, rows))
+            else:
+                for moves in handed_moves(flat, rows, [h.queue for h in handoffs], claimed):
+                    self.effects.apply(moves)
         out, at = [], 0
         for jobs in requests:
             out.append(rows[at : at + len(jobs)])
