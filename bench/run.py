@@ -17,6 +17,8 @@
                return=minimal`, alternated, --rounds times each (bench/minimal.py);
      sdk       the Python SDK's Worker (--sdk-concurrency) draining a queue, beside the raw-HTTP claim 10 +
                batch complete drain, alternated --rounds times (bench/sdk_drain.py);
+     flowing   8 producers enqueue single jobs while 32 workers long-poll the same queue, claiming one job at
+               a time (the workers mostly waiting: the direct hand-off's case; bench/flowing.py);
      scaling   issue 22's scaling phase: GET /queues/{queue}/stats and GET /queues at each backlog of
                --scaling-steps (100k, 1M, 3M) over 1 and over 1,000 queues, fresh and vacuumed, and claim 10 on a
                queue alone against among 1,000 in a heap of the largest backlog (bench/ops.py backlog, heap);
@@ -49,6 +51,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import sqs_phases
+from bench.flowing import run as flowing_run
 from bench.harness import (
     CpuSplit,
     Service,
@@ -86,6 +89,7 @@ PHASES = (
     "parked",
     "minimal",
     "sdk",
+    "flowing",
     "scaling",
 )
 SDK_PRELOAD = 300_000
@@ -238,6 +242,25 @@ class Bench:
                 self.args.admin_url, port, max(*steps, 300_000 * (seconds + 2)), max(self.clients), seconds
             ),
         }
+
+    def flowing(self) -> None:
+        if "flowing" not in self.phases:
+            return
+        url = fresh_database(self.args.admin_url, "jobq_bench_flowing")
+        service = self.service(url)
+        try:
+            out = asyncio.run(
+                flowing_run(self.args.port, 8, 32, self.args.seconds, self.args.warmup, service.api_pids())
+            )
+            print(
+                f"jobs flowing, 8 producers and 32 waiting workers: {out['enqueued_per_second']:,} enqueued/s, "
+                f"{out['claimed_per_second']:,} claimed/s, enqueue answer to claim p50 {out['wait_p50_ms']} ms, "
+                f"p99 {out['wait_p99_ms']} ms; {out['cpu']}",
+                flush=True,
+            )
+            self.results["jobq"]["flowing"] = out
+        finally:
+            service.stop()
 
     def sdk(self) -> None:
         if "sdk" not in self.phases:
@@ -586,6 +609,7 @@ def main() -> None:
     bench.sqs()
     bench.minimal()
     bench.sdk()
+    bench.flowing()
     bench.scaling()
     if not args.skip_peer:
         print("== PgQueuer", flush=True)
