@@ -41,6 +41,7 @@ MACHINE = {
     (NEW, SCHEDULED),  # enqueue for later
     (NEW, WAITING),  # enqueue with unfinished dependencies
     (NEW, CANCELLED),  # enqueue with a failed dependency
+    (NEW, RUNNING),  # enqueue handed to a claim parked in the process, in the same transaction
     (PENDING, RUNNING),  # claim
     (RUNNING, COMPLETED),  # complete
     (RUNNING, FAILED),  # fail for good, a lapsed lease or a hard timeout on the last attempt
