@@ -133,6 +133,7 @@ class Services:
         """Stop everything, in the reverse order of its making; the telemetry last, so that it reports it."""
         await self.drain()
         await self.jobs.aclose()
+        await self.dispatcher.released()  # what a hand-off in the enqueues' last statements could not hand out
         await self.maintenance.stop()  # the statistics' and keys' last flush included
         await self.reads.close()
         await self.db.close()

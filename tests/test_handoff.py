@@ -8,6 +8,7 @@ have answered it."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -202,3 +203,60 @@ def test_a_failing_claim_never_fails_the_enqueue(
     assert quiet.services.dispatcher.handed == 0
     (n,) = db.execute("SELECT count(*) FROM jobq.jobs WHERE queue_name = 'f'").fetchone() or (0,)
     assert n == 1
+
+
+def test_a_wake_up_during_a_hand_off_that_gave_nothing_is_not_lost(
+    quiet: LiveServer, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retried enqueue (its idempotency key names a running job) takes the parked claim out of its line and
+    its claim finds nothing; meanwhile another enqueue commits a job and wakes the queue, whose line is empty at
+    that moment. The claim, back in its line, must still get that job: not from the presence renewal's look
+    (switched off here), from a claim of its line."""
+    a = quiet.enqueue("w", payload="a", idempotency_key="k")
+    assert quiet.claim_one("w")["id"] == a["id"]
+    (poll,) = parked(quiet, "w")
+    monkeypatch.setattr(quiet.services.dispatcher, "look", lambda queues=None: None)
+    claim = store_claim.jobs_claim
+    other: list[dict[str, Any]] = []
+
+    async def claim_then_another_enqueue(conn: Any, queue: str, slots: Any) -> Any:
+        result = await claim(conn, queue, slots)
+        if not other:
+
+            def post() -> httpx.Response:
+                with httpx.Client(base_url=quiet.url, timeout=30) as c:
+                    return c.post("/queues/w/jobs", json={"payload": "b"})
+
+            other.append((await asyncio.to_thread(post)).json())
+        return result
+
+    monkeypatch.setattr(store_claim, "jobs_claim", claim_then_another_enqueue)
+    again = quiet.client.post("/queues/w/jobs", json={"payload": "a", "idempotency_key": "k"})
+    assert again.status_code == 200 and again.json()["id"] == a["id"], again.text
+    (got,) = poll().json()["jobs"]
+    assert got["id"] == other[0]["id"]
+
+
+def test_a_commit_that_fails_after_the_claim_leaves_no_job_held_and_the_waiter_parked(
+    quiet: LiveServer, db: psycopg.Connection
+) -> None:
+    """The transaction fails at COMMIT, after its claim was made (here a deferred constraint trigger refuses the
+    job: the way a commit can fail, or be lost with the connection, once the statements succeeded). The enqueue
+    fails, nothing is left behind (the claims the dispatcher releases by token: a no-op when nothing committed),
+    and the parked claim, back in its line, gets the next job."""
+    db.execute(
+        """
+        CREATE FUNCTION jobq.refuse_boom() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+        CREATE CONSTRAINT TRIGGER refuse_boom AFTER INSERT ON jobq.jobs DEFERRABLE INITIALLY DEFERRED
+          FOR EACH ROW WHEN (NEW.payload = '"boom"'::jsonb) EXECUTE FUNCTION jobq.refuse_boom();
+        """
+    )
+    (poll,) = parked(quiet, "c")
+    r = quiet.client.post("/queues/c/jobs", json={"payload": "boom"})
+    assert r.status_code >= 500, r.text
+    assert db.execute("SELECT count(*) FROM jobq.jobs WHERE queue_name = 'c'").fetchone() == (0,)
+    assert quiet.services.dispatcher.parked == 1
+    job = quiet.enqueue("c", payload="fine")
+    (got,) = poll().json()["jobs"]
+    assert got["id"] == job["id"]

@@ -463,8 +463,10 @@ class ClaimDispatcher:
         for t, rows in zip(handoff.tickets, per_ticket, strict=True):
             claimed += len(rows)
             if rows:
-                if t.future.done():
+                if t.future.done() or self.closing:  # gone, or the process stopping: nothing is handed out
                     undeliverable.extend(rows)
+                    if not t.future.done():
+                        t.future.set_result([])
                 else:
                     t.future.set_result(rows)
             elif not t.future.done():
@@ -473,9 +475,10 @@ class ClaimDispatcher:
                 else:
                     back.append(t)
         if back:
+            # Wake-ups that came while these claims were out of their line found nobody to wake: the line claims
+            # once more for them (a statement that finds nothing, when none came).
             claims.tickets[:0] = back
-            if result is None:
-                claims.kick()  # the claim was not made here: the line makes it
+            claims.kick()
         if undeliverable:
             self.release(undeliverable)
         self.handed += claimed
@@ -617,6 +620,11 @@ class ClaimDispatcher:
             log.warning("could not release %d unanswered claim(s); the sweeper will", len(rows))
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
+
+    async def released(self) -> None:
+        """Wait for the releases under way (rows claimed for requests that went away, as a hand-off's can be
+        while the process stops: app/services.py waits for them after the enqueues' last statements)."""
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     async def drain(self) -> None:
         """Stop handing out jobs: waiting requests answer [] now, new ones at once; statements in flight

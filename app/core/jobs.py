@@ -169,14 +169,18 @@ def handed_moves(
     claims = Moves(Path.CLAIM)
     for queue, result in zip(queues, claimed, strict=True):
         taken = {r.id for got in result.rows for r in got}
-        new = sum(1 for r in rows if r.created and r.job.queue == queue and r.job.id in taken)
+        new = 0
+        for r in rows:
+            if r.created and r.job.queue == queue and r.job.id in taken:
+                # Out of the move inserted_moves counted it under (a job with a time of its own may have come due
+                # between the insert and the claim).
+                key = (queue, NEW, SCHEDULED if r.job.run_at > r.job.created_at else PENDING)
+                if (left := moves.counts.get(key, 0) - 1) > 0:
+                    moves.counts[key] = left
+                else:
+                    moves.counts.pop(key, None)
+                new += 1
         if new:
-            key = (queue, NEW, PENDING)
-            left = moves.counts.get(key, 0) - new
-            if left > 0:
-                moves.counts[key] = left
-            else:
-                moves.counts.pop(key, None)
             moves.add(queue, NEW, RUNNING, new)
         if len(taken) > new:
             claims.add(queue, PENDING, RUNNING, len(taken) - new)
@@ -361,19 +365,27 @@ class JobService:
                 rows = await store.jobs_insert(conn, flat, full=full)
             self.effects.apply(inserted_moves(flat, rows))
         else:
-            claimed: list[ClaimResult] | None = None
+            made: list[ClaimResult] = []
             try:
                 async with self.db.connection() as conn:
-                    rows, claimed = await store_claim.jobs_insert_handing_off(
-                        conn, flat, [(h.queue, h.slots) for h in handoffs], full=full
+                    rows = await store_claim.jobs_insert_handing_off(
+                        conn, flat, [(h.queue, h.slots) for h in handoffs], made, full=full
                     )
-            finally:
-                for n, h in enumerate(handoffs):
-                    self.dispatcher.handed_off(h, None if claimed is None else claimed[n])
-            if claimed is None:
+            except BaseException:
+                # Failed, or the commit in doubt: claims it made may hold jobs under tokens nobody will get.
+                if made:
+                    self.dispatcher.release([r for result in made for got in result.rows for r in got])
+                for h in handoffs:
+                    self.dispatcher.handed_off(h, None)
+                raise
+            if not made:  # a claim failed: the jobs were inserted alone
+                for h in handoffs:
+                    self.dispatcher.handed_off(h, None)
                 self.effects.apply(inserted_moves(flat, rows))
             else:
-                for moves in handed_moves(flat, rows, [h.queue for h in handoffs], claimed):
+                for h, result in zip(handoffs, made, strict=True):
+                    self.dispatcher.handed_off(h, result)
+                for moves in handed_moves(flat, rows, [h.queue for h in handoffs], made):
                     self.effects.apply(moves)
         out, at = [], 0
         for jobs in requests:

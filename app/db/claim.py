@@ -203,9 +203,10 @@ async def jobs_insert_handing_off(
     conn: psycopg.AsyncConnection[Any],
     jobs: Sequence[NewJob],
     claims: Sequence[tuple[str, Sequence[ClaimSlot]]],
+    made: list[ClaimResult],
     *,
     full: bool = True,
-) -> tuple[list[Inserted], list[ClaimResult] | None]:
+) -> list[Inserted]:
     """jobs_insert, and in the same transaction a JOB_CLAIM for each (queue, slots) of `claims`: the direct
     hand-off of an enqueue to claims parked in this process (app/core/dispatcher.py take_parked). One commit
     makes the jobs and their claims, where an enqueue and the claim it wakes would make two, each flushed.
@@ -214,24 +215,26 @@ async def jobs_insert_handing_off(
     the new jobs, takes the queue's best ready jobs in claim order (an older ready job before the new one),
     skips rows other claims hold, and claims nothing on a paused queue or one with limits (marker row). When
     a claim statement fails, the transaction is rolled back and the jobs are inserted alone: an enqueue never
-    fails for a claim's sake. Returns the inserted rows and one ClaimResult per claim (None: nothing claimed,
-    the claims were not made)."""
+    fails for a claim's sake. Returns the inserted rows; `made` receives one ClaimResult per claim, in order, as
+    each is made, and is left empty when the jobs were inserted without them. When this raises with `made` not
+    empty, the commit is in doubt: the caller releases those claims (by their tokens: a no-op if the commit did
+    not happen), so that no job is left running under a token nobody holds."""
     failed = False
     async with conn.transaction():
         rows = await jobs_insert(conn, jobs, full=full)
-        results: list[ClaimResult] = []
         try:
             for queue, slots in claims:
-                results.append(await jobs_claim(conn, queue, slots))
-        except psycopg.Error:
+                made.append(await jobs_claim(conn, queue, slots))
+        except Exception:
             if conn.broken:
                 raise  # the connection: the enqueue's fate is the connection's, as without a hand-off
             log.warning("a hand-off's claim failed; inserting the jobs without it", exc_info=True)
             failed = True
+            made.clear()
             raise psycopg.Rollback() from None
     if failed:
-        return await jobs_insert(conn, jobs, full=full), None
-    return rows, results
+        return await jobs_insert(conn, jobs, full=full)
+    return rows
 
 
 # --- a queue with limits ------------------------------------------------------------------------------------
