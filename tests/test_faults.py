@@ -579,6 +579,7 @@ def test_a_waiting_request_cancelled_by_its_caller_as_its_wait_is_cut_short_stay
 
 
 @pytest.mark.slow
+@pytest.mark.one_major  # the pool's outage rule, not the server's: once per CI run (about 20 s)
 def test_requests_during_a_postgresql_stop_are_answered_503_within_3_seconds(server_factory: Any) -> None:
     """Slow (about 20 s: initdb, 8 s of outage, a restart). The review's scenario: under load, PostgreSQL is
     stopped (`pg_ctl stop -m immediate`) for 8 s. Every request sent while it is down, whatever it does
