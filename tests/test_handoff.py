@@ -9,8 +9,7 @@ have answered it."""
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -20,15 +19,7 @@ import pytest
 from app.db import claim as store_claim
 from tests.citus import plain_only
 from tests.support import LiveServer, settle_long_poll, wait_until
-
-_threads: list[threading.Thread] = []
-
-
-@pytest.fixture(autouse=True)
-def _join_threads() -> Iterator[None]:
-    yield
-    while _threads:
-        _threads.pop().join(60)
+from tests.test_waiting import _join_threads, long_poll  # noqa: F401 (the fixture joins long_poll's threads)
 
 
 @pytest.fixture
@@ -38,28 +29,10 @@ def quiet(server_factory: Any) -> LiveServer:
     return server
 
 
-def long_poll(server: LiveServer, queue: str, limit: int = 1, wait: int = 30) -> Callable[[], httpx.Response]:
-    answers: list[httpx.Response] = []
-
-    def run() -> None:
-        with httpx.Client(base_url=server.url, timeout=90) as c:
-            answers.append(c.post(f"/queues/{queue}/claim", json={"worker": "w", "limit": limit, "wait_seconds": wait}))
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    _threads.append(thread)
-
-    def answer() -> httpx.Response:
-        thread.join(90)
-        return answers[0]
-
-    return answer
-
-
 def parked(server: LiveServer, queue: str, n: int = 1) -> list[Callable[[], httpx.Response]]:
     polls = []
     for _ in range(n):
-        polls.append(long_poll(server, queue))
+        polls.append(long_poll(server, None, queue, wait=30))
         wait_until(lambda: server.services.dispatcher.parked == len(polls), what="the long-poll parked")
     settle_long_poll(server, queue)
     return polls
