@@ -469,6 +469,75 @@ def test_a_second_outage_cuts_short_the_requests_waiting_then_too(database_url: 
     assert outcome["cut_left"] == 0
 
 
+def test_an_answer_from_before_the_outage_does_not_end_it(database_url: str, pg_admin_url: str) -> None:
+    """CI caught a heartbeat answered after 5.0 s during a `pg_ctl stop -m immediate` (2 of 6 runs in one stop).
+    The server processes die a few milliseconds apart: a request lent its connection before the stop, whose
+    statement was answered just before its server process died, came back after the first lost connection
+    and marked the database reachable again. The pool then found its idle connections dead and could make no
+    new one, and the next requests waited the pool's whole timeout. Here: one request's connection is lost,
+    then a request lent before that loss is served, its server process is then lost too and the pool's check
+    finds it dead, with new connections refused: a request arriving now is answered 503 without waiting
+    out the pool's 60 s."""
+    import asyncio
+
+    from app.db.pool import Database
+    from app.errors import DatabaseUnavailable
+    from tests.conftest import make_settings
+
+    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+    admin = psycopg.connect(pg_admin_url, autocommit=True)
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        settings = make_settings(database_url, pool_min_size=2, pool_max_size=2, pool_timeout_seconds=60)
+        database = Database(settings, database_url)
+        await database.open(10)
+        pids: dict[str, int] = {}
+        go = {"late": asyncio.Event(), "victim": asyncio.Event()}
+
+        async def holder(who: str) -> None:
+            try:
+                async with database.connection() as conn:
+                    pids[who] = conn.info.backend_pid
+                    await go[who].wait()
+                    await conn.execute("SELECT 1")
+                outcome[who] = "served"
+            except DatabaseUnavailable as exc:
+                outcome[who] = exc
+
+        late, victim = asyncio.ensure_future(holder("late")), asyncio.ensure_future(holder("victim"))
+        while len(pids) < 2:
+            await asyncio.sleep(0.01)
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(%s::int)", (pids["victim"],))
+        go["victim"].set()
+        await victim  # the first lost connection: the outage begins
+        go["late"].set()
+        await late  # lent before the loss, answered after it (its server process still alive)
+        admin.execute("SELECT pg_terminate_backend(%s::int)", (pids["late"],))
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pids["late"],)).fetchone()[0]:
+            await asyncio.sleep(0.01)  # gone
+        await database.pool.check()  # the pool finds its idle connection dead: it has none left
+        try:
+            # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
+            async with asyncio.timeout(30):
+                async with database.connection() as conn:
+                    await conn.execute("SELECT 1")
+            outcome["next"] = "served"
+        except DatabaseUnavailable as exc:
+            outcome["next"] = exc
+        await database.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.close()
+    assert isinstance(outcome["victim"], DatabaseUnavailable)
+    assert outcome["late"] == "served"
+    assert isinstance(outcome["next"], DatabaseUnavailable), outcome
+
+
 def test_a_cut_that_lands_as_the_connection_is_handed_over_leaves_nothing_behind(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, cast
@@ -165,6 +166,11 @@ class Database:
         self.pool.for_writes = not replica
         self._checking: asyncio.Task[None] | None = None
         self.unreachable = False  # see OUTAGE_WAIT_SECONDS
+        # When the latest connection was lost or refused (time.monotonic()). Only a request lent its connection
+        # after it ends an outage by being served: one lent before, whose statement its server process answered
+        # in the moments before it died, proves nothing about now (CI: such a late answer, in the milliseconds
+        # of a `pg_ctl stop -m immediate`, reset `unreachable`, and the next requests waited the pool's 5 s).
+        self._lost_at = 0.0
         # Tasks waiting in the pool for a connection now (_lend). When a connection is lost or refused (not on a
         # PoolTimeout, which a pool only busy gives too), those still waiting OUTAGE_WAIT_SECONDS later are cut
         # short (_cut_waits), not left to wait out their JOBQ_POOL_TIMEOUT_SECONDS. No task or event per lend.
@@ -260,6 +266,7 @@ class Database:
         try:
             with translate_errors():
                 conn = await self._lend(timeout)
+                lent_at = time.monotonic()
                 try:
                     async with conn:  # what the pool's own connection() does: commit or roll back
                         try:
@@ -271,10 +278,12 @@ class Database:
                             if not await self._moved(conn):
                                 raise
                             raise DatabaseUnavailable("jobq's tables moved into their schema just now; retry.") from exc
-                        # Reachable again once a connection has served, not when one is handed out: in an
-                        # outage the pool still lends its idle connections, all dead, and a request arriving
-                        # while one of them is out would otherwise wait the whole JOBQ_POOL_TIMEOUT_SECONDS.
-                        self.unreachable = False
+                        # Reachable again once a connection lent since the latest loss has served, not when
+                        # one is handed out: in an outage the pool still lends its idle connections, all dead,
+                        # and a request arriving while one of them is out would otherwise wait the whole
+                        # JOBQ_POOL_TIMEOUT_SECONDS.
+                        if lent_at > self._lost_at and not conn.broken:
+                            self.unreachable = False
                 finally:
                     await self.pool.putconn(conn)
         except StatementTimeout:
@@ -286,9 +295,15 @@ class Database:
             if _connection_lost(exc.__cause__):
                 self.unreachable = True
                 if not isinstance(exc.__cause__, psycopg_pool.PoolTimeout):
-                    self._outage_began()
+                    self._went_away()
             self.check_soon()
             raise
+
+    def _went_away(self) -> None:
+        """A connection was lost or refused, by a request or by the pool's reconnection attempts."""
+        self._lost_at = time.monotonic()
+        self.unreachable = True
+        self._outage_began()
 
     async def _moved(self, conn: psycopg.AsyncConnection[object]) -> bool:
         """Whether a statement named a table that is no longer where this process found it at start: the tables
@@ -316,7 +331,9 @@ class Database:
             self._checking = asyncio.get_running_loop().create_task(self._check())
 
     def _reconnect_failed(self, pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[object]]) -> None:
-        """A connection could not be made for RECONNECT_SECONDS: start a new round of attempts now."""
+        """A connection could not be made for RECONNECT_SECONDS: the database is unreachable (the requests waiting
+        for a connection are cut short, OUTAGE_WAIT_SECONDS from now); start a new round of attempts now."""
+        self._went_away()
         self.check_soon()
 
     async def _check(self) -> None:
