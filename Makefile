@@ -30,6 +30,7 @@ CHECK_TESTS := tests/unit tests/test_openapi.py tests/test_docs.py tests/test_re
 	tests/test_claim.py::test_long_poll_is_woken_by_an_enqueue \
 	tests/test_claim.py::test_long_poll_across_processes \
 	tests/test_handoff.py::test_claim_order_holds_an_older_ready_job_goes_first \
+	tests/test_handoff.py::test_a_claim_arriving_while_others_wait_on_an_empty_queue_waits_with_them_without_a_statement \
 	tests/test_claim.py::test_a_claim_completes_the_jobs_it_hands_in_first \
 	tests/test_lifecycle.py::test_heartbeat_extends_the_lease \
 	tests/test_lifecycle.py::test_retried_complete_with_the_same_token_is_200 \

@@ -235,3 +235,61 @@ def test_a_commit_that_fails_after_the_claim_leaves_no_job_held_and_the_waiter_p
     job = quiet.enqueue("c", payload="fine")
     (got,) = poll().json()["jobs"]
     assert got["id"] == job["id"]
+
+
+# --- a queue known to have no job ready (app/core/dispatcher.py KNOWN_EMPTY_SECONDS) -----------------------------
+
+
+def count_claim_statements(monkeypatch: pytest.MonkeyPatch, queue: str) -> list[int]:
+    """How many claim statements (JOB_CLAIM, by the line or by a hand-off) ran on `queue` from now on."""
+    seen = [0]
+    real = store_claim.jobs_claim
+
+    async def counted(conn: Any, name: str, slots: Any) -> store_claim.ClaimResult:
+        if name == queue:
+            seen[0] += 1
+        return await real(conn, name, slots)
+
+    monkeypatch.setattr(store_claim, "jobs_claim", counted)
+    return seen
+
+
+def test_a_claim_arriving_while_others_wait_on_an_empty_queue_waits_with_them_without_a_statement(
+    quiet: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers that come back for more while the queue is empty and others already wait on it cost no claim
+    statement each: the queue's last statement found nothing and nothing has woken it since. They wait with
+    the others and are served by the same enqueues. (The window is widened here so that the machine's speed
+    does not decide whether the second claim falls in it.)"""
+    from app.core import dispatcher as dispatcher_module
+
+    monkeypatch.setattr(dispatcher_module, "KNOWN_EMPTY_SECONDS", 60.0)
+    statements = count_claim_statements(monkeypatch, "known")
+    first = parked(quiet, "known")
+    assert statements[0] == 1  # the first claim looked, found nothing, and waits
+    others = [long_poll(quiet, None, "known", wait=30) for _ in range(2)]
+    wait_until(lambda: quiet.services.dispatcher.parked == 3, what="three claims waiting")
+    assert statements[0] == 1  # the two that came after it looked for nothing
+    jobs = [quiet.enqueue("known", payload=i)["id"] for i in range(3)]
+    got = sorted(j["id"] for answer in (*first, *others) for j in answer().json()["jobs"])
+    assert got == sorted(jobs)  # each waiter served, each job once
+
+
+def test_past_the_window_a_new_claim_looks_for_itself(quiet: LiveServer, db: psycopg.Connection) -> None:
+    """Some jobs become ready with no wake-up (here: a delayed job made due in SQL, as a due time passing
+    does). A claim already waiting learns of it from the fallback poll (a minute away here); a claim arriving
+    once the queue's window has passed looks for itself, and the job goes out at once (to the claim that has
+    waited longest, as claims are served in order)."""
+    (first,) = parked(quiet, "window")
+    line = quiet.services.dispatcher._queues["window"]
+
+    async def window_passed() -> bool:
+        return asyncio.get_running_loop().time() > line.empty_until
+
+    wait_until(lambda: quiet.run(window_passed), what="the queue's known-empty window passed")
+    job = quiet.enqueue("window", payload="due", delay_seconds=3600)
+    db.execute("UPDATE jobq.jobs SET run_at = now() - interval '1 minute' WHERE id = %s", (job["id"],))
+    second = long_poll(quiet, None, "window", wait=30)
+    assert [j["id"] for j in first().json()["jobs"]] == [job["id"]]
+    later = quiet.enqueue("window", payload="for the second")
+    assert [j["id"] for j in second().json()["jobs"]] == [later["id"]]

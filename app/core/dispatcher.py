@@ -62,6 +62,9 @@ log = logging.getLogger("jobq.claims")
 
 RETRY_FIRST_SECONDS = 0.05  # after a failed statement, waiting requests are tried again this soon, then
 RETRY_MAX_SECONDS = 2.0  # doubling up to this (with jitter, so that replicas do not retry in step)
+# A waiting claim that arrives within this of its queue's last claim statement finding no job, with claims
+# already waiting there and no wake-up since, waits without a statement of its own (_QueueClaims.empty_until).
+KNOWN_EMPTY_SECONDS = 0.05
 MAX_FAIR_QUEUES = 10_000  # queues whose last served group a process remembers
 
 
@@ -129,6 +132,13 @@ class _QueueClaims:
         self.hint: set[str] = set()  # keys of a spread queue named by wake-ups since the last statement
         self.turn = 0  # a spread queue: the key its next claim starts from, when no wake-up names one
         self.failures = 0  # statements failed in a row (database unavailable)
+        # Until when (loop time) the queue is known to have no job ready: the line's last statement found none it
+        # could take, and nothing has woken the queue since (a plain queue: no limits, not spread). A waiting
+        # claim that arrives before then, while others wait here, waits with them without a statement of its
+        # own: the same wake-up comes for all of them. Short, because some jobs become ready with no wake-up (a
+        # delayed job coming due, a lease recovered elsewhere): past it a new claim looks for itself again,
+        # rather than wait for the fallback poll as the claims already waiting do.
+        self.empty_until = 0.0
         self._retry: asyncio.TimerHandle | None = None
         self._timer: asyncio.TimerHandle | None = None
 
@@ -137,6 +147,7 @@ class _QueueClaims:
         return not self.tickets and (self.task is None or self.task.done())
 
     def kick(self) -> None:
+        self.empty_until = 0.0
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run())
         else:
@@ -145,6 +156,7 @@ class _QueueClaims:
     async def _run(self) -> None:
         while True:
             self.again = False
+            self.empty_until = 0.0
             self.tickets = [t for t in self.tickets if not t.future.done()]
             if not self.tickets:
                 return
@@ -157,6 +169,7 @@ class _QueueClaims:
                 total += t.slot.limit
             slots = [t.slot for t in batch]
             held: list[str] = []
+            found_none = False  # the statement left no job a claim could take
             try:
                 cfg = self.owner.configs.cached(self.queue) or await self.owner.configs.get(self.queue)
                 async with self.owner.db.connection() as conn:
@@ -208,6 +221,12 @@ class _QueueClaims:
                 continue
             else:
                 rows = result.rows
+                # Fewer rows than asked for: none left that a claim could take. (Rows another claim's transaction
+                # held were skipped: claimed by it, or, should it roll back, found by the next statement.)
+                claimed_rows = sum(len(r) for r in rows)
+                found_none = claimed_rows < sum(s.limit for s in slots) and not (
+                    claimed_rows == 0 and result.ready_left_behind
+                )
                 self.owner.metrics.count("empty_claims", self.queue, len(batch) if result.ready_left_behind else 0)
             claimed = self._hand_out(batch, rows)
             if claimed:
@@ -220,6 +239,8 @@ class _QueueClaims:
                     self.owner.metrics.count(f"held_{limit}", self.queue, short)
             # Go again for tickets that did not fit in this statement, or after a wake-up during it.
             if not (self.again or len(batch) < len(self.tickets)):
+                if found_none:
+                    self.empty_until = asyncio.get_running_loop().time() + KNOWN_EMPTY_SECONDS
                 return
 
     async def _claim_keys(self, conn: Any, keys: tuple[str, ...], slots: list[ClaimSlot]) -> store_claim.ClaimResult:
@@ -373,7 +394,10 @@ class ClaimDispatcher:
         if claims is None:
             claims = self._queues[queue] = _QueueClaims(self, queue)
         claims.tickets.append(ticket)
-        claims.kick()
+        if ticket.wait and claims.empty_until > loop.time() and any(t.parked for t in claims.tickets):
+            self.park(queue, ticket)  # the queue is known to have no job ready: wait with the others
+        else:
+            claims.kick()
         watch: asyncio.Future[Any] | None = None
         try:
             if not ticket.wait:
