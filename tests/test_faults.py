@@ -538,6 +538,71 @@ def test_an_answer_from_before_the_outage_does_not_end_it(database_url: str, pg_
     assert isinstance(outcome["next"], DatabaseUnavailable), outcome
 
 
+def test_a_server_refusing_only_new_connections_is_no_outage(database_url: str, pg_admin_url: str) -> None:
+    """Found by review: the pool failing to add a connection for RECONNECT_SECONDS starts an outage (waiting
+    requests cut short after a second), but a server that refuses only new connections (max_connections reached,
+    a connection limit) while the pool's own connections keep serving is not down. Here the pool holds one
+    connection and may grow to two; new connections are refused; a long statement and short requests take turns
+    on the one connection (each short request waits about as long as the statement runs). Over three failed
+    rounds of the pool's attempts to grow, every request is served: none is cut short with a 503."""
+    import asyncio
+
+    from app.db.pool import Database
+    from app.errors import DatabaseUnavailable
+    from tests.conftest import make_settings
+
+    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+    admin = psycopg.connect(pg_admin_url, autocommit=True)
+    outcome: dict[str, Any] = {"served": 0, "refused": []}
+
+    class Counted(Database):
+        rounds_failed = 0
+
+        def _reconnect_failed(self, pool: Any) -> None:
+            self.rounds_failed += 1
+            super()._reconnect_failed(pool)
+
+    async def scenario() -> None:
+        settings = make_settings(database_url, pool_min_size=1, pool_max_size=2, pool_timeout_seconds=60)
+        database = Counted(settings, database_url)
+        await database.open(10)
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        done = asyncio.Event()
+
+        async def long_statements() -> None:
+            while not done.is_set():
+                async with database.connection() as conn:
+                    await conn.execute("SELECT pg_sleep(1.5)")
+
+        async def short_requests() -> None:
+            while not done.is_set():
+                try:
+                    async with database.connection() as conn:
+                        await conn.execute("SELECT 1")
+                    outcome["served"] += 1
+                except DatabaseUnavailable as exc:
+                    outcome["refused"].append(str(exc.__cause__))
+                await asyncio.sleep(0)
+
+        tasks = [asyncio.ensure_future(long_statements()), asyncio.ensure_future(short_requests())]
+        # Bounded only so that a regression fails instead of hanging.
+        async with asyncio.timeout(60):
+            while database.rounds_failed < 3:
+                await asyncio.sleep(0.05)
+        done.set()
+        await asyncio.gather(*tasks)
+        outcome["unreachable"] = database.unreachable
+        await database.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        admin.close()
+    assert outcome["refused"] == [] and outcome["served"] >= 3, outcome
+    assert outcome["unreachable"] is False
+
+
 def test_a_cut_that_lands_as_the_connection_is_handed_over_leaves_nothing_behind(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -222,10 +222,13 @@ class _QueueClaims:
             else:
                 rows = result.rows
                 # Fewer rows than asked for: none left that a claim could take. (Rows another claim's transaction
-                # held were skipped: claimed by it, or, should it roll back, found by the next statement.)
+                # held were skipped: claimed by it, or, should it roll back, found by the next statement.) Not for
+                # a spread queue, whose claim may have passed a key over.
                 claimed_rows = sum(len(r) for r in rows)
-                found_none = claimed_rows < sum(s.limit for s in slots) and not (
-                    claimed_rows == 0 and result.ready_left_behind
+                found_none = (
+                    len(cfg.keys) <= 1
+                    and claimed_rows < sum(s.limit for s in slots)
+                    and not (claimed_rows == 0 and result.ready_left_behind)
                 )
                 self.owner.metrics.count("empty_claims", self.queue, len(batch) if result.ready_left_behind else 0)
             claimed = self._hand_out(batch, rows)

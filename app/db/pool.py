@@ -171,6 +171,7 @@ class Database:
         # in the moments before it died, proves nothing about now (CI: such a late answer, in the milliseconds
         # of a `pg_ctl stop -m immediate`, reset `unreachable`, and the next requests waited the pool's 5 s).
         self._lost_at = 0.0
+        self._served_at = 0.0  # when a request was last served (time.monotonic())
         # Tasks waiting in the pool for a connection now (_lend). When a connection is lost or refused (not on a
         # PoolTimeout, which a pool only busy gives too), those still waiting OUTAGE_WAIT_SECONDS later are cut
         # short (_cut_waits), not left to wait out their JOBQ_POOL_TIMEOUT_SECONDS. No task or event per lend.
@@ -284,6 +285,7 @@ class Database:
                         # JOBQ_POOL_TIMEOUT_SECONDS.
                         if lent_at > self._lost_at and not conn.broken:
                             self.unreachable = False
+                            self._served_at = time.monotonic()
                 finally:
                     await self.pool.putconn(conn)
         except StatementTimeout:
@@ -331,9 +333,12 @@ class Database:
             self._checking = asyncio.get_running_loop().create_task(self._check())
 
     def _reconnect_failed(self, pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[object]]) -> None:
-        """A connection could not be made for RECONNECT_SECONDS: the database is unreachable (the requests waiting
-        for a connection are cut short, OUTAGE_WAIT_SECONDS from now); start a new round of attempts now."""
-        self._went_away()
+        """A connection could not be made for RECONNECT_SECONDS: start a new round of attempts now. Unless a request
+        was served meanwhile, the database is unreachable: the requests waiting for a connection are cut short,
+        OUTAGE_WAIT_SECONDS from now. (A server that refuses only new connections, at max_connections or a
+        connection limit, while the pool's own keep serving, is no outage: those requests wait as usual.)"""
+        if time.monotonic() - self._served_at > RECONNECT_SECONDS:
+            self._went_away()
         self.check_soon()
 
     async def _check(self) -> None:
