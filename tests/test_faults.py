@@ -323,6 +323,23 @@ def test_an_api_host_clock_hours_off_moves_no_due_time(
 
 # --- PostgreSQL stopped under load ------------------------------------------------------------------------------
 
+
+class Refusals:
+    """An admin session beside a test's database: `refuse()` makes its server refuse new connections to it (as in
+    an outage, or at a connection limit), and `close()` allows them again and ends the session."""
+
+    def __init__(self, database_url: str, pg_admin_url: str) -> None:
+        self.name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+        self.admin = psycopg.connect(pg_admin_url, autocommit=True)
+
+    def refuse(self) -> None:
+        self.admin.execute(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS false')
+
+    def close(self) -> None:
+        self.admin.execute(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS true')
+        self.admin.close()
+
+
 OUTAGE_SECONDS = 8
 ANSWER_BOUND_SECONDS = 3.0  # the contract: a request sent during an outage is answered 503 within this
 
@@ -341,8 +358,8 @@ def test_a_request_already_waiting_for_a_connection_when_the_database_goes_away_
     from app.errors import DatabaseUnavailable
     from tests.conftest import make_settings
 
-    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
-    admin = psycopg.connect(pg_admin_url, autocommit=True)
+    refusals = Refusals(database_url, pg_admin_url)
+    admin = refusals.admin
     outcome: dict[str, BaseException | None] = {}
 
     async def scenario() -> None:
@@ -376,7 +393,7 @@ def test_a_request_already_waiting_for_a_connection_when_the_database_goes_away_
         second = asyncio.ensure_future(run("waiter", waiter))
         while database.pool.get_stats().get("requests_queued", 0) == queued:
             await asyncio.sleep(0.01)  # the second request now waits in the pool's queue
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        refusals.refuse()
         admin.execute("SELECT pg_terminate_backend(%s::int)", (pids[0],))  # Citus adds a bigint form
         lose.set()
         # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
@@ -386,8 +403,7 @@ def test_a_request_already_waiting_for_a_connection_when_the_database_goes_away_
     try:
         asyncio.run(scenario())
     finally:
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        admin.close()
+        refusals.close()
     assert isinstance(outcome["victim"], DatabaseUnavailable)
     assert isinstance(outcome["waiter"], DatabaseUnavailable), outcome
     assert "No database connection became free in time" in str(outcome["waiter"])
@@ -405,8 +421,8 @@ def test_a_second_outage_cuts_short_the_requests_waiting_then_too(database_url: 
     from app.errors import DatabaseUnavailable
     from tests.conftest import make_settings
 
-    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
-    admin = psycopg.connect(pg_admin_url, autocommit=True)
+    refusals = Refusals(database_url, pg_admin_url)
+    admin = refusals.admin
     outcome: dict[str, Any] = {}
 
     async def scenario() -> None:
@@ -448,7 +464,7 @@ def test_a_second_outage_cuts_short_the_requests_waiting_then_too(database_url: 
         b = asyncio.ensure_future(request("B"))
         while b not in database._waiting:
             await asyncio.sleep(0.01)
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        refusals.refuse()
         for who in ("h2", "f"):
             admin.execute("SELECT pg_terminate_backend(%s::int)", (pids[who],))
         go["h2"].set()
@@ -461,8 +477,7 @@ def test_a_second_outage_cuts_short_the_requests_waiting_then_too(database_url: 
     try:
         asyncio.run(scenario())
     finally:
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        admin.close()
+        refusals.close()
     assert outcome["A"] == "served"
     assert isinstance(outcome["B"], DatabaseUnavailable), outcome
     assert str(outcome["B"].__cause__) == OUTAGE_GAVE_UP
@@ -484,8 +499,8 @@ def test_an_answer_from_before_the_outage_does_not_end_it(database_url: str, pg_
     from app.errors import DatabaseUnavailable
     from tests.conftest import make_settings
 
-    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
-    admin = psycopg.connect(pg_admin_url, autocommit=True)
+    refusals = Refusals(database_url, pg_admin_url)
+    admin = refusals.admin
     outcome: dict[str, Any] = {}
 
     async def scenario() -> None:
@@ -508,7 +523,7 @@ def test_an_answer_from_before_the_outage_does_not_end_it(database_url: str, pg_
         late, victim = asyncio.ensure_future(holder("late")), asyncio.ensure_future(holder("victim"))
         while len(pids) < 2:
             await asyncio.sleep(0.01)
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        refusals.refuse()
         admin.execute("SELECT pg_terminate_backend(%s::int)", (pids["victim"],))
         go["victim"].set()
         await victim  # the first lost connection: the outage begins
@@ -531,8 +546,7 @@ def test_an_answer_from_before_the_outage_does_not_end_it(database_url: str, pg_
     try:
         asyncio.run(scenario())
     finally:
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        admin.close()
+        refusals.close()
     assert isinstance(outcome["victim"], DatabaseUnavailable)
     assert outcome["late"] == "served"
     assert isinstance(outcome["next"], DatabaseUnavailable), outcome
@@ -551,8 +565,7 @@ def test_a_server_refusing_only_new_connections_is_no_outage(database_url: str, 
     from app.errors import DatabaseUnavailable
     from tests.conftest import make_settings
 
-    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
-    admin = psycopg.connect(pg_admin_url, autocommit=True)
+    refusals = Refusals(database_url, pg_admin_url)
     outcome: dict[str, Any] = {"served": 0, "refused": []}
 
     class Counted(Database):
@@ -566,7 +579,7 @@ def test_a_server_refusing_only_new_connections_is_no_outage(database_url: str, 
         settings = make_settings(database_url, pool_min_size=1, pool_max_size=2, pool_timeout_seconds=60)
         database = Counted(settings, database_url)
         await database.open(10)
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        refusals.refuse()
         done = asyncio.Event()
 
         async def long_statements() -> None:
@@ -597,8 +610,7 @@ def test_a_server_refusing_only_new_connections_is_no_outage(database_url: str, 
     try:
         asyncio.run(scenario())
     finally:
-        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-        admin.close()
+        refusals.close()
     assert outcome["refused"] == [] and outcome["served"] >= 3, outcome
     assert outcome["unreachable"] is False
 
