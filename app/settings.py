@@ -229,7 +229,11 @@ class Settings(BaseSettings):
         10.0, ge=0, le=3600, description="How often the sweeper checks whether jobs needs a VACUUM (0: never)."
     )
     vacuum_dead_rows: int = Field(
-        20_000, ge=100, le=100_000_000, description="Dead rows in jobs that make the sweeper run VACUUM."
+        20_000,
+        ge=100,
+        le=100_000_000,
+        description="Dead rows in jobs, or rows inserted since its last vacuum, that make the sweeper run VACUUM "
+        "(or a fifth of its live rows, whichever is more).",
     )
     stats_window_seconds: int = Field(
         300, ge=60, le=3600, description="Default window of the windowed figures in /queues/{queue}/stats."

@@ -42,8 +42,10 @@ SELECT coalesce((SELECT sum(r.result::bigint)::bigint FROM run_command_on_shards
 SELECT queue_name FROM jobq.queue_counts GROUP BY queue_name HAVING sum(n) > 0
 
 -- name: JOBS_DEAD_ROWS --
--- The cumulative statistics PostgreSQL keeps anyway: no scan.
-SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass
+-- The cumulative statistics PostgreSQL keeps anyway: no scan. Rows inserted since the last vacuum (manual or auto):
+-- pages no VACUUM has seen yet, whose rows each claim must still check and hint (PostgreSQL 13+).
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0), coalesce(n_ins_since_vacuum, 0)
+FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass
 
 -- name: JOBS_DELETE_FINISHED --
 WITH doomed AS (

@@ -57,15 +57,18 @@ async def jobs_delete_finished(
 # --- vacuum ---------------------------------------------------------------------------------------------------
 
 JOBS_DEAD_ROWS = """
--- The cumulative statistics PostgreSQL keeps anyway: no scan.
-SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0) FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass
+-- The cumulative statistics PostgreSQL keeps anyway: no scan. Rows inserted since the last vacuum (manual or auto):
+-- pages no VACUUM has seen yet, whose rows each claim must still check and hint (PostgreSQL 13+).
+SELECT coalesce(n_dead_tup, 0), coalesce(n_live_tup, 0), coalesce(n_ins_since_vacuum, 0)
+FROM pg_stat_user_tables WHERE relid = 'jobq.jobs'::regclass
 """
 
 
-async def jobs_dead_rows(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:
+async def jobs_dead_rows(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int, int]:
+    """(dead row versions, live rows, rows inserted since the table's last vacuum)."""
     cur = await conn.execute(JOBS_DEAD_ROWS)
     row = await cur.fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+    return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
 
 # --- what holds vacuum back -----------------------------------------------------------------------------------
