@@ -213,7 +213,7 @@ class NewJob(NamedTuple):
 # JOB_INSERT_BATCH. Each row is written for its job: a field the job leaves unset is DEFAULT, not a parameter,
 # and the run time is an expression only for a delay (a plain job is four parameters). On Citus only: on plain
 # PostgreSQL JOB_INSERT_BATCH serves every enqueue, as before Citus, since the VALUES list cost about 10% of
-# single-enqueue throughput there (15-20 us more API CPU per job: BENCHMARKS.md, "Citus, first part").
+# single-enqueue throughput there (15-20 us more API CPU per job: docs/benchmarks-history.md, "Citus, first part").
 VALUES_MAX = 32
 _INSERT_COLUMNS = (
     "queue_name, payload, priority, run_at, max_attempts, idempotency_key, traceparent, group_key, timeout_seconds"
@@ -223,7 +223,7 @@ _INSERT_COLUMNS = (
 # A row's shape: how its run time is written (0: DEFAULT, 1: a time, 2: a delay) and which of the optional
 # fields are set. The statement's text depends on the shapes only, so it is built once per list of shapes
 # (_values_sql) and a request only fills in its parameters: building the text per request cost several
-# microseconds of the API's CPU per enqueue (BENCHMARKS.md, "Citus, first part").
+# microseconds of the API's CPU per enqueue (docs/benchmarks-history.md, "Citus, first part").
 _Shape = tuple[int, bool, bool, bool, bool]
 _OPTIONAL = (("k", "text"), ("t", "text"), ("g", "text"), ("o", "int"))
 

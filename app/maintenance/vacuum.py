@@ -1,6 +1,6 @@
 """Vacuum: the jobs table is a queue, so dead row versions pile up several times faster than live rows,
 and autovacuum starts at most once a minute per database (autovacuum_naptime, a server-wide setting),
-which is too late here (BENCHMARKS.md has the measurement). This service VACUUMs `jobs` when it holds
+which is too late here (docs/benchmarks-history.md has the measurement). This service VACUUMs `jobs` when it holds
 more than JOBQ_VACUUM_DEAD_ROWS dead rows (or 20% of its live rows, whichever is more), or when as many rows
 were inserted since its last vacuum: after a bulk load, until a VACUUM has seen the new pages, every claim
 checks and hints the rows it meets one by one (a queue whose jobs are spread among other queues' in the heap

@@ -35,7 +35,8 @@ def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Confi
     rewriting of the client address (app/observability/clients.py decides whom to believe), no access log of
     uvicorn's own (jobq writes its own lines), no `server: uvicorn` on every answer (it advertises the
     stack, and each header costs per request), and no WebSocket protocol: jobq has no WebSocket route, and
-    uvicorn's default loads the `websockets` package into every process (measured: BENCHMARKS.md#memory)."""
+    uvicorn's default loads the `websockets` package into every process (measured:
+    docs/benchmarks-history.md#memory)."""
     config = uvicorn.Config(
         app,
         http=BoundedHttpToolsProtocol,
