@@ -4,7 +4,11 @@ the lean client (bench/loadgen.py) and once with httpx.AsyncClient, alternated i
 client's own time per request, which every figure measured through that client carries: the latency phase's httpx
 wake-up has a whole request of the producer's and the worker's answer on its path (BENCHMARKS.md, wake-up).
 
-usage: .venv/bin/python bench/client_floor.py [--requests 2000] [--rounds 3]
+With --idle-ms, the client sleeps that long before each request, as the latency phase's producer does (20 ms
+there): the machine's cores and caches go cold meanwhile, and a client that runs more code per request pays for
+it more.
+
+usage: .venv/bin/python bench/client_floor.py [--requests 2000] [--rounds 3] [--idle-ms 0]
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ async def _up() -> None:
     raise RuntimeError("the trivial app did not start")
 
 
-async def lean(requests: int) -> list[float]:
+async def lean(requests: int, idle: float) -> list[float]:
     conn = await Connection(HOST, PORT).open()
     times = []
     try:
         for _ in range(requests):
+            if idle:
+                await asyncio.sleep(idle)
             t0 = time.perf_counter()
             status, _ = await conn.post("/queues/lat/jobs", ENQUEUE_BODY)
             times.append((time.perf_counter() - t0) * 1000)
@@ -52,12 +58,14 @@ async def lean(requests: int) -> list[float]:
     return times
 
 
-async def with_httpx(requests: int) -> list[float]:
+async def with_httpx(requests: int, idle: float) -> list[float]:
     import httpx
 
     times = []
     async with httpx.AsyncClient(base_url=f"http://{HOST}:{PORT}", timeout=60) as client:
         for _ in range(requests):
+            if idle:
+                await asyncio.sleep(idle)
             t0 = time.perf_counter()
             r = await client.post("/queues/lat/jobs", json={"payload": PAYLOAD})
             times.append((time.perf_counter() - t0) * 1000)
@@ -69,6 +77,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--idle-ms", type=float, default=0, help="sleep this long before each request")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jobq-client-floor-"))
     (work / "trivial_app.py").write_text(TRIVIAL_APP)
@@ -82,8 +91,8 @@ def main() -> None:
         for n in range(args.rounds):
             for name, run in (("lean", lean), ("httpx", with_httpx))[:: 1 if n % 2 == 0 else -1]:
                 cpu0 = time.process_time()
-                times = asyncio.run(run(args.requests))
-                cpu = (time.process_time() - cpu0) / args.requests * 1000
+                times = asyncio.run(run(args.requests, args.idle_ms / 1000))
+                cpu = (time.process_time() - cpu0) / args.requests * 1000  # the sleeps cost no CPU
                 times = times[100:]  # warm-up
                 p50[name].append(statistics.median(times))
                 q = statistics.quantiles(times, n=100)
