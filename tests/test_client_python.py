@@ -858,6 +858,45 @@ def test_a_cancelled_job_stops_its_handler(server: LiveServer, db: psycopg.Conne
     assert server.job(job["id"])["status"] != "completed"
 
 
+@pytest.mark.skipif(
+    not has_route("/jobs/{job_id}/cancel"), reason="POST /jobs/{job_id}/cancel is not on this server yet"
+)
+@pytest.mark.parametrize("handler_kind", ["sync", "async"])
+def test_a_cancelled_jobs_handler_sees_stopped_and_its_sleep_wakes(server: LiveServer, handler_kind: str) -> None:
+    """A sync handler cannot be interrupted: it looks at `stopped` or sleeps with `sleep()`, which returns True as
+    soon as the job is stopped. An async handler is cancelled at once, and may read `stopped` on its way out (and
+    call `sleep()`, though it blocks its loop: the event behind it is made on first use there, after the stop)."""
+    started, seen = threading.Event(), []
+    worker = Worker(server.url, concurrency=1, heartbeat_interval=0.2, wait_seconds=1)
+
+    def loop_until_stopped(job: JobContext) -> None:
+        started.set()
+        while not job.sleep(0.05):
+            pass
+        seen.append((job.stopped, job.stop_reason, job.sleep(3600)))  # stopped: sleep() returns at once
+
+    if handler_kind == "sync":
+        worker.register("q", loop_until_stopped)
+    else:
+
+        @worker.handler("q")
+        async def polite(job: JobContext) -> None:
+            started.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                seen.append((job.stopped, job.stop_reason, job.sleep(3600)))
+                raise
+
+    job = server.enqueue(payload="to cancel")
+    with running(worker):
+        assert started.wait(30)
+        assert server.client.post(f"/jobs/{job['id']}/cancel").status_code == 200
+        wait_until(lambda: seen, what="the handler to see the stop")
+    assert seen == [(True, "cancel requested", True)]
+    assert server.job(job["id"])["status"] != "completed"  # whatever the handler returned after the stop
+
+
 def test_one_worker_serves_several_queues(server: LiveServer) -> None:
     worker = Worker(server.url, concurrency=2, wait_seconds=1)
     worker.register("emails", lambda job: f"sent {job.payload}")

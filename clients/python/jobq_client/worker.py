@@ -80,15 +80,18 @@ class JobContext:
     once; a sync handler cannot be interrupted, so a long one should look at `stopped` (or use
     `sleep()`) now and then. Whatever a stopped handler returns is not sent."""
 
-    def __init__(self, claim: Claim) -> None:
+    def __init__(self, claim: Claim, sync: bool = False) -> None:
         self.claim = claim
-        self._stopped = threading.Event()
-        self._waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # For sleep(): made up front for a sync handler, on first use otherwise (a threading.Event costs more
+        # than the rest of a job's bookkeeping, and an async handler waits on the event loop instead).
+        self._stopped: threading.Event | None = threading.Event() if sync else None
+        self._loop = asyncio.get_running_loop()
+        self._waiter: asyncio.Future[None] = self._loop.create_future()
         self.stop_reason: str | None = None
         self._span: Any = None  # the job's OpenTelemetry span, when it has one
-        self._loop = asyncio.get_running_loop()
         self._progress: Any = _calls.UNSET  # reported by the handler, not sent yet
         self._progress_ready = asyncio.Event()
+        self._beat_now: Callable[[], None] | None = None  # starts the heartbeats early (Worker._run)
 
     @property
     def id(self) -> int:
@@ -112,11 +115,17 @@ class JobContext:
 
     @property
     def stopped(self) -> bool:
-        return self._stopped.is_set()
+        return self.stop_reason is not None
 
     def sleep(self, seconds: float) -> bool:
         """For sync handlers: sleep, but wake at once when told to stop. True when stopped."""
-        return self._stopped.wait(seconds)
+        stopped = self._stopped
+        if stopped is None:
+            with _EVENT_MADE:
+                stopped = self._stopped = self._stopped or threading.Event()
+        if self.stop_reason is not None:  # _stop ran before the event was there to be set
+            stopped.set()
+        return stopped.wait(seconds)
 
     def progress(self, value: Any) -> None:
         """Report progress (any JSON value, e.g. {"done": 40, "total": 100}; None clears it): shown on the job
@@ -124,16 +133,24 @@ class JobContext:
         blocks. Sent with the next heartbeat, which comes early for it but at most once a second, so a
         handler may call this as often as it likes: only the latest value is sent."""
         self._progress = value
-        self._loop.call_soon_threadsafe(self._progress_ready.set)
+        self._loop.call_soon_threadsafe(self._progress_reported)
+
+    def _progress_reported(self) -> None:
+        self._progress_ready.set()
+        if self._beat_now is not None:
+            self._beat_now()
 
     def _stop(self, reason: str) -> None:
         # Called on the event loop only.
         if self.stop_reason is None:
-            self.stop_reason = reason
-            self._stopped.set()
+            self.stop_reason = reason  # before reading _stopped: sleep() makes the event, then reads this
+            if self._stopped is not None:
+                self._stopped.set()
             if not self._waiter.done():
                 self._waiter.set_result(None)
 
+
+_EVENT_MADE = threading.Lock()  # JobContext.sleep(): one event a job, whichever thread asks first
 
 Handler = Callable[[JobContext], Union[Any, Awaitable[Any]]]  # noqa: UP007 (a runtime alias on 3.10)
 H = TypeVar("H", bound=Handler)
@@ -525,7 +542,7 @@ class Worker:
     async def _process(self, client: AsyncClient, q: _Queue, claim: Claim) -> None:
         # This task's own context: the job's span is current for everything below, and only here.
         span = self._spans.start(claim, self.name)
-        ctx = JobContext(claim)
+        ctx = JobContext(claim, sync=not q.is_async)
         ctx._span = span
         try:
             await self._run(client, q, ctx)
@@ -539,7 +556,19 @@ class Worker:
             await self._hand_back(client, ctx, "before the handler started")
             return
         self._active.add(ctx)
-        beating = asyncio.create_task(self._heartbeats(client, ctx), name=f"jobq-heartbeat-{claim.id}")
+        # The heartbeats start when the first is due, or when the handler reports progress: a job done sooner
+        # costs a timer, not a task.
+        started = time.monotonic()
+        beating: list[asyncio.Task[None]] = []
+
+        def beat_now() -> None:
+            if not beating:
+                beating.append(
+                    asyncio.create_task(self._heartbeats(client, ctx, started), name=f"jobq-heartbeat-{claim.id}")
+                )
+
+        ctx._beat_now = beat_now
+        first_beat = asyncio.get_running_loop().call_later(self.heartbeat_interval, beat_now)
         try:
             work: asyncio.Future[Any] = (
                 asyncio.ensure_future(_call_async(q.handler, ctx)) if q.is_async else _in_thread(q.handler, ctx)
@@ -549,7 +578,10 @@ class Worker:
                 await self._abandon(client, q, ctx, work)
                 return
         finally:
-            beating.cancel()
+            ctx._beat_now = None
+            first_beat.cancel()
+            for task in beating:
+                task.cancel()
             self._active.discard(ctx)
         if ctx.stop_reason in (CLAIM_LOST, CANCEL_REQUESTED, TIMED_OUT):
             log.info("job %s: %s while its handler finished; not completing it", claim.id, ctx.stop_reason)
@@ -663,13 +695,15 @@ class Worker:
         except JobqError as exc:
             _unrecorded(ctx, exc)
 
-    async def _heartbeats(self, client: AsyncClient, ctx: JobContext) -> None:
-        last = time.monotonic()
+    async def _heartbeats(self, client: AsyncClient, ctx: JobContext, last: float) -> None:
+        """`last`: when the job started (the lease was renewed by its claim then)."""
         while True:
             # Every heartbeat_interval, or earlier when the handler reported progress (but not more
             # often than PROGRESS_INTERVAL).
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(ctx._progress_ready.wait(), timeout=self.heartbeat_interval)
+            due = last + self.heartbeat_interval - time.monotonic()
+            if due > 0 and not ctx._progress_ready.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(ctx._progress_ready.wait(), timeout=due)
             if ctx._progress_ready.is_set():
                 await asyncio.sleep(max(0.0, last + min(PROGRESS_INTERVAL, self.heartbeat_interval) - time.monotonic()))
             ctx._progress_ready.clear()
