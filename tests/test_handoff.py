@@ -63,8 +63,10 @@ def test_an_enqueue_hands_its_job_to_the_parked_claim(quiet: LiveServer, db: psy
 def test_claim_order_holds_an_older_ready_job_goes_first(quiet: LiveServer, db: psycopg.Connection) -> None:
     """A job that became ready while the claim was parked, with no wake-up (here: made due in SQL), is older
     than the one enqueued: the hand-off gives the waiter the older one and leaves the new one pending."""
-    (poll,) = parked(quiet, "o")
+    # Enqueued before the claim parks: an enqueue wakes the claims waiting on its queue even for a job due later,
+    # and that statement, run after the UPDATE below, would take the job before the hand-off could.
     older = quiet.enqueue("o", payload="older", delay_seconds=3600)
+    (poll,) = parked(quiet, "o")
     db.execute("UPDATE jobq.jobs SET run_at = now() - interval '1 minute' WHERE id = %s", (older["id"],))
     newer = quiet.enqueue("o", payload="newer")
     (got,) = poll().json()["jobs"]
