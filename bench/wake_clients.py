@@ -29,7 +29,10 @@ WARMUP = 30
 POLL = {"worker": "lat", "wait_seconds": 30}
 
 
-async def _lean_side(port: int) -> tuple[Callable[[], Awaitable[Any]], Callable[[str, Any], Awaitable[Any]]]:
+Side = tuple[Callable[[], Awaitable[Any]], Callable[[str, Any], Awaitable[Any]], Callable[[], Awaitable[None]]]
+
+
+async def _lean_side(port: int) -> Side:
     conn = await Connection(HOST, port).open()
 
     async def claim() -> Any:
@@ -43,10 +46,10 @@ async def _lean_side(port: int) -> tuple[Callable[[], Awaitable[Any]], Callable[
             raise RuntimeError(f"{path} answered {status}: {raw[:200]!r}")
         return orjson.loads(raw)
 
-    return claim, post
+    return claim, post, conn.close
 
 
-async def _httpx_side(port: int) -> tuple[Callable[[], Awaitable[Any]], Callable[[str, Any], Awaitable[Any]]]:
+async def _httpx_side(port: int) -> Side:
     import httpx
 
     client = httpx.AsyncClient(base_url=f"http://{HOST}:{port}", timeout=60)
@@ -62,30 +65,42 @@ async def _httpx_side(port: int) -> tuple[Callable[[], Awaitable[Any]], Callable
             raise RuntimeError(f"{path} answered {r.status_code}: {r.content[:200]!r}")
         return r.json()
 
-    return claim, post
+    return claim, post, client.aclose
 
 
 SIDES = {"lean": _lean_side, "httpx": _httpx_side}
+PRODUCERS = 4  # connections taken in turn, as the latency phase does: with several API processes both wake paths
 
 
 async def pair(port: int, producer: str, worker: str, samples: int, idle: float) -> tuple[float, float]:
-    claim, _ = await SIDES[worker](port)
-    _, post = await SIDES[producer](port)
+    claim, _, close_worker = await SIDES[worker](port)
+    producers = [await SIDES[producer](port) for _ in range(PRODUCERS)]
     wake, answer = [], []
-    for i in range(samples + WARMUP):
-        pending = asyncio.create_task(claim())
-        await asyncio.sleep(idle)
-        t0 = time.perf_counter()
-        await post("/queues/lat/jobs", {"payload": PAYLOAD})
-        t_answer = time.perf_counter()
-        jobs = (await pending)["jobs"]
-        t_claim = time.perf_counter()
-        if len(jobs) != 1:
-            raise RuntimeError(f"the waiting claim answered {len(jobs)} jobs")
-        await post(f"/jobs/{jobs[0]['id']}/complete", {"claim_token": jobs[0]["claim_token"]})
-        if i >= WARMUP:
-            wake.append((t_claim - t0) * 1000)
-            answer.append((t_answer - t0) * 1000)
+
+    async def claimed_at() -> tuple[Any, float]:
+        got = await claim()
+        return got, time.perf_counter()  # when the worker holds its claim, whatever the producer's side is doing
+
+    try:
+        for i in range(samples + WARMUP):
+            pending = asyncio.create_task(claimed_at())
+            await asyncio.sleep(idle)
+            post = producers[i % PRODUCERS][1]
+            t0 = time.perf_counter()
+            await post("/queues/lat/jobs", {"payload": PAYLOAD})
+            t_answer = time.perf_counter()
+            got, t_claim = await pending
+            jobs = got["jobs"]
+            if len(jobs) != 1:
+                raise RuntimeError(f"the waiting claim answered {len(jobs)} jobs")
+            await post(f"/jobs/{jobs[0]['id']}/complete", {"claim_token": jobs[0]["claim_token"]})
+            if i >= WARMUP:
+                wake.append((t_claim - t0) * 1000)
+                answer.append((t_answer - t0) * 1000)
+    finally:
+        for _, _, close in producers:
+            await close()
+        await close_worker()
     return statistics.median(wake), statistics.median(answer)
 
 
@@ -98,18 +113,21 @@ def main() -> None:
     p.add_argument("--port", type=int, default=8798)
     p.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = p.parse_args()
+    import uvloop
+
+    uvloop.install()  # the client's loop as bench/run.py's latency phase runs it
     url = fresh_database(args.admin_url, "jobq_wake_clients")
     service = Service(url, args.workers, args.port).start()
     try:
+        pairs = [(producer, worker) for producer in ("lean", "httpx") for worker in ("lean", "httpx")]
         for n in range(args.rounds):
-            for producer in ("lean", "httpx"):
-                for worker in ("lean", "httpx"):
-                    wake, answer = asyncio.run(pair(args.port, producer, worker, args.samples, args.idle_ms / 1000))
-                    print(
-                        f"round {n + 1}, producer {producer:5}, worker {worker:5}: wake-up p50 {wake:.2f} ms, "
-                        f"the producer's answer p50 {answer:.2f} ms",
-                        flush=True,
-                    )
+            for producer, worker in pairs if n % 2 == 0 else pairs[::-1]:
+                wake, answer = asyncio.run(pair(args.port, producer, worker, args.samples, args.idle_ms / 1000))
+                print(
+                    f"round {n + 1}, producer {producer:5}, worker {worker:5}: wake-up p50 {wake:.2f} ms, "
+                    f"the producer's answer p50 {answer:.2f} ms",
+                    flush=True,
+                )
     finally:
         service.stop()
 

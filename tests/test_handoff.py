@@ -60,13 +60,17 @@ def test_an_enqueue_hands_its_job_to_the_parked_claim(quiet: LiveServer, db: psy
     assert (counts["pending"], counts["running"], counts["completed"]) == (0, 0, 1)
 
 
-def test_claim_order_holds_an_older_ready_job_goes_first(quiet: LiveServer, db: psycopg.Connection) -> None:
+def test_claim_order_holds_an_older_ready_job_goes_first(
+    quiet: LiveServer, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A job that became ready while the claim was parked, with no wake-up (here: made due in SQL), is older
     than the one enqueued: the hand-off gives the waiter the older one and leaves the new one pending."""
     # Enqueued before the claim parks: an enqueue wakes the claims waiting on its queue even for a job due later,
     # and that statement, run after the UPDATE below, would take the job before the hand-off could.
     older = quiet.enqueue("o", payload="older", delay_seconds=3600)
     (poll,) = parked(quiet, "o")
+    # Nor may the presence renewal's look (every 2 s) find it first.
+    monkeypatch.setattr(quiet.services.dispatcher, "look", lambda queues=None: None)
     db.execute("UPDATE jobq.jobs SET run_at = now() - interval '1 minute' WHERE id = %s", (older["id"],))
     newer = quiet.enqueue("o", payload="newer")
     (got,) = poll().json()["jobs"]
@@ -277,21 +281,28 @@ def test_a_claim_arriving_while_others_wait_on_an_empty_queue_waits_with_them_wi
     assert got == sorted(jobs)  # each waiter served, each job once
 
 
-def test_past_the_window_a_new_claim_looks_for_itself(quiet: LiveServer, db: psycopg.Connection) -> None:
+def test_past_the_window_a_new_claim_looks_for_itself(
+    quiet: LiveServer, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Some jobs become ready with no wake-up (here: a delayed job made due in SQL, as a due time passing
-    does). A claim already waiting learns of it from the fallback poll (a minute away here); a claim arriving
-    once the queue's window has passed looks for itself, and the job goes out at once (to the claim that has
-    waited longest, as claims are served in order)."""
+    does). A claim already waiting learns of it from the fallback poll (a minute away here; the presence
+    renewal's look is switched off); a claim arriving once the queue's window has passed looks for itself, and
+    the job goes out at once (to the claim that has waited longest, as claims are served in order)."""
+    # Enqueued before the first claim waits: an enqueue wakes the queue's claims even for a job due later, and
+    # that statement would open the window again.
+    job = quiet.enqueue("window", payload="due", delay_seconds=3600)
     (first,) = parked(quiet, "window")
+    monkeypatch.setattr(quiet.services.dispatcher, "look", lambda queues=None: None)
     line = quiet.services.dispatcher._queues["window"]
 
     async def window_passed() -> bool:
         return asyncio.get_running_loop().time() > line.empty_until
 
     wait_until(lambda: quiet.run(window_passed), what="the queue's known-empty window passed")
-    job = quiet.enqueue("window", payload="due", delay_seconds=3600)
+    statements = count_claim_statements(monkeypatch, "window")
     db.execute("UPDATE jobq.jobs SET run_at = now() - interval '1 minute' WHERE id = %s", (job["id"],))
     second = long_poll(quiet, None, "window", wait=30)
     assert [j["id"] for j in first().json()["jobs"]] == [job["id"]]
+    assert statements[0] == 1  # the second claim's own look, which served the first
     later = quiet.enqueue("window", payload="for the second")
     assert [j["id"] for j in second().json()["jobs"]] == [later["id"]]
