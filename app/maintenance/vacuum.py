@@ -5,8 +5,7 @@ more than JOBQ_VACUUM_DEAD_ROWS dead rows (or 20% of its live rows, whichever is
 were inserted since its last vacuum: after a bulk load, until a VACUUM has seen the new pages, every claim
 checks and hints the rows it meets one by one (a queue whose jobs are spread among other queues' in the heap
 claimed 1.3-3.8x slower than one alone; the same once vacuumed: BENCHMARKS.md and its history; autovacuum's own
-insert trigger looks at most once a minute). One replica vacuums at a
-time; the others skip that round."""
+insert trigger looks at most once a minute). One replica vacuums at a time; the others skip that round."""
 
 from __future__ import annotations
 
