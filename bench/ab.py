@@ -1,0 +1,125 @@
+"""An A/B of two source trees of jobq that this machine's drift cannot fake: both services run side by side (`jobq
+serve --workers 1` each, from its own tree through PYTHONPATH, on its own fresh database), and one path's load goes
+to each in short bursts, alternated, the order reversed every round. Each burst reports the rate and the serving
+process's CPU a job (from /proc, over the burst's measured seconds); the medians and ranges of the rounds are
+printed per tree. Rates on this machine drift by a third within minutes: a difference shows only when one side's
+range stays clear of the other's.
+
+    .venv/bin/python bench/ab.py --trees /tmp/base,. [--phase enqueue|batch|claim10|claim10next|claim1]
+                                 [--clients 64] [--rounds 8] [--seconds 2] [--preload 120000]
+
+A tree is a checkout (`git worktree add /tmp/base <commit>`); both run this virtualenv's packages. `enqueue`: single
+jobs; `batch`: batches of 1,000; `claim*`: drains of a queue preloaded before each burst (claim 10 + batch complete,
+claim 10 with the completes on the next claim, claim 1 + complete).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.harness import HOST, _get, fresh_database, preload
+from bench.loadgen import Connection
+from bench.phases import ClaimComplete, Enqueue
+
+ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+PHASES = ("enqueue", "batch", "claim10", "claim10next", "claim1")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if asyncio.run(_get(port, "/readyz"))[0] == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError("jobq did not become ready")
+        time.sleep(0.2)
+
+
+def start(tree: Path, port: int, database: str) -> tuple[subprocess.Popen[bytes], str]:
+    url = fresh_database(ADMIN, database)
+    env = {**os.environ, "PYTHONPATH": str(tree), "JOBQ_DATABASE_URL": url}
+    jobq = Path(sys.executable).parent / "jobq"
+    argv = [str(jobq), "serve", "--host", HOST, "--port", str(port), "--workers", "1", "--log-level", "warning"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    wait_ready(port, proc)
+    return proc, url
+
+
+async def burst(phase: str, port: int, pid: int, clients: int, seconds: float) -> tuple[float, float]:
+    load = {
+        "enqueue": lambda: Enqueue(port, 1),
+        "batch": lambda: Enqueue(port, 1000),
+        "claim10": lambda: ClaimComplete(port, 10),
+        "claim10next": lambda: ClaimComplete(port, 10, handin=True),
+        "claim1": lambda: ClaimComplete(port, 1),
+    }[phase]()
+    counter = [0]
+    conns = [await Connection(HOST, port).open() for _ in range(clients)]
+
+    async def drive(conn: Connection, until: float) -> None:
+        while time.monotonic() < until:
+            await load(conn, counter)
+
+    await asyncio.gather(*(drive(c, time.monotonic() + 0.5) for c in conns))  # warm-up
+    counter[0] = 0
+    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    await asyncio.gather(*(drive(c, t0 + seconds) for c in conns))
+    elapsed, cpu1 = time.monotonic() - t0, cpu_seconds(pid)
+    for c in conns:
+        await c.close()
+    return counter[0] / elapsed, (cpu1 - cpu0) / counter[0] * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trees", required=True, help="two (or more) checkouts, comma-separated")
+    parser.add_argument("--phase", choices=PHASES, default="enqueue")
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=2)
+    parser.add_argument("--preload", type=int, default=120_000)
+    args = parser.parse_args()
+    trees = [Path(t).resolve() for t in args.trees.split(",")]
+    services = [start(tree, 8800 + i, f"jobq_ab{i}") for i, tree in enumerate(trees)]
+    got: list[list[tuple[float, float]]] = [[] for _ in trees]
+    try:
+        for r in range(args.rounds):
+            order = list(range(len(trees)))
+            for i in order if r % 2 == 0 else order[::-1]:
+                proc, url = services[i]
+                if args.phase.startswith("claim"):
+                    preload(url, args.preload)
+                elif r % 3 == 2:
+                    preload(url, 0)  # the queue kept small
+                got[i].append(asyncio.run(burst(args.phase, 8800 + i, proc.pid, args.clients, args.seconds)))
+        print(f"{args.phase}, {args.clients} connections, {args.rounds} rounds of {args.seconds:g} s, alternated:")
+        for tree, runs in zip(trees, got, strict=True):
+            rates, cpus = [x[0] for x in runs], [x[1] for x in runs]
+            print(
+                f"  {tree}: {statistics.median(rates):,.0f} jobs/s [{min(rates):,.0f}-{max(rates):,.0f}]; "
+                f"API CPU {statistics.median(cpus):.1f} µs/job [{min(cpus):.1f}-{max(cpus):.1f}]"
+            )
+    finally:
+        for proc, _ in services:
+            proc.terminate()
+            proc.wait()
+
+
+if __name__ == "__main__":
+    main()
