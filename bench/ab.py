@@ -2,11 +2,12 @@
 serve --workers 1` each, from its own tree through PYTHONPATH, on its own fresh database), and one path's load goes
 to each in short bursts, alternated, the order reversed every round. Each burst reports the rate and the serving
 process's CPU a job (from /proc, over the burst's measured seconds); the medians and ranges of the rounds are
-printed per tree. Rates on this machine drift by a third within minutes: a difference shows only when one side's
-range stays clear of the other's.
+printed per tree, then each further tree's ratio to the first, round by round (both bursts of a round run within
+seconds of each other, so their ratio cancels most of the machine's drift, which the ranges carry: rates on this
+machine drift by a third within minutes).
 
     .venv/bin/python bench/ab.py --trees /tmp/base,. [--phase enqueue|batch|claim10|claim10next|claim1]
-                                 [--clients 64] [--rounds 8] [--seconds 2] [--preload 120000]
+                                 [--clients 64] [--rounds 8] [--seconds 2] [--preload N]
 
 A tree is a checkout (`git worktree add /tmp/base <commit>`); both run this virtualenv's packages. `enqueue`: single
 jobs; `batch`: batches of 1,000; `claim*`: drains of a queue preloaded before each burst (claim 10 + batch complete,
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -51,13 +53,24 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
         time.sleep(0.2)
 
 
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex((HOST, port)) != 0
+
+
 def start(tree: Path, port: int, database: str) -> tuple[subprocess.Popen[bytes], str]:
+    if not port_free(port):  # a leftover service would answer /readyz and be measured in this tree's place
+        raise SystemExit(f"port {port} is in use: stop what listens there first")
     url = fresh_database(ADMIN, database)
     env = {**os.environ, "PYTHONPATH": str(tree), "JOBQ_DATABASE_URL": url}
     jobq = Path(sys.executable).parent / "jobq"
     argv = [str(jobq), "serve", "--host", HOST, "--port", str(port), "--workers", "1", "--log-level", "warning"]
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
-    wait_ready(port, proc)
+    try:
+        wait_ready(port, proc)
+    except BaseException:
+        proc.terminate()
+        raise
     return proc, url
 
 
@@ -83,6 +96,8 @@ async def burst(phase: str, port: int, pid: int, clients: int, seconds: float) -
     elapsed, cpu1 = time.monotonic() - t0, cpu_seconds(pid)
     for c in conns:
         await c.close()
+    if not counter[0]:
+        raise RuntimeError("no job went through in the burst")
     return counter[0] / elapsed, (cpu1 - cpu0) / counter[0] * 1e6
 
 
@@ -93,18 +108,22 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=2)
-    parser.add_argument("--preload", type=int, default=120_000)
+    parser.add_argument("--preload", type=int, default=0, help="claim phases: jobs before each burst (default: enough)")
     args = parser.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
-    services = [start(tree, 8800 + i, f"jobq_ab{i}") for i, tree in enumerate(trees)]
+    # Enough for 64 connections draining claim 10 at 30,000 jobs/s through the warm-up and the burst.
+    preload_n = args.preload or int(40_000 * (args.seconds + 1))
+    services: list[tuple[subprocess.Popen[bytes], str]] = []
     got: list[list[tuple[float, float]]] = [[] for _ in trees]
     try:
+        for i, tree in enumerate(trees):
+            services.append(start(tree, 8800 + i, f"jobq_ab{i}"))
         for r in range(args.rounds):
             order = list(range(len(trees)))
             for i in order if r % 2 == 0 else order[::-1]:
                 proc, url = services[i]
                 if args.phase.startswith("claim"):
-                    preload(url, args.preload)
+                    preload(url, preload_n)
                 elif r % 3 == 2:
                     preload(url, 0)  # the queue kept small
                 got[i].append(asyncio.run(burst(args.phase, 8800 + i, proc.pid, args.clients, args.seconds)))
@@ -114,6 +133,15 @@ def main() -> None:
             print(
                 f"  {tree}: {statistics.median(rates):,.0f} jobs/s [{min(rates):,.0f}-{max(rates):,.0f}]; "
                 f"API CPU {statistics.median(cpus):.1f} µs/job [{min(cpus):.1f}-{max(cpus):.1f}]"
+            )
+        # Each round's pair ran minutes apart at most: its ratio cancels the machine's drift that the ranges carry.
+        for tree, runs in zip(trees[1:], got[1:], strict=True):
+            cpu = [b[1] / a[1] for a, b in zip(got[0], runs, strict=True)]
+            rate = [b[0] / a[0] for a, b in zip(got[0], runs, strict=True)]
+            print(
+                f"  {tree} / {trees[0]}, round by round: API CPU a job median {statistics.median(cpu):.2f} "
+                f"[{min(cpu):.2f}-{max(cpu):.2f}], lower in {sum(c < 1 for c in cpu)} of {len(cpu)}; "
+                f"rate median {statistics.median(rate):.2f} [{min(rate):.2f}-{max(rate):.2f}]"
             )
     finally:
         for proc, _ in services:

@@ -20,7 +20,8 @@ def test_a_serving_application_freezes_what_it_started_with_and_collects_less_of
 
 def test_the_collector_is_given_back_as_it_was_when_the_application_stops() -> None:
     """Another application started in the same process (tests, an embedding) finds the collector as it left it; a
-    threshold an embedding application raised above ours is kept."""
+    threshold an embedding application raised above ours is kept, and one changed while the application ran is left
+    as it was changed."""
     before = gc.get_threshold()
     try:
         gc.set_threshold(700, 10, 10)
@@ -29,6 +30,10 @@ def test_the_collector_is_given_back_as_it_was_when_the_application_stops() -> N
             assert gc.get_freeze_count() > 0
         assert gc.get_threshold() == (700, 10, 10)
         assert gc.get_freeze_count() == 0
+
+        with _collector_for_serving():
+            gc.set_threshold(3000, 10, 10)  # changed by someone else while the application ran: left as they set it
+        assert gc.get_threshold() == (3000, 10, 10)
 
         gc.set_threshold(5 * GC_THRESHOLD0, 20, 20)
         with _collector_for_serving():
