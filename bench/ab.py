@@ -21,13 +21,12 @@ import asyncio
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.harness import HOST, _get, fresh_database, preload
+from bench.harness import HOST, Service, fresh_database, preload
 from bench.loadgen import Connection
 from bench.phases import ClaimComplete, Enqueue
 
@@ -40,38 +39,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if asyncio.run(_get(port, "/readyz"))[0] == 200:
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError("jobq did not become ready")
-        time.sleep(0.2)
-
-
 def port_free(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex((HOST, port)) != 0
 
 
-def start(tree: Path, port: int, database: str) -> tuple[subprocess.Popen[bytes], str]:
+def start(tree: Path, port: int, database: str) -> Service:
+    """`jobq serve --workers 1` from `tree` (bench/harness.py Service, its access log dropped)."""
     if not port_free(port):  # a leftover service would answer /readyz and be measured in this tree's place
         raise SystemExit(f"port {port} is in use: stop what listens there first")
     url = fresh_database(ADMIN, database)
-    env = {**os.environ, "PYTHONPATH": str(tree), "JOBQ_DATABASE_URL": url}
-    jobq = Path(sys.executable).parent / "jobq"
-    argv = [str(jobq), "serve", "--host", HOST, "--port", str(port), "--workers", "1", "--log-level", "warning"]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    service = Service(url, 1, port, extra_env={"PYTHONPATH": str(tree)}, log=Path(os.devnull))
     try:
-        wait_ready(port, proc)
+        return service.start()
     except BaseException:
-        proc.terminate()
+        service.stop()
         raise
-    return proc, url
 
 
 async def burst(phase: str, port: int, pid: int, clients: int, seconds: float) -> tuple[float, float]:
@@ -113,7 +96,7 @@ def main() -> None:
     trees = [Path(t).resolve() for t in args.trees.split(",")]
     # Enough for 64 connections draining claim 10 at 30,000 jobs/s through the warm-up and the burst.
     preload_n = args.preload or int(40_000 * (args.seconds + 1))
-    services: list[tuple[subprocess.Popen[bytes], str]] = []
+    services: list[Service] = []
     got: list[list[tuple[float, float]]] = [[] for _ in trees]
     try:
         for i, tree in enumerate(trees):
@@ -121,12 +104,13 @@ def main() -> None:
         for r in range(args.rounds):
             order = list(range(len(trees)))
             for i in order if r % 2 == 0 else order[::-1]:
-                proc, url = services[i]
+                service = services[i]
                 if args.phase.startswith("claim"):
-                    preload(url, preload_n)
+                    preload(service.database_url, preload_n)
                 elif r % 3 == 2:
-                    preload(url, 0)  # the queue kept small
-                got[i].append(asyncio.run(burst(args.phase, 8800 + i, proc.pid, args.clients, args.seconds)))
+                    preload(service.database_url, 0)  # the queue kept small
+                [pid] = service.api_pids()
+                got[i].append(asyncio.run(burst(args.phase, service.port, pid, args.clients, args.seconds)))
         print(f"{args.phase}, {args.clients} connections, {args.rounds} rounds of {args.seconds:g} s, alternated:")
         for tree, runs in zip(trees, got, strict=True):
             rates, cpus = [x[0] for x in runs], [x[1] for x in runs]
@@ -144,9 +128,8 @@ def main() -> None:
                 f"rate median {statistics.median(rate):.2f} [{min(rate):.2f}-{max(rate):.2f}]"
             )
     finally:
-        for proc, _ in services:
-            proc.terminate()
-            proc.wait()
+        for service in services:
+            service.stop()
 
 
 if __name__ == "__main__":
