@@ -1,17 +1,17 @@
 """An A/B of two source trees of jobq that this machine's drift cannot fake: both services run side by side (`jobq
-serve --workers 1` each, from its own tree through PYTHONPATH, on its own fresh database), and one path's load goes
-to each in short bursts, alternated, the order reversed every round. Each burst reports the rate and the serving
-process's CPU a job (from /proc, over the burst's measured seconds); the medians and ranges of the rounds are
-printed per tree, then each further tree's ratio to the first, round by round (both bursts of a round run within
-seconds of each other, so their ratio cancels most of the machine's drift, which the ranges carry: rates on this
-machine drift by a third within minutes).
+serve --workers 1` each, or --workers N, from its own tree through PYTHONPATH, on its own fresh database), and one
+path's load goes to each in short bursts, alternated, the order reversed every round. Each burst reports the rate
+and the serving processes' CPU a job (from /proc, over the burst's measured seconds); the medians and ranges of the
+rounds are printed per tree, then each further tree's ratio to the first, round by round (both bursts of a round
+run within seconds of each other, so their ratio cancels most of the machine's drift, which the ranges carry: rates
+on this machine drift by a third within minutes).
 
-    .venv/bin/python bench/ab.py --trees /tmp/base,. [--phase enqueue|batch|claim10|claim10next|claim1]
-                                 [--clients 64] [--rounds 8] [--seconds 2] [--preload N]
+    .venv/bin/python bench/ab.py --trees /tmp/base,. [--phase enqueue|batch|claim10|claim100|claim10next|claim1]
+                                 [--clients 64] [--rounds 8] [--seconds 2] [--preload N] [--workers 1]
 
 A tree is a checkout (`git worktree add /tmp/base <commit>`); both run this virtualenv's packages. `enqueue`: single
 jobs; `batch`: batches of 1,000; `claim*`: drains of a queue preloaded before each burst (claim 10 + batch complete,
-claim 10 with the completes on the next claim, claim 1 + complete).
+claim 100 + batch complete, claim 10 with the completes on the next claim, claim 1 + complete).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from bench.loadgen import Connection
 from bench.phases import ClaimComplete, Enqueue
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-PHASES = ("enqueue", "batch", "claim10", "claim10next", "claim1")
+PHASES = ("enqueue", "batch", "claim10", "claim100", "claim10next", "claim1")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -44,12 +44,12 @@ def port_free(port: int) -> bool:
         return s.connect_ex((HOST, port)) != 0
 
 
-def start(tree: Path, port: int, database: str) -> Service:
-    """`jobq serve --workers 1` from `tree` (bench/harness.py Service, its access log dropped)."""
+def start(tree: Path, port: int, database: str, workers: int = 1) -> Service:
+    """`jobq serve --workers N` from `tree` (bench/harness.py Service, its access log dropped)."""
     if not port_free(port):  # a leftover service would answer /readyz and be measured in this tree's place
         raise SystemExit(f"port {port} is in use: stop what listens there first")
     url = fresh_database(ADMIN, database)
-    service = Service(url, 1, port, extra_env={"PYTHONPATH": str(tree)}, log=Path(os.devnull))
+    service = Service(url, workers, port, extra_env={"PYTHONPATH": str(tree)}, log=Path(os.devnull))
     try:
         return service.start()
     except BaseException:
@@ -57,11 +57,12 @@ def start(tree: Path, port: int, database: str) -> Service:
         raise
 
 
-async def burst(phase: str, port: int, pid: int, clients: int, seconds: float) -> tuple[float, float]:
+async def burst(phase: str, port: int, pids: list[int], clients: int, seconds: float) -> tuple[float, float]:
     load = {
         "enqueue": lambda: Enqueue(port, 1),
         "batch": lambda: Enqueue(port, 1000),
         "claim10": lambda: ClaimComplete(port, 10),
+        "claim100": lambda: ClaimComplete(port, 100),
         "claim10next": lambda: ClaimComplete(port, 10, handin=True),
         "claim1": lambda: ClaimComplete(port, 1),
     }[phase]()
@@ -74,9 +75,9 @@ async def burst(phase: str, port: int, pid: int, clients: int, seconds: float) -
 
     await asyncio.gather(*(drive(c, time.monotonic() + 0.5) for c in conns))  # warm-up
     counter[0] = 0
-    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+    cpu0, t0 = sum(map(cpu_seconds, pids)), time.monotonic()
     await asyncio.gather(*(drive(c, t0 + seconds) for c in conns))
-    elapsed, cpu1 = time.monotonic() - t0, cpu_seconds(pid)
+    elapsed, cpu1 = time.monotonic() - t0, sum(map(cpu_seconds, pids))
     for c in conns:
         await c.close()
     if not counter[0]:
@@ -91,6 +92,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=2)
+    parser.add_argument("--workers", type=int, default=1, help="API processes a service (`jobq serve --workers`)")
     parser.add_argument("--preload", type=int, default=0, help="claim phases: jobs before each burst (default: enough)")
     args = parser.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",")]
@@ -100,7 +102,7 @@ def main() -> None:
     got: list[list[tuple[float, float]]] = [[] for _ in trees]
     try:
         for i, tree in enumerate(trees):
-            services.append(start(tree, 8800 + i, f"jobq_ab{i}"))
+            services.append(start(tree, 8800 + i, f"jobq_ab{i}", args.workers))
         for r in range(args.rounds):
             order = list(range(len(trees)))
             for i in order if r % 2 == 0 else order[::-1]:
@@ -109,9 +111,12 @@ def main() -> None:
                     preload(service.database_url, preload_n)
                 elif r % 3 == 2:
                     preload(service.database_url, 0)  # the queue kept small
-                [pid] = service.api_pids()
-                got[i].append(asyncio.run(burst(args.phase, service.port, pid, args.clients, args.seconds)))
-        print(f"{args.phase}, {args.clients} connections, {args.rounds} rounds of {args.seconds:g} s, alternated:")
+                pids = service.api_pids()
+                got[i].append(asyncio.run(burst(args.phase, service.port, pids, args.clients, args.seconds)))
+        print(
+            f"{args.phase}, --workers {args.workers}, {args.clients} connections, {args.rounds} rounds of "
+            f"{args.seconds:g} s, alternated:"
+        )
         for tree, runs in zip(trees, got, strict=True):
             rates, cpus = [x[0] for x in runs], [x[1] for x in runs]
             print(

@@ -1,6 +1,8 @@
 """Statistics flush: this process's per-minute event counts go to queue_stats about once a second, so
 that every replica's /queues/{queue}/stats agrees (app/observability/metrics.py counts them). A failed flush
-keeps the counts for the next one; the last flush happens when the service stops."""
+keeps the counts for the next one; the last flush happens when the service stops. Each pass also applies the hot
+paths' tallied Prometheus counts (Metrics.apply), so that in multi-process mode they reach /metrics within a
+second."""
 
 from __future__ import annotations
 
@@ -21,9 +23,11 @@ class StatsFlush(Ticking):
         self.write = stats_writer(db)
 
     async def run_once(self) -> None:
+        self.metrics.apply()  # the hot paths' Prometheus counts (app/observability/metrics.py Tally)
         await self.metrics.flush(self.write)
 
     async def stop(self) -> None:
         await super().stop()
+        self.metrics.apply()
         with contextlib.suppress(Exception):  # the database may be gone at shutdown: a second's counts
             await self.metrics.flush(self.write)

@@ -36,17 +36,19 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"me
 
 
 _second = (-1, "")
+# "000+00:00" to "999+00:00": the milliseconds and zone of _now(), made once.
+_MILLIS = tuple(f"{ms:03d}+00:00" for ms in range(1000))
 
 
 def _now() -> str:
     """RFC 3339 UTC time with milliseconds; the date and time part is formatted once a second (this
     runs for every request)."""
     global _second
-    now = time.time()
-    whole = int(now)
+    ms = int(time.time() * 1000)
+    whole, frac = divmod(ms, 1000)
     if whole != _second[0]:
-        _second = (whole, datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
-    return f"{_second[1]}.{int((now - whole) * 1000):03d}+00:00"
+        _second = (whole, datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S."))
+    return _second[1] + _MILLIS[frac]
 
 
 LogFormat = Literal["json", "text"]
@@ -199,6 +201,7 @@ class Observability:
     ) -> None:
         self.app = app
         self.metrics = metrics
+        self.tally = metrics.tally
         self.access = access
         self.tracing = tracing
         self.clients = clients or ClientAddress(())
@@ -223,7 +226,8 @@ class Observability:
                 break
         if not request_id:
             request_id = self._next_id()
-        scope.setdefault("state", {})["request_id"] = request_id.decode()
+        rid = request_id.decode()
+        scope.setdefault("state", {})["request_id"] = rid
         status = 500
         tracing = self.tracing
         if tracing is not None:
@@ -248,20 +252,21 @@ class Observability:
             histogram = self._histograms.get(key)
             if histogram is None:  # labels() costs microseconds: look each child up once
                 histogram = self._histograms[key] = self.metrics.http_requests.labels(key[0], key[1], str(status))
-            histogram.observe(duration)
-            self.access.write(
-                {
-                    "ts": _now(),
-                    "level": "info",
-                    "logger": "jobq.access",
-                    "request_id": request_id.decode(),
-                    "client": self.clients.of(scope),
-                    "method": method,
-                    "route": template,
-                    "status": status,
-                    "duration_ms": round(duration * 1000, 3),
-                    "pid": self.pid,
-                }
-            )
+            self.tally.observe(histogram, duration)
+            if self.access.enabled:
+                self.access.write(
+                    {
+                        "ts": _now(),
+                        "level": "info",
+                        "logger": "jobq.access",
+                        "request_id": rid,
+                        "client": self.clients.of(scope),
+                        "method": method,
+                        "route": template,
+                        "status": status,
+                        "duration_ms": round(duration * 1000, 3),
+                        "pid": self.pid,
+                    }
+                )
             if tracing is not None:
-                tracing.finish(span, token, method, template, status, request_id.decode())
+                tracing.finish(span, token, method, template, status, rid)

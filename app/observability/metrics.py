@@ -10,7 +10,13 @@ Queue names come from clients, so the `queue` label is bounded: at most JOBQ_MET
 values per process (events of further queues are counted under `queue="(other)"`), and a queue without
 an event for JOBQ_METRICS_QUEUE_IDLE_SECONDS leaves /metrics, freeing its place. Multi-process mode keeps
 values in files that the exposition merges and that cannot forget one series: there the cap holds but
-series stay until the processes restart."""
+series stay until the processes restart.
+
+What the hot paths count (job events, job durations, the request histogram) is added up in plain numbers and
+applied to the Prometheus values in one go (Tally): when this process answers /metrics (or its registry is read)
+and once a second. In multi-process mode each increment of a Prometheus value is a locked write to a memory-mapped
+file (2.2 µs an increment, 4.5 µs an observation, measured on the reference machine: a claim of 100 jobs observed
+100 durations), so there another process's counts reach /metrics within a second."""
 
 from __future__ import annotations
 
@@ -20,11 +26,11 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 log = logging.getLogger("jobq.metrics")
@@ -122,12 +128,57 @@ def _retrieve(task: asyncio.Future[None]) -> None:
         task.exception()
 
 
+class Tally:
+    """Increments of labelled Prometheus counters and observations of labelled histograms, kept as plain numbers
+    until `apply()` adds them to the values (one increment a value, whatever the number of events). Touched only
+    from the event loop's thread, like the rest of Metrics' hot half."""
+
+    def __init__(self) -> None:
+        self._incs: dict[Any, float] = {}  # counter child -> amount not yet applied
+        self._observed: dict[Any, tuple[list[float], list[int]]] = {}  # histogram child -> ([sum], bucket counts)
+
+    def inc(self, counter: Any, amount: float = 1) -> None:
+        self._incs[counter] = self._incs.get(counter, 0) + amount
+
+    def observe(self, histogram: Any, amount: float) -> None:
+        seen = self._observed.get(histogram)
+        if seen is None:
+            seen = self._observed[histogram] = ([0.0], [0] * len(histogram._upper_bounds))
+        seen[0][0] += amount
+        # The first bucket whose bound is >= amount, as Histogram.observe picks it (the last bound is +Inf).
+        seen[1][bisect.bisect_left(histogram._upper_bounds, amount)] += 1
+
+    def apply(self) -> None:
+        incs, self._incs = self._incs, {}
+        for counter, amount in incs.items():
+            counter.inc(amount)
+        observed, self._observed = self._observed, {}
+        for histogram, (total, counts) in observed.items():
+            histogram._sum.inc(total[0])
+            for value, n in zip(histogram._buckets, counts, strict=True):
+                if n:
+                    value.inc(n)
+
+
+class _TalliedRegistry(CollectorRegistry):
+    """A registry whose readers (the exposition, get_sample_value) see what the tally holds."""
+
+    def __init__(self, tally: Tally) -> None:
+        super().__init__()
+        self._tally = tally
+
+    def collect(self) -> Iterator[Metric]:
+        self._tally.apply()
+        yield from super().collect()
+
+
 class Metrics:
     def __init__(self, max_queues: int = 1000, queue_idle_seconds: float = 3600.0) -> None:
         # Multi-process mode (`jobq serve --workers N`): values live in files the /metrics endpoint
         # merges; otherwise a registry of this app (tests build many apps in one process).
         self.multiprocess = multiprocess_dir() is not None
-        self.registry = CollectorRegistry()
+        self.tally = Tally()
+        self.registry: CollectorRegistry = _TalliedRegistry(self.tally)
         reg = None if self.multiprocess else self.registry
         labels = ["queue"]
         self.jobs = {
@@ -265,6 +316,7 @@ class Metrics:
         """Remove the series of queues idle past JOBQ_METRICS_QUEUE_IDLE_SECONDS (one process only)."""
         if self.multiprocess:
             return []
+        self.tally.apply()  # before their series go: what is tallied for them would go to a value no one reads
         gone = self.queue_labels.idle()
         for queue in gone:
             for metric in self._queue_metrics:
@@ -344,7 +396,7 @@ class Metrics:
     def count(self, event: str, queue: str, n: int = 1) -> None:
         if n <= 0:
             return
-        self._child(event, queue).inc(n)
+        self.tally.inc(self._child(event, queue), n)
         self._minute(queue).counts[event] += n
 
     def count_many(self, event: str, queues: Iterable[str]) -> None:
@@ -358,10 +410,11 @@ class Metrics:
         self.count("completed", queue, len(durations_ms))
         m = self._minute(queue)
         hist = self._child("duration", queue)
+        observe = self.tally.observe
         for d in durations_ms:
             m.durations[bisect.bisect_left(DURATION_BOUNDS_MS, d)] += 1
             m.duration_max = max(m.duration_max, d)
-            hist.observe(d / 1000)
+            observe(hist, d / 1000)
 
     # -- the shared per-minute statistics ------------------------------------------------------------------
 
@@ -405,9 +458,14 @@ class Metrics:
 
     # -- exposition ----------------------------------------------------------------------------------------------
 
+    def apply(self) -> None:
+        """Add what the hot paths counted since the last time to the Prometheus values (see Tally)."""
+        self.tally.apply()
+
     def exposition_registry(self) -> CollectorRegistry:
         if not self.multiprocess:
             return self.registry
+        self.tally.apply()  # this process's; the others' within a second (StatsFlush)
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return registry
