@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
 import psycopg
@@ -339,3 +339,76 @@ def test_request_body_limit_with_and_without_content_length(server_factory, db: 
     assert "content-length" not in r.request.headers
     problem(r, 413, "payload-too-large")
     assert count_jobs(db) == 0
+
+
+def _varied_jobs(n: int, now: datetime) -> list[dict[str, object]]:
+    """Plain jobs (no key) with every field an enqueue may set, and text that COPY's format must escape."""
+    odd = ["back\\slash", "tab\there", "new\nline", "cr\rhere", 'quote"s', "ünïcødé ✓", "\\N", "", "a\\tb"]
+    jobs: list[dict[str, object]] = []
+    for i in range(n):
+        job: dict[str, object] = {"payload": {"n": i, "s": odd[i % len(odd)], "nested": [{"x": 1.5}, None, True]}}
+        if i % 5 == 1:
+            job["priority"] = i % 7 - 3
+        if i % 5 == 2:
+            job["delay_seconds"] = 30.25
+        if i % 5 == 3:
+            job["run_at"] = (now + timedelta(hours=2, microseconds=i)).astimezone(timezone(timedelta(hours=2)))
+            job["run_at"] = job["run_at"].isoformat()  # type: ignore[union-attr]
+        if i % 4 == 1:
+            job["max_attempts"] = 1 + i % 9
+        if i % 3 == 1:
+            job["group"] = ["g\\1", 'g"2', "g ✓"][i % 9 // 3]
+        if i % 6 == 5:
+            job["timeout_seconds"] = 60 + i
+        jobs.append(job)
+    jobs[0]["payload"] = "just a string with a \\ backslash"
+    jobs[1]["payload"] = None
+    return jobs
+
+
+@pytest.mark.parametrize("minimal", [False, True], ids=["full answer", "minimal answer"])
+def test_a_large_batch_without_keys_answers_each_job_as_stored(
+    server: LiveServer, db: psycopg.Connection, minimal: bool
+) -> None:
+    """A batch of COPY_MIN or more jobs none of which has a key is written by COPY, its answer made from what was
+    written (app/db/jobs.py _copy_insert): every job of the answer is the job as GET reads it back, in the batch's
+    order, with the defaults, delays and run times the statement of smaller batches gives."""
+    from app.db.jobs import COPY_MIN
+
+    before = db_now(db)
+    jobs = _varied_jobs(COPY_MIN + 7, before)
+    headers = {"prefer": "return=minimal"} if minimal else {}
+    r = server.client.post("/queues/copied/jobs/batch", json={"jobs": jobs}, headers=headers)
+    assert r.status_code == 201, r.text
+    out = r.json()["jobs"]
+    assert len(out) == len(jobs) and count_jobs(db) == len(jobs)
+    ids = [j["id"] for j in out]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    if minimal:
+        assert all(j["status"] == "pending" and j["created"] and j["enqueued"] == "created" for j in out)
+    else:
+        assert r.json()["enqueued"] == ["created"] * len(jobs)
+    stored = [server.client.get(f"/jobs/{i}").json() for i in ids]
+    if not minimal:
+        assert out == stored  # every field, the payload as a JSON value
+    for job, got in zip(jobs, stored, strict=True):
+        assert got["payload"] == job["payload"]
+        assert got["priority"] == job.get("priority", 0)
+        assert got["max_attempts"] == job.get("max_attempts", 5)
+        assert got["group"] == job.get("group")
+        assert got["timeout_seconds"] == job.get("timeout_seconds")
+        created, run_at = datetime.fromisoformat(got["created_at"]), datetime.fromisoformat(got["run_at"])
+        assert created >= before
+        if "run_at" in job:
+            assert run_at == datetime.fromisoformat(str(job["run_at"]))
+        else:
+            assert run_at - created == timedelta(seconds=float(job.get("delay_seconds", 0)))  # type: ignore[arg-type]
+    # Claim order: priority, then run time, then id: the batch's order among equals.
+    claimed = []
+    while batch := server.client.post("/queues/copied/claim", json={"worker": "w", "limit": 100}).json()["jobs"]:
+        claimed += batch
+    due = sorted(
+        (j for j in stored if datetime.fromisoformat(j["run_at"]) <= datetime.fromisoformat(stored[0]["created_at"])),
+        key=lambda j: (-j["priority"], j["run_at"], j["id"]),
+    )
+    assert [j["id"] for j in claimed] == [j["id"] for j in due]

@@ -18,7 +18,7 @@ import app.db
 # module, a statement is a list of names. Rendered, it is what runs, and grep finds it.
 HEADER = "-- Rendered from app/{module}.py by `make sql`: do not edit. tests/unit/test_sql_rendered.py compares.\n"
 # What a statement starts with, once its comments are gone; fragments start with a column, a paren, a CTE.
-_STATEMENT = re.compile(r"(SELECT|WITH|INSERT|UPDATE|DELETE|CREATE|ALTER|DROP|SET|LOCK|NOTIFY|VACUUM|ANALYZE)\b")
+_STATEMENT = re.compile(r"(SELECT|WITH|INSERT|UPDATE|DELETE|COPY|CREATE|ALTER|DROP|SET|LOCK|NOTIFY|VACUUM|ANALYZE)\b")
 _COMMENT = re.compile(r"--[^\n]*")
 _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")
 
