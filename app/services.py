@@ -56,7 +56,7 @@ from app.maintenance.rescuer import LeaseRescuer
 from app.maintenance.retention import Retention
 from app.maintenance.samples import BacklogSampler
 from app.maintenance.scheduler import Scheduler
-from app.maintenance.stats import StatsFlush
+from app.maintenance.stats import StatsFlush, TallyApply
 from app.maintenance.timeouts import TimeoutSweeper
 from app.maintenance.vacuum import Vacuum
 from app.maintenance.workers import WorkersFlush
@@ -195,6 +195,7 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
     scheduler = Scheduler(settings, db, metrics, effects)
     maintenance = Supervisor(
         [
+            TallyApply(metrics),  # first: stopped last, after every other service's last count
             WakeupListener(url, wakeups, keys, configs),
             FallbackPoll(dispatcher, results, settings.poll_interval_seconds, metrics),
             LeaseRescuer(settings, db, metrics, effects, release),

@@ -341,13 +341,14 @@ RETURNING {job_columns(full, keyed=False)}
 JOB_INSERT_BATCH = {"full": _job_insert_batch("true"), "brief": _job_insert_batch("false")}
 
 
-# A batch of at least COPY_MIN jobs none of which has an idempotency key (nothing to look up or skip; unique,
-# debounced and dependent jobs never come here) is written on plain PostgreSQL with COPY: its ids drawn first in
-# one statement (with the time that becomes each job's created_at, and its run_at unless delayed or given), then
-# the rows copied in as text, and the answer made from what was written: no statement to plan, no JSON batch to
-# take apart, no rows to send back. Measured on a 1,000-job batch (docs/benchmarks-history.md, "COPY for large
-# batches"): 21 ms against 34 from the client's side, the client's CPU 6.4 ms against 10.9. Below a hundred or so
-# jobs the extra round trip costs more than it saves. Not on Citus (JOB_INSERT_BATCH and the VALUES lists there).
+# A batch of at least COPY_MIN jobs none of which has an idempotency key (nothing to look up or skip; unique and
+# debounced jobs never come here, a dependent batch comes inside its own transaction) is written on plain
+# PostgreSQL with COPY: its ids drawn first in one statement (with the time that becomes each job's created_at, and
+# its run_at unless delayed or given), then the rows copied in as text, and the answer made from what was written:
+# no statement to plan, no JSON batch to take apart, no rows to send back. Measured on a 1,000-job batch
+# (BENCHMARKS.md, "Kept: batches of 200 jobs or more copied in"): 21 ms against 34 from the client's side, the
+# client's CPU 6.4 ms against 10.9. Below a hundred or so jobs the extra round trip costs more than it saves. Not on
+# Citus (JOB_INSERT_BATCH and the VALUES lists there).
 COPY_MIN = 200
 JOB_IDS = f"SELECT now(), array(SELECT nextval({_JOBS_SEQ}) FROM generate_series(1, %(n)s))"
 JOB_COPY = (
@@ -400,7 +401,7 @@ async def _copy_insert(conn: psycopg.AsyncConnection[Any], jobs: Sequence[NewJob
             )
         )  # fmt: skip
     async with conn.cursor().copy(JOB_COPY) as copy:
-        await copy.write("".join(lines).encode())
+        await copy.write("".join(lines))  # encoded as the connection's encoding, as every other statement's text
     return rows
 
 

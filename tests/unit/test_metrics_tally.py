@@ -4,6 +4,8 @@ Tally): what /metrics shows must be exactly what prometheus_client's own inc() a
 from __future__ import annotations
 
 import math
+import sys
+import threading
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -62,3 +64,35 @@ def test_the_registry_applies_before_it_is_read() -> None:
     assert 'jobq_jobs_enqueued_total{queue="q"} 4.0' in text
     metrics.count("enqueued", "q", 2)
     assert 'jobq_jobs_enqueued_total{queue="q"} 6.0' in generate_latest(metrics.exposition_registry()).decode()
+
+
+def test_a_registry_read_from_another_thread_loses_and_doubles_nothing() -> None:
+    """The event loop counts while a registry is read (and so applied) from another thread (the tests' client
+    thread, an embedding application): every event is counted exactly once."""
+    metrics = Metrics()
+    n = 100_000
+    done = threading.Event()
+
+    def count() -> None:
+        for _ in range(n):
+            metrics.count("enqueued", "q")
+            metrics.completed("q", [1.0])
+        done.set()
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter will
+    try:
+        counter = threading.Thread(target=count)
+        counter.start()
+        reads = 0
+        while not done.is_set():
+            metrics.registry.get_sample_value("jobq_jobs_enqueued_total", {"queue": "q"})
+            reads += 1
+        counter.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert reads > 0
+    assert metrics.registry.get_sample_value("jobq_jobs_enqueued_total", {"queue": "q"}) == n
+    assert metrics.registry.get_sample_value("jobq_jobs_completed_total", {"queue": "q"}) == n
+    assert metrics.registry.get_sample_value("jobq_job_duration_seconds_count", {"queue": "q"}) == n
+    assert metrics.registry.get_sample_value("jobq_job_duration_seconds_bucket", {"queue": "q", "le": "0.005"}) == n
