@@ -329,7 +329,7 @@ class Metrics:
         """Remove the series of queues idle past JOBQ_METRICS_QUEUE_IDLE_SECONDS (one process only)."""
         if self.multiprocess:
             return []
-        self.tally.apply()  # before their series go: what is tallied for them would go to a value no one reads
+        self.apply()  # before their series go: what is tallied for them would go to a value no one reads
         gone = self.queue_labels.idle()
         for queue in gone:
             for metric in self._queue_metrics:
@@ -477,7 +477,7 @@ class Metrics:
     def exposition_registry(self) -> CollectorRegistry:
         if not self.multiprocess:
             return self.registry
-        self.tally.apply()  # this process's; the others' within a second (app/maintenance/stats.py TallyApply)
+        self.apply()  # this process's; the others' within a second (app/maintenance/stats.py TallyApply)
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return registry
