@@ -552,6 +552,78 @@ def test_an_answer_from_before_the_outage_does_not_end_it(database_url: str, pg_
     assert isinstance(outcome["next"], DatabaseUnavailable), outcome
 
 
+def test_an_answer_lent_just_after_the_first_loss_does_not_end_the_outage(database_url: str, pg_admin_url: str) -> None:
+    """CI caught a heartbeat answered after 4.4 s during a `pg_ctl stop -m immediate`, after the fix above: a request
+    lent an idle connection just after the first lost connection was answered by a server process that had not
+    died yet, and ended the outage; the next requests waited until the pool's round of reconnection attempts
+    failed (RECONNECT_SECONDS, then OUTAGE_WAIT_SECONDS). Here: one request's connection is lost, a request lent
+    the pool's other (older) connection right after is served, then that server process is lost too and new
+    connections are refused. The next request is answered 503 within OUTAGE_WAIT_SECONDS, before the pool's first
+    round of reconnection attempts has failed (it fails after about 3 s): the old code answered only after it."""
+    import asyncio
+
+    from app.db.pool import Database
+    from app.errors import DatabaseUnavailable
+    from tests.conftest import make_settings
+
+    refusals = Refusals(database_url, pg_admin_url)
+    admin = refusals.admin
+    outcome: dict[str, Any] = {}
+
+    class Counted(Database):
+        rounds_failed = 0
+
+        def _reconnect_failed(self, pool: Any) -> None:
+            self.rounds_failed += 1
+            super()._reconnect_failed(pool)
+
+    async def scenario() -> None:
+        settings = make_settings(database_url, pool_min_size=2, pool_max_size=2, pool_timeout_seconds=60)
+        database = Counted(settings, database_url)
+        await database.open(10)
+        try:
+            async with database.connection() as conn:
+                victim = conn.info.backend_pid
+                refusals.refuse()
+                admin.execute("SELECT pg_terminate_backend(%s::int)", (victim,))
+                while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (victim,)).fetchone()[0]:
+                    await asyncio.sleep(0.01)  # gone
+                await conn.execute("SELECT 1")
+            outcome["victim"] = "served"
+        except DatabaseUnavailable as exc:
+            outcome["victim"] = exc  # the first lost connection: the outage begins
+        try:
+            async with database.connection() as conn:  # the pool's other connection, made before the loss
+                late = conn.info.backend_pid
+                await conn.execute("SELECT 1")
+            outcome["late"] = "served"
+        except DatabaseUnavailable as exc:
+            outcome["late"] = exc
+        admin.execute("SELECT pg_terminate_backend(%s::int)", (late,))
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (late,)).fetchone()[0]:
+            await asyncio.sleep(0.01)  # gone
+        await database.pool.check()  # the pool finds its idle connection dead: it has none left
+        try:
+            # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
+            async with asyncio.timeout(30):
+                async with database.connection() as conn:
+                    await conn.execute("SELECT 1")
+            outcome["next"] = "served"
+        except DatabaseUnavailable as exc:
+            outcome["next"] = exc
+        outcome["rounds failed before the answer"] = database.rounds_failed
+        await database.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        refusals.close()
+    assert isinstance(outcome["victim"], DatabaseUnavailable), outcome
+    assert outcome["late"] == "served", outcome
+    assert isinstance(outcome["next"], DatabaseUnavailable), outcome
+    assert outcome["rounds failed before the answer"] == 0, outcome
+
+
 def test_a_server_refusing_only_new_connections_is_no_outage(database_url: str, pg_admin_url: str) -> None:
     """Found by review: the pool failing to add a connection for RECONNECT_SECONDS starts an outage (waiting
     requests cut short after a second), but a server that refuses only new connections (max_connections reached,

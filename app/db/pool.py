@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, cast
@@ -34,6 +35,12 @@ log = logging.getLogger("jobq.db")
 # may wait for that statement's wait first: two of these, well within the bound.
 OUTAGE_WAIT_SECONDS = 1.0
 OUTAGE_GAVE_UP = "the database became unreachable while this request waited for a connection"
+# What ends an outage is a request served by a connection made after its latest loss, or by an older one lent at
+# least this long after that loss. In a `pg_ctl stop -m immediate` the server processes die some milliseconds
+# apart, and one not yet dead can answer a statement lent just after the first loss (CI: that answer ended the
+# outage, and a heartbeat then waited 4.4 s, until the pool's reconnection round failed); an older connection
+# still serving a second later is a survivor of a lost backend, not a dying server.
+SURVIVOR_SECONDS = OUTAGE_WAIT_SECONDS
 
 
 @contextmanager
@@ -172,6 +179,7 @@ class Database:
         # of a `pg_ctl stop -m immediate`, reset `unreachable`, and the next requests waited the pool's 5 s).
         self._lost_at = 0.0
         self._served_at = 0.0  # when a request was last served (time.monotonic())
+        self._made: weakref.WeakKeyDictionary[psycopg.AsyncConnection[object], float] = weakref.WeakKeyDictionary()
         # Tasks waiting in the pool for a connection now (_lend). When a connection is lost or refused (not on a
         # PoolTimeout, which a pool only busy gives too), those still waiting OUTAGE_WAIT_SECONDS later are cut
         # short (_cut_waits), not left to wait out their JOBQ_POOL_TIMEOUT_SECONDS. No task or event per lend.
@@ -181,6 +189,7 @@ class Database:
         self._cutting: set[asyncio.TimerHandle] = set()
 
     async def _configure(self, conn: psycopg.AsyncConnection[object]) -> None:
+        self._made[conn] = time.monotonic()
         schema.use(conn, self.location)
         cur = await conn.execute(SESSION_SETTINGS, (str(self.settings.statement_timeout_ms),))
         row = await cur.fetchone()
@@ -279,11 +288,13 @@ class Database:
                             if not await self._moved(conn):
                                 raise
                             raise DatabaseUnavailable("jobq's tables moved into their schema just now; retry.") from exc
-                        # Reachable again once a connection lent since the latest loss has served, not when
-                        # one is handed out: in an outage the pool still lends its idle connections, all dead,
-                        # and a request arriving while one of them is out would otherwise wait the whole
-                        # JOBQ_POOL_TIMEOUT_SECONDS.
-                        if lent_at > self._lost_at and not conn.broken:
+                        # Reachable again once a request has been served since the latest loss, not when a
+                        # connection is handed out: in an outage the pool still lends its idle connections, all
+                        # dead, and a request arriving while one of them is out would otherwise wait the whole
+                        # JOBQ_POOL_TIMEOUT_SECONDS. Served by a connection made since that loss, or by an older
+                        # one lent SURVIVOR_SECONDS after it (one lent sooner may be answered by a dying server).
+                        lost = self._lost_at
+                        if not conn.broken and (lent_at >= lost + SURVIVOR_SECONDS or self._made.get(conn, 0.0) > lost):
                             self.unreachable = False
                             self._served_at = time.monotonic()
                 finally:
