@@ -46,7 +46,14 @@ def configure(service: ServeProcess, queue: str, **fields: Any) -> None:
 
 def enqueue(service: ServeProcess, queue: str, jobs: list[dict[str, Any]]) -> None:
     for at in range(0, len(jobs), 1000):
-        r = service.client.post(f"/queues/{queue}/jobs/batch", json={"jobs": jobs[at : at + 1000]})
+        try:
+            r = service.client.post(f"/queues/{queue}/jobs/batch", json={"jobs": jobs[at : at + 1000]})
+        except httpx.HTTPError as exc:
+            # CI saw the server close a connection without answering one of these, once, under load: the
+            # service's own log is what tells why.
+            raise AssertionError(
+                f"batch {at // 1000}: {exc!r}; the service's log:\n{service.output()[-20000:]}"
+            ) from exc
         assert r.status_code == 201, r.text
 
 
