@@ -327,11 +327,21 @@ FROM span s
 
 -- name: QUEUE_STATS --
 WITH RECURSIVE 
-pending AS (
+estimate AS (
+  -- The background's count (one row or none: max() makes it one row of nulls). A kind it found past the exact
+  -- maximum is not read again here (the read would stop at the maximum anyway: GET /queues does the same); the
+  -- others are counted up to it.
+  SELECT max(ready) AS ready, max(scheduled) AS scheduled, max(running) AS running, max(waiting) AS waiting,
+         max(on_last) AS on_last, max(one_left) AS one_left, max(oldest_ready) AS oldest_ready,
+         max(counted_at) AS counted_at
+  FROM jobq.queue_live_counts WHERE queue_name = %(queue)s
+), pending AS (
   -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first %(over)s pending jobs.
   SELECT count(*) AS n, count(*) FILTER (WHERE run_at <= now()) AS ready,
-         count(*) FILTER (WHERE run_at > now()) AS scheduled
+         count(*) FILTER (WHERE run_at > now()) AS scheduled,
+         coalesce((SELECT ready + scheduled FROM estimate) > %(over)s - 1, false) AS big
   FROM (SELECT run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
+          AND coalesce((SELECT ready + scheduled FROM estimate) <= %(over)s - 1, true)
         ORDER BY priority DESC, run_at, id LIMIT %(over)s) s
 ), levels(p, first_run, k) AS (
   SELECT f.priority, f.run_at, 1 FROM (
@@ -346,36 +356,39 @@ pending AS (
   -- Past 100 levels (the walk looks at one more to know), the background's figure may be older still.
   SELECT min(first_run) FILTER (WHERE first_run <= now()) AS ready_at, count(*) > 100 AS partial FROM levels
 ), running AS (
-  SELECT count(*) AS n FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
-                             LIMIT %(over)s) s
+  SELECT count(*) AS n, coalesce((SELECT running FROM estimate) > %(over)s - 1, false) AS big
+  FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
+          AND coalesce((SELECT running FROM estimate) <= %(over)s - 1, true)
+        LIMIT %(over)s) s
 ), waiting AS (
   -- Index-only over jobs_waiting_idx: jobs waiting for their dependencies.
-  SELECT count(*) AS n FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
-                             ORDER BY id LIMIT %(over)s) s
+  SELECT count(*) AS n, coalesce((SELECT waiting FROM estimate) > %(over)s - 1, false) AS big
+  FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
+          AND coalesce((SELECT waiting FROM estimate) <= %(over)s - 1, true)
+        ORDER BY id LIMIT %(over)s) s
 ), last_attempts AS (
   -- jobs_last_attempts_idx holds exactly these rows.
   SELECT count(*) AS n, count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
-         count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left
+         count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left,
+         coalesce((SELECT on_last + one_left FROM estimate) > %(over)s - 1, false) AS big
   FROM (SELECT attempts, max_attempts FROM jobq.jobs
         WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
+          AND coalesce((SELECT on_last + one_left FROM estimate) <= %(over)s - 1, true)
         LIMIT %(over)s) s
-), estimate AS (
-  -- The background's count (one row or none: max() makes it one row of nulls).
-  SELECT max(ready) AS ready, max(scheduled) AS scheduled, max(running) AS running, max(waiting) AS waiting,
-         max(on_last) AS on_last, max(one_left) AS one_left, max(oldest_ready) AS oldest_ready,
-         max(counted_at) AS counted_at
-  FROM jobq.queue_live_counts WHERE queue_name = %(queue)s
 ), live AS (
-  SELECT CASE WHEN p.n < %(over)s THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
-         CASE WHEN p.n < %(over)s THEN p.scheduled ELSE greatest(e.scheduled, p.scheduled) END AS scheduled,
+  SELECT CASE WHEN p.big THEN e.ready WHEN p.n < %(over)s THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
+         CASE WHEN p.big THEN e.scheduled WHEN p.n < %(over)s THEN p.scheduled
+              ELSE greatest(e.scheduled, p.scheduled) END AS scheduled,
          CASE WHEN o.partial THEN least(o.ready_at, e.oldest_ready) ELSE o.ready_at END AS oldest_ready,
-         CASE WHEN r.n < %(over)s THEN r.n ELSE greatest(e.running, r.n) END AS running,
-         CASE WHEN w.n < %(over)s THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
-         CASE WHEN l.n < %(over)s THEN l.on_last ELSE greatest(e.on_last, l.on_last) END AS on_last,
-         CASE WHEN l.n < %(over)s THEN l.one_left ELSE greatest(e.one_left, l.one_left) END AS one_left,
-         greatest(p.n, r.n, w.n, l.n) >= %(over)s OR o.partial AS estimated,
+         CASE WHEN r.big THEN e.running WHEN r.n < %(over)s THEN r.n ELSE greatest(e.running, r.n) END AS running,
+         CASE WHEN w.big THEN e.waiting WHEN w.n < %(over)s THEN w.n ELSE greatest(e.waiting, w.n) END AS waiting,
+         CASE WHEN l.big THEN e.on_last WHEN l.n < %(over)s THEN l.on_last ELSE greatest(e.on_last, l.on_last)
+         END AS on_last,
+         CASE WHEN l.big THEN e.one_left WHEN l.n < %(over)s THEN l.one_left ELSE greatest(e.one_left, l.one_left)
+         END AS one_left,
+         p.big OR r.big OR w.big OR l.big OR greatest(p.n, r.n, w.n, l.n) >= %(over)s OR o.partial AS estimated,
          e.counted_at
-  FROM pending p, oldest o, running r, waiting w, last_attempts l, estimate e
+  FROM estimate e, pending p, oldest o, running r, waiting w, last_attempts l
 ), finished AS (
   -- Kept exact by the statements that finish jobs (see app/db/jobs.py count_finished): no scan of history.
   SELECT coalesce(sum(n) FILTER (WHERE status = 'completed'), 0) AS completed,
