@@ -42,6 +42,7 @@ from app.core.wakeups import Wakeups
 from app.core.workers import WorkerActivity, WorkerService
 from app.db import keys as store_keys
 from app.db import migrate, schema
+from app.db.live_counts import trusted_seconds
 from app.db.pool import Database
 from app.db.replica import Reads
 from app.maintenance.base import Supervisor
@@ -204,7 +205,15 @@ async def build_services(settings: Settings, telemetry: Telemetry) -> Services:
             scheduler,
             Retention(settings, db, metrics, effects),
             Vacuum(settings, db, metrics),
-            Gauges(metrics, db, dispatcher, results, settings.gauges_interval_seconds, settings.stats_exact_max),
+            Gauges(
+                metrics,
+                db,
+                dispatcher,
+                results,
+                settings.gauges_interval_seconds,
+                settings.stats_exact_max,
+                trusted_seconds(settings.live_counts_interval_seconds),
+            ),
             BacklogSampler(db, metrics),
             LiveCounts(db, metrics, settings.live_counts_interval_seconds),
             StatsFlush(metrics, db),

@@ -76,26 +76,28 @@ FROM names n
 LEFT JOIN jobq.queue_live_counts e ON e.queue_name = n.name
 -- A queue the background has not counted (new, or empty at its last count) is read up to the whole maximum: such
 -- queues are few, and a small share of it could take a few high-priority jobs due later for all there is.
-CROSS JOIN LATERAL (SELECT CASE WHEN e.queue_name IS NULL THEN %(over_new)s::int ELSE %(over)s::int END AS over) x
+CROSS JOIN LATERAL (SELECT CASE WHEN e.queue_name IS NULL THEN %(over_new)s::int ELSE %(over)s::int END AS over,
+                           -- recent enough to stand for a kind without a read (live_counts.trusted_seconds)
+                           coalesce(e.counted_at > now() - make_interval(secs => %(trust)s::float8), false) AS fresh) x
 CROSS JOIN LATERAL (
   -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first x.over pending jobs.
   SELECT count(*) AS n, count(*) FILTER (WHERE j.run_at <= now()) AS ready,
          count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
          min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready,
-         coalesce(e.ready + e.scheduled > x.over - 1, false) AS big
+         coalesce(x.fresh AND e.ready + e.scheduled > x.over - 1, false) AS big
   FROM (SELECT j.run_at FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
-          AND coalesce(e.ready + e.scheduled <= x.over - 1, true)
+          AND coalesce(NOT x.fresh OR e.ready + e.scheduled <= x.over - 1, true)
         ORDER BY j.priority DESC, j.run_at, j.id LIMIT x.over) j
 ) p
 CROSS JOIN LATERAL (
-  SELECT count(*) AS n, coalesce(e.running > x.over - 1, false) AS big
+  SELECT count(*) AS n, coalesce(x.fresh AND e.running > x.over - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'running' COLLATE "C"
-          AND coalesce(e.running <= x.over - 1, true) LIMIT x.over) j
+          AND coalesce(NOT x.fresh OR e.running <= x.over - 1, true) LIMIT x.over) j
 ) r
 CROSS JOIN LATERAL (
-  SELECT count(*) AS n, coalesce(e.waiting > x.over - 1, false) AS big
+  SELECT count(*) AS n, coalesce(x.fresh AND e.waiting > x.over - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'waiting'
-          AND coalesce(e.waiting <= x.over - 1, true) ORDER BY j.id LIMIT x.over) j
+          AND coalesce(NOT x.fresh OR e.waiting <= x.over - 1, true) ORDER BY j.id LIMIT x.over) j
 ) w
 LEFT JOIN LATERAL (
   SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
@@ -205,26 +207,28 @@ FROM names n
 LEFT JOIN jobq.queue_live_counts e ON e.queue_name = n.name
 -- A queue the background has not counted (new, or empty at its last count) is read up to the whole maximum: such
 -- queues are few, and a small share of it could take a few high-priority jobs due later for all there is.
-CROSS JOIN LATERAL (SELECT CASE WHEN e.queue_name IS NULL THEN %(over_new)s::int ELSE %(over)s::int END AS over) x
+CROSS JOIN LATERAL (SELECT CASE WHEN e.queue_name IS NULL THEN %(over_new)s::int ELSE %(over)s::int END AS over,
+                           -- recent enough to stand for a kind without a read (live_counts.trusted_seconds)
+                           coalesce(e.counted_at > now() - make_interval(secs => %(trust)s::float8), false) AS fresh) x
 CROSS JOIN LATERAL (
   -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first x.over pending jobs.
   SELECT count(*) AS n, count(*) FILTER (WHERE j.run_at <= now()) AS ready,
          count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
          min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready,
-         coalesce(e.ready + e.scheduled > x.over - 1, false) AS big
+         coalesce(x.fresh AND e.ready + e.scheduled > x.over - 1, false) AS big
   FROM (SELECT j.run_at FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
-          AND coalesce(e.ready + e.scheduled <= x.over - 1, true)
+          AND coalesce(NOT x.fresh OR e.ready + e.scheduled <= x.over - 1, true)
         ORDER BY j.priority DESC, j.run_at, j.id LIMIT x.over) j
 ) p
 CROSS JOIN LATERAL (
-  SELECT count(*) AS n, coalesce(e.running > x.over - 1, false) AS big
+  SELECT count(*) AS n, coalesce(x.fresh AND e.running > x.over - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'running' COLLATE "C"
-          AND coalesce(e.running <= x.over - 1, true) LIMIT x.over) j
+          AND coalesce(NOT x.fresh OR e.running <= x.over - 1, true) LIMIT x.over) j
 ) r
 CROSS JOIN LATERAL (
-  SELECT count(*) AS n, coalesce(e.waiting > x.over - 1, false) AS big
+  SELECT count(*) AS n, coalesce(x.fresh AND e.waiting > x.over - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'waiting'
-          AND coalesce(e.waiting <= x.over - 1, true) ORDER BY j.id LIMIT x.over) j
+          AND coalesce(NOT x.fresh OR e.waiting <= x.over - 1, true) ORDER BY j.id LIMIT x.over) j
 ) w
 LEFT JOIN LATERAL (
   SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
@@ -335,13 +339,17 @@ estimate AS (
          max(on_last) AS on_last, max(one_left) AS one_left, max(oldest_ready) AS oldest_ready,
          max(counted_at) AS counted_at
   FROM jobq.queue_live_counts WHERE queue_name = %(queue)s
+), trusted AS (
+  -- The count when it is recent enough to stand for a kind without a read (live_counts.trusted_seconds); none
+  -- otherwise.
+  SELECT * FROM estimate WHERE counted_at > now() - make_interval(secs => %(trust)s::float8)
 ), pending AS (
   -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first %(over)s pending jobs.
   SELECT count(*) AS n, count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now()) AS scheduled,
-         coalesce((SELECT ready + scheduled FROM estimate) > %(over)s - 1, false) AS big
+         coalesce((SELECT ready + scheduled FROM trusted) > %(over)s - 1, false) AS big
   FROM (SELECT run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
-          AND coalesce((SELECT ready + scheduled FROM estimate) <= %(over)s - 1, true)
+          AND coalesce((SELECT ready + scheduled FROM trusted) <= %(over)s - 1, true)
         ORDER BY priority DESC, run_at, id LIMIT %(over)s) s
 ), levels(p, first_run, k) AS (
   SELECT f.priority, f.run_at, 1 FROM (
@@ -356,24 +364,24 @@ estimate AS (
   -- Past 100 levels (the walk looks at one more to know), the background's figure may be older still.
   SELECT min(first_run) FILTER (WHERE first_run <= now()) AS ready_at, count(*) > 100 AS partial FROM levels
 ), running AS (
-  SELECT count(*) AS n, coalesce((SELECT running FROM estimate) > %(over)s - 1, false) AS big
+  SELECT count(*) AS n, coalesce((SELECT running FROM trusted) > %(over)s - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'running' COLLATE "C"
-          AND coalesce((SELECT running FROM estimate) <= %(over)s - 1, true)
+          AND coalesce((SELECT running FROM trusted) <= %(over)s - 1, true)
         LIMIT %(over)s) s
 ), waiting AS (
   -- Index-only over jobs_waiting_idx: jobs waiting for their dependencies.
-  SELECT count(*) AS n, coalesce((SELECT waiting FROM estimate) > %(over)s - 1, false) AS big
+  SELECT count(*) AS n, coalesce((SELECT waiting FROM trusted) > %(over)s - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
-          AND coalesce((SELECT waiting FROM estimate) <= %(over)s - 1, true)
+          AND coalesce((SELECT waiting FROM trusted) <= %(over)s - 1, true)
         ORDER BY id LIMIT %(over)s) s
 ), last_attempts AS (
   -- jobs_last_attempts_idx holds exactly these rows.
   SELECT count(*) AS n, count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
          count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left,
-         coalesce((SELECT on_last + one_left FROM estimate) > %(over)s - 1, false) AS big
+         coalesce((SELECT on_last + one_left FROM trusted) > %(over)s - 1, false) AS big
   FROM (SELECT attempts, max_attempts FROM jobq.jobs
         WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
-          AND coalesce((SELECT on_last + one_left FROM estimate) <= %(over)s - 1, true)
+          AND coalesce((SELECT on_last + one_left FROM trusted) <= %(over)s - 1, true)
         LIMIT %(over)s) s
 ), live AS (
   SELECT CASE WHEN p.big THEN e.ready WHEN p.n < %(over)s THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,

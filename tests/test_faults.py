@@ -624,6 +624,71 @@ def test_an_answer_lent_just_after_the_first_loss_does_not_end_the_outage(databa
     assert outcome["rounds failed before the answer"] == 0, outcome
 
 
+def test_one_lost_backend_among_serving_ones_cuts_no_waiting_request(database_url: str, pg_admin_url: str) -> None:
+    """Found by review of the fix above: one pooled connection is lost (its backend terminated) while the pool's
+    other keeps serving and new connections are refused (a server at its connection limit). That loss starts an
+    outage, whose cut answers 503 to the requests still waiting OUTAGE_WAIT_SECONDS after it; the surviving
+    connection's next answer, lent SURVIVOR_SECONDS after the loss, must end the outage first. Here 30 requests of
+    50 ms queue for the one surviving connection (the last waits about 1.5 s): every one is served."""
+    import asyncio
+
+    from app.db.pool import Database
+    from app.errors import DatabaseUnavailable
+    from tests.conftest import make_settings
+
+    refusals = Refusals(database_url, pg_admin_url)
+    admin = refusals.admin
+    outcome: dict[str, Any] = {"served": 0, "refused": []}
+
+    async def scenario() -> None:
+        settings = make_settings(database_url, pool_min_size=2, pool_max_size=2, pool_timeout_seconds=60)
+        database = Database(settings, database_url)
+        await database.open(10)
+        held, go = asyncio.Event(), asyncio.Event()
+        pid: list[int] = []
+
+        async def victim() -> None:
+            try:
+                async with database.connection() as conn:
+                    pid.append(conn.info.backend_pid)
+                    held.set()
+                    await go.wait()
+                    await conn.execute("SELECT 1")
+            except DatabaseUnavailable:
+                outcome["lost"] = True  # the outage begins
+
+        async def request() -> None:
+            try:
+                async with database.connection() as conn:
+                    await conn.execute("SELECT pg_sleep(0.05)")
+                outcome["served"] += 1
+            except DatabaseUnavailable as exc:
+                outcome["refused"].append(str(exc.__cause__))
+
+        lost = asyncio.ensure_future(victim())
+        await held.wait()
+        refusals.refuse()
+        requests = [asyncio.ensure_future(request()) for _ in range(30)]
+        while len(database._waiting) < 29:  # all but one queued for the other connection
+            await asyncio.sleep(0.005)
+        admin.execute("SELECT pg_terminate_backend(%s::int)", (pid[0],))
+        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid[0],)).fetchone()[0]:
+            await asyncio.sleep(0.005)  # gone
+        go.set()
+        await lost
+        await asyncio.gather(*requests)
+        outcome["unreachable"] = database.unreachable
+        await database.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        refusals.close()
+    assert outcome.get("lost") is True, outcome
+    assert outcome["refused"] == [] and outcome["served"] == 30, outcome
+    assert outcome["unreachable"] is False
+
+
 def test_a_server_refusing_only_new_connections_is_no_outage(database_url: str, pg_admin_url: str) -> None:
     """Found by review: the pool failing to add a connection for RECONNECT_SECONDS starts an outage (waiting
     requests cut short after a second), but a server that refuses only new connections (max_connections reached,

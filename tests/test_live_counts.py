@@ -116,6 +116,28 @@ def test_counts_past_the_maximum_come_from_the_background_count(server_factory: 
     assert (q["counts"]["ready"], q["counts"]["scheduled"], q["counts_estimated"]) == (0, 10, False)
 
 
+def test_a_count_too_old_to_trust_does_not_stand_for_a_drained_queue(
+    server_factory: Any, db: psycopg.Connection
+) -> None:
+    """A kind the background's count found past the maximum is taken from that count without a read only while
+    the count is recent (app/db/live_counts.py trusted_seconds: two minutes at least). When no replica counts any
+    more (JOBQ_LIVE_COUNTS_INTERVAL_SECONDS 0 everywhere, or the counting replica down), a queue drained since is
+    read again: its figures are exact, not the old count's forever."""
+    server: LiveServer = server_factory(stats_exact_max=MAX, live_counts_interval_seconds=0)
+    enqueue_many(server, "q", 30)
+    count_now(server)
+    for c in server.claim(limit=30):
+        r = server.client.post(f"/jobs/{c['id']}/complete", json={"claim_token": c["claim_token"]})
+        assert r.status_code == 200, r.text
+    s = stats(server)
+    assert (s["counts"]["ready"], s["counts_estimated"]) == (30, True)  # the recent count stands
+    db.execute("UPDATE jobq.queue_live_counts SET counted_at = now() - interval '3 minutes'")
+    s = stats(server)
+    assert (s["counts"]["ready"], s["counts"]["pending"], s["counts_estimated"]) == (0, 0, False)
+    q = listed(server)["q"]
+    assert (q["counts"]["ready"], q["counts_estimated"]) == (0, False)
+
+
 def test_a_kind_that_grew_past_the_last_count_shows_at_least_the_maximum(
     server_factory: Any, db: psycopg.Connection
 ) -> None:

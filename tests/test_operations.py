@@ -259,9 +259,9 @@ def test_the_queue_list_pages(server_factory: Any, db: psycopg.Connection) -> No
     # Where the walks are refused (Citus), a page is QUEUES_PAGE_FANOUT's: the same rows as the walks', checked
     # here where both run (plain PostgreSQL), in one transaction so that both read the same now().
     for params in (
-        {"after": "", "allowed": None, "n": 4, "over": 10_001, "over_new": 10_001},
-        {"after": "a-3", "allowed": None, "n": 20, "over": 10_001, "over_new": 10_001},
-        {"after": "a-9", "allowed": "^b-", "n": 3, "over": 10_001, "over_new": 10_001},
+        {"after": "", "allowed": None, "n": 4, "over": 10_001, "over_new": 10_001, "trust": 120.0},
+        {"after": "a-3", "allowed": None, "n": 20, "over": 10_001, "over_new": 10_001, "trust": 120.0},
+        {"after": "a-9", "allowed": "^b-", "n": 3, "over": 10_001, "over_new": 10_001, "trust": 120.0},
     ):
         with db.transaction():
             try:

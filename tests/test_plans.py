@@ -342,12 +342,12 @@ HOT: dict[str, tuple[str, dict[str, Any], set[str]]] = {
     ),
     "stats": (
         store_ops.QUEUE_STATS,
-        {"queue": "q", "window": 300, "over": 10_001},
+        {"queue": "q", "window": 300, "over": 10_001, "trust": 120.0},
         {"jobs_claim_idx", "jobs_running_idx", "jobs_last_attempts_idx", "jobs_waiting_idx"},
     ),
     "queues": (
         store_ops.QUEUES_PAGE,
-        {"after": "", "allowed": None, "n": 1001, "over": 11, "over_new": 10_001},
+        {"after": "", "allowed": None, "n": 1001, "over": 11, "over_new": 10_001, "trust": 120.0},
         {"jobs_claim_idx", "jobs_running_idx", "jobs_waiting_idx"},
     ),
     # The background's count of every queue's live jobs (app/db/live_counts.py), once per interval.

@@ -18,6 +18,7 @@ from app.db import flow as store_flow
 from app.db import operations as store_ops
 from app.db import retention as store_retention
 from app.db.flow import QueueConfigRow
+from app.db.live_counts import trusted_seconds
 from app.db.pool import Database
 from app.db.replica import Conn, Reads
 from app.db.rows import JobRow, QueueRow
@@ -89,6 +90,8 @@ class OpsService:
         self.effects = effects
         self.wakeups = wakeups  # a queue resumed or reconfigured: not a move of any job
         self.configs = configs
+        # How old the background's count may be and still stand for a kind past the exact maximum.
+        self._trust = trusted_seconds(settings.live_counts_interval_seconds)
 
     async def _names(self, queue: str) -> tuple[str, ...]:
         """The names `queue` keeps jobs under: its own, and a spread queue's other keys (app/db/spread.py), as this
@@ -102,7 +105,7 @@ class OpsService:
             # The configuration first: it names the keys of a spread queue (app/db/spread.py), all added up.
             config = await store_flow.queue_config_get(conn, queue)
             names = key_names(queue, config.keys_used) if config is not None else (queue,)
-            r, groups = await store_ops.queue_stats(conn, names, seconds, self.settings.stats_exact_max)
+            r, groups = await store_ops.queue_stats(conn, names, seconds, self.settings.stats_exact_max, self._trust)
             return r, groups, config
 
         r, groups, config = await self.reads.run(read)
@@ -166,7 +169,7 @@ class OpsService:
             raise invalid(["query", "cursor"], "not a cursor of this listing; start again without one") from None
 
         async def read(conn: Conn) -> tuple[Any, Any]:
-            return await store_ops.queues_page(conn, allowed, after, limit, self.settings.stats_exact_max)
+            return await store_ops.queues_page(conn, allowed, after, limit, self.settings.stats_exact_max, self._trust)
 
         rows, last = await self.reads.run(read)
         return [_queue_document(q) for q in rows], encode_cursor(QUEUES, [last]) if last is not None else None

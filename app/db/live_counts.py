@@ -50,6 +50,16 @@ FROM (
 GROUP BY queue_name
 """
 
+
+# How old the background's count may be and still stand, without a read, for a kind of a queue's live jobs it found
+# past the exact maximum (app/db/operations.py: the stats and GET /queues): three of its intervals, and at least two
+# minutes (a count of a big backlog comes only every ten times its duration). An older count (no replica counts:
+# JOBQ_LIVE_COUNTS_INTERVAL_SECONDS 0 everywhere, or the counting replica is down) is used only past what the
+# request reads itself, so that a drained queue's figures are exact again.
+def trusted_seconds(interval: float) -> float:
+    return max(120.0, 3 * interval)
+
+
 # One replica counts at a time: a transaction-scoped advisory lock, tried (a replica that finds it held does not
 # wait for another's count). Not a row lock with SKIP LOCKED on the clock: on Citus, writes to a reference table
 # are serialised by a lock of Citus's own, which would make the others wait for the whole count.

@@ -94,13 +94,17 @@ estimate AS (
          max(on_last) AS on_last, max(one_left) AS one_left, max(oldest_ready) AS oldest_ready,
          max(counted_at) AS counted_at
   FROM jobq.queue_live_counts WHERE queue_name = %(queue)s
+), trusted AS (
+  -- The count when it is recent enough to stand for a kind without a read (live_counts.trusted_seconds); none
+  -- otherwise.
+  SELECT * FROM estimate WHERE counted_at > now() - make_interval(secs => %(trust)s::float8)
 ), pending AS (
   -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first %(over)s pending jobs.
   SELECT count(*) AS n, count(*) FILTER (WHERE run_at <= now()) AS ready,
          count(*) FILTER (WHERE run_at > now()) AS scheduled,
-         coalesce((SELECT ready + scheduled FROM estimate) > %(over)s - 1, false) AS big
+         coalesce((SELECT ready + scheduled FROM trusted) > %(over)s - 1, false) AS big
   FROM (SELECT run_at FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'pending'
-          AND coalesce((SELECT ready + scheduled FROM estimate) <= %(over)s - 1, true)
+          AND coalesce((SELECT ready + scheduled FROM trusted) <= %(over)s - 1, true)
         ORDER BY priority DESC, run_at, id LIMIT %(over)s) s
 ), levels(p, first_run, k) AS (
   SELECT f.priority, f.run_at, 1 FROM (
@@ -115,24 +119,24 @@ estimate AS (
   -- Past {LEVELS} levels (the walk looks at one more to know), the background's figure may be older still.
   SELECT min(first_run) FILTER (WHERE first_run <= now()) AS ready_at, count(*) > {LEVELS} AS partial FROM levels
 ), running AS (
-  SELECT count(*) AS n, coalesce((SELECT running FROM estimate) > %(over)s - 1, false) AS big
+  SELECT count(*) AS n, coalesce((SELECT running FROM trusted) > %(over)s - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = {RUNNING_C}
-          AND coalesce((SELECT running FROM estimate) <= %(over)s - 1, true)
+          AND coalesce((SELECT running FROM trusted) <= %(over)s - 1, true)
         LIMIT %(over)s) s
 ), waiting AS (
   -- Index-only over jobs_waiting_idx: jobs waiting for their dependencies.
-  SELECT count(*) AS n, coalesce((SELECT waiting FROM estimate) > %(over)s - 1, false) AS big
+  SELECT count(*) AS n, coalesce((SELECT waiting FROM trusted) > %(over)s - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs WHERE queue_name = %(queue)s AND status = 'waiting'
-          AND coalesce((SELECT waiting FROM estimate) <= %(over)s - 1, true)
+          AND coalesce((SELECT waiting FROM trusted) <= %(over)s - 1, true)
         ORDER BY id LIMIT %(over)s) s
 ), last_attempts AS (
   -- jobs_last_attempts_idx holds exactly these rows.
   SELECT count(*) AS n, count(*) FILTER (WHERE attempts >= max_attempts) AS on_last,
          count(*) FILTER (WHERE attempts = max_attempts - 1) AS one_left,
-         coalesce((SELECT on_last + one_left FROM estimate) > %(over)s - 1, false) AS big
+         coalesce((SELECT on_last + one_left FROM trusted) > %(over)s - 1, false) AS big
   FROM (SELECT attempts, max_attempts FROM jobq.jobs
         WHERE queue_name = %(queue)s AND status IN ('pending', 'running') AND attempts >= max_attempts - 1
-          AND coalesce((SELECT on_last + one_left FROM estimate) <= %(over)s - 1, true)
+          AND coalesce((SELECT on_last + one_left FROM trusted) <= %(over)s - 1, true)
         LIMIT %(over)s) s
 ), live AS (
   SELECT CASE WHEN p.big THEN e.ready WHEN p.n < %(over)s THEN p.ready ELSE greatest(e.ready, p.ready) END AS ready,
@@ -256,7 +260,7 @@ NO_SEQSCAN = "SET LOCAL enable_seqscan = off"
 
 
 async def queue_stats(
-    conn: psycopg.AsyncConnection[Any], names: Sequence[str], window_seconds: int, exact_max: int
+    conn: psycopg.AsyncConnection[Any], names: Sequence[str], window_seconds: int, exact_max: int, trust: float
 ) -> tuple[QueueStatsRow, GroupsRow]:
     """A queue's stats; its live jobs counted up to `exact_max` of each kind, and its top groups read up to as
     many (past it: the background's count). `names`: the names it keeps jobs under, the queue's own first (a
@@ -269,7 +273,9 @@ async def queue_stats(
     async with conn.transaction():
         await conn.execute(NO_SEQSCAN)
         for queue in names:
-            await cur.execute(QUEUE_STATS, {"queue": queue, "window": window_seconds, "over": exact_max + 1})
+            await cur.execute(
+                QUEUE_STATS, {"queue": queue, "window": window_seconds, "over": exact_max + 1, "trust": trust}
+            )
             row = await cur.fetchone()
             await groups.execute(QUEUE_GROUPS, {"queue": queue, "top": TOP_GROUPS, "over": exact_max + 1})
             top = await groups.fetchone()
@@ -334,26 +340,28 @@ FROM names n
 LEFT JOIN jobq.queue_live_counts e ON e.queue_name = n.name
 -- A queue the background has not counted (new, or empty at its last count) is read up to the whole maximum: such
 -- queues are few, and a small share of it could take a few high-priority jobs due later for all there is.
-CROSS JOIN LATERAL (SELECT CASE WHEN e.queue_name IS NULL THEN %(over_new)s::int ELSE %(over)s::int END AS over) x
+CROSS JOIN LATERAL (SELECT CASE WHEN e.queue_name IS NULL THEN %(over_new)s::int ELSE %(over)s::int END AS over,
+                           -- recent enough to stand for a kind without a read (live_counts.trusted_seconds)
+                           coalesce(e.counted_at > now() - make_interval(secs => %(trust)s::float8), false) AS fresh) x
 CROSS JOIN LATERAL (
   -- Index-only over jobs_claim_idx, in its order: ready vs scheduled among the first x.over pending jobs.
   SELECT count(*) AS n, count(*) FILTER (WHERE j.run_at <= now()) AS ready,
          count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
          min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_ready,
-         coalesce(e.ready + e.scheduled > x.over - 1, false) AS big
+         coalesce(x.fresh AND e.ready + e.scheduled > x.over - 1, false) AS big
   FROM (SELECT j.run_at FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'pending'
-          AND coalesce(e.ready + e.scheduled <= x.over - 1, true)
+          AND coalesce(NOT x.fresh OR e.ready + e.scheduled <= x.over - 1, true)
         ORDER BY j.priority DESC, j.run_at, j.id LIMIT x.over) j
 ) p
 CROSS JOIN LATERAL (
-  SELECT count(*) AS n, coalesce(e.running > x.over - 1, false) AS big
+  SELECT count(*) AS n, coalesce(x.fresh AND e.running > x.over - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = {RUNNING_C}
-          AND coalesce(e.running <= x.over - 1, true) LIMIT x.over) j
+          AND coalesce(NOT x.fresh OR e.running <= x.over - 1, true) LIMIT x.over) j
 ) r
 CROSS JOIN LATERAL (
-  SELECT count(*) AS n, coalesce(e.waiting > x.over - 1, false) AS big
+  SELECT count(*) AS n, coalesce(x.fresh AND e.waiting > x.over - 1, false) AS big
   FROM (SELECT 1 FROM jobq.jobs j WHERE j.queue_name = n.name AND j.status = 'waiting'
-          AND coalesce(e.waiting <= x.over - 1, true) ORDER BY j.id LIMIT x.over) j
+          AND coalesce(NOT x.fresh OR e.waiting <= x.over - 1, true) ORDER BY j.id LIMIT x.over) j
 ) w
 LEFT JOIN LATERAL (
   SELECT sum(c.n) FILTER (WHERE c.status = 'completed') AS completed,
@@ -458,7 +466,7 @@ def page_exact_max(exact_max: int, limit: int) -> int:
 
 
 async def queues_page(
-    conn: psycopg.AsyncConnection[Any], allowed: str | None, after: str | None, limit: int, exact_max: int
+    conn: psycopg.AsyncConnection[Any], allowed: str | None, after: str | None, limit: int, exact_max: int, trust: float
 ) -> tuple[list[QueueRow], str | None]:
     """At most `limit` queues the caller may see, by name, after `after`; and the last name when there are
     more. Each queue's live jobs are counted up to page_exact_max() of each kind (past it: the background's
@@ -471,6 +479,7 @@ async def queues_page(
         "n": limit + 1,
         "over": page_exact_max(exact_max, limit) + 1,
         "over_new": exact_max + 1,
+        "trust": trust,
     }
     rows: list[QueueRow] | None = None
     if not _walks_refused:
@@ -512,14 +521,16 @@ async def _with_keys(
     return [add_queue_rows(r, by_queue[r.queue]) if r.queue in by_queue else r for r in rows]
 
 
-async def all_queues(conn: psycopg.AsyncConnection[Any], exact_max: int, page: int = 1000) -> list[QueueRow]:
+async def all_queues(
+    conn: psycopg.AsyncConnection[Any], exact_max: int, trust: float, page: int = 1000
+) -> list[QueueRow]:
     """Every queue, as GET /queues's pages give them (the depth gauges)."""
     rows: list[QueueRow] = []
     after: str | None = None
     if finishing.on_citus(conn):
         page = 1_000_000  # each page there reads every shard's live jobs (QUEUES_PAGE_FANOUT): one page, one read
     while True:
-        got, last = await queues_page(conn, None, after, page, exact_max)
+        got, last = await queues_page(conn, None, after, page, exact_max, trust)
         rows.extend(got)
         if last is None:
             return rows

@@ -15,6 +15,7 @@ from app.core.scale import DEFAULT_CAP, scale_of
 from app.db import operations as store_ops
 from app.db import retention as store_retention
 from app.db import scale as store_scale
+from app.db.live_counts import trusted_seconds
 from app.db.pool import Database
 from app.db.spread import key_names
 from app.maintenance.base import Ticking
@@ -32,6 +33,7 @@ class Gauges(Ticking):
         results: ResultWaiters,
         depth_interval: float,
         exact_max: int,
+        trust: float = trusted_seconds(10.0),
     ) -> None:
         super().__init__(1.0, metrics, first_delay=0.0)
         self.db = db
@@ -39,6 +41,7 @@ class Gauges(Ticking):
         self.results = results
         self.depth_interval = depth_interval
         self.exact_max = exact_max  # live jobs of a kind counted per queue; past it the background's count
+        self.trust = trust  # how old that count may be and still stand without a read (live_counts.trusted_seconds)
         self._next_depth = 0.0
 
     async def run_once(self) -> None:
@@ -51,7 +54,7 @@ class Gauges(Ticking):
         if time.monotonic() >= self._next_depth:
             self._next_depth = time.monotonic() + self.depth_interval
             async with self.db.connection() as conn:
-                queues = await store_ops.all_queues(conn, self.exact_max)
+                queues = await store_ops.all_queues(conn, self.exact_max, self.trust)
                 health = await store_retention.database_health(conn)
                 held = await store_scale.queues_held(conn)
                 scale: list[tuple[str, float, float]] = []

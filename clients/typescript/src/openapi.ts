@@ -3216,7 +3216,7 @@ export interface components {
             counts_counted_at: string | null;
             /**
              * Counts Estimated
-             * @description True when a count of live jobs (ready, scheduled, running, waiting, and the jobs on their last attempts) passed JOBQ_STATS_EXACT_MAX, in this answer's read or in the background's last count: that figure is then the background's count of `counts_counted_at` (refreshed every JOBQ_LIVE_COUNTS_INTERVAL_SECONDS; a kind it found past the maximum is not read again, so a queue drained since shows the older figure until the next count), never below what this answer saw itself. False: every count is exact as of the answer.
+             * @description True when a count of live jobs (ready, scheduled, running, waiting, and the jobs on their last attempts) passed JOBQ_STATS_EXACT_MAX, in this answer's read or in the background's last count: that figure is then the background's count of `counts_counted_at` (refreshed every JOBQ_LIVE_COUNTS_INTERVAL_SECONDS; a kind a recent count found past the maximum is not read again, so a queue drained since shows the older figure until the next count), never below what this answer saw itself. False: every count is exact as of the answer.
              */
             counts_estimated: boolean;
             database: components["schemas"]["DatabaseHealth"];
