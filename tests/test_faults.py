@@ -339,6 +339,28 @@ class Refusals:
         self.admin.execute(f'ALTER DATABASE "{self.name}" ALLOW_CONNECTIONS true')
         self.admin.close()
 
+    async def end_backend(self, pid: int) -> None:
+        """Terminate a server process of the test's pool, and wait until it is gone."""
+        import asyncio
+
+        self.admin.execute("SELECT pg_terminate_backend(%s::int)", (pid,))
+        while self.admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]:  # type: ignore[index]
+            await asyncio.sleep(0.005)
+
+
+def counting_rounds() -> Any:
+    """app.db.pool.Database counting the pool's failed rounds of reconnection attempts (`rounds_failed`)."""
+    from app.db.pool import Database
+
+    class Counted(Database):
+        rounds_failed = 0
+
+        def _reconnect_failed(self, pool: Any) -> None:
+            self.rounds_failed += 1
+            super()._reconnect_failed(pool)
+
+    return Counted
+
 
 OUTAGE_SECONDS = 8
 ANSWER_BOUND_SECONDS = 3.0  # the contract: a request sent during an outage is answered 503 within this
@@ -529,9 +551,7 @@ def test_an_answer_from_before_the_outage_does_not_end_it(database_url: str, pg_
         await victim  # the first lost connection: the outage begins
         go["late"].set()
         await late  # lent before the loss, answered after it (its server process still alive)
-        admin.execute("SELECT pg_terminate_backend(%s::int)", (pids["late"],))
-        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pids["late"],)).fetchone()[0]:
-            await asyncio.sleep(0.01)  # gone
+        await refusals.end_backend(pids["late"])
         await database.pool.check()  # the pool finds its idle connection dead: it has none left
         try:
             # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
@@ -562,20 +582,13 @@ def test_an_answer_lent_just_after_the_first_loss_does_not_end_the_outage(databa
     round of reconnection attempts has failed (it fails after about 3 s): the old code answered only after it."""
     import asyncio
 
-    from app.db.pool import Database
     from app.errors import DatabaseUnavailable
     from tests.conftest import make_settings
 
     refusals = Refusals(database_url, pg_admin_url)
-    admin = refusals.admin
     outcome: dict[str, Any] = {}
 
-    class Counted(Database):
-        rounds_failed = 0
-
-        def _reconnect_failed(self, pool: Any) -> None:
-            self.rounds_failed += 1
-            super()._reconnect_failed(pool)
+    Counted = counting_rounds()
 
     async def scenario() -> None:
         settings = make_settings(database_url, pool_min_size=2, pool_max_size=2, pool_timeout_seconds=60)
@@ -583,11 +596,8 @@ def test_an_answer_lent_just_after_the_first_loss_does_not_end_the_outage(databa
         await database.open(10)
         try:
             async with database.connection() as conn:
-                victim = conn.info.backend_pid
                 refusals.refuse()
-                admin.execute("SELECT pg_terminate_backend(%s::int)", (victim,))
-                while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (victim,)).fetchone()[0]:
-                    await asyncio.sleep(0.01)  # gone
+                await refusals.end_backend(conn.info.backend_pid)
                 await conn.execute("SELECT 1")
             outcome["victim"] = "served"
         except DatabaseUnavailable as exc:
@@ -599,9 +609,7 @@ def test_an_answer_lent_just_after_the_first_loss_does_not_end_the_outage(databa
             outcome["late"] = "served"
         except DatabaseUnavailable as exc:
             outcome["late"] = exc
-        admin.execute("SELECT pg_terminate_backend(%s::int)", (late,))
-        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (late,)).fetchone()[0]:
-            await asyncio.sleep(0.01)  # gone
+        await refusals.end_backend(late)
         await database.pool.check()  # the pool finds its idle connection dead: it has none left
         try:
             # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
@@ -637,7 +645,6 @@ def test_one_lost_backend_among_serving_ones_cuts_no_waiting_request(database_ur
     from tests.conftest import make_settings
 
     refusals = Refusals(database_url, pg_admin_url)
-    admin = refusals.admin
     outcome: dict[str, Any] = {"served": 0, "refused": []}
 
     async def scenario() -> None:
@@ -671,9 +678,7 @@ def test_one_lost_backend_among_serving_ones_cuts_no_waiting_request(database_ur
         requests = [asyncio.ensure_future(request()) for _ in range(30)]
         while len(database._waiting) < 29:  # all but one queued for the other connection
             await asyncio.sleep(0.005)
-        admin.execute("SELECT pg_terminate_backend(%s::int)", (pid[0],))
-        while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid[0],)).fetchone()[0]:
-            await asyncio.sleep(0.005)  # gone
+        await refusals.end_backend(pid[0])
         go.set()
         await lost
         await asyncio.gather(*requests)
@@ -698,19 +703,13 @@ def test_a_server_refusing_only_new_connections_is_no_outage(database_url: str, 
     rounds of the pool's attempts to grow, every request is served: none is cut short with a 503."""
     import asyncio
 
-    from app.db.pool import Database
     from app.errors import DatabaseUnavailable
     from tests.conftest import make_settings
 
     refusals = Refusals(database_url, pg_admin_url)
     outcome: dict[str, Any] = {"served": 0, "refused": []}
 
-    class Counted(Database):
-        rounds_failed = 0
-
-        def _reconnect_failed(self, pool: Any) -> None:
-            self.rounds_failed += 1
-            super()._reconnect_failed(pool)
+    Counted = counting_rounds()
 
     async def scenario() -> None:
         settings = make_settings(database_url, pool_min_size=1, pool_max_size=2, pool_timeout_seconds=60)

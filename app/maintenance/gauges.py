@@ -15,7 +15,6 @@ from app.core.scale import DEFAULT_CAP, scale_of
 from app.db import operations as store_ops
 from app.db import retention as store_retention
 from app.db import scale as store_scale
-from app.db.live_counts import trusted_seconds
 from app.db.pool import Database
 from app.db.spread import key_names
 from app.maintenance.base import Ticking
@@ -33,7 +32,7 @@ class Gauges(Ticking):
         results: ResultWaiters,
         depth_interval: float,
         exact_max: int,
-        trust: float = trusted_seconds(10.0),
+        trust: float,
     ) -> None:
         super().__init__(1.0, metrics, first_delay=0.0)
         self.db = db
