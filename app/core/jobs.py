@@ -81,18 +81,23 @@ def _raise_for(outcome: Outcome) -> None:
         raise JobTimedOut()
 
 
-def json_text(value: Any, limit: int, max_depth: int, loc: Sequence[str | int]) -> str:
-    """A payload or result as stored: checked (what jsonb cannot hold, nesting, size) and serialised."""
+def json_text(value: Any, limit: int, max_depth: int, loc: Sequence[str | int], field: str | None = None) -> str:
+    """A payload or result as stored: checked (what jsonb cannot hold, nesting, size) and serialised. A refusal
+    names `loc`, then `field` when given (so that a batch's thousand jobs need no list each for their loc)."""
     try:
         check_json_value(value, max_depth)
     except InvalidUnicode as exc:
         raise BadRequest(f"The request body is not valid JSON: {exc}") from None
     except JsonValueError as exc:
-        raise invalid(loc, str(exc)) from None
+        raise invalid(_at(loc, field), str(exc)) from None
     text = dump_json(value)
     if len(text) > limit // 4 and len(text.encode()) > limit:
-        raise invalid(loc, f"larger than {limit} bytes of JSON", "too_large")
+        raise invalid(_at(loc, field), f"larger than {limit} bytes of JSON", "too_large")
     return text
+
+
+def _at(loc: Sequence[str | int], field: str | None) -> Sequence[str | int]:
+    return loc if field is None else [*loc, field]
 
 
 def _parents(reqs: Sequence[EnqueueRequest], loc: list[str | int], batch: bool) -> list[list[Parent]]:
@@ -322,20 +327,24 @@ class JobService:
         cfg: Effective,
         traceparent: str | None = None,
     ) -> NewJob:
+        # Positional, the common case's fields read once: a batch makes a thousand of these (BENCHMARKS.md, "The
+        # batch's answer"). The order is NewJob's.
+        settings = self.settings
+        priority, unique, debounce = req.priority, req.unique, req.debounce
         return NewJob(
-            queue=queue,
-            payload=self._json(req.payload, self.settings.max_payload_bytes, [*loc, "payload"]),
-            priority=cfg.default_priority if req.priority is None else req.priority,
-            run_at=req.run_at,
+            queue,
+            json_text(req.payload, settings.max_payload_bytes, settings.max_json_depth, loc, "payload"),
+            cfg.default_priority if priority is None else priority,
+            req.run_at,
             # A debounced job is due `seconds` after its enqueue (what inserted_moves reads).
-            delay_seconds=req.delay_seconds if req.debounce is None else req.debounce.seconds,
-            max_attempts=req.max_attempts or cfg.max_attempts,
-            idempotency_key=req.idempotency_key,
-            traceparent=traceparent,
-            group=req.group,
-            timeout_seconds=req.timeout_seconds,
-            unique=None if (u := req.unique) is None else Unique(u.key, u.for_seconds, u.states()),
-            debounce=None if (d := req.debounce) is None else Debounce(d.key, d.seconds, d.max_wait_seconds),
+            req.delay_seconds if debounce is None else debounce.seconds,
+            req.max_attempts or cfg.max_attempts,
+            req.idempotency_key,
+            traceparent,
+            req.group,
+            req.timeout_seconds,
+            None if unique is None else Unique(unique.key, unique.for_seconds, unique.states()),
+            None if debounce is None else Debounce(debounce.key, debounce.seconds, debounce.max_wait_seconds),
         )
 
     def _result(self, value: Any, loc: Sequence[str | int]) -> str | None:
@@ -454,7 +463,7 @@ class JobService:
         cfg = self.configs.cached(queue) or await self.configs.get(queue)
         # A spread queue takes a batch under one key: one shard's statement, and the keys even out over batches.
         key = queue if cfg.spread == 1 or any(map(_keyed, reqs)) else spread_key(queue, cfg.spread)
-        jobs = [self._new_job(key, r, ["body", "jobs", i], cfg, traceparent) for i, r in enumerate(reqs)]
+        jobs = [self._new_job(key, r, ("body", "jobs", i), cfg, traceparent) for i, r in enumerate(reqs)]
         dependent = any(r.depends_on for r in reqs)
         for option in ("unique", "debounce") if dependent else ():
             if (n := next((i for i, r in enumerate(reqs) if getattr(r, option) is not None), None)) is not None:
