@@ -4,6 +4,7 @@ JSON columns arrive as text and go out as JSON fragments, never parsed and seria
 
 from __future__ import annotations
 
+import keyword
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,7 @@ def documenter(model: type[BaseModel]) -> Callable[[Any], Document]:
     the fields with attrgetter and zipping them with their names took 2.1 (BENCHMARKS.md, "The batch's answer")."""
     entries = []
     for name in model.model_fields:
-        if not name.isidentifier():
+        if not name.isidentifier() or keyword.iskeyword(name):
             raise ValueError(f"{model.__name__}.{name} is not an attribute name")
         if name in JSON_FIELDS:  # JSON text, sent as it is
             entries.append(f"{name!r}: None if (v := row.{name}) is None else Fragment(v)")
