@@ -33,7 +33,8 @@ def documenter(model: type[BaseModel]) -> Callable[[Any], Document]:
     the fields with attrgetter and zipping them with their names took 2.1 (BENCHMARKS.md, "The batch's answer")."""
     entries = []
     for name in model.model_fields:
-        if not name.isidentifier() or keyword.iskeyword(name):
+        # ASCII only: Python normalises other names in source (NFKC), so `row.ﬁeld` would read `row.field`.
+        if not (name.isascii() and name.isidentifier()) or keyword.iskeyword(name):
             raise ValueError(f"{model.__name__}.{name} is not an attribute name")
         if name in JSON_FIELDS:  # JSON text, sent as it is
             entries.append(f"{name!r}: None if (v := row.{name}) is None else Fragment(v)")

@@ -54,7 +54,7 @@ def test_every_document_reads_each_field_of_its_model_by_name(model: type[BaseMo
 
 
 def test_a_field_that_is_not_an_attribute_name_is_refused() -> None:
-    for name in ("not a name", "class"):
+    for name in ("not a name", "class", "\ufb01eld"):
         odd = type("Odd", (), {"model_fields": {"ok": None, name: None}})
         with pytest.raises(ValueError, match="not an attribute name"):
             documenter(odd)
