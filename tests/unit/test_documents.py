@@ -44,11 +44,22 @@ def test_a_json_column_not_read_is_null_and_a_spread_key_is_named_by_its_queue()
     assert sent["queue"] == "emails" and sent["payload"] is None and sent["result"] is None
 
 
+def test_a_unique_or_debounced_jobs_options_go_out_as_json() -> None:
+    unique = '{"key": "k", "for_seconds": 60, "while": ["pending"]}'
+    debounce = '{"key": "d", "seconds": 5, "max_wait_seconds": 60}'
+    sent = orjson.loads(orjson.dumps(job_document(_job_row(unique=unique, debounce=debounce))))
+    assert sent["unique"] == orjson.loads(unique) and sent["debounce"] == orjson.loads(debounce)
+
+
 @pytest.mark.parametrize("model", [Claim, CompleteOutcome, HeartbeatResponse, JobState, Schedule, HeldJob])
 def test_every_document_reads_each_field_of_its_model_by_name(model: type[BaseModel]) -> None:
     values = {name: None if name in JSON_FIELDS else f"value of {name}" for name in model.model_fields}
     doc = documenter(model)(SimpleNamespace(**values))
     assert doc == values and list(doc) == list(model.model_fields)
+    # A JSON column that holds JSON goes out as that JSON, not as a string of it.
+    held = {name: f'{{"{name}": [1, null]}}' if name in JSON_FIELDS else value for name, value in values.items()}
+    sent = orjson.loads(orjson.dumps(documenter(model)(SimpleNamespace(**held))))
+    assert sent == {name: {name: [1, None]} if name in JSON_FIELDS else value for name, value in values.items()}
     with pytest.raises(AttributeError):
         documenter(model)(SimpleNamespace())
 
