@@ -632,6 +632,59 @@ def test_an_answer_lent_just_after_the_first_loss_does_not_end_the_outage(databa
     assert outcome["rounds failed before the answer"] == 0, outcome
 
 
+def test_idle_connections_found_dead_by_the_pools_check_start_the_outage(database_url: str, pg_admin_url: str) -> None:
+    """CI caught a heartbeat answered after 3.4 s during a `pg_ctl stop -m immediate`, after the two fixes above: no
+    request's statement failed at all. The LISTEN connection noticed first and had the pool check its idle
+    connections (check_soon), which found them all dead and dropped them; the requests then waited for a new
+    connection, refused, until the pool's round of reconnection attempts failed (RECONNECT_SECONDS, then
+    OUTAGE_WAIT_SECONDS). Here both of the pool's idle connections are lost and new connections refused, the pool
+    checks its connections, and the next request is answered 503 before that round has failed."""
+    import asyncio
+
+    from app.errors import DatabaseUnavailable
+    from tests.conftest import make_settings
+
+    refusals = Refusals(database_url, pg_admin_url)
+    outcome: dict[str, Any] = {}
+
+    Counted = counting_rounds()
+
+    async def scenario() -> None:
+        settings = make_settings(database_url, pool_min_size=2, pool_max_size=2, pool_timeout_seconds=60)
+        database = Counted(settings, database_url)
+        await database.open(10)
+        try:
+            pids = [row[0] for row in refusals.admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = 'jobq'", (refusals.name,)
+            ).fetchall()]  # fmt: skip
+            outcome["idle connections"] = len(pids)
+            refusals.refuse()
+            for pid in pids:
+                await refusals.end_backend(pid)
+            database.check_soon()  # what the LISTEN connection does when it loses its server
+            assert database._checking is not None
+            await database._checking
+            try:
+                # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
+                async with asyncio.timeout(30):
+                    async with database.connection() as conn:
+                        await conn.execute("SELECT 1")
+                outcome["next"] = "served"
+            except DatabaseUnavailable as exc:
+                outcome["next"] = exc
+            outcome["rounds failed before the answer"] = database.rounds_failed
+        finally:
+            await database.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        refusals.close()
+    assert outcome["idle connections"] == 2, outcome
+    assert isinstance(outcome["next"], DatabaseUnavailable), outcome
+    assert outcome["rounds failed before the answer"] == 0, outcome
+
+
 def test_one_lost_backend_among_serving_ones_cuts_no_waiting_request(database_url: str, pg_admin_url: str) -> None:
     """Found by review of the fix above: one pooled connection is lost (its backend terminated) while the pool's
     other keeps serving and new connections are refused (a server at its connection limit). That loss starts an

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, cast
 
@@ -127,12 +127,22 @@ READ_ONLY = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_onl
 
 class _Pool(psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[object]]):
     """psycopg_pool's pool, whose check() (run after a connection failed) also drops connections to a server
-    that is read-only now, when the pool is for writes."""
+    that is read-only now, when the pool is for writes, and reports an idle connection it finds lost."""
 
     for_writes = True
+    # Called when check() finds an idle connection lost (Database._went_away): in a stop of the server the
+    # LISTEN connection may be the first to notice, its check_soon() then finds every idle connection dead, and
+    # no request's statement ever fails; the requests that then wait for a connection would otherwise learn of
+    # the outage only when the pool's round of reconnection attempts fails (CI: a heartbeat answered after 3.4 s).
+    lost: Callable[[], None] | None = None
 
     async def check_connection(self, conn: psycopg.AsyncConnection[object]) -> None:  # type: ignore[override]
-        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+        try:
+            await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+        except Exception as exc:
+            if self.lost is not None and _connection_lost(exc):
+                self.lost()
+            raise
         if self.for_writes:
             row = await (await conn.execute(READ_ONLY)).fetchone()
             if row and row[0]:  # type: ignore[index]
@@ -173,6 +183,7 @@ class Database:
             name="jobq-read" if replica else "jobq",
         )
         self.pool.for_writes = not replica
+        self.pool.lost = self._went_away
         self._checking: asyncio.Task[None] | None = None
         self.unreachable = False  # see OUTAGE_WAIT_SECONDS
         # When the latest connection was lost or refused (time.monotonic()). Only a request lent its connection
