@@ -137,17 +137,18 @@ class _Pool(psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[object]]):
     lost: Callable[[], None] | None = None
 
     async def check_connection(self, conn: psycopg.AsyncConnection[object]) -> None:  # type: ignore[override]
+        row = None
         try:
             await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+            if self.for_writes:
+                row = await (await conn.execute(READ_ONLY)).fetchone()
         except Exception as exc:
             if self.lost is not None and _connection_lost(exc):
                 self.lost()
             raise
-        if self.for_writes:
-            row = await (await conn.execute(READ_ONLY)).fetchone()
-            if row and row[0]:  # type: ignore[index]
-                await conn.close()
-                raise psycopg.OperationalError("the server is read-only now (a standby)")
+        if row and row[0]:  # type: ignore[index]
+            await conn.close()
+            raise psycopg.OperationalError("the server is read-only now (a standby)")  # a failover, not a loss
 
 
 class Database:
