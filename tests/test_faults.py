@@ -362,6 +362,16 @@ def counting_rounds() -> Any:
     return Counted
 
 
+async def counted_pool(database_url: str) -> Any:
+    """A counting_rounds() Database of two connections, open, whose waits the pool alone would let last 60 s."""
+    from tests.conftest import make_settings
+
+    settings = make_settings(database_url, pool_min_size=2, pool_max_size=2, pool_timeout_seconds=60)
+    database = counting_rounds()(settings, database_url)
+    await database.open(10)
+    return database
+
+
 OUTAGE_SECONDS = 8
 ANSWER_BOUND_SECONDS = 3.0  # the contract: a request sent during an outage is answered 503 within this
 
@@ -583,17 +593,12 @@ def test_an_answer_lent_just_after_the_first_loss_does_not_end_the_outage(databa
     import asyncio
 
     from app.errors import DatabaseUnavailable
-    from tests.conftest import make_settings
 
     refusals = Refusals(database_url, pg_admin_url)
     outcome: dict[str, Any] = {}
 
-    Counted = counting_rounds()
-
     async def scenario() -> None:
-        settings = make_settings(database_url, pool_min_size=2, pool_max_size=2, pool_timeout_seconds=60)
-        database = Counted(settings, database_url)
-        await database.open(10)
+        database = await counted_pool(database_url)
         try:
             async with database.connection() as conn:
                 refusals.refuse()
@@ -642,17 +647,12 @@ def test_idle_connections_found_dead_by_the_pools_check_start_the_outage(databas
     import asyncio
 
     from app.errors import DatabaseUnavailable
-    from tests.conftest import make_settings
 
     refusals = Refusals(database_url, pg_admin_url)
     outcome: dict[str, Any] = {}
 
-    Counted = counting_rounds()
-
     async def scenario() -> None:
-        settings = make_settings(database_url, pool_min_size=2, pool_max_size=2, pool_timeout_seconds=60)
-        database = Counted(settings, database_url)
-        await database.open(10)
+        database = await counted_pool(database_url)
         try:
             pids = [row[0] for row in refusals.admin.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = 'jobq'", (refusals.name,)
