@@ -6,12 +6,13 @@ rounds are printed per tree, then each further tree's ratio to the first, round 
 run within seconds of each other, so their ratio cancels most of the machine's drift, which the ranges carry: rates
 on this machine drift by a third within minutes).
 
-    .venv/bin/python bench/ab.py --trees /tmp/base,. [--phase enqueue|batch|claim10|claim100|claim10next|claim1]
-                                 [--clients 64] [--rounds 8] [--seconds 2] [--preload N] [--workers 1]
+    .venv/bin/python bench/ab.py --trees /tmp/base,. [--phase enqueue|batch|batchmin|claim10|claim100|claim10next
+                                 |claim1] [--clients 64] [--rounds 8] [--seconds 2] [--preload N] [--workers 1]
 
 A tree is a checkout (`git worktree add /tmp/base <commit>`); both run this virtualenv's packages. `enqueue`: single
-jobs; `batch`: batches of 1,000; `claim*`: drains of a queue preloaded before each burst (claim 10 + batch complete,
-claim 100 + batch complete, claim 10 with the completes on the next claim, claim 1 + complete).
+jobs; `batch`: batches of 1,000 (`batchmin`: with `Prefer: return=minimal`); `claim*`: drains of a queue preloaded
+before each burst (claim 10 + batch complete, claim 100 + batch complete, claim 10 with the completes on the next
+claim, claim 1 + complete).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from bench.loadgen import Connection
 from bench.phases import ClaimComplete, Enqueue
 
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-PHASES = ("enqueue", "batch", "claim10", "claim100", "claim10next", "claim1")
+PHASES = ("enqueue", "batch", "batchmin", "claim10", "claim100", "claim10next", "claim1")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -61,6 +62,7 @@ async def burst(phase: str, port: int, pids: list[int], clients: int, seconds: f
     load = {
         "enqueue": lambda: Enqueue(port, 1),
         "batch": lambda: Enqueue(port, 1000),
+        "batchmin": lambda: Enqueue(port, 1000, minimal=True),
         "claim10": lambda: ClaimComplete(port, 10),
         "claim100": lambda: ClaimComplete(port, 100),
         "claim10next": lambda: ClaimComplete(port, 10, handin=True),

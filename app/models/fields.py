@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -49,10 +50,12 @@ def _integral(value: Any) -> Any:
 Integral = BeforeValidator(_integral)
 # Integers: strict (no strings, booleans or fractions), integral floats accepted. The constraint goes
 # before the validator, or pydantic writes it into the JSON Schema under its own name (`ge`).
-Priority = Annotated[int, Strict(), Field(ge=-32768, le=32767), Integral]
-MaxAttempts = Annotated[int, Strict(), Field(ge=1, le=1000), Integral]
-# A hard timeout: at most a week, the longest lease.
-TimeoutSeconds = Annotated[int, Strict(), Field(ge=1, le=604_800), Integral]
+PRIORITY_MIN, PRIORITY_MAX = -32768, 32767  # smallint
+MAX_ATTEMPTS_MAX = 1000
+TIMEOUT_MAX_SECONDS = 604_800  # a hard timeout: at most a week, the longest lease
+Priority = Annotated[int, Strict(), Field(ge=PRIORITY_MIN, le=PRIORITY_MAX), Integral]
+MaxAttempts = Annotated[int, Strict(), Field(ge=1, le=MAX_ATTEMPTS_MAX), Integral]
+TimeoutSeconds = Annotated[int, Strict(), Field(ge=1, le=TIMEOUT_MAX_SECONDS), Integral]
 JobId = Annotated[int, Strict(), Field(ge=1, le=INT64_MAX, json_schema_extra={"format": "int64"}), Integral]
 Seconds = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
 Timestamp = Annotated[AwareDatetime, BeforeValidator(_text), AfterValidator(_utc)]
@@ -101,3 +104,7 @@ def omitted(description: str) -> Any:
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # A compiled decoder of the body's common shape (app/models/fast.py), tried before the model by the fast path
+    # (app/http/fastpath.py): its value, or None to validate with the model, which then answers as it always does.
+    fast_json: ClassVar[Callable[[bytes], Any] | None] = None

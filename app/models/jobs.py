@@ -7,6 +7,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import ConfigDict, Field, Strict, StrictBool, model_validator
 
+from app.models import fast
 from app.models.fields import (
     ERROR_MAX_CHARS,
     LABEL_PATTERN,
@@ -316,6 +317,11 @@ def build_contract(s: Settings) -> Contract:
             ..., min_length=1, max_length=s.max_batch_jobs, description="Inserted all-or-nothing, in order."
         )
 
+    # The common shapes of both, decoded by msgspec before the models are asked (app/models/fast.py).
+    fast_one, fast_batch = fast.enqueue_structs(s.max_delay_seconds, s.max_idempotency_key_length, s.max_batch_jobs)
+    EnqueueRequest.fast_json = fast.decoder(fast_one)
+    EnqueueBatchRequest.fast_json = fast.decoder(fast_batch)
+
     class ClaimRequest(_ClaimRequest):
         worker: worker_text = Field(..., description="Who claims; stored on the job for diagnostics.")
         limit: Annotated[int, Strict(), Field(ge=1, le=s.max_claim_limit), Integral] = Field(
@@ -336,6 +342,11 @@ def build_contract(s: Settings) -> Contract:
             default_factory=list, max_length=s.max_batch_complete, description=COMPLETE_ON_CLAIM
         )
 
+    fast_claim, fast_complete = fast.claim_structs(
+        s.max_worker_length, s.max_claim_limit, s.lease_max_seconds, s.wait_max_seconds, s.max_batch_complete
+    )
+    ClaimRequest.fast_json = fast.decoder(fast_claim, fast.claim_valid)
+
     class HeartbeatRequest(_HeartbeatRequest):
         lease_seconds: Maybe[Annotated[int, Strict(), Field(ge=1, le=s.lease_max_seconds), Integral]] = omitted(
             "New lease from now; default: the claim's lease."
@@ -349,6 +360,8 @@ def build_contract(s: Settings) -> Contract:
 
     class CompleteBatchRequest(_CompleteBatchRequest):
         jobs: list[CompleteItem] = Field(..., min_length=1, max_length=s.max_batch_complete)
+
+    CompleteBatchRequest.fast_json = fast.decoder(fast_complete, fast.complete_batch_valid)
 
     return Contract(
         EnqueueRequest,
