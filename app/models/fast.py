@@ -105,14 +105,45 @@ def complete_batch_valid(batch: Any) -> bool:
     return _tokens_valid(batch.jobs)
 
 
+# Where the two parsers part on well-formed JSON: pydantic refuses a number whose digits pass Python's 4,300 (as
+# 1000...0e-4301), msgspec reads it; pydantic refuses nesting past 200 levels, msgspec goes on to Python's recursion
+# limit. A body with a run of number characters longer than LONGEST_NUMBER, or nested deeper than MOST_NESTED, goes
+# to the model. Brackets and number characters inside strings count too: at worst a body goes to the model.
+LONGEST_NUMBER = 64  # a double needs at most 24 characters, a 64-bit integer 20
+MOST_NESTED = 16  # levels of arrays and objects, the body's own included, always taken (up to twice that may be)
+_NUMBERISH = bytes(48 if chr(i) in "0123456789.eE+-" else 32 for i in range(256))  # number characters -> "0"
+_LONG_RUN = b"0" * (LONGEST_NUMBER + 1)
+_NOT_BRACKETS = bytes(i for i in range(256) if i not in b"[]{}")
+
+
+def plain(body: bytes) -> bool:
+    """No number longer than LONGEST_NUMBER characters and no nesting deeper than MOST_NESTED (see above): C-speed
+    passes over the bytes, 0.2 µs a job of a batch of 1,000."""
+    if _LONG_RUN in body.translate(_NUMBERISH):
+        return False
+    if body.count(b"[") + body.count(b"{") <= MOST_NESTED:
+        return True
+    brackets = body.translate(None, _NOT_BRACKETS)
+    for _ in range(MOST_NESTED):  # each pass takes away the innermost pairs: one level, two when [] then {}
+        if not brackets:
+            return True
+        size = len(brackets)
+        brackets = brackets.replace(b"[]", b"").replace(b"{}", b"")
+        if len(brackets) == size:  # unpaired: a bracket inside a string, or malformed
+            return False
+    return not brackets
+
+
 def decoder(shape: type[msgspec.Struct], valid: Callable[[Any], bool] | None = None) -> Callable[[bytes], Any]:
     """`shape` decoded from JSON (and `valid`), or None where it is not (the model decides then)."""
     decode = msgspec.json.Decoder(shape).decode
 
     def fast_json(body: bytes) -> Any:
+        if not plain(body):
+            return None
         try:
             value = decode(body)
-        except Exception:  # malformed or refused (DecodeError), too deep (RecursionError): the model decides
+        except Exception:  # malformed or refused (DecodeError), or anything else: the model decides
             return None
         return value if valid is None or valid(value) else None
 

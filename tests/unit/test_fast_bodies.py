@@ -1,7 +1,6 @@
 """The compiled decoders of the hot bodies (app/models/fast.py: enqueue, batch enqueue, claim, batch complete)
-against the pydantic models they stand in
-front of: whatever a decoder takes, the model takes too and gives the same values (types included), so the 4xx
-answers stay the model's; and the common shapes do take the fast way."""
+against the pydantic models they stand in front of: whatever a decoder takes, the model takes too and gives the same
+values (types included), so the 4xx answers stay the model's; and the common shapes do take the fast way."""
 
 from __future__ import annotations
 
@@ -11,7 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from app.models.jobs import build_contract
+from app.models.fast import LONGEST_NUMBER, MOST_NESTED
+from app.models.jobs import Contract, build_contract
 from app.settings import Settings
 
 SETTINGS = Settings(
@@ -26,6 +26,23 @@ SETTINGS = Settings(
 )
 CONTRACT = build_contract(SETTINGS)
 ONE, BATCH, CLAIM, COMPLETE = CONTRACT.enqueue, CONTRACT.enqueue_batch, CONTRACT.claim, CONTRACT.complete_batch
+# The limits at their other ends: the defaults, and the largest the settings allow.
+CONTRACTS = [
+    CONTRACT,
+    build_contract(Settings()),
+    build_contract(
+        Settings(
+            max_delay_seconds=31_622_400,
+            max_idempotency_key_length=512,
+            max_batch_jobs=10_000,
+            max_worker_length=1024,
+            max_claim_limit=1000,
+            lease_max_seconds=604_800,
+            wait_max_seconds=300,
+            max_batch_complete=10_000,
+        )
+    ),
+]
 # What the service reads of a job (app/core/jobs.py _new_job, enqueue_batch, _keyed).
 READ = (
     "payload", "priority", "run_at", "delay_seconds", "max_attempts", "idempotency_key", "group", "timeout_seconds",
@@ -47,17 +64,18 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def check(body: bytes) -> bool:
+def check(body: bytes, contract: Contract = CONTRACT) -> bool:
     """Both decoders of the single body and of a batch of it agree; True when the fast one took it."""
     took = False
-    for model, wrapped in ((ONE, body), (BATCH, b'{"jobs": [' + body + b"]}")):
+    one, batch = contract.enqueue, contract.enqueue_batch
+    for model, wrapped in ((one, body), (batch, b'{"jobs": [' + body + b"]}")):
         assert model.fast_json is not None
         fast = model.fast_json(wrapped)
         if fast is None:
             continue
         took = True
         slow = model.model_validate_json(wrapped)  # raises if the model refuses what the decoder took
-        pairs = [(fast, slow)] if model is ONE else list(zip(fast.jobs, slow.jobs, strict=True))
+        pairs = [(fast, slow)] if model is one else list(zip(fast.jobs, slow.jobs, strict=True))
         assert pairs, wrapped
         for f, s in pairs:
             for name in READ:
@@ -116,7 +134,19 @@ REFUSED_OR_MODELS = [
     b'{"payload": 1} x',
     b"[]",
     b"null",
-    b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # past msgspec's depth: RecursionError, not an answer
+    b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # past msgspec's own depth (RecursionError)
+    # Where the parsers part (see app/models/fast.py plain()): pydantic refuses nesting past 200 levels ...
+    b'{"payload": ' + b"[" * 201 + b"]" * 201 + b"}",
+    b'{"payload": ' + b'{"a": ' * 200 + b"1" + b"}" * 200 + b"}",
+    # ... and numbers past 4,300 digits, which msgspec reads as 1.0.
+    b'{"payload": 1' + b"0" * 4301 + b"e-4301}",
+    b'{"payload": 1, "delay_seconds": 1' + b"0" * 4301 + b"e-4301}",
+    b'{"payload": 1' + b"0" * 4000 + b".0e-4000}",
+    # Past the decoder's own bounds, where the model decides even if both agree.
+    b'{"payload": 1' + b"0" * LONGEST_NUMBER + b"}",
+    b'{"payload": "' + b"-" * (LONGEST_NUMBER + 1) + b'"}',
+    b'{"payload": ' + b"[" * 2 * MOST_NESTED + b"]" * 2 * MOST_NESTED + b"}",
+    b'{"payload": "][", "group": "' + b"[" * MOST_NESTED + b'"}',
 ]
 
 
@@ -128,6 +158,22 @@ def test_the_common_shapes_take_the_compiled_decoder_and_give_the_models_values(
 @pytest.mark.parametrize("body", REFUSED_OR_MODELS)
 def test_what_the_decoder_does_not_take_goes_to_the_model(body: bytes) -> None:
     assert not check(body)
+
+
+@pytest.mark.parametrize("depth", [MOST_NESTED - 1, MOST_NESTED, 2 * MOST_NESTED + 1, 150, 199, 200, 201, 500, 1100])
+def test_nesting_at_any_depth_is_read_alike(depth: int) -> None:
+    """A body nested to the decoder's bound is taken (the body's own object is a level); past twice the bound
+    (plain() takes a level of arrays and one of objects a pass) the model decides, which refuses past 200 levels
+    while msgspec would go on to about 1,000."""
+    for open_, inner, close in ((b"[", b"", b"]"), (b'{"k": ', b"1", b"}")):
+        body = b'{"payload": ' + open_ * (depth - 1) + inner + close * (depth - 1) + b"}"
+        taken = check(body)
+        assert taken if depth <= MOST_NESTED else not taken if depth > 2 * MOST_NESTED else True, depth
+        claim = b'{"worker": "w", "complete": [{"id": 1, "claim_token": "ab", "result": %s}]}' % (
+            open_ * (depth - 3) + inner + close * (depth - 3)
+        )
+        taken = check_claim(claim)
+        assert taken if depth <= MOST_NESTED else not taken if depth > 2 * MOST_NESTED else True, depth
 
 
 def test_a_batch_outside_its_bounds_goes_to_the_model() -> None:
@@ -148,6 +194,7 @@ _STRINGS = [
 ]  # fmt: skip
 _NUMBERS = [
     "0", "-0", "1", "-1", "2.0", "1.5", "1e2", "1E-2", "-0.0", "1e308", "1e309", "-1e309", "5e-324", "1e-400",
+    "1" + "0" * 4301 + "e-4301", "1" + "0" * 4300 + "e-4300", "0." + "0" * 70 + "1", "1" + "0" * 63 + "e-63",
     "9223372036854775807", "9223372036854775808", "-9223372036854775809", "18446744073709551616",
     "123456789012345678901234567890", "01", "1.", ".5", "+1", "0x10", "Infinity", "NaN", "-", "1e", "3600", "3600.0",
     "3600.5", "32767", "32768", "-32768", "-32769", "1000", "1001", "604800", "604801",
@@ -173,14 +220,17 @@ def _value(rng: random.Random, depth: int = 0) -> str:
     return "{" + ", ".join(items) + "}"
 
 
-def test_on_thousands_of_bodies_built_to_tell_them_apart_whatever_the_decoder_takes_the_model_takes_alike() -> None:
+@pytest.mark.parametrize("contract", CONTRACTS, ids=["small", "default", "largest"])
+def test_on_thousands_of_bodies_built_to_tell_them_apart_whatever_the_decoder_takes_the_model_takes_alike(
+    contract: Contract,
+) -> None:
     rng = random.Random(20261207)
     taken = 0
     for _ in range(4000):
         fields = [f'"payload": {_value(rng)}'] if rng.random() < 0.9 else []
         for name in rng.sample(_FIELDS, rng.randrange(3)):
             fields.append(f'"{name}": {_value(rng)}')
-        taken += check(("{" + ", ".join(fields) + "}").encode())
+        taken += check(("{" + ", ".join(fields) + "}").encode(), contract)
     assert taken > 400  # the corpus reaches the decoder's acceptances, not only its refusals
 
 
@@ -201,34 +251,27 @@ def completes(item: Any) -> list[tuple[Any, Any, Any]]:
     return [(i.id, i.claim_token, i.result) for i in item]
 
 
-def check_claim(body: bytes) -> bool:
-    """The claim body and its `complete` list as a batch complete: both decoders agree; True when the fast one
-    took either."""
+def check_claim(body: bytes, contract: Contract = CONTRACT) -> bool:
+    """The claim body, and its `complete` list as written (the bytes after `"complete": `, when the body has one
+    at its end) as a batch complete: both decoders agree; True when the fast one took either."""
     took = False
-    assert CLAIM.fast_json is not None and COMPLETE.fast_json is not None
-    if (fast := CLAIM.fast_json(body)) is not None:
+    claim, complete = contract.claim, contract.complete_batch
+    assert claim.fast_json is not None and complete.fast_json is not None
+    if (fast := claim.fast_json(body)) is not None:
         took = True
-        slow = CLAIM.model_validate_json(body)
+        slow = claim.model_validate_json(body)
         for name in ("worker", "limit", "lease_seconds", "wait_seconds"):
             assert same(getattr(fast, name), getattr(slow, name)), (body, name)
-        assert all(map(same, completes(fast.complete), completes(slow.complete))), body
         assert len(fast.complete) == len(slow.complete)
-    parsed = orjson.loads(body) if _json(body) else None
-    if isinstance(parsed, dict) and "complete" in parsed:
-        batch = orjson.dumps({"jobs": parsed["complete"]})
-        if (fast := COMPLETE.fast_json(batch)) is not None:
+        assert all(map(same, completes(fast.complete), completes(slow.complete))), body
+    marker = b'"complete": '
+    if marker in body and body.endswith(b"]}"):
+        batch = b'{"jobs": ' + body[body.rindex(marker) + len(marker) : -1] + b"}"
+        if (fast := complete.fast_json(batch)) is not None:
             took = True
-            slow = COMPLETE.model_validate_json(batch)
+            slow = complete.model_validate_json(batch)
             assert len(fast.jobs) == len(slow.jobs) and all(map(same, completes(fast.jobs), completes(slow.jobs)))
     return took
-
-
-def _json(body: bytes) -> bool:
-    try:
-        orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return False
-    return True
 
 
 CLAIMS_COMMON = [
@@ -287,25 +330,43 @@ def test_an_empty_batch_complete_goes_to_the_model() -> None:
     assert COMPLETE.fast_json is not None and COMPLETE.fast_json(b'{"jobs": []}') is None
 
 
-_TOKENS = ['"ab"', '"a-_9Z"', '"a b"', '"a\\n"', '"\\u0041"', '"é"', '"a.b"', '""', '"a/b"', *_STRINGS]
+_TOKENS = [
+    '"ab"',
+    '"a-_9Z"',
+    '"a b"',
+    '"a\\n"',
+    '"\\u0041"',
+    '"é"',
+    '"a.b"',
+    '""',
+    '"a/b"',
+    '"٣"',
+    '"\uff41"',  # fullwidth a: isalnum() but not ASCII
+    '"²"',
+    *_STRINGS,
+]
 
 
-def test_on_thousands_of_claims_built_to_tell_them_apart_whatever_the_decoder_takes_the_model_takes_alike() -> None:
+@pytest.mark.parametrize("contract", CONTRACTS, ids=["small", "default", "largest"])
+def test_on_thousands_of_claims_built_to_tell_them_apart_whatever_the_decoder_takes_the_model_takes_alike(
+    contract: Contract,
+) -> None:
     rng = random.Random(2026120702)
     taken = 0
     names = ["worker", "limit", "lease_seconds", "wait_seconds", "complete", "other"]
     for _ in range(4000):
         fields = [f'"worker": {rng.choice(_TOKENS)}'] if rng.random() < 0.9 else []
-        for name in rng.sample(names, rng.randrange(3)):
-            if name == "complete":
-                items = []
-                for _ in range(rng.randrange(5)):
-                    item = [f'"id": {rng.choice(_NUMBERS)}', f'"claim_token": {rng.choice(_TOKENS)}']
-                    if rng.random() < 0.5:
-                        item.append(f'"result": {_value(rng)}')
-                    items.append("{" + ", ".join(rng.sample(item, len(item))) + "}")
-                fields.append(f'"complete": [{", ".join(items)}]')
-            else:
+        chosen = rng.sample(names, rng.randrange(3))
+        for name in chosen:
+            if name != "complete":
                 fields.append(f'"{name}": {_value(rng)}')
-        taken += check_claim(("{" + ", ".join(fields) + "}").encode())
+        if "complete" in chosen:  # last: check_claim also sends the list as written as a batch complete
+            items = []
+            for _ in range(rng.randrange(5)):
+                item = [f'"id": {rng.choice(_NUMBERS)}', f'"claim_token": {rng.choice(_TOKENS)}']
+                if rng.random() < 0.5:
+                    item.append(f'"result": {_value(rng)}')
+                items.append("{" + ", ".join(rng.sample(item, len(item))) + "}")
+            fields.append(f'"complete": [{", ".join(items)}]')
+        taken += check_claim(("{" + ", ".join(fields) + "}").encode(), contract)
     assert taken > 400
