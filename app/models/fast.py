@@ -97,41 +97,65 @@ def claim_structs(
     return FastClaim, FastCompleteBatch
 
 
+def _results_within(items: list[FastCompleteItem]) -> bool:
+    for item in items:  # noqa: SIM110 - a loop: all() over a generator costs a frame switch an item
+        if type(item.result) in _NESTS and not within(item.result):
+            return False
+    return True
+
+
 def claim_valid(claim: Any) -> bool:
-    return _tokens_valid(claim.complete)
+    return _tokens_valid(claim.complete) and _results_within(claim.complete)
 
 
 def complete_batch_valid(batch: Any) -> bool:
-    return _tokens_valid(batch.jobs)
+    return _tokens_valid(batch.jobs) and _results_within(batch.jobs)
 
 
 # Where the two parsers part on well-formed JSON: pydantic refuses a number whose digits pass Python's 4,300 (as
 # 1000...0e-4301), msgspec reads it; pydantic refuses nesting past 200 levels, msgspec goes on to Python's recursion
-# limit. A body with a run of number characters longer than LONGEST_NUMBER, or nested deeper than MOST_NESTED, goes
-# to the model. Brackets and number characters inside strings count too: at worst a body goes to the model.
+# limit. A body with a run of number characters longer than LONGEST_NUMBER goes to the model before it is decoded
+# (number characters inside strings count too: at worst a body goes to the model); one whose payloads or results
+# nest deeper than MOST_NESTED, once decoded (the bodies' own levels are at most four more).
 LONGEST_NUMBER = 64  # a double needs at most 24 characters, a 64-bit integer 20
-MOST_NESTED = 16  # levels of arrays and objects, the body's own included, always taken (up to twice that may be)
+MOST_NESTED = 32  # levels of arrays and objects in a payload or a result (JOBQ_MAX_JSON_DEPTH's default)
 _NUMBERISH = bytes(48 if chr(i) in "0123456789.eE+-" else 32 for i in range(256))  # number characters -> "0"
 _LONG_RUN = b"0" * (LONGEST_NUMBER + 1)
-_NOT_BRACKETS = bytes(i for i in range(256) if i not in b"[]{}")
+_NESTS = (dict, list)
 
 
 def plain(body: bytes) -> bool:
-    """No number longer than LONGEST_NUMBER characters and no nesting deeper than MOST_NESTED (see above): C-speed
-    passes over the bytes, 0.2 µs a job of a batch of 1,000."""
-    if _LONG_RUN in body.translate(_NUMBERISH):
-        return False
-    if body.count(b"[") + body.count(b"{") <= MOST_NESTED:
+    """No number longer than LONGEST_NUMBER characters: two C-speed passes over the bytes (17 ms for 10 MB)."""
+    return _LONG_RUN not in body.translate(_NUMBERISH)
+
+
+def within(value: Any, levels: int = MOST_NESTED) -> bool:
+    """`value` (a decoded JSON value) holds at most `levels` levels of arrays and objects. The recursion is bounded
+    by `levels`; a scalar or a flat object costs one look at each of its values."""
+    kind = type(value)
+    if kind is dict:
+        values: Any = value.values()
+    elif kind is list:
+        values = value
+    else:
         return True
-    brackets = body.translate(None, _NOT_BRACKETS)
-    for _ in range(MOST_NESTED):  # each pass takes away the innermost pairs: one level, two when [] then {}
-        if not brackets:
-            return True
-        size = len(brackets)
-        brackets = brackets.replace(b"[]", b"").replace(b"{}", b"")
-        if len(brackets) == size:  # unpaired: a bracket inside a string, or malformed
+    if levels == 0:
+        return False
+    for item in values:  # noqa: SIM110 - a loop: all() over a generator costs a frame switch an item
+        if type(item) in _NESTS and not within(item, levels - 1):
             return False
-    return not brackets
+    return True
+
+
+def one_valid(job: Any) -> bool:
+    return within(job.payload)
+
+
+def batch_valid(batch: Any) -> bool:
+    for job in batch.jobs:  # noqa: SIM110 - a loop: all() over a generator costs a frame switch a job
+        if type(job.payload) in _NESTS and not within(job.payload):
+            return False
+    return True
 
 
 def decoder(shape: type[msgspec.Struct], valid: Callable[[Any], bool] | None = None) -> Callable[[bytes], Any]:

@@ -319,8 +319,8 @@ def build_contract(s: Settings) -> Contract:
 
     # The common shapes of both, decoded by msgspec before the models are asked (app/models/fast.py).
     fast_one, fast_batch = fast.enqueue_structs(s.max_delay_seconds, s.max_idempotency_key_length, s.max_batch_jobs)
-    EnqueueRequest.fast_json = fast.decoder(fast_one)
-    EnqueueBatchRequest.fast_json = fast.decoder(fast_batch)
+    EnqueueRequest.fast_json = fast.decoder(fast_one, fast.one_valid)
+    EnqueueBatchRequest.fast_json = fast.decoder(fast_batch, fast.batch_valid)
 
     class ClaimRequest(_ClaimRequest):
         worker: worker_text = Field(..., description="Who claims; stored on the job for diagnostics.")
