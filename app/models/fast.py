@@ -97,69 +97,96 @@ def claim_structs(
     return FastClaim, FastCompleteBatch
 
 
-def _results_within(items: list[FastCompleteItem]) -> bool:
-    for item in items:  # noqa: SIM110 - a loop: all() over a generator costs a frame switch an item
-        if type(item.result) in _NESTS and not within(item.result):
-            return False
-    return True
+def _results_counted(items: list[FastCompleteItem]) -> int:
+    """The arrays and objects of the items (theirs, their results'), or -1 (see containers())."""
+    if not _tokens_valid(items):
+        return -1
+    seen = len(items)
+    for item in items:
+        if type(item.result) in _NESTS:
+            n = containers(item.result)
+            if n < 0:
+                return -1
+            seen += n
+    return seen
 
 
-def claim_valid(claim: Any) -> bool:
-    return _tokens_valid(claim.complete) and _results_within(claim.complete)
+def claim_counted(claim: Any) -> int:
+    n = _results_counted(claim.complete)
+    return -1 if n < 0 else n + 2  # the body, its `complete` list (counted given or not: one less surplus)
 
 
-def complete_batch_valid(batch: Any) -> bool:
-    return _tokens_valid(batch.jobs) and _results_within(batch.jobs)
+def complete_batch_counted(batch: Any) -> int:
+    n = _results_counted(batch.jobs)
+    return -1 if n < 0 else n + 2  # the body, its `jobs` list
 
 
 # Where the two parsers part on well-formed JSON: pydantic refuses a number whose digits pass Python's 4,300 (as
 # 1000...0e-4301), msgspec reads it; pydantic refuses nesting past 200 levels, msgspec goes on to Python's recursion
-# limit. A body with a run of number characters longer than LONGEST_NUMBER goes to the model before it is decoded
-# (number characters inside strings count too: at worst a body goes to the model); one whose payloads or results
-# nest deeper than MOST_NESTED, once decoded (the bodies' own levels are at most four more).
+# limit. So a body goes to the model
+#   * before it is decoded: past FAST_MAX_BYTES (bounds what the checks below cost on a hostile body, which then
+#     costs the model's parse on top), or with a run of number characters longer than LONGEST_NUMBER (number
+#     characters inside strings count too: at worst a body goes to the model);
+#   * once decoded: with a payload or result nested deeper than MOST_NESTED (the bodies' own levels are at most four
+#     more), or with more than HIDDEN_MAX brackets that the decoded value does not hold (inside strings, or in a value
+#     a later duplicate key replaced, which msgspec parsed but does not keep: such a value needs 164 levels to reach
+#     pydantic's 200 below a visible depth of at most 36).
+FAST_MAX_BYTES = 4 * 1024 * 1024
 LONGEST_NUMBER = 64  # a double needs at most 24 characters, a 64-bit integer 20
 MOST_NESTED = 32  # levels of arrays and objects in a payload or a result (JOBQ_MAX_JSON_DEPTH's default)
+HIDDEN_MAX = 128
 _NUMBERISH = bytes(48 if chr(i) in "0123456789.eE+-" else 32 for i in range(256))  # number characters -> "0"
 _LONG_RUN = b"0" * (LONGEST_NUMBER + 1)
 _NESTS = (dict, list)
 
 
 def plain(body: bytes) -> bool:
-    """No number longer than LONGEST_NUMBER characters: two C-speed passes over the bytes (17 ms for 10 MB)."""
-    return _LONG_RUN not in body.translate(_NUMBERISH)
+    """Small enough, and no number longer than LONGEST_NUMBER characters: two C-speed passes over the bytes (17 ms
+    for 10 MB)."""
+    return len(body) <= FAST_MAX_BYTES and _LONG_RUN not in body.translate(_NUMBERISH)
 
 
-def within(value: Any, levels: int = MOST_NESTED) -> bool:
-    """`value` (a decoded JSON value) holds at most `levels` levels of arrays and objects. The recursion is bounded
-    by `levels`; a scalar or a flat object costs one look at each of its values."""
+def containers(value: Any, levels: int = MOST_NESTED) -> int:
+    """How many arrays and objects `value` (a decoded JSON value) holds, itself included; -1 when they nest more than
+    `levels` deep. The recursion is bounded by `levels`; a scalar or a flat object costs a look at each value."""
     kind = type(value)
     if kind is dict:
         values: Any = value.values()
     elif kind is list:
         values = value
     else:
-        return True
+        return 0
     if levels == 0:
-        return False
-    for item in values:  # noqa: SIM110 - a loop: all() over a generator costs a frame switch an item
-        if type(item) in _NESTS and not within(item, levels - 1):
-            return False
-    return True
+        return -1
+    seen = 1
+    for item in values:
+        if type(item) in _NESTS:
+            n = containers(item, levels - 1)
+            if n < 0:
+                return -1
+            seen += n
+    return seen
 
 
-def one_valid(job: Any) -> bool:
-    return within(job.payload)
+def one_counted(job: Any) -> int:
+    n = containers(job.payload)
+    return -1 if n < 0 else n + 1  # the body
 
 
-def batch_valid(batch: Any) -> bool:
-    for job in batch.jobs:  # noqa: SIM110 - a loop: all() over a generator costs a frame switch a job
-        if type(job.payload) in _NESTS and not within(job.payload):
-            return False
-    return True
+def batch_counted(batch: Any) -> int:
+    seen = 2 + len(batch.jobs)  # the body, its `jobs` list, each job
+    for job in batch.jobs:
+        if type(job.payload) in _NESTS:
+            n = containers(job.payload)
+            if n < 0:
+                return -1
+            seen += n
+    return seen
 
 
-def decoder(shape: type[msgspec.Struct], valid: Callable[[Any], bool] | None = None) -> Callable[[bytes], Any]:
-    """`shape` decoded from JSON (and `valid`), or None where it is not (the model decides then)."""
+def decoder(shape: type[msgspec.Struct], counted: Callable[[Any], int]) -> Callable[[bytes], Any]:
+    """`shape` decoded from JSON, or None where it is not, or where `counted` (the arrays and objects of the value,
+    -1 for a refusal of its own) says the body is not plain (see above): the model decides then."""
     decode = msgspec.json.Decoder(shape).decode
 
     def fast_json(body: bytes) -> Any:
@@ -169,6 +196,9 @@ def decoder(shape: type[msgspec.Struct], valid: Callable[[Any], bool] | None = N
             value = decode(body)
         except Exception:  # malformed or refused (DecodeError), or anything else: the model decides
             return None
-        return value if valid is None or valid(value) else None
+        seen = counted(value)
+        if seen < 0 or body.count(b"[") + body.count(b"{") - seen > HIDDEN_MAX:
+            return None
+        return value
 
     return fast_json

@@ -319,8 +319,8 @@ def build_contract(s: Settings) -> Contract:
 
     # The common shapes of both, decoded by msgspec before the models are asked (app/models/fast.py).
     fast_one, fast_batch = fast.enqueue_structs(s.max_delay_seconds, s.max_idempotency_key_length, s.max_batch_jobs)
-    EnqueueRequest.fast_json = fast.decoder(fast_one, fast.one_valid)
-    EnqueueBatchRequest.fast_json = fast.decoder(fast_batch, fast.batch_valid)
+    EnqueueRequest.fast_json = fast.decoder(fast_one, fast.one_counted)
+    EnqueueBatchRequest.fast_json = fast.decoder(fast_batch, fast.batch_counted)
 
     class ClaimRequest(_ClaimRequest):
         worker: worker_text = Field(..., description="Who claims; stored on the job for diagnostics.")
@@ -345,7 +345,7 @@ def build_contract(s: Settings) -> Contract:
     fast_claim, fast_complete = fast.claim_structs(
         s.max_worker_length, s.max_claim_limit, s.lease_max_seconds, s.wait_max_seconds, s.max_batch_complete
     )
-    ClaimRequest.fast_json = fast.decoder(fast_claim, fast.claim_valid)
+    ClaimRequest.fast_json = fast.decoder(fast_claim, fast.claim_counted)
 
     class HeartbeatRequest(_HeartbeatRequest):
         lease_seconds: Maybe[Annotated[int, Strict(), Field(ge=1, le=s.lease_max_seconds), Integral]] = omitted(
@@ -361,7 +361,7 @@ def build_contract(s: Settings) -> Contract:
     class CompleteBatchRequest(_CompleteBatchRequest):
         jobs: list[CompleteItem] = Field(..., min_length=1, max_length=s.max_batch_complete)
 
-    CompleteBatchRequest.fast_json = fast.decoder(fast_complete, fast.complete_batch_valid)
+    CompleteBatchRequest.fast_json = fast.decoder(fast_complete, fast.complete_batch_counted)
 
     return Contract(
         EnqueueRequest,

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from app.models import fast
-from app.models.fast import LONGEST_NUMBER, MOST_NESTED
+from app.models.fast import FAST_MAX_BYTES, HIDDEN_MAX, LONGEST_NUMBER, MOST_NESTED
 from app.models.jobs import Contract, build_contract
 from app.settings import Settings
 
@@ -184,23 +184,61 @@ def test_nesting_at_any_depth_is_read_alike(depth: int, kind: str) -> None:
 
 
 def test_the_depth_check_is_bounded_by_its_levels_not_by_the_body() -> None:
-    """A body of many levels costs the check its bound's levels, once each: it stops at the first too deep."""
+    """A value of many levels costs the check its bound's levels, once each: it stops at the first too deep."""
     calls = 0
-    original = fast.within
+    original = fast.containers
 
-    def counted(value: Any, levels: int = MOST_NESTED) -> bool:
+    def counted(value: Any, levels: int = MOST_NESTED) -> int:
         nonlocal calls
         calls += 1
         return original(value, levels)
 
     deep = orjson.loads(b"[" * 900 + b"]" * 900)
-    fast.within = counted  # type: ignore[assignment]
+    fast.containers = counted  # type: ignore[assignment]
     try:
-        assert not fast.within(deep)
+        assert fast.containers(deep) == -1
     finally:
-        fast.within = original  # type: ignore[assignment]
+        fast.containers = original  # type: ignore[assignment]
     assert calls == MOST_NESTED + 1  # one a level down to the bound, not one of the 900
-    assert not original(deep) and original(orjson.loads(b"[" * MOST_NESTED + b"]" * MOST_NESTED))
+    assert original(orjson.loads(b"[" * MOST_NESTED + b"]" * MOST_NESTED)) == MOST_NESTED
+    assert (
+        original(orjson.loads(b'{"a": [1, {"b": []}, "[{"], "c": {}}')) == 5
+    )  # the object, a's list, the object in it, b's list, c's object
+
+
+@pytest.mark.parametrize("depth", [150, 163, 164, 196, 199, 200, 201, 500, 990])
+def test_a_deep_value_replaced_by_a_later_duplicate_key_goes_to_the_model(depth: int) -> None:
+    """msgspec keeps the last of a repeated key, pydantic parses every one first: a deep value hidden behind a later
+    duplicate is counted among the brackets the decoded value does not hold (the third review's break)."""
+    hidden = b"[" * depth + b"]" * depth
+    for body in (
+        b'{"payload": {"a": ' + hidden + b', "a": 1}}',
+        b'{"payload": ' + hidden + b', "payload": 1}',
+        b'{"payload": {"x": ' + _nest(30, "objects") + b', "a": ' + hidden + b', "a": 1}}',
+    ):
+        assert not check(body), depth
+    tail = b'{"id": 1, "claim_token": "ab", "result": ' + hidden + b', "result": 1}'
+    assert not check_claim(b'{"worker": "w", "complete": [' + tail + b"]}")
+    first = b'[{"id": 2, "claim_token": "ab", "result": ' + hidden + b"}]"
+    assert CLAIM.fast_json is not None
+    assert CLAIM.fast_json(b'{"worker": "w", "complete": ' + first + b', "complete": []}') is None
+    assert BATCH.fast_json is not None and COMPLETE.fast_json is not None
+    assert BATCH.fast_json(b'{"jobs": ' + hidden + b', "jobs": [{"payload": 1}]}') is None
+    assert COMPLETE.fast_json(b'{"jobs": ' + hidden + b', "jobs": [{"id": 1, "claim_token": "ab"}]}') is None
+
+
+def test_brackets_in_strings_are_taken_up_to_the_bound() -> None:
+    """Brackets the value does not hold (in strings) up to HIDDEN_MAX keep a body on the fast way; past it, the
+    model decides (a batch of strings full of brackets is read alike, only slower)."""
+    assert check(b'{"payload": "' + b"[" * HIDDEN_MAX + b'"}')
+    assert not check(b'{"payload": "' + b"{" * (HIDDEN_MAX + 1) + b'"}')
+    assert check(b'{"payload": ["' + b"[" * (HIDDEN_MAX - 1) + b'", {"a": []}]}')
+
+
+def test_a_body_past_the_fast_bound_goes_to_the_model() -> None:
+    big = b'{"payload": "' + b"x" * FAST_MAX_BYTES + b'"}'
+    assert ONE.fast_json is not None and ONE.fast_json(big) is None
+    assert ONE.fast_json(b'{"payload": "' + b"x" * (FAST_MAX_BYTES - 20) + b'"}') is not None
 
 
 def test_a_batch_outside_its_bounds_goes_to_the_model() -> None:
