@@ -362,6 +362,22 @@ def counting_rounds() -> Any:
     return Counted
 
 
+async def next_request(database: Any) -> Any:
+    """What the next request gets of `database`: "served", or the DatabaseUnavailable it is answered with. Bounded
+    only so that a regression fails instead of hanging: the pool alone would wait 60 s."""
+    import asyncio
+
+    from app.errors import DatabaseUnavailable
+
+    try:
+        async with asyncio.timeout(30):
+            async with database.connection() as conn:
+                await conn.execute("SELECT 1")
+        return "served"
+    except DatabaseUnavailable as exc:
+        return exc
+
+
 async def counted_pool(database_url: str) -> Any:
     """A counting_rounds() Database of two connections, open, whose waits the pool alone would let last 60 s."""
     from tests.conftest import make_settings
@@ -563,14 +579,7 @@ def test_an_answer_from_before_the_outage_does_not_end_it(database_url: str, pg_
         await late  # lent before the loss, answered after it (its server process still alive)
         await refusals.end_backend(pids["late"])
         await database.pool.check()  # the pool finds its idle connection dead: it has none left
-        try:
-            # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
-            async with asyncio.timeout(30):
-                async with database.connection() as conn:
-                    await conn.execute("SELECT 1")
-            outcome["next"] = "served"
-        except DatabaseUnavailable as exc:
-            outcome["next"] = exc
+        outcome["next"] = await next_request(database)
         await database.close()
 
     try:
@@ -616,14 +625,7 @@ def test_an_answer_lent_just_after_the_first_loss_does_not_end_the_outage(databa
             outcome["late"] = exc
         await refusals.end_backend(late)
         await database.pool.check()  # the pool finds its idle connection dead: it has none left
-        try:
-            # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
-            async with asyncio.timeout(30):
-                async with database.connection() as conn:
-                    await conn.execute("SELECT 1")
-            outcome["next"] = "served"
-        except DatabaseUnavailable as exc:
-            outcome["next"] = exc
+        outcome["next"] = await next_request(database)
         outcome["rounds failed before the answer"] = database.rounds_failed
         await database.close()
 
@@ -664,14 +666,7 @@ def test_idle_connections_found_dead_by_the_pools_check_start_the_outage(databas
             database.check_soon()  # what the LISTEN connection does when it loses its server
             assert database._checking is not None
             await database._checking
-            try:
-                # Bounded only so that a regression fails instead of hanging: the pool alone would wait 60 s.
-                async with asyncio.timeout(30):
-                    async with database.connection() as conn:
-                        await conn.execute("SELECT 1")
-                outcome["next"] = "served"
-            except DatabaseUnavailable as exc:
-                outcome["next"] = exc
+            outcome["next"] = await next_request(database)
             outcome["rounds failed before the answer"] = database.rounds_failed
         finally:
             await database.close()

@@ -20,11 +20,18 @@ import msgspec
 from msgspec import Meta
 
 from app.db import tokens
-from app.models.fields import INT64_MAX, MAX_ATTEMPTS_MAX, PRIORITY_MAX, PRIORITY_MIN, TIMEOUT_MAX_SECONDS
+from app.models.fields import (
+    INT64_MAX,
+    LABEL_PATTERN,
+    MAX_ATTEMPTS_MAX,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    TIMEOUT_MAX_SECONDS,
+)
 
 # The model's LABEL_PATTERN with Python's end of string: `$` would also match before a final newline, which the
 # model's (Rust) `$` does not.
-_LABEL = r"^[^\x00-\x1f\x7f]+\Z"
+_LABEL = LABEL_PATTERN.removesuffix("$") + r"\Z"
 
 
 def enqueue_structs(
@@ -101,14 +108,8 @@ def _results_counted(items: list[FastCompleteItem]) -> int:
     """The arrays and objects of the items (theirs, their results'), or -1 (see containers())."""
     if not _tokens_valid(items):
         return -1
-    seen = len(items)
-    for item in items:
-        if type(item.result) in _NESTS:
-            n = containers(item.result)
-            if n < 0:
-                return -1
-            seen += n
-    return seen
+    n = _held([i.result for i in items])
+    return -1 if n < 0 else n + len(items)
 
 
 def claim_counted(claim: Any) -> int:
@@ -158,10 +159,17 @@ def containers(value: Any, levels: int = MOST_NESTED) -> int:
         return 0
     if levels == 0:
         return -1
-    seen = 1
-    for item in values:
-        if type(item) in _NESTS:
-            n = containers(item, levels - 1)
+    n = _held(values, levels - 1)
+    return -1 if n < 0 else n + 1
+
+
+def _held(values: Any, levels: int = MOST_NESTED) -> int:
+    """The arrays and objects among `values` and in them (containers(), each at most `levels` deep), summed; -1 when
+    one nests deeper."""
+    seen = 0
+    for value in values:
+        if type(value) in _NESTS:
+            n = containers(value, levels)
             if n < 0:
                 return -1
             seen += n
@@ -174,14 +182,8 @@ def one_counted(job: Any) -> int:
 
 
 def batch_counted(batch: Any) -> int:
-    seen = 2 + len(batch.jobs)  # the body, its `jobs` list, each job
-    for job in batch.jobs:
-        if type(job.payload) in _NESTS:
-            n = containers(job.payload)
-            if n < 0:
-                return -1
-            seen += n
-    return seen
+    n = _held([j.payload for j in batch.jobs])
+    return -1 if n < 0 else n + 2 + len(batch.jobs)  # the body, its `jobs` list, each job
 
 
 def decoder(shape: type[msgspec.Struct], counted: Callable[[Any], int]) -> Callable[[bytes], Any]:
