@@ -327,8 +327,8 @@ class JobService:
         cfg: Effective,
         traceparent: str | None = None,
     ) -> NewJob:
-        # Positional, the common case's fields read once: a batch makes a thousand of these (BENCHMARKS.md, "The
-        # batch's answer"). The order is NewJob's.
+        # Positional, the common case's fields read once: a batch makes a thousand of these (BENCHMARKS.md, "Stop
+        # 44"). The order is NewJob's.
         settings = self.settings
         priority, unique, debounce = req.priority, req.unique, req.debounce
         return NewJob(

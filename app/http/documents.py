@@ -5,15 +5,16 @@ JSON columns arrive as text and go out as JSON fragments, never parsed and seria
 from __future__ import annotations
 
 import keyword
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import orjson
 from orjson import Fragment
 from pydantic import BaseModel
 
 from app.core.scale import Scale
 from app.db.flow import QueueConfigRow
-from app.db.rows import Inserted
+from app.db.rows import Inserted, JobRow
 from app.db.spread import SEP, logical
 from app.db.workers import WorkerRow
 from app.models.answers import Claim, CompleteOutcome, HeartbeatResponse, Job, JobState
@@ -30,7 +31,7 @@ def documenter(model: type[BaseModel]) -> Callable[[Any], Document]:
 
     Written out for the model as one dict display (`{"id": row.id, ...}`) and compiled, as namedtuple writes its
     classes: a batch answer makes a thousand documents, and the display takes 1.4 µs a job's document where reading
-    the fields with attrgetter and zipping them with their names took 2.1 (BENCHMARKS.md, "The batch's answer")."""
+    the fields with attrgetter and zipping them with their names took 2.1 (BENCHMARKS.md, "Stop 44")."""
     entries = []
     for name in model.model_fields:
         # ASCII only: Python normalises other names in source (NFKC), so `row.ﬁeld` would read `row.field`.
@@ -58,6 +59,81 @@ outcome_document = documenter(CompleteOutcome)
 state_document = documenter(JobState)
 schedule_document = documenter(Schedule)
 held_job_document = documenter(HeldJob)
+
+
+# A job just enqueued: what its document holds whatever the request said (the other fields vary).
+_NEW_JOB = {"status": "pending", "attempts": 0}
+_VARIES = frozenset(
+    {"id", "queue", "payload", "priority", "max_attempts", "run_at", "created_at", "idempotency_key", "traceparent"}
+    | {"group", "timeout_seconds"}
+)
+
+
+def _new_jobs_texter() -> Callable[[Iterable[Any]], str]:
+    """A function that writes the JSON array of these jobs' documents (as orjson writes [job_document(row), ...]),
+    each new pending job's straight from its varying fields, the rest of its document being the same text for every
+    such job: a batch answers a thousand of them, and its answer costs 0.7 µs a job this way where the documents and
+    their encoding cost 1.9 (timeit, 1,000 new jobs; BENCHMARKS.md, "Stop 46"). Any other row (a job an
+    idempotency key named, say) gets orjson's text of job_document. Strings and times are written by orjson
+    itself, so the text is orjson's byte for byte (tests/unit/test_documents.py compares them)."""
+    nones, parts = [], []
+    for name in Job.model_fields:
+        if name not in JobRow._fields:
+            raise ValueError(f"Job.{name} is not a field of JobRow")
+        if name in _VARIES:
+            if name == "queue":
+                parts.append('"queue":{qt if f_queue is lq else (qt := name((lq := f_queue)))}')
+            elif name in ("run_at", "created_at"):
+                # The same time in a row, as a batch's rows all have: its text at once.
+                t, last, f = f"t_{name}", f"l_{name}", f"f_{name}"
+                parts.append(f'"{name}":{{{t} if {f} is {last} else ({t} := at(({last} := {f})))}}')
+            elif name in ("idempotency_key", "traceparent", "group"):
+                parts.append(f'"{name}":{{"null" if f_{name} is None else string(f_{name})}}')
+            elif name in ("payload", "timeout_seconds"):  # JSON text, or an integer
+                parts.append(f'"{name}":{{"null" if f_{name} is None else f_{name}}}')
+            else:  # integers
+                parts.append(f'"{name}":{{f_{name}}}')
+        else:
+            if name not in _NEW_JOB:
+                nones.append(f"f_{name}")
+            parts.append(orjson.dumps({name: _NEW_JOB.get(name)}).decode()[1:-1])
+    checks = [f"f_{name} == {value!r}" for name, value in _NEW_JOB.items()]
+    checks.append(f"({', '.join(nones)}) == {(None,) * len(nones)!r}")
+    text = ",".join(parts)
+    source = (
+        "def texts(rows):\n"
+        "    names, ats, out = {}, {}, []\n"
+        "    lq = l_run_at = l_created_at = qt = t_run_at = t_created_at = object()\n"
+        "    def name(q):\n"
+        "        if (t := names.get(q)) is None:\n"
+        "            t = names[q] = string(q if SEP not in q else logical(q))\n"
+        "        return t\n"
+        # Keyed with the offset's zone too: the same instant in two zones is equal, and its text is not.
+        "    def at(d):\n"
+        "        if (t := ats.get(k := (d, d.tzinfo))) is None:\n"
+        "            t = ats[k] = string(d)\n"
+        "        return t\n"
+        "    for row in rows:\n"
+        f"        {', '.join(f'f_{n}' for n in JobRow._fields)} = row\n"
+        f"        if {' and '.join(checks)}:\n"
+        f"            out.append(f'{{{{{text}}}}}')\n"
+        "        else:\n"
+        "            out.append(dumps(document(row)).decode())\n"
+        "    return '[' + ','.join(out) + ']'\n"
+    )
+    scope: dict[str, Any] = {
+        "SEP": SEP,
+        "logical": logical,
+        "string": lambda v: orjson.dumps(v).decode(),
+        "dumps": orjson.dumps,
+        "document": job_document,
+    }
+    exec(compile(source, "<documents of new jobs>", "exec"), scope)
+    texts: Callable[[Iterable[Any]], str] = scope["texts"]
+    return texts
+
+
+jobs_text = _new_jobs_texter()
 
 
 def enqueued_document(inserted: Inserted) -> Document:

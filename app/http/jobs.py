@@ -14,6 +14,7 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from orjson import Fragment
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match, Route
@@ -33,6 +34,7 @@ from app.http.documents import (
     claim_document,
     enqueued_document,
     job_document,
+    jobs_text,
     outcome_document,
     renewal_document,
     state_document,
@@ -292,7 +294,7 @@ def add_routes(router: FastAPI, c: Contract) -> None:
         if minimal:
             return json_response({"jobs": [enqueued_document(i) for i in inserted]}, 201, APPLIED)
         enqueued = [CREATED if i.created else REPLACED if i.replaced else EXISTING for i in inserted]
-        return json_response({"jobs": [job_document(i.job) for i in inserted], "enqueued": enqueued}, 201)
+        return json_response({"jobs": Fragment(jobs_text([i.job for i in inserted])), "enqueued": enqueued}, 201)
 
     @router.post(
         "/queues/{queue}/claim",
