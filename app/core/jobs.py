@@ -44,7 +44,7 @@ from app.models.jobs import (
     HeartbeatRequest,
     ReleaseRequest,
 )
-from app.models.json_values import InvalidUnicode, JsonValueError, check_json_value, dump_json
+from app.models.json_values import InvalidUnicode, JsonValueError, checked_json_text
 from app.settings import Settings
 
 # An enqueue statement hands its jobs to the claims parked on at most this many of their queues (_handoffs).
@@ -85,12 +85,11 @@ def json_text(value: Any, limit: int, max_depth: int, loc: Sequence[str | int], 
     """A payload or result as stored: checked (what jsonb cannot hold, nesting, size) and serialised. A refusal
     names `loc`, then `field` when given (so that a batch's thousand jobs need no list each for their loc)."""
     try:
-        check_json_value(value, max_depth)
+        text = checked_json_text(value, max_depth)
     except InvalidUnicode as exc:
         raise BadRequest(f"The request body is not valid JSON: {exc}") from None
     except JsonValueError as exc:
         raise invalid(_at(loc, field), str(exc)) from None
-    text = dump_json(value)
     if len(text) > limit // 4 and len(text.encode()) > limit:
         raise invalid(_at(loc, field), f"larger than {limit} bytes of JSON", "too_large")
     return text

