@@ -316,3 +316,19 @@ def test_answers_come_whole_in_one_segment_and_in_order(server: LiveServer, sock
         int(v) for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")) if k == b"content-length"
     )
     assert head.startswith(b"HTTP/1.1 200") and len(body) == length and json.loads(body)["status"] == "ok", body
+
+
+def test_a_client_that_half_closes_after_its_request_gets_its_whole_answer(
+    server: LiveServer, sockets: list[socket.socket]
+) -> None:
+    """A client may shut its side once its request is sent (`nc -N`, a probe): the server's side then closes itself
+    on the end of file, and what the answer's last write left held must go out first (a HEAD's head, whose body is
+    never written, is such a write)."""
+    for method in (b"HEAD", b"GET"):
+        s = connect(server, sockets)
+        s.sendall(method + b" /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        answer = read_answer(s)
+        head, sep, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 ") and sep, (method, answer)
+        assert (body == b"") if method == b"HEAD" else (json.loads(body)["status"] == "ok"), (method, answer)

@@ -360,8 +360,16 @@ JOB_COPY = (
 _COPY_NULL = "\\N"
 _tuple_new = tuple.__new__
 _ROW_DEFAULTS = tuple(JobRow._field_defaults.values())  # the fields after timeout_seconds
-if JobRow._fields[-len(_ROW_DEFAULTS) - 1] != "timeout_seconds":  # _copy_insert writes the fields before them
-    raise TypeError("JobRow's fields with defaults must follow timeout_seconds")
+# The fields _copy_insert writes in order, then the defaulted ones: a row made with tuple.__new__ is not checked
+# against its class, so the order is, once.
+_COPY_ROW = [
+    "id", "queue", "status", "payload", "priority", "attempts", "max_attempts", "run_at", "created_at", "claimed_at",
+    "lease_expires_at", "finished_at", "worker", "last_error", "result", "idempotency_key", "claim_token",
+    "traceparent", "schedule", "scheduled_for", "group", "progress", "depends_on", "on_dependency_failure",
+    "pending_dependencies", "timeout_seconds",
+]  # fmt: skip
+if list(JobRow._fields) != _COPY_ROW + list(JobRow._field_defaults):
+    raise TypeError("JobRow's fields changed: _copy_insert writes its rows by position")
 
 
 def _copy_text(value: str | None) -> str:

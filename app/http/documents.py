@@ -108,9 +108,10 @@ def _new_jobs_texter() -> Callable[[Iterable[Any]], str]:
         "        if (t := names.get(q)) is None:\n"
         "            t = names[q] = string(q if SEP not in q else logical(q))\n"
         "        return t\n"
-        # Keyed with the offset's zone too: the same instant in two zones is equal, and its text is not.
+        # Keyed with the zone and the fold too: the same instant in two zones, or a wall time in a zone's repeated
+        # hour and its other fold, are equal, and their texts are not.
         "    def at(d):\n"
-        "        if (t := ats.get(k := (d, d.tzinfo))) is None:\n"
+        "        if (t := ats.get(k := (d, d.tzinfo, d.fold))) is None:\n"
         "            t = ats[k] = string(d)\n"
         "        return t\n"
         "    for row in rows:\n"

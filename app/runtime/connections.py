@@ -296,6 +296,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.head_deadline = self.body_deadline = None
         super().connection_lost(exc)
 
+    def eof_received(self) -> None:
+        # The client shut its side: the transport closes itself once this returns (None), and OneWrite's flush then
+        # finds it closing. What is held (a HEAD's head, which no body write follows) goes out first.
+        self.transport.flush()  # type: ignore[attr-defined]
+
     def data_received(self, data: bytes) -> None:
         if self._over is None:  # once refused, what still arrives is dropped
             HttpToolsProtocol.data_received(self, data)

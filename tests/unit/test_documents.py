@@ -7,6 +7,7 @@ import random
 from datetime import UTC, datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import orjson
 import pytest
@@ -85,6 +86,8 @@ def _orjsons(rows: list[JobRow]) -> bytes:
     return orjson.dumps([job_document(r) for r in rows])
 
 
+_FOLD = datetime(2024, 11, 3, 1, 30, tzinfo=ZoneInfo("America/New_York"))
+
 # Values where a hand-written JSON text and orjson's could part: escapes, non-ASCII, the largest integers,
 # times with and without microseconds and in other offsets, a spread queue's key.
 _ODD_TEXTS = ["", "plain", 'quote " and \\ back', "tab\tnew\nline\u0000", "é ü 中 😀", "\u2028\u2029", "</script>"]
@@ -96,6 +99,9 @@ _TIMES = [
     datetime(9999, 12, 1, 23, 59, 59, 999999, tzinfo=UTC),
     NOW.astimezone(timezone(timedelta(hours=5, minutes=30))),
     NOW.astimezone(timezone(timedelta(hours=-9, minutes=-45, seconds=-30))),
+    # A wall time in a zone's repeated hour, in its two folds: equal, with two texts.
+    _FOLD,
+    _FOLD.replace(fold=1),
 ]
 
 
