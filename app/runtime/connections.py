@@ -139,7 +139,9 @@ class OneWrite:
         held = self._held
         if held is not None:
             self._held = None
-            self.transport.writelines((held, data))
+            # One write of both, not writelines: a transport's write has the same meaning on every loop (after a
+            # close it drops the bytes), and Python 3.12's selector transport raises in writelines after a close.
+            self.transport.write(held + data)
         elif data:
             self._held = data
             if not self._scheduled:
@@ -155,8 +157,7 @@ class OneWrite:
                 self.transport.write(held)
 
     def writelines(self, data: Any) -> None:
-        self.flush()
-        self.transport.writelines(data)
+        self.write(b"".join(data))
 
     def write_eof(self) -> None:
         self.flush()
