@@ -276,48 +276,6 @@ def test_a_websocket_handshake_is_answered_as_plain_http(server_factory: Any, so
     assert [r.getMessage() for r in records] == ["Unsupported upgrade request."]
 
 
-def test_answers_come_whole_in_one_segment_and_in_order(server: LiveServer, sockets: list[socket.socket]) -> None:
-    """An answer's head and body leave in one write (app/runtime/connections.py OneWrite), and nothing written is held
-    back: an answer without a body (HEAD), a lone `100 Continue`, pipelined answers, and an answer before a close all
-    arrive, in order, without the client sending anything more."""
-    s = connect(server, sockets)
-    # One write of a few hundred bytes on the loopback is one segment: the first read has all of it.
-    for _ in range(3):
-        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        first = s.recv(65536)
-        head, _, body = first.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 200") and json.loads(body)["status"] == "ok", first
-    # HEAD: a head and no body; what is held goes out at the end of the loop's turn.
-    s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += s.recv(65536)
-    assert data.startswith(b"HTTP/1.1 ") and data.endswith(b"\r\n\r\n"), data
-    # Two requests in one send: two answers, in order.
-    s.sendall(
-        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /queues/q/stats HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-    )
-    assert b'"status":"ok"' in read_response(s)
-    assert b'"queue":"q"' in read_response(s)
-    # Expect: 100-continue: the interim answer comes alone, before the body is sent.
-    body = json.dumps({"payload": {"n": 1}}).encode()
-    s.sendall(b"POST /queues/q/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))  # fmt: skip
-    interim = b""
-    while b"\r\n\r\n" not in interim:
-        interim += s.recv(65536)
-    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n", interim
-    s.sendall(body)
-    assert read_response(s).startswith(b"HTTP/1.1 201")
-    # The last answer before a close is all there.
-    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-    head, _, body = read_answer(s).partition(b"\r\n\r\n")
-    length = next(
-        int(v) for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")) if k == b"content-length"
-    )
-    assert head.startswith(b"HTTP/1.1 200") and len(body) == length and json.loads(body)["status"] == "ok", body
-
-
 def test_a_client_that_half_closes_after_its_request_gets_its_whole_answer(
     server: LiveServer, sockets: list[socket.socket]
 ) -> None:
