@@ -304,3 +304,12 @@ def pg_data_dir() -> Iterator[Path]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def sockets() -> Iterator[list[socket.socket]]:
+    """Raw sockets a test opens (tests/rawhttp.py connect), closed after it."""
+    opened: list[socket.socket] = []
+    yield opened
+    for s in opened:
+        s.close()

@@ -8,56 +8,17 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.rawhttp import connect, read_answer, read_response
 from tests.support import LiveServer, wait_until
 
 # Sockets against the HTTP server: nothing here depends on the major.
 # CI runs this file on its first major only (JOBQ_SKIP_ONE_MAJOR).
 pytestmark = pytest.mark.one_major
-
-READ_TIMEOUT = 30  # a socket read never waits longer: a server that holds on fails the test, never hangs it
-
-
-@pytest.fixture
-def sockets() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    yield opened
-    for s in opened:
-        s.close()
-
-
-def connect(server: LiveServer, opened: list[socket.socket]) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=READ_TIMEOUT)
-    opened.append(s)
-    return s
-
-
-def read_answer(s: socket.socket) -> bytes:
-    """Everything the server sends until it closes the connection."""
-    data = b""
-    while chunk := s.recv(65536):
-        data += chunk
-    return data
-
-
-def read_response(s: socket.socket) -> bytes:
-    """One answer on a kept-alive connection: its head, then Content-Length bytes of body."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += s.recv(65536)
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
-    )
-    while len(body) < length:
-        body += s.recv(65536)
-    return head + b"\r\n\r\n" + body
-
 
 # A request whose 100-byte body has not come yet: in flight, its connection held.
 BODY_PENDING = (
@@ -274,19 +235,3 @@ def test_a_websocket_handshake_is_answered_as_plain_http(server_factory: Any, so
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["status"] == "ok"
     assert [r.getMessage() for r in records] == ["Unsupported upgrade request."]
-
-
-def test_a_client_that_half_closes_after_its_request_gets_its_whole_answer(
-    server: LiveServer, sockets: list[socket.socket]
-) -> None:
-    """A client may shut its side once its request is sent (`nc -N`, a probe): the server's side then closes itself
-    on the end of file, and what the answer's last write left held must go out first (a HEAD's head, whose body is
-    never written, is such a write)."""
-    for method in (b"HEAD", b"GET"):
-        s = connect(server, sockets)
-        s.sendall(method + b" /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        s.shutdown(socket.SHUT_WR)
-        answer = read_answer(s)
-        head, sep, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 ") and sep, (method, answer)
-        assert (body == b"") if method == b"HEAD" else (json.loads(body)["status"] == "ok"), (method, answer)

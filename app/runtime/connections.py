@@ -119,6 +119,78 @@ class _Watchdog:
             self.state.jobq_watchdog = None  # type: ignore[attr-defined]
 
 
+class OneWrite:
+    """The transport as the protocol and its requests' cycles write to it: a write is held until the next one, and
+    both go to the socket in one system call, or until the end of the loop's turn (call_soon), whichever comes
+    first. uvicorn writes an answer's status line and headers, then its body: two system calls a request, each a
+    trip through the loopback's TCP stack (uvloop writes at once; measured here 9.7 µs of the sender's CPU for the
+    two against 5.2 for one, BENCHMARKS.md "Stop 46"). Every write goes through here in order, and close and
+    write_eof send what is held first, so the bytes on the wire are the same, only in fewer segments."""
+
+    __slots__ = ("_held", "_loop", "_scheduled", "transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._scheduled = False
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            # Nothing to send (uvicorn writes an empty body as b""): asyncio's and uvloop's write drop it too.
+            # Passed on in writelines it would be worse than nothing on Python 3.12 and 3.13's selector transport
+            # (3.12.1 and 3.13.0 here): an empty buffer that sendmsg never takes off, the writer called again and
+            # again, and a close that waits for it for good (tests/test_one_write.py: a 204 before a close).
+            return
+        held = self._held
+        if held is not None:
+            self._held = None
+            transport = self.transport
+            if transport.is_closing():
+                # A closing transport's write drops the bytes on every loop; Python 3.12's selector transport
+                # raises in writelines then (its writer is gone).
+                transport.write(held + data)
+            else:
+                # writelines, not one write of the two joined: no copy of the body (a batch's answer can be
+                # hundreds of KB); uvloop sends both buffers at once in one system call (uv_try_write), as
+                # asyncio 3.12 does (sendmsg) and 3.11 (a joined write).
+                transport.writelines((held, data))
+        else:
+            self._held = data
+            if not self._scheduled:
+                self._scheduled = True
+                self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._scheduled = False
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self.transport.is_closing():  # lost meanwhile: uvicorn writes nothing to a lost connection
+                self.transport.write(held)
+
+    def writelines(self, data: Any) -> None:
+        self.write(b"".join(data))
+
+    def write_eof(self) -> None:
+        self.flush()
+        self.transport.write_eof()
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def abort(self) -> None:
+        self._held = None
+        self.transport.abort()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:  # get_extra_info, pause_reading, can_write_eof...
+        return getattr(self.transport, name)
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, held to the ConnectionLimits that server_config() puts on the config
     (`config.jobq_limits`). It adds a few attribute updates per request: the request path is the hot path."""
@@ -191,6 +263,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = OneWrite(transport, self.loop)  # type: ignore[assignment]
         if len(self.connections) > self.limits.max_connections:
             victim = self._waiting_connection()
             if victim is not None:
@@ -236,6 +309,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.head_deadline = self.body_deadline = None
         super().connection_lost(exc)
+
+    def eof_received(self) -> None:
+        # The client shut its side: the transport closes itself once this returns (None), and OneWrite's flush then
+        # finds it closing. What is held (a HEAD's head, which no body write follows) goes out first.
+        self.transport.flush()  # type: ignore[attr-defined]
 
     def data_received(self, data: bytes) -> None:
         if self._over is None:  # once refused, what still arrives is dropped
