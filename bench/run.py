@@ -12,7 +12,8 @@
      sqs       the SQS API beside jobq's own on one queue: SendMessageBatch of 10 against a batch enqueue of
                10, ReceiveMessage 10 + DeleteMessageBatch against claim 10 + batch complete (bench/sqs_phases.py);
      parked    single-job enqueue and idle transactions/s with none, --waiters on one queue and --waiters
-               on as many queues parked (bench/parked.py);
+               on as many queues parked, the enqueue load in 3 rounds (or --rounds), the layouts' order
+               turned each round, each ratio the median of its rounds' (bench/parked.py);
      minimal   single enqueue, batch enqueue and claim 1 + complete with and without `Prefer:
                return=minimal`, alternated, --rounds times each (bench/minimal.py);
      sdk       the Python SDK's Worker (--sdk-concurrency) draining a queue, beside the raw-HTTP claim 10 +
@@ -210,7 +211,9 @@ class Bench:
             preload(url, 0)
             return self.measure(service, n, Enqueue(self.args.port, 1), f"parked scaling, {label}: enqueue, single-job")
 
-        return await parked_scaling(url, service, self.args.waiters, load, max(5.0, self.args.seconds))
+        return await parked_scaling(
+            url, service, self.args.waiters, load, max(5.0, self.args.seconds), rounds=max(3, self.args.rounds)
+        )
 
     def minimal(self) -> None:
         if "minimal" not in self.phases:
@@ -566,7 +569,12 @@ def main() -> None:
     p.add_argument("--latency-samples", type=int, default=1000)
     p.add_argument("--idle-ms", type=float, default=20, help="the consumer idles this long before each sample")
     p.add_argument("--waiters", type=int, default=1000)
-    p.add_argument("--rounds", type=int, default=2, help="minimal, sdk: A/B rounds per path (default 2)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="minimal, sdk: A/B rounds per path (default 2); parked: rounds of its three layouts (at least 3)",
+    )
     p.add_argument("--sdk-concurrency", type=int, default=64, help="sdk: the Python Worker's concurrency")
     p.add_argument(
         "--scaling-steps",
