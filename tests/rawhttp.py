@@ -29,11 +29,18 @@ def read_response(s: socket.socket) -> bytes:
     """One answer on a kept-alive connection: its head, then Content-Length bytes of body."""
     data = b""
     while b"\r\n\r\n" not in data:
-        data += s.recv(65536)
+        data += _more(s, data)
     head, _, body = data.partition(b"\r\n\r\n")
     length = next(
         int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
     )
     while len(body) < length:
-        body += s.recv(65536)
+        body += _more(s, data + body)
     return head + b"\r\n\r\n" + body
+
+
+def _more(s: socket.socket, so_far: bytes) -> bytes:
+    chunk = s.recv(65536)
+    if not chunk:
+        raise ConnectionError(f"the server closed the connection before a whole answer; had {so_far!r}")
+    return chunk

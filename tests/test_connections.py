@@ -75,6 +75,25 @@ def test_the_deadline_starts_again_after_each_answer(server_factory: Any, socket
     assert answer.startswith(b"HTTP/1.1 200") and b'"jobs":[]' in answer, answer
 
 
+def test_an_idle_kept_alive_connection_lasts_to_its_deadline_not_uvicorns_timer(
+    server: LiveServer, sockets: list[socket.socket]
+) -> None:
+    """An idle kept-alive connection lasts until its next request's header deadline (JOBQ_HEADER_TIMEOUT_SECONDS,
+    10 s by default), not uvicorn's keep-alive timer, 5 s by default: as long as httpx keeps an idle connection for
+    reuse, so that a request sent as the server closed the connection was lost ("Server disconnected without
+    sending a response", likely the two CI failures of tests/test_flow_limits.py). The timer is set to 0.2 s here
+    so that the test need not idle 5 s: a connection idle five times that long still answers (before the change:
+    closed, ConnectionError)."""
+    server.server.config.timeout_keep_alive = 0.2  # read by each new connection's protocol
+    s = connect(server, sockets)
+    for _ in range(2):
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert read_response(s).startswith(b"HTTP/1.1 200")
+        time.sleep(1.0)  # the idle time under test, not a wait for something to happen
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert read_response(s).startswith(b"HTTP/1.1 200")
+
+
 def test_a_body_that_stalls_or_trickles_is_cut_off(server_factory: Any, sockets: list[socket.socket]) -> None:
     """Past its headers, a request's body must keep coming: at least 1 KiB of it (or its end) within each
     JOBQ_HEADER_TIMEOUT_SECONDS, or 408 and the connection is closed. Otherwise a client holds a connection

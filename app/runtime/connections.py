@@ -191,6 +191,14 @@ class OneWrite:
         return getattr(self.transport, name)
 
 
+# BoundedHttpToolsProtocol.on_response_complete is uvicorn's own less one line: if uvicorn's changes, say so here
+# at import (the tests import this) rather than serve a connection wrongly.
+_UVICORN_NAMES = set(HttpToolsProtocol.on_response_complete.__code__.co_names)
+_REPLICATED = {"total_requests", "resume_reading", "pipeline", "_start_asgi_task", "timeout_keep_alive_task"}
+if not _REPLICATED <= _UVICORN_NAMES:
+    raise ImportError("uvicorn's HttpToolsProtocol.on_response_complete changed: review BoundedHttpToolsProtocol's")
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, held to the ConnectionLimits that server_config() puts on the config
     (`config.jobq_limits`). It adds a few attribute updates per request: the request path is the hot path."""
@@ -372,8 +380,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         HttpToolsProtocol.on_message_complete(self)
 
     def on_response_complete(self) -> None:
+        # uvicorn's (HttpToolsProtocol.on_response_complete, as of 0.55; checked at import above) less its
+        # keep-alive timer. uvicorn closes a connection idle for `timeout_keep_alive`, 5 s by default, which is
+        # also how long httpx (and so the Python SDK) keeps an idle connection for reuse: a request sent on it
+        # as the server closes it is lost ("Server disconnected without sending a response"; the likely cause
+        # of two CI failures in tests/test_flow_limits.py, whose shared client posts after a test's few
+        # seconds). Here an idle kept-alive connection lasts until its next request's header deadline,
+        # JOBQ_HEADER_TIMEOUT_SECONDS (10 s) from the answer, as that setting says, longer than the common
+        # clients keep one (httpx 5 s, Node's 4 s); the watchdog closes it then, and a newcomer at the
+        # connection cap can take its place before. No timer is made and cancelled per request.
         self.body_deadline = None  # a body still coming is dropped; the next request's deadline covers it
-        pipelined = bool(self.pipeline)  # a request whose headers are already in starts now: no deadline
-        HttpToolsProtocol.on_response_complete(self)
-        if not pipelined and not self.transport.is_closing():
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:  # a request whose headers are already in starts now: no deadline
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        else:
             self._arm()
