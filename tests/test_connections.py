@@ -142,6 +142,22 @@ def head_of(size: int, lines: int = 2) -> bytes:
     return b"GET " + target + b" HTTP/1.1\r\n" + b"".join(n + b": " + v + b"\r\n" for n, v in headers) + b"\r\n"
 
 
+def test_a_pipelined_request_whose_body_stalls_is_cut_off(server_factory: Any, sockets: list[socket.socket]) -> None:
+    """A request pipelined behind a long one, its body announced and not sent: once the first is answered, the
+    second's body deadline still holds (the first's answer had wiped it: the connection was then held for good)."""
+    server: LiveServer = server_factory(header_timeout_seconds=1)
+    poll = json.dumps({"worker": "w", "wait_seconds": 2}).encode()
+    s = connect(server, sockets)
+    s.sendall(b"POST /queues/q/claim HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(poll), poll)
+              + b"POST /queues/q/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              b"Content-Length: 100\r\n\r\n")  # fmt: skip
+    first = read_response(s)
+    assert first.startswith(b"HTTP/1.1 200") and b'"jobs":[]' in first, first
+    status, problem = status_and_problem(read_answer(s))  # to the end of file: none came before the fix
+    assert (status, problem["type"]) == (408, "urn:jobq:problem:request-timeout")
+
+
 def test_header_bytes_and_lines_are_capped(server_factory: Any, sockets: list[socket.socket]) -> None:
     """At each cap a request passes, one past it gets 431; a megabyte of headers or 20,000 lines too."""
     server: LiveServer = server_factory(max_header_bytes=4096, max_header_lines=20)

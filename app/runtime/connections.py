@@ -127,13 +127,14 @@ class OneWrite:
     two against 5.2 for one, BENCHMARKS.md "Stop 46"). Every write goes through here in order, and close and
     write_eof send what is held first, so the bytes on the wire are the same, only in fewer segments."""
 
-    __slots__ = ("_held", "_loop", "_scheduled", "transport")
+    __slots__ = ("_held", "_loop", "_scheduled", "_vectored", "transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self.transport = transport
         self._loop = loop
         self._held: bytes | None = None
         self._scheduled = False
+        self._vectored = type(transport).__module__.startswith("uvloop")
 
     def write(self, data: bytes) -> None:
         if not data:
@@ -146,15 +147,16 @@ class OneWrite:
         if held is not None:
             self._held = None
             transport = self.transport
-            if transport.is_closing():
-                # A closing transport's write drops the bytes on every loop; Python 3.12's selector transport
-                # raises in writelines then (its writer is gone).
-                transport.write(held + data)
-            else:
-                # writelines, not one write of the two joined: no copy of the body (a batch's answer can be
-                # hundreds of KB); uvloop sends both buffers at once in one system call (uv_try_write), as
-                # asyncio 3.12 does (sendmsg) and 3.11 (a joined write).
+            if self._vectored and not transport.is_closing():
+                # uvloop (what `jobq serve` runs): writelines, not one write of the two joined, no copy of the body
+                # (a batch's answer can be hundreds of KB); it sends both buffers at once, one writev.
                 transport.writelines((held, data))
+            else:
+                # asyncio's transports: one write of the two joined, as Python 3.11's own writelines does. Python
+                # 3.12's and 3.13's writelines raises once the transport is closing (a closing transport's write
+                # drops the bytes, on every loop), and before 3.12.9 / 3.13.2 it skipped the writer's flow control
+                # (CPython gh-127655: pause_writing never came for a slow reader).
+                transport.write(held + data)
         else:
             self._held = data
             if not self._scheduled:
@@ -245,7 +247,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if self.transport.is_closing() or cycle is None or cycle.response_complete or not cycle.more_body:
             return
-        if self.flow.read_paused or cycle.waiting_for_100_continue:  # we are not asking for more: wait
+        # We are not asking for more, or the request waits behind another (pipelined: its answer must come after
+        # the one before, and a long-poll before it reads on to see a disconnect): wait.
+        if self.flow.read_paused or cycle.waiting_for_100_continue or self.pipeline:
             self.body_deadline = self.loop.time() + self.limits.header_timeout
             return
         if cycle.response_started:
@@ -389,13 +393,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         # JOBQ_HEADER_TIMEOUT_SECONDS (10 s) from the answer, as that setting says, longer than the common
         # clients keep one (httpx 5 s, Node's 4 s); the watchdog closes it then, and a newcomer at the
         # connection cap can take its place before. No timer is made and cancelled per request.
-        self.body_deadline = None  # a body still coming is dropped; the next request's deadline covers it
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
         self.flow.resume_reading()
-        if self.pipeline:  # a request whose headers are already in starts now: no deadline
+        if self.pipeline:
+            # A request whose headers are already in starts now: no header deadline. The body deadline, if any,
+            # is that of the newest request (self.cycle), whose body may still be coming: it stays.
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
         else:
+            self.body_deadline = None  # a body still coming is dropped; the next request's deadline covers it
             self._arm()
