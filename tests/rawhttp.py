@@ -25,11 +25,18 @@ def read_answer(s: socket.socket) -> bytes:
     return data
 
 
-def read_response(s: socket.socket) -> bytes:
-    """One answer on a kept-alive connection: its head, then Content-Length bytes of body."""
+def read_head(s: socket.socket) -> bytes:
+    """What comes up to the end of an answer's head (a HEAD's or a 204's whole answer, or a 100 Continue), with any
+    bytes already in after it."""
     data = b""
     while b"\r\n\r\n" not in data:
         data += _more(s, data)
+    return data
+
+
+def read_response(s: socket.socket) -> bytes:
+    """One answer on a kept-alive connection: its head, then Content-Length bytes of body."""
+    data = read_head(s)
     head, _, body = data.partition(b"\r\n\r\n")
     length = next(
         int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")

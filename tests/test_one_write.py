@@ -11,7 +11,7 @@ import socket
 
 import httpx
 
-from tests.rawhttp import connect, read_answer, read_response
+from tests.rawhttp import connect, read_answer, read_head, read_response
 from tests.support import LiveServer
 
 
@@ -28,9 +28,7 @@ def test_answers_come_whole_in_one_segment_and_in_order(server: LiveServer, sock
         assert head.startswith(b"HTTP/1.1 200") and json.loads(body)["status"] == "ok", first
     # HEAD: a head and no body; what is held goes out at the end of the loop's turn.
     s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += s.recv(65536)
+    data = read_head(s)
     assert data.startswith(b"HTTP/1.1 ") and data.endswith(b"\r\n\r\n"), data
     # Two requests in one send: two answers, in order.
     s.sendall(
@@ -42,9 +40,7 @@ def test_answers_come_whole_in_one_segment_and_in_order(server: LiveServer, sock
     body = json.dumps({"payload": {"n": 1}}).encode()
     s.sendall(b"POST /queues/q/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
               b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))  # fmt: skip
-    interim = b""
-    while b"\r\n\r\n" not in interim:
-        interim += s.recv(65536)
+    interim = read_head(s)
     assert interim == b"HTTP/1.1 100 Continue\r\n\r\n", interim
     s.sendall(body)
     assert read_response(s).startswith(b"HTTP/1.1 201")
@@ -89,9 +85,7 @@ def test_an_answer_without_a_body_before_a_close_closes_the_connection(
             assert answer.startswith(b"HTTP/1.1 204 ") and answer.endswith(b"\r\n\r\n"), answer
             continue
         # Kept alive: the 204, then another answer on the same connection.
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += s.recv(65536)
+        head = read_head(s)
         assert head.startswith(b"HTTP/1.1 204 ") and head.endswith(b"\r\n\r\n"), head
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         assert b'"status":"ok"' in read_response(s)
